@@ -1,0 +1,48 @@
+# flash3 — the project's commands. `make main` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The CPU wheel of torch for GPU-less machines; on a Hopper box install a CUDA torch first and run
+# `pip install --no-build-isolation .` (see README).
+TORCH  ?= torch==2.13.0
+
+.PHONY: setup main test compile-check extension-check device-prep device-check bench fp8-accuracy clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)" numpy pytest matplotlib
+
+setup: $(PY)
+	$(PY) -m pip install -q .
+
+main: setup
+	cd /tmp && $(abspath $(PY)) -m flash3
+
+test: setup
+	$(PY) -m pytest -q tests
+
+# Compile every forward kernel TU for sm_90a and check its SASS for real Hopper code.
+compile-check:
+	$(PYTHON) tools/compile_check.py
+
+# Build the real extension against a CUDA build of torch and import it (no GPU needed).
+extension-check:
+	bash tools/extension_check.sh
+
+# The pure-Python CUTLASS wheel to carry to a lent GPU machine (it cannot download).
+device-prep:
+	mkdir -p .whl && $(PYTHON) -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d .whl
+
+# On a lent H100/H200: build, GPU tests, compute-sanitizer, benchmark table; logs under $$OUT.
+device-check:
+	bash tools/device_check.sh
+
+bench:
+	$(PY) benchmarks/bench_fwd.py
+
+fp8-accuracy: setup
+	$(PY) benchmarks/fp8_accuracy.py
+
+clean:
+	rm -rf build dist *.egg-info $(VENV)

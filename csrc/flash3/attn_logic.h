@@ -1,0 +1,159 @@
+// Host- and device-side logic of the forward pass that needs no GPU to be right: the mask
+// predicate, which key blocks a query block visits (and which of them need no mask), the tile
+// size per head dim, and the persistent scheduler's tile order. Plain C++17; unit-tested on the
+// CPU against flash3/masking.py (tests/test_host_logic.py) and used unchanged by the kernels.
+#pragma once
+
+#if defined(__CUDACC__)
+#define FLASH3_HD __host__ __device__ __forceinline__
+#else
+#define FLASH3_HD inline
+#endif
+
+namespace flash3 {
+
+FLASH3_HD constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+// Floor division that is right for negative numerators (C++ '/' truncates toward zero).
+FLASH3_HD constexpr int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+FLASH3_HD constexpr int imin(int a, int b) { return a < b ? a : b; }
+FLASH3_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
+
+// ---------------------------------------------------------------------------------------------
+// Mask. Query i sees key j iff j < seqlen_k and
+//   (left  < 0 || j >= i + seqlen_k - seqlen_q - left) and
+//   (right < 0 || j <= i + seqlen_k - seqlen_q + right),
+// causal acting as right = 0 (bottom-right aligned). -1 means unbounded.
+struct Mask {
+  int seqlen_q, seqlen_k, left, right;
+
+  FLASH3_HD static Mask make(int seqlen_q, int seqlen_k, bool causal, int window_left,
+                             int window_right) {
+    return Mask{seqlen_q, seqlen_k, window_left < 0 ? -1 : window_left,
+                causal ? 0 : (window_right < 0 ? -1 : window_right)};
+  }
+  FLASH3_HD int offset() const { return seqlen_k - seqlen_q; }
+  FLASH3_HD bool visible(int i, int j) const {
+    return j >= 0 && j < seqlen_k && (left < 0 || j >= i + offset() - left) &&
+           (right < 0 || j <= i + offset() + right);
+  }
+  // First and one-past-last key any row in [row_begin, row_end) may see (before clipping to
+  // block granularity). Empty when first >= last.
+  FLASH3_HD int first_key(int row_begin) const {
+    return left < 0 ? 0 : imax(0, row_begin + offset() - left);
+  }
+  FLASH3_HD int last_key(int row_end) const {
+    return right < 0 ? seqlen_k : imin(seqlen_k, row_end - 1 + offset() + right + 1);
+  }
+};
+
+// Half-open range of key blocks [begin, end). Loops run from end - 1 down to begin.
+struct BlockRange {
+  int begin, end;
+  FLASH3_HD bool empty() const { return begin >= end; }
+  FLASH3_HD int size() const { return end > begin ? end - begin : 0; }
+};
+
+// Key blocks holding at least one key visible to at least one row of query block m_block.
+FLASH3_HD BlockRange key_block_range(const Mask& mask, int m_block, int block_m, int block_n) {
+  const int row_begin = m_block * block_m;
+  const int row_end = imin(row_begin + block_m, mask.seqlen_q);
+  if (row_begin >= row_end || mask.seqlen_k <= 0) return {0, 0};
+  const int k0 = mask.first_key(row_begin), k1 = mask.last_key(row_end);
+  if (k0 >= k1) return {0, 0};
+  return {k0 / block_n, ceil_div(k1, block_n)};
+}
+
+// Blocks of key_block_range in which every (row < seqlen_q, key) pair is visible and the block
+// is full, so the kernel can skip the mask there. The blocks of the outer range above `end` and
+// below `begin` need masking. Returned clamped into the outer range (possibly empty).
+FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int block_m,
+                                              int block_n) {
+  const BlockRange outer = key_block_range(mask, m_block, block_m, block_n);
+  if (outer.empty()) return outer;
+  const int row_begin = m_block * block_m;
+  const int row_end = imin(row_begin + block_m, mask.seqlen_q);
+  // The latest-starting row bounds the left edge; the earliest-ending row bounds the right edge.
+  int lo = mask.left < 0 ? 0 : ceil_div(imax(0, row_end - 1 + mask.offset() - mask.left), block_n);
+  int hi = mask.seqlen_k / block_n;  // full blocks only
+  if (mask.right >= 0) hi = imin(hi, floor_div(row_begin + mask.offset() + mask.right + 1, block_n));
+  lo = imax(lo, outer.begin);
+  hi = imin(hi, outer.end);
+  if (lo >= hi) return {outer.end, outer.end};
+  return {lo, hi};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile shapes per (head dim, value head dim), shared by bf16 and fp16. block_m = 64 rows per
+// consumer warpgroup. Chosen so that Q + stages x (K + V) fit in 227 KB of shared memory, the
+// fp32 O accumulator (block_m/num_consumers x d_v per warpgroup) fits in ~240 registers, and
+// block_n is a multiple of 16 (the k-extent of a bf16 WGMMA in P.V):
+//   d 64:  192 x 128, 3 consumers: small per-row work, so more rows per CTA amortize K/V loads.
+//   d 96:  192 x 128, 3 consumers.
+//   d 128: 128 x 128: S (64 regs) + O (64 regs) per thread leave room for the P.V overlap.
+//   d 192: 128 x 112 (d_v 192) / 128 x 112 (d_v 128): K/V stages bound by shared memory.
+//   d 256: 128 x 80: O alone is 128 fp32 registers per thread; 2 x (K + V) + Q = 224 KB.
+struct TileShape {
+  int block_m, block_n, stages, num_consumers;
+};
+
+// The value head dim does not change the choice for the shapes we build ((192, 128) included).
+FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int /*head_dim_v*/) {
+  return head_dim <= 64    ? TileShape{192, 128, 2, 3}
+         : head_dim <= 96  ? TileShape{192, 128, 2, 3}
+         : head_dim <= 128 ? TileShape{128, 128, 2, 2}
+         : head_dim <= 192 ? TileShape{128, 112, 2, 2}
+                           : TileShape{128, 80, 2, 2};
+}
+
+// Shared memory the mainloop needs for 16-bit elements: Q, and `stages` copies of K and V.
+// O is staged through Q's buffer after the last Q.K^T, so it costs nothing extra.
+FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v) {
+  return 2 * (fwd_tile_shape(head_dim, head_dim_v).block_m * head_dim +
+              fwd_tile_shape(head_dim, head_dim_v).stages *
+                  fwd_tile_shape(head_dim, head_dim_v).block_n * (head_dim + head_dim_v));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Persistent tile scheduler order. A tile is (m_block, head, batch). Tiles are numbered so that
+// (1) heads are grouped so the K and V of one group fit in about half of L2 and stay resident
+//     while every query block of the group runs (GQA heads sharing a KV head are adjacent), and
+// (2) inside a group the heaviest query blocks come first when the mask is causal/local
+//     (with bottom-right causal the last query blocks see the most keys), so the tail of the
+//     schedule holds short tiles.
+struct TileCoord {
+  int m_block, head, batch;
+};
+
+struct TileOrder {
+  int num_m_blocks, num_heads, batch, heads_per_group;
+  bool heaviest_first;
+
+  FLASH3_HD static TileOrder make(int num_m_blocks, int num_heads, int batch, int seqlen_k,
+                                  int head_dim, int head_dim_v, int num_heads_k, int l2_bytes,
+                                  bool causal_or_local) {
+    // Bytes of K + V for one KV head; q heads per KV head share them.
+    const long long kv_bytes = 2LL * seqlen_k * (head_dim + head_dim_v);
+    const int q_per_kv = num_heads / (num_heads_k > 0 ? num_heads_k : 1);
+    long long groups_of_kv = kv_bytes > 0 ? (l2_bytes / 2) / kv_bytes : num_heads_k;
+    int hpg = (int)(groups_of_kv < 1 ? 1 : groups_of_kv) * q_per_kv;
+    hpg = imax(1, imin(hpg, num_heads));
+    return TileOrder{num_m_blocks, num_heads, batch, hpg, causal_or_local};
+  }
+  FLASH3_HD int num_tiles() const { return num_m_blocks * num_heads * batch; }
+
+  FLASH3_HD TileCoord at(int idx) const {
+    const int per_batch = num_m_blocks * num_heads;
+    const int b = idx / per_batch;
+    int r = idx - b * per_batch;
+    const int group_size_full = heads_per_group * num_m_blocks;
+    const int g = r / group_size_full;
+    r -= g * group_size_full;
+    const int head0 = g * heads_per_group;
+    const int heads_here = imin(heads_per_group, num_heads - head0);  // last group may be short
+    const int m = r / heads_here;
+    const int h = head0 + (r - m * heads_here);
+    return TileCoord{heaviest_first ? num_m_blocks - 1 - m : m, h, b};
+  }
+};
+
+}  // namespace flash3

@@ -1,0 +1,47 @@
+// Plain description of one forward call, shared by the torch binding (binding.cpp) and the
+// kernels. No torch and no CUDA headers here: kernel TUs include it without pulling in torch.
+#pragma once
+#include <cstdint>
+
+namespace flash3 {
+
+struct FwdParams {
+  // Tensors. Element strides; the last (head) dim is contiguous for every tensor.
+  // Batched: q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), o (b, s_q, h, d_v).
+  // Varlen: the batch stride is unused and rows are offset by cu_seqlens_{q,k}[batch].
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // batched: (b, h, s_q); varlen: (h, total_q)
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+
+  // Shapes. For varlen, seqlen_q/seqlen_k are the max lengths (max_seqlen_*), total_* the packed sizes.
+  int batch = 0, seqlen_q = 0, seqlen_k = 0, num_heads = 0, num_heads_k = 0;
+  int head_dim = 0, head_dim_v = 0;
+  int total_q = 0, total_k = 0;
+
+  // Optional per-batch lengths (device pointers, int32).
+  const int* cu_seqlens_q = nullptr;  // (b + 1): varlen queries
+  const int* cu_seqlens_k = nullptr;  // (b + 1): varlen keys
+  const int* seqused_k = nullptr;     // (b): keys actually used per batch row (kv cache)
+
+  // Semantics (see attn_logic.h): window -1 = unbounded; causal means window_right = 0.
+  float softmax_scale = 1.f;
+  float softcap = 0.f;  // 0 = off
+  bool is_causal = false;
+  int window_left = -1, window_right = -1;
+
+  bool is_bf16 = true;  // else fp16
+
+  // Launch resources filled by the binding.
+  int num_sms = 132;
+  int l2_bytes = 50 << 20;
+  int* tile_counter = nullptr;  // zeroed int32 in global memory for the dynamic scheduler, or null
+};
+
+}  // namespace flash3
