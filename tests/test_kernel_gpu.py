@@ -1,0 +1,169 @@
+"""The Hopper forward kernel against the fp64 reference (FlashAttention rule), on an sm_90 GPU.
+
+Skipped without a CUDA sm_90 device or without the built extension. Outputs are poisoned with NaN
+before every launch, so an unwritten element fails; lse is checked; repeated runs are bitwise equal.
+"""
+import json
+import math
+
+import pytest
+import torch
+
+import flash3
+from helpers import assert_close_fa, attention_naive, attention_ref64, max_err
+
+HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")
+
+
+def built_kernels():
+    if not hasattr(torch.ops.flash3, "kernel_info"):
+        return set()
+    return {tuple(x) for x in json.loads(torch.ops.flash3.kernel_info())["fwd"]}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def require_extension():
+    if HAS_SM90 and not built_kernels():
+        pytest.skip("flash3._C is not built (pip install --no-build-isolation . on this machine)")
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+HDIMS = [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)]
+MODES = {  # name: (causal, window, softcap)
+    "full": (False, (-1, -1), 0.0),
+    "causal": (True, (-1, -1), 0.0),
+    "window": (False, (97, 13), 0.0),
+    "causal_window_softcap": (True, (64, -1), 15.0),
+}
+LENGTHS = [(1, 1), (113, 203), (203, 113), (1023, 1024), (1024, 1023), (4224, 4224), (1, 300)]
+
+
+def need(dtype_name, d, dv):
+    if (dtype_name, d, dv) not in built_kernels():
+        pytest.skip(f"kernel {dtype_name} d={d} d_v={dv} not built")
+
+
+def kernel_fwd(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
+               cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_q=None, max_k=None):
+    """One launch of flash3::fwd_sm90 with NaN-poisoned out and lse."""
+    varlen = cu_seqlens_q is not None
+    dv = v.shape[-1]
+    if varlen:
+        out = torch.full((q.shape[0], q.shape[1], dv), float("nan"), device=q.device, dtype=q.dtype)
+        lse = torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device)
+    else:
+        out = torch.full((*q.shape[:3], dv), float("nan"), device=q.device, dtype=q.dtype)
+        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=q.device)
+    torch.ops.flash3.fwd_sm90(
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+        max_q if max_q is not None else q.shape[-3], max_k if max_k is not None else k.shape[-3],
+        scale if scale is not None else q.shape[-1] ** -0.5, causal, window[0], window[1], softcap)
+    return out, lse
+
+
+def check(out, lse, q, k, v, **kw):
+    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) output elements"
+    assert not torch.isnan(lse).any(), "unwritten (NaN-poisoned) lse elements"
+    ref, ref_lse = attention_ref64(q, k, v, **kw)
+    naive, _ = attention_naive(q, k, v, **kw)
+    assert_close_fa(out, naive, ref)
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)), "lse -inf pattern"
+    fin = torch.isfinite(ref_lse)
+    if fin.any():
+        assert max_err(lse[fin], ref_lse[fin]) <= 1e-3 * (1 + ref_lse[fin].abs().max().item())
+
+
+@pytest.mark.parametrize("seqlens", LENGTHS, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("hdims", HDIMS, ids=lambda h: f"d{h[0]}_{h[1]}")
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+def test_feature_matrix(dtype_name, hdims, mode, seqlens):
+    need(dtype_name, *hdims)
+    (d, dv), (sq, sk), dtype = hdims, seqlens, DTYPES[dtype_name]
+    causal, window, softcap = MODES[mode]
+    # Cycle MHA / GQA / MQA across the matrix without multiplying it.
+    h, hk = [(4, 4), (6, 2), (4, 1)][(d + sq + len(mode)) % 3]
+    b = 2 if sq * sk < 2_000_000 else 1
+    torch.manual_seed(sq * 7 + sk + d)
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, sk, hk, dv, device="cuda", dtype=dtype)
+    out, lse = kernel_fwd(q, k, v, causal=causal, window=window, softcap=softcap)
+    check(out, lse, q, k, v, causal=causal, window_size=window, softcap=softcap)
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_bitwise_deterministic(dtype_name, d):
+    need(dtype_name, d, d)
+    q, k, v = (torch.randn(2, 1029, 8, d, device="cuda", dtype=DTYPES[dtype_name]) for _ in range(3))
+    o1, l1 = kernel_fwd(q, k, v, causal=True)
+    o2, l2 = kernel_fwd(q, k, v, causal=True)
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_matches_per_sequence(causal, d):
+    need("bf16", d, d)
+    lengths_q = [1, 113, 0, 203, 64, 1024]
+    lengths_k = [1, 203, 7, 113, 64, 1023]
+    h, hk = 6, 2
+    tq, tk = sum(lengths_q), sum(lengths_k)
+    q = torch.randn(tq, h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(tk, hk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(tk, hk, d, device="cuda", dtype=torch.bfloat16)
+    cu_q = torch.tensor([0] + lengths_q, device="cuda").cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + lengths_k, device="cuda").cumsum(0).to(torch.int32)
+    out, lse = kernel_fwd(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                          max_q=max(lengths_q), max_k=max(lengths_k))
+    for i in range(len(lengths_q)):
+        a, e = cu_q[i].item(), cu_q[i + 1].item()
+        ka, ke = cu_k[i].item(), cu_k[i + 1].item()
+        if a == e:
+            continue
+        check(out[a:e][None], lse[:, a:e][None], q[a:e][None], k[ka:ke][None], v[ka:ke][None],
+              causal=causal)
+
+
+def test_kvcache_seqused_k():
+    need("bf16", 128, 128)
+    b, cap, h, hk, d = 3, 700, 8, 2, 128
+    q = torch.randn(b, 5, h, d, device="cuda", dtype=torch.bfloat16)
+    kc = torch.randn(b, cap, hk, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(b, cap, hk, d, device="cuda", dtype=torch.bfloat16)
+    used = torch.tensor([1, 333, 700], device="cuda", dtype=torch.int32)
+    out, lse = kernel_fwd(q, kc, vc, causal=True, seqused_k=used)
+    for i, n in enumerate(used.tolist()):
+        check(out[i:i + 1], lse[i:i + 1], q[i:i + 1], kc[i:i + 1, :n], vc[i:i + 1, :n], causal=True)
+
+
+def test_strided_inputs_from_packed_qkv():
+    need("bf16", 128, 128)
+    qkv = torch.randn(2, 517, 3, 8, 128, device="cuda", dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(2)  # non-contiguous views, last dim contiguous
+    out, lse = kernel_fwd(q, k, v, causal=True)
+    check(out, lse, q, k, v, causal=True)
+
+
+def test_public_api_dispatches_to_kernel_without_fallback(recwarn):
+    need("bf16", 128, 128)
+    q, k, v = (torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out, lse = flash3.attention(q, k, v, causal=True, return_lse=True)
+    assert not [w for w in recwarn if "fall" in str(w.message).lower()], "kernel path fell back"
+    check(out, lse, q, k, v, causal=True)
+    ref = flash3.attention(q.cpu(), k.cpu(), v.cpu(), causal=True)
+    assert max_err(out.cpu(), ref) < 0.05
+
+
+def test_empty_rows_are_zero_with_minus_inf_lse():
+    need("bf16", 64, 64)
+    q = torch.randn(1, 300, 2, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 100, 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 100, 2, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = kernel_fwd(q, k, v, causal=True)  # rows 0..199 see no key (bottom-right)
+    assert torch.equal(out[:, :200], torch.zeros_like(out[:, :200]))
+    assert torch.isneginf(lse[:, :, :200]).all()
+    check(out, lse, q, k, v, causal=True)
+    assert math.isfinite(lse[0, 0, 250].item())
