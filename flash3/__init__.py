@@ -1,0 +1,37 @@
+"""flash3: FlashAttention-3 for Hopper as a PyTorch extension.
+
+The CUDA kernels live in the optional extension ``flash3._C``; without it (or
+off Hopper) every call runs the exact, memory-efficient reference backend.
+"""
+
+try:  # must load before flash3.ops defines its operators (shared namespace)
+    from . import _C  # noqa: F401
+except ImportError:
+    _C = None
+
+from . import masking, reference  # noqa: E402
+from ._backend import has_extension, kernel_configs, kernel_info  # noqa: E402
+from .api import attention, attention_varlen, attention_with_kvcache  # noqa: E402
+
+__all__ = [
+    "attention",
+    "attention_varlen",
+    "attention_with_kvcache",
+    "quantize_fp8",
+    "attention_fp8",
+    "has_extension",
+    "kernel_configs",
+    "kernel_info",
+    "masking",
+    "reference",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The FP8 helpers live in flash3.fp8, imported on first use.
+    if name in ("quantize_fp8", "attention_fp8"):
+        from . import fp8
+        return getattr(fp8, name)
+    raise AttributeError(f"module 'flash3' has no attribute {name!r}")

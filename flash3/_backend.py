@@ -1,0 +1,100 @@
+"""Dispatch to the Hopper kernel of the C++ extension (flash3._C), when usable.
+
+The extension registers ``flash3::fwd_sm90`` and ``flash3::kernel_info``;
+this module only asks whether a call can run there and, if so, runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+
+import torch
+
+_DTYPE_NAMES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@functools.lru_cache(maxsize=None)
+def has_extension() -> bool:
+    """True when flash3._C is built and registered its forward kernel."""
+    try:
+        from . import _C  # noqa: F401
+    except ImportError:
+        return False
+    try:
+        torch.ops.flash3.fwd_sm90
+        torch.ops.flash3.kernel_info
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_info() -> dict:
+    """The extension's self-description ({} when not built)."""
+    if not has_extension():
+        return {}
+    return json.loads(torch.ops.flash3.kernel_info())
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_configs() -> frozenset:
+    """Compiled forward configs as {(dtype, d, d_v)}."""
+    configs = set()
+    for name, d, d_v in kernel_info().get("fwd", []):
+        if name in _DTYPE_NAMES:
+            configs.add((_DTYPE_NAMES[name], int(d), int(d_v)))
+    return frozenset(configs)
+
+
+def kernel_fwd_reason(q, k, v, *, paged=False) -> str | None:
+    """Why the Hopper forward kernel cannot run this call; None if it can."""
+    if not q.is_cuda:
+        return "inputs are not CUDA tensors"
+    if not has_extension():
+        return "flash3._C (the CUDA extension) is not built"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        return f"device capability {cap} is not sm_90 (Hopper)"
+    if q.dtype not in _DTYPE_NAMES.values():
+        return f"dtype {q.dtype} has no kernel (bf16/fp16 only)"
+    if paged:
+        return "paged KV cache has no kernel yet"
+    d, d_v = q.shape[-1], v.shape[-1]
+    if (q.dtype, d, d_v) not in kernel_configs():
+        return f"no kernel compiled for ({q.dtype}, d={d}, d_v={d_v})"
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        return "last dim of q/k/v is not contiguous"
+    return None
+
+
+_warned: set = set()
+
+
+def warn_fallback(reason: str, what: str = "forward") -> None:
+    """Warn once per (what, reason) that a CUDA call runs on the reference."""
+    key = (what, reason)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"flash3: {what} uses the slow reference backend: {reason}",
+                      RuntimeWarning, stacklevel=3)
+
+
+def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q=None,
+                   cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0):
+    """Call flash3::fwd_sm90; returns (out, lse).
+
+    Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
+    ``right == 0`` is passed as causal (same mask, bottom-right aligned).
+    """
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    if cu_seqlens_q is None:
+        lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    causal = right == 0
+    torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                              int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
+                              causal, int(left), -1 if causal else int(right), float(softcap))
+    return out, lse

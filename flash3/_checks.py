@@ -1,0 +1,264 @@
+"""Argument validation. Every message names the offending argument.
+
+Two kinds of checks:
+* static ones (types, ranks, shapes, dtypes, devices, python numbers), run in
+  the public functions; they are traceable by torch.compile;
+* value checks that need the tensors' contents (cu_seqlens, page_table,
+  cache_seqlens), run inside the operators before anything is written, so a
+  compiled graph still validates and a rejected call leaves the caches alone.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+MAX_HEADDIM = 256
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+FP8_DTYPE = getattr(torch, "float8_e4m3fn", None)
+
+
+def is_fp8(t: torch.Tensor) -> bool:
+    return FP8_DTYPE is not None and t.dtype == FP8_DTYPE
+
+
+def tensor(name, x, ndim=None, what=""):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {what}, got shape {tuple(x.shape)}")
+    return x
+
+
+def _same_device(ref_name, ref, name, x):
+    if x.device != ref.device:
+        raise ValueError(f"{name} is on {x.device} but {ref_name} is on {ref.device}")
+
+
+def _dtypes(named):
+    """All tensors share one dtype: fp16/bf16/fp32, or all float8_e4m3fn."""
+    (n0, t0), rest = named[0], named[1:]
+    if t0.dtype not in FLOAT_DTYPES and not is_fp8(t0):
+        raise TypeError(f"{n0} has dtype {t0.dtype}; expected float16, bfloat16, float32 "
+                        f"or float8_e4m3fn")
+    for n, t in rest:
+        if t.dtype != t0.dtype:
+            raise TypeError(f"{n} has dtype {t.dtype} but {n0} has {t0.dtype}; they must match")
+
+
+def heads_and_dims(q, k, v, qn="q", kn="k", vn="v"):
+    """Head counts and head dims of (…, heads, headdim) tensors."""
+    h, d = q.shape[-2], q.shape[-1]
+    h_k, d_k, d_v = k.shape[-2], k.shape[-1], v.shape[-1]
+    if h == 0 or h_k == 0:
+        raise ValueError(f"{qn} and {kn} need at least one head, got {h} and {h_k}")
+    if v.shape[-2] != h_k:
+        raise ValueError(f"{vn} has {v.shape[-2]} heads but {kn} has {h_k}")
+    if h % h_k != 0:
+        raise ValueError(f"number of heads in {qn} ({h}) must be divisible by the number "
+                         f"of heads in {kn} ({h_k})")
+    if not 1 <= d <= MAX_HEADDIM:
+        raise ValueError(f"head dim of {qn} must be in 1..{MAX_HEADDIM}, got {d}")
+    if d_k != d:
+        raise ValueError(f"head dim of {kn} ({d_k}) must equal that of {qn} ({d})")
+    if not 1 <= d_v <= MAX_HEADDIM:
+        raise ValueError(f"head dim of {vn} must be in 1..{MAX_HEADDIM}, got {d_v}")
+
+
+def options(q, causal, softmax_scale, window_size, softcap):
+    """Check the keyword options; returns (scale, left, right, softcap)."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
+    elif not isinstance(softmax_scale, numbers.Real) or isinstance(softmax_scale, bool):
+        raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+    elif not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool)
+                       for w in window_size)):
+        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}")
+    left, right = int(window_size[0]), int(window_size[1])
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {window_size!r}")
+    if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool):
+        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
+    if not softcap >= 0 or not math.isfinite(softcap):
+        raise ValueError(f"softcap must be >= 0 (0 disables it), got {softcap}")
+    if causal:
+        right = 0
+    return float(softmax_scale), left, right, float(softcap)
+
+
+def batched(q, k, v):
+    """flash3.attention: q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v)."""
+    what = "(batch, seqlen, heads, headdim)"
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        tensor(n, t, 4, what)
+    _dtypes([("q", q), ("k", k), ("v", v)])
+    _same_device("q", q, "k", k)
+    _same_device("q", q, "v", v)
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+        raise ValueError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k has seqlen {k.shape[1]} but v has {v.shape[1]}; they must match")
+    heads_and_dims(q, k, v)
+
+
+def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size):
+    """Descales are (b, h_k) or per block (b, heads_of_that_tensor, num_blocks)."""
+    fp8 = is_fp8(q)
+    named = (("q_descale", q_descale, q), ("k_descale", k_descale, k), ("v_descale", v_descale, v))
+    if not fp8:
+        for n, d, _ in named:
+            if d is not None:
+                raise ValueError(f"{n} is only used with float8_e4m3fn inputs (q is {q.dtype})")
+        return
+    if (not isinstance(fp8_block_size, (tuple, list)) or len(fp8_block_size) != 2
+            or not all(isinstance(x, numbers.Integral) and x > 0 for x in fp8_block_size)):
+        raise ValueError(f"fp8_block_size must be a pair of positive ints, got {fp8_block_size!r}")
+    b, h_k = q.shape[0], k.shape[2]
+    for (n, d, t), blk in zip(named, (fp8_block_size[0], fp8_block_size[1], fp8_block_size[1])):
+        if d is None:
+            raise ValueError(f"{n} is required for float8_e4m3fn inputs")
+        tensor(n, d)
+        _same_device("q", q, n, d)
+        if d.dtype != torch.float32:
+            raise TypeError(f"{n} must be float32, got {d.dtype}")
+        per_head = (b, h_k)
+        per_block = (b, t.shape[2], -(-t.shape[1] // blk))
+        if tuple(d.shape) not in (per_head, per_block):
+            raise ValueError(f"{n} must have shape {per_head} (per batch and kv head) or "
+                             f"{per_block} (per block of {blk}), got {tuple(d.shape)}")
+
+
+def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """Static checks for attention_varlen (values are checked in the op)."""
+    what = "(total, heads, headdim)"
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        tensor(n, t, 3, what)
+    _dtypes([("q", q), ("k", k), ("v", v)])
+    if is_fp8(q):
+        raise TypeError("attention_varlen does not take float8_e4m3fn inputs")
+    for n, t in (("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        tensor(n, t)
+        _same_device("q", q, n, t)
+    if k.shape[0] != v.shape[0]:
+        raise ValueError(f"k has {k.shape[0]} tokens but v has {v.shape[0]}; they must match")
+    heads_and_dims(q, k, v)
+    for n, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{n} must be int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"{n} must be 1-D of length batch + 1, got shape {tuple(cu.shape)}")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(f"cu_seqlens_q has length {cu_seqlens_q.shape[0]} but cu_seqlens_k has "
+                         f"{cu_seqlens_k.shape[0]}; both must be batch + 1")
+    for n, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(m, numbers.Integral) or isinstance(m, bool):
+            raise TypeError(f"{n} must be an int, got {type(m).__name__}")
+        if m < 0:
+            raise ValueError(f"{n} must be >= 0, got {m}")
+
+
+def varlen_values(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q, max_seqlen_k):
+    """Value checks on cu_seqlens (one host sync)."""
+    for n, cu, total, mx, mn in (("cu_seqlens_q", cu_seqlens_q, total_q, max_seqlen_q, "max_seqlen_q"),
+                                 ("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k, "max_seqlen_k")):
+        c = cu.tolist()
+        if c[0] != 0:
+            raise ValueError(f"{n} must start at 0, got {c[0]}")
+        lens = [b - a for a, b in zip(c, c[1:])]
+        if any(x < 0 for x in lens):
+            raise ValueError(f"{n} must be non-decreasing, got {c}")
+        if c[-1] > total:
+            raise ValueError(f"{n} ends at {c[-1]}, past the packed length {total}")
+        if lens and max(lens) > mx:
+            raise ValueError(f"{mn} ({mx}) is smaller than the longest sequence ({max(lens)})")
+
+
+def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
+    """Static checks for attention_with_kvcache. Returns cache_seqlens as a tensor."""
+    what = "(batch, seqlen, heads, headdim)"
+    tensor("q", q, 4, what)
+    tensor("k_cache", k_cache, 4, "(batch, capacity, heads, headdim) or (num_pages, page_size, heads, headdim)")
+    tensor("v_cache", v_cache, 4, "like k_cache")
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together (k is %s, v is %s)"
+                         % ("set" if k is not None else "None", "set" if v is not None else "None"))
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
+    if k is not None:
+        tensor("k", k, 4, what)
+        tensor("v", v, 4, what)
+        named += [("k", k), ("v", v)]
+    _dtypes(named)
+    if is_fp8(q):
+        raise TypeError("attention_with_kvcache does not take float8_e4m3fn inputs")
+    for n, t in named[1:]:
+        _same_device("q", q, n, t)
+    heads_and_dims(q, k_cache, v_cache, "q", "k_cache", "v_cache")
+    if k_cache.shape[:2] != v_cache.shape[:2]:
+        raise ValueError(f"v_cache shape {tuple(v_cache.shape)} does not match k_cache "
+                         f"{tuple(k_cache.shape)} in its first two dims")
+    b = q.shape[0]
+    if page_table is None:
+        if k_cache.shape[0] != b:
+            raise ValueError(f"k_cache has batch {k_cache.shape[0]} but q has {b}")
+    else:
+        tensor("page_table", page_table, 2, "(batch, max_pages)")
+        _same_device("q", q, "page_table", page_table)
+        if page_table.dtype != torch.int32:
+            raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+        if page_table.shape[0] != b:
+            raise ValueError(f"page_table has {page_table.shape[0]} rows but q has batch {b}")
+    if k is not None:
+        h_k, d, d_v = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
+        if k.shape[0] != b or tuple(k.shape[2:]) != (h_k, d):
+            raise ValueError(f"k must have shape ({b}, s_new, {h_k}, {d}), got {tuple(k.shape)}")
+        if tuple(v.shape) != (b, k.shape[1], h_k, d_v):
+            raise ValueError(f"v must have shape ({b}, {k.shape[1]}, {h_k}, {d_v}), got {tuple(v.shape)}")
+    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        if cache_seqlens < 0:
+            raise ValueError(f"cache_seqlens must be >= 0, got {cache_seqlens}")
+        cache_seqlens = torch.full((b,), int(cache_seqlens), dtype=torch.int32, device=q.device)
+    tensor("cache_seqlens", cache_seqlens)
+    _same_device("q", q, "cache_seqlens", cache_seqlens)
+    if cache_seqlens.dtype != torch.int32:
+        raise TypeError(f"cache_seqlens must be int32, got {cache_seqlens.dtype}")
+    if tuple(cache_seqlens.shape) != (b,):
+        raise ValueError(f"cache_seqlens must have shape ({b},), got {tuple(cache_seqlens.shape)}")
+    if not isinstance(num_splits, numbers.Integral) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0, got {num_splits!r}")
+    return cache_seqlens
+
+
+def kvcache_values(k_cache, cache_seqlens, s_new, page_table):
+    """Value checks needing the contents, run before anything is written."""
+    lens = cache_seqlens.tolist()
+    for i, n in enumerate(lens):
+        if n < 0:
+            raise ValueError(f"cache_seqlens[{i}] is negative ({n})")
+    if page_table is None:
+        cap = k_cache.shape[1]
+        for i, n in enumerate(lens):
+            if n + s_new > cap:
+                raise ValueError(f"cache overflow: cache_seqlens[{i}] ({n}) + {s_new} new keys "
+                                 f"> k_cache capacity {cap}")
+        return
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    max_pages = page_table.shape[1]
+    for i, n in enumerate(lens):
+        if n + s_new > max_pages * page_size:
+            raise ValueError(f"page_table has too few pages: row {i} needs {n + s_new} keys "
+                             f"but holds {max_pages} pages of {page_size}")
+    # Only the pages a row actually uses must be valid.
+    needed = torch.tensor([-(-(n + s_new) // page_size) for n in lens], device=page_table.device)
+    used = torch.arange(max_pages, device=page_table.device)[None, :] < needed[:, None]
+    bad = used & ((page_table < 0) | (page_table >= num_pages))
+    if bool(bad.any()):
+        i, j = (int(x) for x in bad.nonzero()[0].tolist())
+        raise ValueError(f"page_table[{i}, {j}] = {int(page_table[i, j])} is out of range "
+                         f"[0, {num_pages})")

@@ -1,0 +1,202 @@
+"""torch.library operators of flash3 (namespace ``flash3``).
+
+Each operator has a fake (meta) implementation and, where differentiable, an
+autograd formula, so torch.compile captures calls without graph breaks.
+Forward implementations try the Hopper kernel on CUDA and otherwise run the
+reference backend; backward always runs the reference for now.
+
+The C++ extension defines ``flash3::fwd_sm90`` / ``flash3::kernel_info`` with
+TORCH_LIBRARY(flash3, ...); it must be loaded before the ops below are
+defined (flash3/__init__.py imports it first), and those two names are its own.
+"""
+
+# No ``from __future__ import annotations``: custom_op reads real annotations.
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _backend, _checks, reference
+
+try:  # make sure TORCH_LIBRARY(flash3) runs before our custom ops register
+    from . import _C  # noqa: F401
+except ImportError:
+    pass
+
+
+def _lse_batched(q: Tensor) -> Tensor:
+    return torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+
+
+def _like(x: Tensor) -> Tensor:
+    """Contiguous tensor of x's shape (empty_like would copy x's strides)."""
+    return x.new_empty(x.shape)
+
+
+def _fwd_dispatch(q, k, v, run_kernel, run_reference, paged=False):
+    """Kernel when possible; on CUDA, say (once per reason) why not."""
+    if q.is_cuda:
+        reason = _backend.kernel_fwd_reason(q, k, v, paged=paged)
+        if reason is None:
+            return run_kernel()
+        _backend.warn_fallback(reason, "forward")
+    return run_reference()
+
+
+def _bwd_note(q):
+    if q.is_cuda:
+        _backend.warn_fallback("no backward kernel yet", "backward")
+
+
+# ----------------------------------------------------------------- batched
+@torch.library.custom_op("flash3::attention_fwd", mutates_args=())
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
+                  window_right: int, softcap: float) -> tuple[Tensor, Tensor]:
+    args = (softmax_scale, window_left, window_right, softcap)
+    return _fwd_dispatch(
+        q, k, v,
+        lambda: _backend.run_kernel_fwd(q, k, v, *args),
+        lambda: reference.forward(q, k, v, *args))
+
+
+@attention_fwd.register_fake
+def _(q, k, v, softmax_scale, window_left, window_right, softcap):
+    return q.new_empty(*q.shape[:-1], v.shape[-1]), _lse_batched(q)
+
+
+@torch.library.custom_op("flash3::attention_bwd", mutates_args=())
+def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                  dlse: Optional[Tensor], softmax_scale: float, window_left: int,
+                  window_right: int, softcap: float) -> tuple[Tensor, Tensor, Tensor]:
+    _bwd_note(q)
+    return reference.backward(dout, q, k, v, out, lse, softmax_scale, window_left,
+                              window_right, softcap, dlse=dlse)
+
+
+@attention_bwd.register_fake
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, window_left, window_right, softcap):
+    return _like(q), _like(k), _like(v)
+
+
+def _setup(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.extra = inputs[3:]
+
+
+def _attention_backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra)
+    return (dq, dk, dv) + (None,) * len(ctx.extra)
+
+
+attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
+
+
+# ----------------------------------------------------------------- varlen
+@torch.library.custom_op("flash3::attention_varlen_fwd", mutates_args=())
+def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                         cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                         softmax_scale: float, window_left: int, window_right: int,
+                         softcap: float) -> tuple[Tensor, Tensor]:
+    _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                          max_seqlen_q, max_seqlen_k)
+    args = (softmax_scale, window_left, window_right, softcap)
+    return _fwd_dispatch(
+        q, k, v,
+        lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
+                                        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                                        max_seqlen_k=max_seqlen_k),
+        lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args))
+
+
+@attention_varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+      window_left, window_right, softcap):
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("flash3::attention_varlen_bwd", mutates_args=())
+def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                         lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
+                         cu_seqlens_k: Tensor, softmax_scale: float, window_left: int,
+                         window_right: int, softcap: float) -> tuple[Tensor, Tensor, Tensor]:
+    _bwd_note(q)
+    return reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                     softmax_scale, window_left, window_right, softcap,
+                                     dlse=dlse)
+
+
+@attention_varlen_bwd.register_fake
+def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, softmax_scale, window_left,
+      window_right, softcap):
+    return _like(q), _like(k), _like(v)
+
+
+def _varlen_setup(ctx, inputs, output):
+    q, k, v, cu_q, cu_k = inputs[:5]
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+    ctx.extra = inputs[7:]  # scale, left, right, softcap
+    ctx.n_inputs = len(inputs)
+
+
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
+    dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra)
+    return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
+
+
+attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup)
+
+
+# ----------------------------------------------------------------- kv cache
+@torch.library.custom_op("flash3::attention_kvcache", mutates_args=("k_cache", "v_cache"))
+def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
+                      v: Optional[Tensor], cache_seqlens: Tensor, page_table: Optional[Tensor],
+                      softmax_scale: float, window_left: int, window_right: int,
+                      softcap: float) -> tuple[Tensor, Tensor]:
+    s_new = 0 if k is None else k.shape[1]
+    # Everything is validated before the caches are touched.
+    _checks.kvcache_values(k_cache, cache_seqlens, s_new, page_table)
+    args = (softmax_scale, window_left, window_right, softcap)
+
+    def kernel():
+        reference.kvcache_write(k_cache, v_cache, k, v, cache_seqlens, None)
+        seqused = (cache_seqlens + s_new).to(torch.int32)
+        return _backend.run_kernel_fwd(q, k_cache, v_cache, *args, seqused_k=seqused,
+                                       max_seqlen_q=q.shape[1], max_seqlen_k=k_cache.shape[1])
+
+    return _fwd_dispatch(
+        q, k_cache, v_cache, kernel,
+        lambda: reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens,
+                                          page_table, *args),
+        paged=page_table is not None)
+
+
+@attention_kvcache.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
+      window_right, softcap):
+    return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
+
+
+# ----------------------------------------------------------------- fp8
+@torch.library.custom_op("flash3::attention_fp8", mutates_args=())
+def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale: Tensor,
+                  v_descale: Tensor, softmax_scale: float, window_left: int,
+                  window_right: int, softcap: float, block_m: int,
+                  block_n: int) -> tuple[Tensor, Tensor]:
+    from .fp8 import fp8_attention_reference  # written separately; may land later
+
+    out, lse = fp8_attention_reference(
+        q, k, v, q_descale, k_descale, v_descale, softmax_scale=softmax_scale,
+        causal=window_right == 0, window_left=window_left, window_right=window_right,
+        softcap=softcap, block_size=(block_m, block_n))
+    return out.to(torch.bfloat16), lse.to(torch.float32).clone()
+
+
+@attention_fp8.register_fake
+def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
+      softcap, block_m, block_n):
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
+    return out, _lse_batched(q)

@@ -1,0 +1,330 @@
+"""Reference backend: the FlashAttention-2 algorithm in plain PyTorch.
+
+This is the executable specification of flash3.  It is exact (fp32
+accumulation), device-agnostic and memory-efficient: it tiles over queries and
+keys with an online softmax and never holds a (seqlen_q x seqlen_k) matrix.
+
+Inputs are already validated and the window already normalized
+(``masking.normalize_window``: causal is ``right == 0``, -1 is unbounded).
+
+Internal layout: query heads are grouped by their kv head, ``h = h_k * g``, and
+the ``g`` heads of a group are folded into the row dimension, so one batched
+matmul over ``(batch * h_k)`` serves GQA/MQA without copying K/V per head.
+A query tile of ``block_m`` positions is ``block_m * g`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import masking
+
+# Tile sizes (query positions x keys), tuned on CPU: large tiles amortize the
+# per-tile Python and kernel-launch cost; the score tile stays a few MiB.
+BLOCK_M = 256
+BLOCK_N = 512
+
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+_FLOOR = -1e30  # finite stand-in for a running max of -inf
+
+
+def _rows(x: torch.Tensor, h_k: int) -> torch.Tensor:
+    """(b, s, h, d) -> fp32 (b*h_k, s*g, d), rows ordered (position, group)."""
+    b, s, h, d = x.shape
+    g = h // h_k
+    return (x.reshape(b, s, h_k, g, d).permute(0, 2, 1, 3, 4)
+            .to(torch.float32).reshape(b * h_k, s * g, d))
+
+
+def _unrows(x: torch.Tensor, b: int, s: int, h_k: int, g: int, dtype) -> torch.Tensor:
+    """Inverse of :func:`_rows`: (b*h_k, s*g, d) -> (b, s, h, d) in ``dtype``."""
+    d = x.shape[-1]
+    return (x.view(b, h_k, s, g, d).permute(0, 2, 1, 3, 4)
+            .reshape(b, s, h_k * g, d).to(dtype).contiguous())
+
+
+def _lse_rows_to_bhs(lse: torch.Tensor, b: int, s: int, h_k: int, g: int) -> torch.Tensor:
+    """(b*h_k, s*g) -> (b, h, s)."""
+    return lse.view(b, h_k, s, g).permute(0, 1, 3, 2).reshape(b, h_k * g, s).contiguous()
+
+
+def _lse_bhs_to_rows(lse: torch.Tensor, h_k: int) -> torch.Tensor:
+    """(b, h, s) -> (b*h_k, s*g)."""
+    b, h, s = lse.shape
+    g = h // h_k
+    return lse.view(b, h_k, g, s).permute(0, 1, 3, 2).reshape(b * h_k, s * g)
+
+
+def _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, device):
+    """Inverted mask (True = hide) of one tile, shaped (m, 1, n) to broadcast over groups.
+
+    None when nothing is hidden.  Tiles never reach past s_q/s_k, so visibility depends only on the key -
+    query distance and two triangles give it (few ops: each op on a shared
+    CPU costs a thread-pool round trip).
+    """
+    off = s_k - s_q + m0 - n0  # local (jj - ii) of the diagonal
+    ones = torch.ones(m1 - m0, n1 - n0, dtype=torch.bool, device=device)
+    hide = None
+    if right >= 0:
+        hide = torch.triu(ones, diagonal=off + right + 1)
+    if left >= 0:
+        below = torch.tril(ones, diagonal=off - left - 1)
+        hide = below if hide is None else hide.logical_or_(below)
+    return None if hide is None else hide.unsqueeze(1)
+
+
+def _q_scale(softmax_scale: float, softcap: float) -> float:
+    # Without softcap the softmax scale and log2(e) fold into q (exp2 later);
+    # with softcap q carries scale/cap and tanh's output is multiplied back.
+    return softmax_scale / softcap if softcap > 0 else softmax_scale * _LOG2E
+
+
+def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float = 0.0,
+            block_m: int | None = None, block_n: int | None = None):
+    """Attention forward.
+
+    q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v).
+    Returns ``out`` (b, s_q, h, d_v) in q's dtype and ``lse`` (b, h, s_q) fp32.
+    """
+    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N  # read at call time (tests shrink them)
+    b, s_q, h, d = q.shape
+    s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
+    g = h // h_k
+    dev = q.device
+    out_rows = torch.zeros(b * h_k, s_q * g, d_v, dtype=torch.float32, device=dev)
+    lse_rows = torch.full((b * h_k, s_q * g), -math.inf, dtype=torch.float32, device=dev)
+    if s_q == 0 or s_k == 0 or b == 0:
+        return _unrows(out_rows, b, s_q, h_k, g, q.dtype), _lse_rows_to_bhs(lse_rows, b, s_q, h_k, g)
+
+    # Out of place: _rows may return a view of the caller's q.
+    qr = _rows(q, h_k) * _q_scale(softmax_scale, softcap)
+    # K/V stay in their layout; each tile becomes (b*h_k, n, d) on use.
+    kt_all = k.permute(0, 2, 3, 1)  # (b, h_k, d, s_k)
+    vt_all = v.permute(0, 2, 1, 3)  # (b, h_k, s_k, d_v)
+    cap2 = softcap * _LOG2E
+
+    for mb in range((s_q + block_m - 1) // block_m):
+        m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
+        n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        if n_lo >= n_hi:
+            continue  # every row of this tile sees nothing: out 0, lse -inf
+        u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        q_t = qr[:, m0 * g:m1 * g]
+        rows = q_t.shape[1]
+        m_run = acc = None
+        for nb in range(n_lo, n_hi):
+            n0, n1 = nb * block_n, min((nb + 1) * block_n, s_k)
+            k_t = kt_all[..., n0:n1].to(torch.float32).reshape(b * h_k, d, n1 - n0)
+            # V gets a column of ones so the P @ V matmul also yields the row
+            # sums of P (saves a pass over the score tile).
+            v_t = torch.empty(b * h_k, n1 - n0, d_v + 1, dtype=torch.float32, device=dev)
+            v_t[..., :d_v].view(b, h_k, n1 - n0, d_v).copy_(vt_all[:, :, n0:n1])
+            v_t[..., d_v] = 1.0
+            s = torch.bmm(q_t, k_t)  # (B, rows, n), log2 domain unless softcap
+            if softcap > 0:
+                s.tanh_().mul_(cap2)
+            if not (u_lo <= nb < u_hi):
+                hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev)
+                if hide is not None:
+                    s.view(b * h_k, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
+            # Running max clamped to a finite floor: a row with nothing visible
+            # yet then gives exp2(-inf - floor) = 0 instead of NaN.
+            m_new = s.amax(dim=-1).clamp_(min=_FLOOR)
+            if m_run is not None:
+                torch.maximum(m_new, m_run, out=m_new)
+            s.sub_(m_new.unsqueeze(-1)).exp2_()
+            if m_run is None:
+                acc = torch.bmm(s, v_t)  # (B, rows, d_v + 1): [P @ V | rowsum P]
+            else:
+                alpha = torch.exp2(m_run.sub_(m_new))
+                acc.mul_(alpha.unsqueeze(-1)).baddbmm_(s, v_t)
+            m_run = m_new
+        l_run = acc[..., d_v]
+        acc = acc[..., :d_v]
+        empty = l_run == 0
+        acc.div_(l_run.masked_fill(empty, 1.0).unsqueeze(-1))
+        out_rows[:, m0 * g:m0 * g + rows] = acc
+        lse = (m_run + torch.log2(l_run)) * _LN2
+        lse_rows[:, m0 * g:m0 * g + rows] = lse.masked_fill_(empty, -math.inf)
+
+    return _unrows(out_rows, b, s_q, h_k, g, q.dtype), _lse_rows_to_bhs(lse_rows, b, s_q, h_k, g)
+
+
+def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int,
+             softcap: float = 0.0, dlse=None, block_m: int | None = None,
+             block_n: int | None = None):
+    """Attention backward (recomputes P from ``lse``).
+
+    ``dlse`` (b, h, s_q), optional, is the gradient flowing into lse: since
+    d lse / d score = P, it enters exactly like the row sum D (D - dlse).
+    Returns ``(dq, dk, dv)`` in the input dtypes.
+    """
+    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
+    b, s_q, h, d = q.shape
+    s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
+    g = h // h_k
+    dev = q.device
+    B = b * h_k
+    dq_rows = torch.zeros(B, s_q * g, d, dtype=torch.float32, device=dev)
+    dk_all = torch.zeros(B, s_k, d, dtype=torch.float32, device=dev)
+    dv_all = torch.zeros(B, s_k, d_v, dtype=torch.float32, device=dev)
+
+    def finish():
+        dq = _unrows(dq_rows, b, s_q, h_k, g, q.dtype)
+        # Contiguous outputs: the fake kernels in ops.py promise that layout.
+        dk = dk_all.view(b, h_k, s_k, d).transpose(1, 2).to(k.dtype).contiguous()
+        dv = dv_all.view(b, h_k, s_k, d_v).transpose(1, 2).to(v.dtype).contiguous()
+        return dq, dk, dv
+
+    if s_q == 0 or s_k == 0 or b == 0:
+        return finish()
+
+    q_plain = _rows(q, h_k)  # (B, R, d)
+    qs = q_plain * _q_scale(softmax_scale, softcap)
+    do_rows = _rows(dout, h_k)
+    D = (do_rows * _rows(out, h_k)).sum(dim=-1)  # (B, R)
+    if dlse is not None:
+        D.sub_(_lse_bhs_to_rows(dlse.to(torch.float32), h_k))
+    lse2 = _lse_bhs_to_rows(lse.to(torch.float32), h_k) * _LOG2E
+    # Rows that saw nothing (lse = -inf) must give P = 0: exp2(s - (+inf)) = 0.
+    lse2.masked_fill_(lse2 == -math.inf, math.inf)
+    k_all = k.permute(0, 2, 1, 3)  # (b, h_k, s_k, d)
+    v_all = v.permute(0, 2, 1, 3)
+    cap2 = softcap * _LOG2E
+
+    for mb in range((s_q + block_m - 1) // block_m):
+        m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
+        n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        if n_lo >= n_hi:
+            continue
+        u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        r0, r1 = m0 * g, m1 * g
+        qs_t, qp_t, do_t = qs[:, r0:r1], q_plain[:, r0:r1], do_rows[:, r0:r1]
+        D_t, lse_t = D[:, r0:r1].unsqueeze(-1), lse2[:, r0:r1].unsqueeze(-1)
+        dq_t = dq_rows[:, r0:r1]
+        for nb in range(n_lo, n_hi):
+            n0, n1 = nb * block_n, min((nb + 1) * block_n, s_k)
+            k_t = k_all[:, :, n0:n1].to(torch.float32).reshape(B, n1 - n0, d)
+            v_t = v_all[:, :, n0:n1].to(torch.float32).reshape(B, n1 - n0, d_v)
+            s = torch.bmm(qs_t, k_t.transpose(1, 2))
+            if softcap > 0:
+                t = s.tanh_()
+                s = t * cap2
+            if not (u_lo <= nb < u_hi):
+                hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev)
+                if hide is not None:
+                    s.view(B, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
+            p = s.sub_(lse_t).exp2_()  # (B, R, n)
+            dv_all[:, n0:n1].baddbmm_(p.transpose(1, 2), do_t)
+            ds = torch.bmm(do_t, v_t.transpose(1, 2)).sub_(D_t).mul_(p)
+            if softcap > 0:
+                # d(cap*tanh(x/cap))/dx = 1 - tanh^2
+                ds.mul_(1.0 - t * t)
+            dq_t.baddbmm_(ds, k_t, alpha=softmax_scale)
+            dk_all[:, n0:n1].baddbmm_(ds.transpose(1, 2), qp_t, alpha=softmax_scale)
+    return finish()
+
+
+# --------------------------------------------------------------------------
+# Variable-length (packed) batches: one call of the core per sequence.
+# --------------------------------------------------------------------------
+
+def _seq_bounds(cu_seqlens_q, cu_seqlens_k):
+    # One host sync for the whole batch.
+    return cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+
+
+def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, right,
+                   softcap=0.0):
+    """q (total_q, h, d), k/v (total_k, h_k, d|d_v) -> out (total_q, h, d_v), lse (h, total_q)."""
+    total_q, h, _ = q.shape
+    out = torch.zeros(total_q, h, v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full((h, total_q), -math.inf, dtype=torch.float32, device=q.device)
+    cq, ck = _seq_bounds(cu_seqlens_q, cu_seqlens_k)
+    for i in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        if q1 == q0:
+            continue
+        o_i, l_i = forward(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
+                           softmax_scale, left, right, softcap)
+        out[q0:q1] = o_i[0]
+        lse[:, q0:q1] = l_i[0]
+    return out, lse
+
+
+def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                    left, right, softcap=0.0, dlse=None):
+    """Gradients of :func:`varlen_forward`; tokens outside every sequence get 0."""
+    dq, dk, dv = (torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+    cq, ck = _seq_bounds(cu_seqlens_q, cu_seqlens_k)
+    for i in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        if q1 == q0 or k1 == k0:
+            continue
+        dlse_i = None if dlse is None else dlse[None, :, q0:q1]
+        dq_i, dk_i, dv_i = backward(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1],
+                                    v[None, k0:k1], out[None, q0:q1], lse[None, :, q0:q1],
+                                    softmax_scale, left, right, softcap, dlse=dlse_i)
+        dq[q0:q1] = dq_i[0]
+        dk[k0:k1] += dk_i[0]  # += : sequences may share keys if cu_seqlens_k overlap
+        dv[k0:k1] += dv_i[0]
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------
+# KV cache: append new keys in place, then attend per batch row.
+# --------------------------------------------------------------------------
+
+def _cache_slots(cache_seqlens, s_new, page_table, page_size):
+    """(batch index or page, offset) of the s_new slots following each row's cache."""
+    b = cache_seqlens.shape[0]
+    pos = cache_seqlens.to(torch.long).unsqueeze(1) + torch.arange(
+        s_new, device=cache_seqlens.device).unsqueeze(0)  # (b, s_new)
+    if page_table is None:
+        rows = torch.arange(b, device=cache_seqlens.device).unsqueeze(1).expand(b, s_new)
+        return rows, pos
+    pages = torch.gather(page_table.to(torch.long), 1, pos // page_size)
+    return pages, pos % page_size
+
+
+def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None):
+    """Write k/v (b, s_new, h_k, ·) into the caches right after cache_seqlens[i]."""
+    if k is None or k.shape[1] == 0:
+        return
+    idx0, idx1 = _cache_slots(cache_seqlens, k.shape[1], page_table, k_cache.shape[1])
+    k_cache[idx0, idx1] = k
+    v_cache[idx0, idx1] = v
+
+
+def kvcache_gather(cache, i, n, page_table=None):
+    """The first n keys of batch row i, contiguous (n, h_k, d)."""
+    if page_table is None:
+        return cache[i, :n]
+    pos = torch.arange(n, device=cache.device)
+    pages = page_table[i].to(torch.long)[pos // cache.shape[1]]
+    return cache[pages, pos % cache.shape[1]]
+
+
+def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
+                    left, right, softcap=0.0):
+    """Append k/v to the caches (in place), then attend over cache + new keys.
+
+    q (b, s_q, h, d) -> out (b, s_q, h, d_v), lse (b, h, s_q).
+    """
+    kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table)
+    b, s_q, h, _ = q.shape
+    s_new = 0 if k is None else k.shape[1]
+    out = torch.zeros(b, s_q, h, v_cache.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full((b, h, s_q), -math.inf, dtype=torch.float32, device=q.device)
+    lengths = (cache_seqlens.to(torch.long) + s_new).tolist()
+    for i in range(b):
+        n = lengths[i]
+        k_i = kvcache_gather(k_cache, i, n, page_table)
+        v_i = kvcache_gather(v_cache, i, n, page_table)
+        o_i, l_i = forward(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left, right, softcap)
+        out[i] = o_i[0]
+        lse[i] = l_i[0]
+    return out, lse

@@ -1,0 +1,124 @@
+"""Test oracles: an fp64 attention that materializes everything, and the
+FlashAttention tolerance rule.
+
+The mask here is written out independently of flash3.masking on purpose, so a
+bug in the spec module cannot hide itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _mask(s_q, s_k, causal, window, device):
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(s_q, device=device)[:, None]
+    j = torch.arange(s_k, device=device)[None, :]
+    diag = i + s_k - s_q
+    keep = torch.ones(s_q, s_k, dtype=torch.bool, device=device)
+    if left >= 0:
+        keep &= j >= diag - left
+    if right >= 0:
+        keep &= j <= diag + right
+    return keep
+
+
+def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1),
+                    softcap=0.0, compute_dtype=None):
+    """Plain attention; full (s_q, s_k) matrix. Returns (out, lse).
+
+    ``compute_dtype`` None means q's dtype: fp64 gives the oracle; fp16/bf16
+    gives the "naive same precision" baseline (matmuls in that dtype, softmax
+    upcast then rounded back, as a straightforward implementation would do).
+    """
+    dt = compute_dtype or q.dtype
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
+    h, h_k = q.shape[2], k.shape[2]
+    q, k, v = q.to(dt), k.to(dt), v.to(dt)
+    if h != h_k:
+        k = k.repeat_interleave(h // h_k, dim=2)
+        v = v.repeat_interleave(h // h_k, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    keep = _mask(q.shape[1], k.shape[1], causal, window_size, q.device)
+    s = s.float() if dt in (torch.float16, torch.bfloat16) else s
+    s = s.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1)
+    p = torch.where(keep.any(-1)[:, None], p, torch.zeros_like(p))  # empty rows: 0
+    p = p.to(dt)
+    out = torch.einsum("bhqk,bkhd->bqhd", p, v)
+    return out, lse
+
+
+def attention_ref64(q, k, v, **kw):
+    """The fp64 oracle (out in fp64, lse in fp64; empty rows give 0 and -inf)."""
+    return attention_naive(q, k, v, compute_dtype=torch.float64, **kw)
+
+
+def noop_rounding(ref64: torch.Tensor, dtype) -> float:
+    """Size of rounding error of a no-op (x + 0.3 - 0.3) in ``dtype``."""
+    x = ref64.to(dtype)
+    return (x + 0.3 - 0.3).double().sub(ref64).abs().max().item() if ref64.numel() else 0.0
+
+
+def max_err(a, b) -> float:
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+def fa_tolerance(naive, ref64, dtype, scale=1.0) -> float:
+    """FlashAttention rule: 2 * naive error + 2 * no-op rounding.
+
+    The floor of a few ulps at unit scale covers outputs that are exactly 0
+    in exact arithmetic (e.g. dq when each row sees a single key), where both
+    terms vanish but any other summation order leaves rounding noise; ``scale``
+    is the size of the terms being summed (for gradients: the largest gradient).
+    """
+    floor = 8 * torch.finfo(dtype).eps * max(1.0, scale)
+    return 2 * max_err(naive, ref64) + 2 * noop_rounding(ref64, dtype) + floor
+
+
+def assert_close_fa(out, naive, ref64, name="out", scale=1.0):
+    tol = fa_tolerance(naive, ref64, out.dtype, scale)
+    err = max_err(out, ref64)
+    assert err <= tol, f"{name}: max err {err:.3e} > tolerance {tol:.3e}"
+
+
+def check_against_reference(fn, q, k, v, grads=True, **kw):
+    """Run ``fn(q, k, v, return_lse=True, **kw)`` and compare out, lse and grads
+    with the fp64 oracle using the FlashAttention rule."""
+    dtype = q.dtype
+    leaves = [x.detach().clone().requires_grad_(grads) for x in (q, k, v)]
+    out, lse = fn(*leaves, return_lse=True, **kw)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert out.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+
+    r64 = [x.detach().double().requires_grad_(grads) for x in (q, k, v)]
+    ref_out, ref_lse = attention_ref64(*r64, **kw)
+    nv = [x.detach().clone().requires_grad_(grads) for x in (q, k, v)]
+    naive_out, _ = attention_naive(*nv, **kw)
+
+    assert_close_fa(out, naive_out, ref_out, "out")
+    # lse: both finite-or--inf at the same places, then close.
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)), "lse -inf pattern"
+    fin = torch.isfinite(ref_lse)
+    if fin.any():
+        lse_tol = 1e-4 * (1 + ref_lse[fin].abs().max().item())
+        assert max_err(lse[fin], ref_lse[fin]) <= lse_tol, "lse"
+    if grads:
+        g = torch.randn_like(out)
+        out.backward(g)
+        ref_out.backward(g.double())
+        naive_out.backward(g.to(naive_out.dtype))
+        gmax = max(r.grad.abs().max().item() if r.grad.numel() else 0.0 for r in r64)
+        for name, a, r, n in zip("qkv", leaves, r64, nv):
+            assert a.grad.dtype == dtype
+            assert_close_fa(a.grad, n.grad, r.grad, "d" + name, gmax)
+    return out, lse
