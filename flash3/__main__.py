@@ -26,6 +26,10 @@ def environment(device):
     else:
         print("device        no CUDA device (CPU)")
     print(f"flash3._C     {'built' if _backend.has_extension() else 'not built'}")
+    from flash3 import _build_info
+    if _build_info.CUDA_EXTENSION is not None:
+        print(f"install       {'with' if _build_info.CUDA_EXTENSION else 'without'} the CUDA "
+              f"extension: {_build_info.REASON}")
     if _backend.has_extension():
         print(f"kernel_info   {_backend.kernel_info()}")
 

@@ -69,6 +69,13 @@ def kernel_fwd_reason(q, k, v, *, paged=False) -> str | None:
     return None
 
 
+def _tma_ready(x):
+    """x itself when TMA can address it (16-byte aligned base and strides), else a contiguous
+    copy: the kernel's tensor maps need both, and a copy is cheaper than the reference."""
+    aligned = x.data_ptr() % 16 == 0 and all(st % 8 == 0 for st in x.stride()[:-1])
+    return x if aligned else x.contiguous()
+
+
 _warned: set = set()
 
 
@@ -88,6 +95,7 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
     Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
     ``right == 0`` is passed as causal (same mask, bottom-right aligned).
     """
+    q, k, v = (_tma_ready(x) for x in (q, k, v))
     out = q.new_empty(*q.shape[:-1], v.shape[-1])
     if cu_seqlens_q is None:
         lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)

@@ -88,7 +88,8 @@ FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int
 // fp32 O accumulator (block_m/num_consumers x d_v per warpgroup) fits in ~240 registers, and
 // block_n is a multiple of 16 (the k-extent of a bf16 WGMMA in P.V):
 //   d 64:  192 x 128, 3 consumers: small per-row work, so more rows per CTA amortize K/V loads.
-//   d 96:  192 x 128, 3 consumers.
+//   d 96:  192 x 96, 3 consumers: at 192 x 128, S (64) + in-flight O (48) + in-flight P (32)
+//          leave ~16 of a consumer's 128 launch-cap registers and ptxas spills.
 //   d 128: 128 x 128: S (64 regs) + O (64 regs) per thread leave room for the P.V overlap.
 //   d 192: 128 x 112 (d_v 192) / 128 x 112 (d_v 128): K/V stages bound by shared memory.
 //   d 256: 128 x 80: O alone is 128 fp32 registers per thread; 2 x (K + V) + Q = 224 KB.
@@ -99,7 +100,7 @@ struct TileShape {
 // The value head dim does not change the choice for the shapes we build ((192, 128) included).
 FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int /*head_dim_v*/) {
   return head_dim <= 64    ? TileShape{192, 128, 2, 3}
-         : head_dim <= 96  ? TileShape{192, 128, 2, 3}
+         : head_dim <= 96  ? TileShape{192, 96, 2, 3}
          : head_dim <= 128 ? TileShape{128, 128, 2, 2}
          : head_dim <= 192 ? TileShape{128, 112, 2, 2}
                            : TileShape{128, 80, 2, 2};

@@ -1,0 +1,316 @@
+// The torch side of flash3._C: the ops under torch.ops.flash3 and a minimal Python module.
+//
+//   flash3::fwd_sm90(q, k, v, out!, lse!, cu_seqlens_q?, cu_seqlens_k?, seqused_k?, max_seqlen_q,
+//                    max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap) -> ()
+//       CUDA: checks the arguments, fills flash3::FwdParams, runs the registered kernel for
+//       (dtype, d, d_v) on the current stream. Meta: nothing (shapes of out/lse are the caller's),
+//       so torch.compile can trace calls.
+//   flash3::kernel_info() -> str
+//       JSON: {"fwd": [["bf16", 128, 128], ...], "arch": "sm_90a", "cutlass": "4.2.0"}.
+//
+// The Python layer (flash3/) validates and allocates first; the checks here are a defence.
+// Only light torch headers (no torch/extension.h, no pybind11) to keep this TU fast to compile;
+// the kernels live in csrc/generated/*.cu and never see a torch header.
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flash3/fwd_api.h"
+#include "flash3/fwd_params.h"
+
+#ifndef FLASH3_CUTLASS_MAJOR
+#define FLASH3_CUTLASS_MAJOR 0
+#define FLASH3_CUTLASS_MINOR 0
+#define FLASH3_CUTLASS_PATCH 0
+#endif
+
+namespace flash3 {
+namespace {
+
+using at::Tensor;
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceInfo {
+  int major = 0, minor = 0, num_sms = 0, l2_bytes = 0;
+};
+
+// Attributes of a device, queried once (cudaDeviceGetAttribute; no cuBLAS-pulling ATen headers).
+const DeviceInfo& device_info(int device) {
+  static std::array<DeviceInfo, kMaxDevices> infos;
+  static std::array<std::once_flag, kMaxDevices> flags;
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "flash3: device index ", device, " out of range");
+  std::call_once(flags[device], [device] {
+    DeviceInfo& d = infos[device];
+    auto get = [device](cudaDeviceAttr attr) {
+      int v = 0;
+      cudaError_t err = cudaDeviceGetAttribute(&v, attr, device);
+      TORCH_CHECK(err == cudaSuccess, "flash3: cudaDeviceGetAttribute failed: ",
+                  cudaGetErrorString(err));
+      return v;
+    };
+    d.major = get(cudaDevAttrComputeCapabilityMajor);
+    d.minor = get(cudaDevAttrComputeCapabilityMinor);
+    d.num_sms = get(cudaDevAttrMultiProcessorCount);
+    d.l2_bytes = get(cudaDevAttrL2CacheSize);
+  });
+  return infos[device];
+}
+
+const char* dtype_name(bool is_bf16) { return is_bf16 ? "bf16" : "fp16"; }
+
+// TMA needs 16-byte aligned base addresses and 16-byte multiple strides (8 elements of 16 bits).
+// The stride of a dimension of size 1 is never used to address memory; give it a harmless value.
+int64_t tma_stride(const Tensor& t, int dim) {
+  if (t.size(dim) > 1) return t.stride(dim);
+  int64_t s = 8;
+  for (int d = dim + 1; d < t.dim(); ++d) s = std::max(s, t.stride(d) * t.size(d));
+  return (s + 7) / 8 * 8;
+}
+
+void check_tma_layout(const Tensor& t, const char* name) {
+  TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, "flash3: ", name,
+              " must have a contiguous last dimension (stride ", t.stride(-1), ")");
+  for (int d = 0; d + 1 < t.dim(); ++d)
+    TORCH_CHECK(tma_stride(t, d) % 8 == 0, "flash3: ", name, ".stride(", d, ") = ", t.stride(d),
+                " must be a multiple of 8 elements (16 bytes, for TMA)");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash3: ", name,
+              " must be 16-byte aligned (for TMA)");
+}
+
+void check_shape(const Tensor& t, const char* name, std::vector<int64_t> expected) {
+  TORCH_CHECK(t.sizes().vec() == expected, "flash3: ", name, " has shape ", t.sizes(),
+              ", expected ", c10::IntArrayRef(expected));
+}
+
+void check_seqlens(const std::optional<Tensor>& t, const char* name, int64_t numel,
+                   const Tensor& q) {
+  if (!t.has_value()) return;
+  TORCH_CHECK(t->scalar_type() == at::kInt, "flash3: ", name, " must be int32, got ",
+              t->scalar_type());
+  TORCH_CHECK(t->device() == q.device(), "flash3: ", name, " must be on ", q.device(), ", got ",
+              t->device());
+  TORCH_CHECK(t->dim() == 1 && t->numel() == numel, "flash3: ", name, " must have shape (",
+              numel, "), got ", t->sizes());
+  TORCH_CHECK(t->is_contiguous(), "flash3: ", name, " must be contiguous");
+}
+
+int to_int(int64_t v, const char* what) {
+  TORCH_CHECK(v >= 0 && v <= INT32_MAX, "flash3: ", what, " = ", v, " does not fit in int32");
+  return static_cast<int>(v);
+}
+
+void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, const std::optional<Tensor>& cu_seqlens_q,
+                   const std::optional<Tensor>& cu_seqlens_k,
+                   const std::optional<Tensor>& seqused_k, int64_t max_seqlen_q,
+                   int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
+                   int64_t window_right, double softcap) {
+  // Device and dtypes.
+  TORCH_CHECK(q.is_cuda(), "flash3.fwd_sm90: q must be a CUDA tensor, got ", q.device());
+  for (const Tensor* t : {&k, &v, &out, &lse})
+    TORCH_CHECK(t->device() == q.device(), "flash3.fwd_sm90: all tensors must be on ", q.device(),
+                ", got one on ", t->device());
+  c10::cuda::CUDAGuard guard(q.device());
+  const DeviceInfo& dev = device_info(q.get_device());
+  TORCH_CHECK(dev.major == 9 && dev.minor == 0, "flash3.fwd_sm90 needs an sm_90 (Hopper) GPU; ",
+              q.device(), " is sm_", dev.major, dev.minor);
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf,
+              "flash3.fwd_sm90: q must be bfloat16 or float16, got ", dtype);
+  TORCH_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype,
+              "flash3.fwd_sm90: q, k and v must have the same dtype, got ", dtype, ", ",
+              k.scalar_type(), ", ", v.scalar_type());
+  TORCH_CHECK(out.scalar_type() == dtype, "flash3.fwd_sm90: out must have q's dtype ", dtype,
+              ", got ", out.scalar_type());
+  TORCH_CHECK(lse.scalar_type() == at::kFloat, "flash3.fwd_sm90: lse must be float32, got ",
+              lse.scalar_type());
+  const bool is_bf16 = dtype == at::kBFloat16;
+
+  // Shapes.
+  const bool varlen = cu_seqlens_q.has_value();
+  TORCH_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+              "flash3.fwd_sm90: pass both cu_seqlens_q and cu_seqlens_k, or neither");
+  const int qdim = varlen ? 3 : 4;
+  for (auto [t, name] : {std::make_tuple(&q, "q"), std::make_tuple(&k, "k"),
+                         std::make_tuple(&v, "v"), std::make_tuple(&out, "out")})
+    TORCH_CHECK(t->dim() == qdim, "flash3.fwd_sm90: ", name, " must be ", qdim, "-D (",
+                varlen ? "varlen: (total, heads, dim)" : "(batch, seqlen, heads, dim)", "), got ",
+                t->sizes());
+  const int64_t batch = varlen ? cu_seqlens_q->numel() - 1 : q.size(0);
+  TORCH_CHECK(batch >= 0, "flash3.fwd_sm90: cu_seqlens_q must have batch + 1 >= 1 entries");
+  const int64_t h = q.size(-2), d = q.size(-1);
+  const int64_t h_k = k.size(-2), d_v = v.size(-1);
+  const int64_t seqlen_q = varlen ? max_seqlen_q : q.size(1);
+  const int64_t seqlen_k = varlen ? max_seqlen_k : k.size(1);
+  const int64_t total_q = varlen ? q.size(0) : batch * seqlen_q;
+  const int64_t total_k = varlen ? k.size(0) : batch * seqlen_k;
+  if (varlen) {
+    check_shape(k, "k", {total_k, h_k, d});
+    check_shape(v, "v", {total_k, h_k, d_v});
+    check_shape(out, "out", {total_q, h, d_v});
+    check_shape(lse, "lse", {h, total_q});
+    TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0,
+                "flash3.fwd_sm90: max_seqlen_q/max_seqlen_k must be >= 0 for varlen");
+  } else {
+    check_shape(k, "k", {batch, seqlen_k, h_k, d});
+    check_shape(v, "v", {batch, seqlen_k, h_k, d_v});
+    check_shape(out, "out", {batch, seqlen_q, h, d_v});
+    check_shape(lse, "lse", {batch, h, seqlen_q});
+  }
+  check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1, q);
+  check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1, q);
+  check_seqlens(seqused_k, "seqused_k", batch, q);
+  TORCH_CHECK(h_k > 0 && h % h_k == 0, "flash3.fwd_sm90: the number of query heads (", h,
+              ") must be a multiple of the number of kv heads (", h_k, ")");
+  TORCH_CHECK(d % 8 == 0 && d_v % 8 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256,
+              "flash3.fwd_sm90: head dims must be multiples of 8 in [8, 256], got d=", d,
+              " d_v=", d_v);
+  TORCH_CHECK(softcap >= 0.0, "flash3.fwd_sm90: softcap must be >= 0 (0 = off), got ", softcap);
+  TORCH_CHECK(window_left >= -1 && window_right >= -1,
+              "flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)");
+
+  const FwdLauncher launch = find_fwd_kernel(is_bf16, static_cast<int>(d), static_cast<int>(d_v));
+  TORCH_CHECK(launch != nullptr, "flash3.fwd_sm90: no ", dtype_name(is_bf16), " kernel for head dim (",
+              d, ", ", d_v, ") in this build of flash3._C; see torch.ops.flash3.kernel_info() and "
+              "rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel");
+
+  if (total_q == 0 || h == 0 || batch == 0 || seqlen_q == 0) return;  // nothing to compute
+  if (total_k == 0) {  // no keys at all: every row sees nothing (out 0, lse -inf, as the reference)
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return;
+  }
+
+  check_tma_layout(q, "q");
+  check_tma_layout(k, "k");
+  check_tma_layout(v, "v");
+  check_tma_layout(out, "out");
+  TORCH_CHECK(lse.stride(-1) == 1 || lse.size(-1) <= 1,
+              "flash3.fwd_sm90: lse must have a contiguous last dimension");
+
+  FwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
+    bs = varlen ? 0 : tma_stride(t, 0);
+    rs = tma_stride(t, qdim - 3);
+    hs = tma_stride(t, qdim - 2);
+  };
+  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  strides(v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
+  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
+
+  p.batch = to_int(batch, "batch");
+  p.seqlen_q = to_int(seqlen_q, "seqlen_q");
+  p.seqlen_k = to_int(seqlen_k, "seqlen_k");
+  p.num_heads = to_int(h, "num_heads");
+  p.num_heads_k = to_int(h_k, "num_heads_k");
+  p.head_dim = static_cast<int>(d);
+  p.head_dim_v = static_cast<int>(d_v);
+  p.total_q = to_int(total_q, "total_q");
+  p.total_k = to_int(total_k, "total_k");
+  p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
+  p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
+  p.seqused_k = seqused_k.has_value() ? seqused_k->data_ptr<int>() : nullptr;
+
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.softcap = static_cast<float>(softcap);
+  p.is_causal = causal;
+  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
+  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
+  p.is_bf16 = is_bf16;
+
+  p.num_sms = dev.num_sms;
+  p.l2_bytes = dev.l2_bytes;
+  // The kernel's persistent scheduler is static (fwd_scheduler.cuh) and needs no atomic counter,
+  // so no scratch allocation and no memset per call. A dynamic scheduler would get a zeroed int32
+  // here: at::zeros({1}, q.options().dtype(at::kInt)) (stream-ordered, graph-capturable).
+  p.tile_counter = nullptr;
+
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  try {
+    launch(p, static_cast<void*>(stream));
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "flash3.fwd_sm90 (", dtype_name(is_bf16), ", d=", d, ", d_v=", d_v,
+                "): kernel launch failed: ", e.what());
+  }
+  const cudaError_t err = cudaGetLastError();
+  TORCH_CHECK(err == cudaSuccess, "flash3.fwd_sm90 (", dtype_name(is_bf16), ", d=", d,
+              ", d_v=", d_v, "): CUDA error after launch: ", cudaGetErrorString(err));
+}
+
+// Shapes and dtypes of out/lse are fixed by the caller, so the fake/meta kernel has nothing to do.
+void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                   const std::optional<Tensor>&, const std::optional<Tensor>&,
+                   const std::optional<Tensor>&, int64_t, int64_t, double, bool, int64_t, int64_t,
+                   double) {}
+
+std::string kernel_info() {
+  std::vector<std::tuple<int, int, int>> entries;  // (dtype order, d, d_v)
+  for (const FwdKernelEntry& e : fwd_kernels())
+    entries.emplace_back(e.is_bf16 ? 0 : 1, e.head_dim, e.head_dim_v);
+  std::sort(entries.begin(), entries.end());
+  entries.erase(std::unique(entries.begin(), entries.end()), entries.end());
+  std::ostringstream os;
+  os << "{\"fwd\": [";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i) os << ", ";
+    os << "[\"" << (std::get<0>(entries[i]) == 0 ? "bf16" : "fp16") << "\", "
+       << std::get<1>(entries[i]) << ", " << std::get<2>(entries[i]) << "]";
+  }
+  os << "], \"arch\": \"sm_90a\", \"cutlass\": \"" << FLASH3_CUTLASS_MAJOR << "."
+     << FLASH3_CUTLASS_MINOR << "." << FLASH3_CUTLASS_PATCH << "\"}";
+  return os.str();
+}
+
+}  // namespace
+}  // namespace flash3
+
+TORCH_LIBRARY(flash3, m) {
+  m.def(
+      "fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
+      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
+      "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
+      "float softcap) -> ()");
+  // No tensor arguments: a catch-all kernel, callable without a GPU.
+  m.def("kernel_info() -> str", &flash3::kernel_info);
+}
+
+TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("fwd_sm90", &flash3::fwd_sm90_cuda); }
+
+TORCH_LIBRARY_IMPL(flash3, Meta, m) { m.impl("fwd_sm90", &flash3::fwd_sm90_meta); }
+
+// `import flash3._C` loads this library, whose static initializers register the ops above and the
+// kernels (csrc/generated/*.cu). The module itself is empty: no pybind11.
+static struct PyModuleDef flash3_c_module = {
+    PyModuleDef_HEAD_INIT, "_C",
+    "flash3 CUDA kernels; the ops are torch.ops.flash3.fwd_sm90 and torch.ops.flash3.kernel_info.",
+    -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&flash3_c_module); }

@@ -1,0 +1,99 @@
+// The forward kernel: barrier setup, the warp-specialized role split and the persistent loop.
+// Warpgroup 0 is the producer (lowers its registers; one warp runs the TMA loop), warpgroups
+// 1..kNumConsumers are consumers (raise their registers; 64 query rows each). Both sides walk the
+// same static tile sequence and skip the same tiles, so they stay in step through the barriers.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "flash3/fwd_epilogue.cuh"
+#include "flash3/fwd_mainloop.cuh"
+#include "flash3/fwd_scheduler.cuh"
+#include "flash3/fwd_traits.cuh"
+
+namespace flash3 {
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kNumThreads, 1)
+    fwd_kernel(CUTE_GRID_CONSTANT typename Tr::KernelParams const params) {
+  using namespace cute;
+  using PipelineKV = typename Tr::PipelineKV;
+  using PipelineState = typename Tr::PipelineState;
+  using SharedStorage = typename Tr::SharedStorage;
+
+  extern __shared__ char smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+
+  const int warp_idx = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = warp_idx / 4;
+
+  if (warp_idx == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    cutlass::arch::ClusterBarrier::init(&smem.q_free, Tr::kNumConsumerThreads);
+  }
+
+  // K and V pipelines: one producer arrival (with the TMA byte count) per stage fill, one arrival
+  // per consumer thread per release. Barriers are initialized by warp 0 inside the constructor.
+  typename PipelineKV::Params pp;
+  pp.role = warpgroup == 0 ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Tr::kNumConsumerThreads;
+  pp.num_producers = 1;
+  pp.transaction_bytes = Tr::kKBytes;
+  PipelineKV pipe_k(smem.pipe_k, pp, Shape<_1, _1, _1>{});
+  pp.transaction_bytes = Tr::kVBytes;
+  PipelineKV pipe_v(smem.pipe_v, pp, Shape<_1, _1, _1>{});
+
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();  // barrier initialization visible to every thread before first use
+
+  StaticScheduler<Tr::kBlockM, Tr::kBlockN> sched{params.p, params.order};
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();
+    if (warp_idx != 0) return;  // one warp drives TMA; the others have nothing to do
+    const bool leader = threadIdx.x == 0;  // the one thread that posts expected bytes and issues TMA
+    PipelineState state_k = cutlass::make_producer_start_state<PipelineKV>();
+    PipelineState state_v = cutlass::make_producer_start_state<PipelineKV>();
+    int tile_count = 0;
+    for (int idx = sched.first(); !sched.done(idx); idx = sched.next(idx)) {
+      const WorkTile w = sched.tile(idx);
+      if (w.blocks.empty()) continue;  // consumers write such tiles without shared memory
+      FwdProducer<Tr>::load(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, leader);
+      ++tile_count;
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Tr::kConsumerRegs>();
+    const int consumer = warpgroup - 1;
+    PipelineState state_k, state_v;
+    FwdConsumer<Tr>::pingpong_start(consumer);
+
+    typename Tr::TiledMmaO mma_o;
+    Tensor tOrO = partition_fragment_C(mma_o, Shape<typename Tr::BlkM, typename Tr::HDV>{});
+    constexpr int kRows = decltype(size<0>(acc_rowcol(tOrO.layout())))::value;
+    float lse[kRows];
+
+    int tile_count = 0;
+    for (int idx = sched.first(); !sched.done(idx); idx = sched.next(idx)) {
+      const WorkTile w = sched.tile(idx);
+      if (!w.has_rows) continue;  // varlen: query block past this sequence's end
+      if (w.blocks.empty()) {
+        FwdEpilogue<Tr>::store_empty(params.p, w);
+        continue;
+      }
+      FwdConsumer<Tr>::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
+      // Recomputed (not kept live through the mainloop) to spare registers.
+      FwdEpilogue<Tr>::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
+      ++tile_count;
+    }
+  }
+}
+
+}  // namespace flash3

@@ -1,0 +1,127 @@
+// Host side of the forward kernel: checks the call, builds the TMA descriptors from FwdParams'
+// strides, picks the persistent grid and launches on the caller's stream. No torch here; errors
+// are thrown as std::runtime_error (the binding turns them into Python exceptions).
+// Limits: batch * heads * ceil(seqlen_q / block_m) must stay below 2^31 (tile indices are int).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "flash3/fwd_traits.cuh"  // first: it enables CuTe's extended WGMMA shapes
+#include "flash3/attn_logic.h"
+#include "flash3/fwd_api.h"
+#include "flash3/fwd_kernel.cuh"
+#include "flash3/fwd_params.h"
+#include "flash3/fwd_scheduler.cuh"
+
+namespace flash3 {
+
+namespace detail {
+
+inline void fwd_check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("flash3 forward: " + what);
+}
+
+inline void fwd_check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("flash3 forward: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// TMA wants 16-byte aligned base addresses and 16-byte multiple strides.
+inline bool tma_ok(const void* ptr, int64_t elem_bytes, std::initializer_list<int64_t> strides) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (int64_t s : strides)
+    if ((s * elem_bytes) % 16 != 0 || s < 0) return false;
+  return true;
+}
+
+}  // namespace detail
+
+template <bool kIsBf16, int kHeadDim, int kHeadDimV>
+void run_fwd(const FwdParams& p, void* cuda_stream) {
+  using namespace cute;
+  using Tr = FwdTraits<kIsBf16, kHeadDim, kHeadDimV>;
+  using Element = typename Tr::Element;
+  using detail::fwd_check;
+
+  fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
+  fwd_check(p.head_dim == kHeadDim && p.head_dim_v == kHeadDimV, "head dims do not match the compiled kernel");
+  fwd_check(p.q && p.k && p.v && p.o, "null q/k/v/o pointer");
+  fwd_check(p.batch >= 1 && p.num_heads >= 1 && p.num_heads_k >= 1 && p.num_heads % p.num_heads_k == 0,
+            "num_heads must be a positive multiple of num_heads_k");
+  fwd_check(p.seqlen_q >= 1 && p.seqlen_k >= 0, "seqlen_q must be >= 1");
+  const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
+  fwd_check(!varlen_q || p.total_q >= 1, "varlen: total_q must be >= 1");
+  fwd_check(!varlen_k || p.total_k >= 1, "varlen: total_k must be >= 1");
+  const int64_t eb = sizeof(Element);
+  fwd_check(detail::tma_ok(p.q, eb, {p.q_row_stride, p.q_head_stride, varlen_q ? 0 : p.q_batch_stride}) &&
+                detail::tma_ok(p.k, eb, {p.k_row_stride, p.k_head_stride, varlen_k ? 0 : p.k_batch_stride}) &&
+                detail::tma_ok(p.v, eb, {p.v_row_stride, p.v_head_stride, varlen_k ? 0 : p.v_batch_stride}) &&
+                detail::tma_ok(p.o, eb, {p.o_row_stride, p.o_head_stride, varlen_q ? 0 : p.o_batch_stride}),
+            "q/k/v/o need 16-byte aligned pointers and strides (copy the tensor first)");
+
+  const int rows_q = varlen_q ? p.total_q : p.seqlen_q;
+  const int rows_k = varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
+  const int batch_q = varlen_q ? 1 : p.batch, batch_k = varlen_k ? 1 : p.batch;
+  // A packed tensor is one "batch" of total rows; its batch stride is never used, but TMA wants a
+  // valid (non-zero, 16-byte multiple) one.
+  auto bstride = [](bool varlen, int64_t batch_stride, int64_t row_stride, int rows) {
+    return varlen || batch_stride == 0 ? row_stride * rows : batch_stride;
+  };
+
+  Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)),
+                          make_shape(rows_q, kHeadDim, p.num_heads, batch_q),
+                          make_stride(p.q_row_stride, _1{}, p.q_head_stride,
+                                      bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q)));
+  Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k)),
+                          make_shape(rows_k, kHeadDim, p.num_heads_k, batch_k),
+                          make_stride(p.k_row_stride, _1{}, p.k_head_stride,
+                                      bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k)));
+  Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)),
+                           make_shape(kHeadDimV, rows_k, p.num_heads_k, batch_k),
+                           make_stride(_1{}, p.v_row_stride, p.v_head_stride,
+                                       bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k)));
+  Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
+                          make_shape(rows_q, kHeadDimV, p.num_heads, batch_q),
+                          make_stride(p.o_row_stride, _1{}, p.o_head_stride,
+                                      bstride(varlen_q, p.o_batch_stride, p.o_row_stride, rows_q)));
+
+  typename Tr::KernelParams kp{
+      make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Tr::SmemLayoutQ{}, Shape<typename Tr::BlkM, typename Tr::HD>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Tr::SmemLayoutK{}),
+                    Shape<typename Tr::BlkN, typename Tr::HD>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(typename Tr::SmemLayoutVt{}),
+                    Shape<typename Tr::HDV, typename Tr::BlkN>{}, _1{}),
+      make_tma_copy(SM90_TMA_STORE{}, mO, typename Tr::SmemLayoutO{}, Shape<typename Tr::BlkM, typename Tr::HDV>{},
+                    _1{}),
+      mQ.shape(),
+      mK.shape(),
+      mVt.shape(),
+      mO.shape(),
+      p,
+      make_tile_order(p, Tr::kBlockM),
+      0.f,
+      0.f,
+      false};
+  constexpr float kLog2e = 1.4426950408889634f;
+  kp.has_softcap = p.softcap > 0.f;
+  kp.scale_log2 = kp.has_softcap ? p.softcap * kLog2e : p.softmax_scale * kLog2e;
+  kp.softcap_in = kp.has_softcap ? p.softmax_scale / p.softcap : 0.f;
+
+  const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * p.num_heads * p.batch;
+  fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");
+  if (num_tiles == 0) return;
+  const int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
+
+  auto kernel = &fwd_kernel<Tr>;
+  detail::fwd_check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
+      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  kernel<<<grid, Tr::kNumThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(cuda_stream)>>>(kp);
+  detail::fwd_check_cuda(cudaGetLastError(), "kernel launch");
+}
+
+}  // namespace flash3

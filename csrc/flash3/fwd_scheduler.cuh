@@ -1,0 +1,104 @@
+// Persistent tile scheduler of the forward kernel and the per-tile facts every role derives the
+// same way (so producer and consumers agree on which tiles carry work without talking):
+// grid = min(num_tiles, num_sms) CTAs, CTA c takes tiles c, c + grid, c + 2*grid, ... of the
+// flash3::TileOrder numbering (heads grouped for L2 reuse, heaviest query blocks first when the
+// mask is causal/local). The static stride needs no atomics, so params.tile_counter is unused.
+// Tile indices are int: batch * heads * m_blocks must stay below 2^31 (not checked here).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "flash3/attn_logic.h"
+#include "flash3/fwd_params.h"
+
+namespace flash3 {
+
+// Lengths and packed-row offsets of one batch entry.
+struct SeqInfo {
+  int seqlen_q, seqlen_k;  // this batch entry's lengths (keys: after seqused_k)
+  int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched
+};
+
+__device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
+  SeqInfo s;
+  if (p.cu_seqlens_q != nullptr) {
+    s.offset_q = p.cu_seqlens_q[batch];
+    s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.offset_q;
+  } else {
+    s.offset_q = 0;
+    s.seqlen_q = p.seqlen_q;
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    s.offset_k = p.cu_seqlens_k[batch];
+    s.seqlen_k = p.cu_seqlens_k[batch + 1] - s.offset_k;
+  } else {
+    s.offset_k = 0;
+    s.seqlen_k = p.seqlen_k;
+  }
+  if (p.seqused_k != nullptr) s.seqlen_k = p.seqused_k[batch];  // keys beyond are ignored
+  return s;
+}
+
+// Index of this thread among the consumer threads (threadIdx.x - 128), read through a volatile asm
+// so the compiler recomputes it where it is used: otherwise every thread-dependent address of the
+// epilogue is hoisted out of the persistent loop and stays live (spilled) across the mainloop.
+__device__ __forceinline__ int consumer_thread_idx() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t - 128;
+}
+
+// The same int, hidden from the optimizer: used to recompute per-tile values after the mainloop
+// instead of keeping them live (in registers the mainloop needs) across it.
+__device__ __forceinline__ int opaque_int(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+// One unit of work: query block m_block of (head, batch), with its mask and key-block ranges.
+struct WorkTile {
+  TileCoord coord;
+  int head_k;          // GQA/MQA: the KV head serving this query head
+  SeqInfo seq;
+  Mask mask;
+  BlockRange blocks;   // key blocks to visit, iterated from end - 1 down to begin
+  BlockRange unmasked; // sub-range that needs no mask
+  bool has_rows;       // the query block holds at least one row < seqlen_q (else nothing to do)
+};
+
+template <int kBlockM, int kBlockN>
+struct StaticScheduler {
+  const FwdParams& p;
+  TileOrder order;
+
+  __device__ int first() const { return int(blockIdx.x); }
+  __device__ int next(int idx) const { return idx + int(gridDim.x); }
+  __device__ bool done(int idx) const { return idx >= order.num_tiles(); }
+
+  __device__ WorkTile tile(int idx) const {
+    WorkTile w;
+    w.coord = order.at(idx);
+    w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
+    w.seq = seq_info(p, w.coord.batch);
+    w.has_rows = w.coord.m_block * kBlockM < w.seq.seqlen_q;
+    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
+    if (w.has_rows) {
+      w.blocks = key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
+      w.unmasked = unmasked_key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
+    } else {
+      w.blocks = BlockRange{0, 0};
+      w.unmasked = BlockRange{0, 0};
+    }
+    return w;
+  }
+};
+
+// Host side: the schedule for a call (same arguments on every launch of a given shape).
+inline TileOrder make_tile_order(const FwdParams& p, int block_m) {
+  const int num_m_blocks = ceil_div(p.seqlen_q, block_m);
+  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;
+  return TileOrder::make(num_m_blocks, p.num_heads, p.batch, p.seqlen_k, p.head_dim, p.head_dim_v,
+                         p.num_heads_k, p.l2_bytes, causal_or_local);
+}
+
+}  // namespace flash3

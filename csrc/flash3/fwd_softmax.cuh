@@ -1,0 +1,151 @@
+// Register-level pieces of the consumer: viewing WGMMA accumulators as (row, col), the mask,
+// softcap, and the online softmax in the exp2 domain.
+//
+// A 64 x N WGMMA accumulator gives each thread the values ((2 cols, 2 rows, N/8 col groups),
+// MMA_M, MMA_N): the thread owns rows r and r + 8 of its warp's 16 rows, and the four threads of a
+// quad (lanes 4k..4k+3) share those rows, so row reductions are two xor-shuffles.
+#pragma once
+
+#include <cmath>
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
+
+#include "flash3/attn_logic.h"
+
+namespace flash3 {
+
+// ((2,2,V),M,N) -> ((2,M),(2,V,N)): rows first, columns second.
+template <class L>
+CUTE_HOST_DEVICE constexpr auto acc_rowcol(L l) {
+  using namespace cute;
+  static_assert(rank_v<decltype(get<0>(l))> == 3, "expects a 64xN WGMMA accumulator");
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
+                     make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
+}
+
+// The S accumulator ((2,2,N/8),M,1) re-read as the A operand of the RS WGMMA P.V:
+// ((2,2,2),M,N/16): each k16 block takes two consecutive n8 column groups. This is the same
+// register order, so no data moves (see the PTX ISA fragment figures for m64nNk16).
+template <class L>
+CUTE_HOST_DEVICE constexpr auto acc_as_a_operand(L l) {
+  using namespace cute;
+  static_assert(size<2>(l) == 1, "S must be one WGMMA atom wide");
+  auto groups = logical_divide(layout<0, 2>(l), Layout<_2>{});  // (2, N/16)
+  return make_layout(make_layout(layout<0, 0>(l), layout<0, 1>(l), layout<0>(groups)), layout<1>(l),
+                     layout<1>(groups));
+}
+
+// fp32 fragment -> 16-bit fragment with the same register order (packed conversions).
+template <class To, class Engine, class LayoutT>
+__device__ __forceinline__ auto convert_fragment(cute::Tensor<Engine, LayoutT> const& src) {
+  using namespace cute;
+  using From = typename Engine::value_type;
+  constexpr int N = decltype(size(src))::value;
+  Tensor dst = make_tensor<To>(src.layout());
+  using Converter = cutlass::NumericArrayConverter<To, From, N>;
+  *reinterpret_cast<cutlass::Array<To, N>*>(dst.data()) =
+      Converter{}(*reinterpret_cast<cutlass::Array<From, N> const*>(src.data()));
+  return dst;
+}
+
+template <class T>
+__device__ __forceinline__ T quad_allreduce_max(T x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+template <class T>
+__device__ __forceinline__ T quad_allreduce_sum(T x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// cap * tanh(s * scale / cap), with cap * log2(e) folded into the softmax's exp2 scale, so only
+// the tanh remains here.
+template <class Tensor>
+__device__ __forceinline__ void apply_softcap(Tensor& s, float softcap_in) {
+  CUTE_UNROLL
+  for (int i = 0; i < cute::size(s); ++i) s(i) = tanhf(s(i) * softcap_in);
+}
+
+// Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
+// accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
+// A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible).
+template <class TensorS, class TensorC>
+__device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
+                                           int row0, int col0) {
+  using namespace cute;
+  // Columns are compared as compile-time offsets from this thread's first column, against bounds
+  // shifted once per row: no per-column register is needed.
+  const int thread_col = get<1>(coord_rc(0, 0));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(s_rc); ++mi) {
+    const int row = row0 + get<0>(coord_rc(mi, 0));
+    const int lo = mask.first_key(row) - col0 - thread_col;
+    const int hi = mask.last_key(row + 1) - col0 - thread_col;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+      const int c = get<1>(coord_rc(mi, ni)) - thread_col;  // folds to a constant
+      if (c < lo || c >= hi) s_rc(mi, ni) = -INFINITY;
+    }
+  }
+}
+
+// Online softmax state for the kRows rows a thread owns. row_sum is the thread's partial sum over
+// its own columns (all quad members apply the same rescaling); it is quad-reduced once at the end.
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];
+  float row_sum[kRows];
+  float scale_log2;
+
+  __device__ __forceinline__ void init(float scale_log2_) {
+    scale_log2 = scale_log2_;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // Takes raw (masked) scores, leaves P = exp2(s*scale - max*scale) in place and returns in
+  // `correction` the factor the running O must be multiplied by. A row with no visible key so far
+  // keeps max = -inf; its exp2 offset is taken as 0 so exp2(-inf - 0) = 0 and no NaN appears.
+  template <class TensorS>
+  __device__ __forceinline__ void update(TensorS& s_rc, float (&correction)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      float m = row_max[mi];
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(s_rc); ++ni) m = fmaxf(m, s_rc(mi, ni));
+      m = quad_allreduce_max(m);
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      correction[mi] = exp2f(row_max[mi] * scale_log2 - m_scaled);  // 0 when the old max was -inf
+      row_max[mi] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+        const float p = exp2f(s_rc(mi, ni) * scale_log2 - m_scaled);
+        s_rc(mi, ni) = p;
+        sum += p;
+      }
+      row_sum[mi] = row_sum[mi] * correction[mi] + sum;
+    }
+  }
+
+  // Full row sums; returns in inv_sum the factor for O (0 for a row that saw no key, so O = 0) and
+  // in lse the natural-log log-sum-exp (-inf for such a row).
+  __device__ __forceinline__ void finalize(float (&inv_sum)[kRows], float (&lse)[kRows]) {
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      const float sum = quad_allreduce_sum(row_sum[mi]);
+      const bool empty = !(sum > 0.f);  // also catches NaN
+      inv_sum[mi] = empty ? 0.f : 1.f / sum;
+      lse[mi] = empty ? -INFINITY
+                      : (row_max[mi] * scale_log2 + log2f(sum)) * float(M_LN2);
+    }
+  }
+};
+
+}  // namespace flash3

@@ -1,0 +1,164 @@
+// Compile-time configuration of the forward kernel for one (dtype, d, d_v): tile sizes (taken from
+// attn_logic.h's fwd_tile_shape, not re-decided here), shared-memory layouts, the two WGMMA tiled
+// MMAs, the TMA copy types, the shared-storage struct and the kernel's parameter block.
+#pragma once
+
+// WGMMA n-extents such as 80 and 112 (block_n of the d=192/256 tiles) live in CuTe's "extended"
+// shape list; without this the op selectors would split them into many n=16 instructions.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cutlass/numeric_types.h>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "flash3/attn_logic.h"
+#include "flash3/fwd_params.h"
+
+namespace flash3 {
+
+// Largest GMMA swizzle atom whose contiguous extent divides the tile's contiguous extent.
+// kMajor K: the atom is (8 rows, C contiguous); MN: (C contiguous, 8).
+template <cute::GMMA::Major kMajor, class T, int kContig>
+CUTE_HOST_DEVICE constexpr auto gmma_smem_atom() {
+  using namespace cute;
+  if constexpr (kMajor == GMMA::Major::K) {
+    if constexpr (kContig % 64 == 0) return GMMA::Layout_K_SW128_Atom<T>{};
+    else if constexpr (kContig % 32 == 0) return GMMA::Layout_K_SW64_Atom<T>{};
+    else if constexpr (kContig % 16 == 0) return GMMA::Layout_K_SW32_Atom<T>{};
+    else return GMMA::Layout_K_INTER_Atom<T>{};
+  } else {
+    if constexpr (kContig % 64 == 0) return GMMA::Layout_MN_SW128_Atom<T>{};
+    else if constexpr (kContig % 32 == 0) return GMMA::Layout_MN_SW64_Atom<T>{};
+    else if constexpr (kContig % 16 == 0) return GMMA::Layout_MN_SW32_Atom<T>{};
+    else return GMMA::Layout_MN_INTER_Atom<T>{};
+  }
+}
+
+template <bool kIsBf16, int kHeadDim_, int kHeadDimV_>
+struct FwdTraits {
+  using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
+
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  // The tile shape and its reasons live in attn_logic.h (unit-tested on the CPU).
+  static constexpr TileShape kTile = fwd_tile_shape(kHeadDim, kHeadDimV);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kNumConsumers = kTile.num_consumers;  // consumer warpgroups, 64 rows each
+  static constexpr int kNumConsumerThreads = 128 * kNumConsumers;
+  static constexpr int kNumThreads = 128 + kNumConsumerThreads;  // + producer warpgroup 0
+
+  // setmaxnreg budgets: 128 * producer + consumer threads * consumer <= 64K registers per SM.
+  static constexpr int kProducerRegs = kNumConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumers == 2 ? 240 : 160;
+  static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= 65536, "register budget");
+
+  static_assert(kBlockM == 64 * kNumConsumers, "one 64-row WGMMA slab per consumer warpgroup");
+  static_assert(kBlockN % 16 == 0, "block_n is the k-extent of P.V (16 per bf16 WGMMA)");
+  static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims must be multiples of 16");
+  static_assert(kHeadDimV <= kHeadDim, "O is staged in Q's shared memory");
+
+  using BlkM = cute::Int<kBlockM>;
+  using BlkN = cute::Int<kBlockN>;
+  using HD = cute::Int<kHeadDim>;
+  using HDV = cute::Int<kHeadDimV>;
+  using Stages = cute::Int<kStages>;
+
+  // Shared memory. Q, K: (rows, d) with d contiguous (K-major operands of Q.K^T).
+  // V is kept as Vt (d_v, block_n) with d_v contiguous: the MN-major B operand of P.V, which is
+  // exactly V's row-major layout in global memory, so TMA loads it without any transpose.
+  using SmemLayoutQ = decltype(cute::tile_to_shape(
+      gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkM, HD>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(
+      gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkN, HD, Stages>{}));
+  using SmemLayoutVt = decltype(cute::tile_to_shape(
+      gmma_smem_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{}));
+  // O staging tile (block_m, d_v), d_v contiguous, aliasing Q's buffer after the last Q.K^T.
+  using SmemLayoutO = decltype(cute::tile_to_shape(
+      gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDimV>(), cute::Shape<BlkM, HDV>{}));
+  static_assert(cute::cosize_v<SmemLayoutO> <= cute::cosize_v<SmemLayoutQ>, "O must fit in Q's buffer");
+
+  // WGMMA: one 64 x N atom per consumer warpgroup, stacked along M.
+  using AtomLayout = cute::Layout<cute::Shape<cute::Int<kNumConsumers>, cute::_1, cute::_1>>;
+  // S = Q K^T, both operands from shared memory (SS).
+  using TiledMmaS = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlkN, HD>>(),
+      AtomLayout{}));
+  // O += P V, P from registers (RS), V as MN-major B.
+  using TiledMmaO = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HDV, BlkN>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      AtomLayout{}));
+
+  // Global tensors as TMA sees them. Rows tensors: (row, dim, head, batch); Vt: (dim, row, head, batch).
+  using ShapeRows = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using StrideRows = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using StrideVt = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
+  using GmemRowsIn = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                ShapeRows{}, StrideRows{}));
+  using GmemVtIn = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                              ShapeRows{}, StrideVt{}));
+  using GmemRowsOut = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                                 ShapeRows{}, StrideRows{}));
+
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(), SmemLayoutQ{},
+                                            cute::Shape<BlkM, HD>{}, cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(),
+                                            cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BlkN, HD>{},
+                                            cute::_1{}));
+  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemVtIn>(),
+                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HDV, BlkN>{},
+                                            cute::_1{}));
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemRowsOut>(), SmemLayoutO{},
+                                            cute::Shape<BlkM, HDV>{}, cute::_1{}));
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);  // one stage
+  static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
+
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename PipelineKV::PipelineState;
+
+  // Named barriers (user ids; CUTLASS adds its reserved offset). Pingpong: one per consumer.
+  static constexpr uint32_t kBarPingpong0 = 0;
+  static constexpr uint32_t kBarEpilogue = kNumConsumers;
+
+  struct SharedStorage {
+    // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1 KB.
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // Q, then O
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+    typename PipelineKV::SharedStorage pipe_k;
+    typename PipelineKV::SharedStorage pipe_v;
+    uint64_t q_full;  // TMA transaction barrier: Q of the current tile has landed
+    uint64_t q_free;  // consumers are done with Q/O smem of the previous tile (epilogue finished)
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB opt-in limit");
+
+  // Everything the kernel reads, passed as a __grid_constant__ (TMA descriptors must live in
+  // param/const/global memory).
+  struct KernelParams {
+    TmaQ tma_q;
+    TmaK tma_k;
+    TmaV tma_v;
+    TmaO tma_o;
+    ShapeRows shape_q, shape_k, shape_vt, shape_o;
+    FwdParams p;          // raw call description (pointers, strides, lengths, mask)
+    TileOrder order;      // persistent schedule
+    float scale_log2;     // multiplies raw scores inside exp2 (softmax_scale*log2e, or cap*log2e)
+    float softcap_in;     // softmax_scale / softcap when softcap is on
+    bool has_softcap;
+  };
+};
+
+}  // namespace flash3

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""`make compile-check`: compile every forward-kernel TU (csrc/generated/fwd_*.cu) for sm_90a,
+without a GPU, and check the machine code for real Hopper instructions.
+
+For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<name>.ptxas.txt
+(nvcc's full output, with the ptxas -v resource report), and fails if
+  - the compile fails;
+  - the SASS lacks HGMMA (wgmma), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
+  - the SASS has BPT.TRAP (wgmma on plain sm_90, or a trap) or local-memory traffic (LDL/STL);
+  - ptxas reported C7510 or C7508, or any other "wgmma ... serialized" performance loss (C7512).
+Then it prints a table: registers, static smem, spills, instruction counts, time.
+
+Knobs: FLASH3_HDIMS / FLASH3_DTYPES (a subset, see csrc/generate_kernels.py), CUDA_HOME, CUTLASS_DIR,
+FLASH3_COMPILE_JOBS (default 2; each compile needs ~4 GB), FLASH3_EXTRA_INCLUDE_DIRS (searched before
+csrc/; for testing with a stand-in flash3/fwd_launch.cuh), FLASH3_NVCC_FLAGS.
+Needs nvcc (>= 12.3), the CUTLASS headers and cuobjdump; CI installs the last two with
+  python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import flash3_build as fb  # noqa: E402
+
+ROOT = fb.ROOT
+OUT_DIR = ROOT / "build" / "sass"
+REQUIRED = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
+COUNTED = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL")
+INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump"
+
+# "/*01a0*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;"
+_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:\{\s*)?(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
+
+
+def find_cuobjdump(cuda_home: str | None) -> str | None:
+    cands = []
+    if cuda_home:
+        cands.append(os.path.join(cuda_home, "bin", "cuobjdump"))
+    w = shutil.which("cuobjdump")
+    if w:
+        cands.append(w)
+    for d in [os.path.dirname(sys.executable)] + fb.target_site_dirs() + fb.project_venv_site_dirs():
+        cands.append(os.path.join(d, "cuobjdump"))
+        cands += sorted(glob.glob(os.path.join(d, "nvidia", "*", "bin", "cuobjdump")), reverse=True)
+        cands += glob.glob(os.path.join(d, "nvidia", "cuda_cuobjdump", "bin", "cuobjdump"))
+        cands += glob.glob(os.path.join(d, "triton", "backends", "nvidia", "bin", "cuobjdump"))
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+@dataclass
+class Result:
+    name: str
+    ok: bool = False
+    problems: list = field(default_factory=list)
+    seconds: float = 0.0
+    registers: int | None = None
+    smem: int | None = None  # static smem; the kernels' dynamic smem is not in the ptxas report
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack: int = 0
+    counts: dict = field(default_factory=dict)
+
+
+def parse_ptxas(text: str, r: Result) -> None:
+    """Fills registers/smem/spills from `ptxas -v` output (max over entry functions)."""
+    for m in re.finditer(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?", text):
+        r.registers = max(r.registers or 0, int(m.group(1)))
+        if m.group(2):
+            r.smem = max(r.smem or 0, int(m.group(2)))
+    for m in re.finditer(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text):
+        r.stack = max(r.stack, int(m.group(1)))
+        r.spill_stores += int(m.group(2))
+        r.spill_loads += int(m.group(3))
+    # C7510 (wgmma serialized: e.g. device asserts, no -DNDEBUG), C7508, and any other ptxas
+    # "Potential Performance Loss: wgmma ... serialized" (C7512: not enough registers, ...).
+    seen = set()
+    for line in text.splitlines():
+        m = re.search(r"\((C75\d\d)\)", line)
+        if m and (m.group(1) in ("C7510", "C7508") or ("wgmma" in line and "serialized" in line)):
+            if m.group(1) not in seen:
+                seen.add(m.group(1))
+                r.problems.append(f"ptxas {m.group(1)}: {line.split(':', 1)[-1].strip()[:240]}")
+
+
+def scan_sass(sass: str, r: Result) -> None:
+    counts = {k: 0 for k in COUNTED}
+    trap = 0
+    for line in sass.splitlines():
+        m = _INSN.match(line)
+        if not m:
+            continue
+        op, mods = m.group(1), m.group(2)
+        if op in counts:
+            counts[op] += 1
+        if op == "BPT" and mods.startswith(".TRAP"):
+            trap += 1
+    r.counts = counts
+    if not any(l.lstrip().startswith("Function :") for l in sass.splitlines()):
+        r.problems.append("no device function in the SASS dump (is run_fwd instantiating a kernel?)")
+    for k in REQUIRED:
+        if counts[k] == 0:
+            r.problems.append(f"no {k} instruction")
+    if trap:
+        r.problems.append(f"{trap} BPT.TRAP instruction(s) (wgmma compiled for sm_90 instead of sm_90a?)")
+    if counts["LDL"] or counts["STL"]:
+        r.problems.append(f"local-memory traffic: {counts['LDL']} LDL, {counts['STL']} STL")
+
+
+def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path) -> Result:
+    r = Result(k.name)
+    obj = obj_dir / f"{k.name}.o"
+    ptxas_txt = OUT_DIR / f"{k.name}.ptxas.txt"
+    sass_txt = OUT_DIR / f"{k.name}.sass"
+    for f in (obj, ptxas_txt, sass_txt):
+        if f.exists():
+            f.unlink()
+    cmd = cmd_base + ["-c", str(k.path), "-o", str(obj)]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        out, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired:
+        out, rc = "timed out after 3600 s", -1
+    r.seconds = time.monotonic() - t0
+    ptxas_txt.write_text("$ " + " ".join(cmd) + "\n" + out)
+    if rc != 0:
+        tail = "\n".join(l for l in out.splitlines() if "error" in l.lower())[:1500] or out[-1500:]
+        r.problems.append(f"nvcc failed (exit {rc}); see {ptxas_txt.relative_to(ROOT)}:\n{tail}")
+        return r
+    parse_ptxas(out, r)
+    proc = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        r.problems.append(f"cuobjdump -sass failed: {proc.stderr.strip()[:500]}")
+        return r
+    sass_txt.write_text(proc.stdout)
+    scan_sass(proc.stdout, r)
+    obj.unlink()
+    r.ok = not r.problems
+    return r
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-j", "--jobs", type=int, default=int(os.environ.get("FLASH3_COMPILE_JOBS", "2")),
+                    help="parallel nvcc compiles (default 2; ~4 GB each)")
+    args = ap.parse_args(argv)
+
+    def fail(msg: str) -> int:
+        print(f"compile-check: FAILED: {msg}", file=sys.stderr)
+        return 1
+
+    gk = fb.generate_kernels()
+    problems = gk.check()
+    if problems:
+        return fail("csrc/generated/ is out of date (run `python3 csrc/generate_kernels.py`):\n  "
+                    + "\n  ".join(problems))
+    try:
+        kernels = gk.selected_kernels()
+    except ValueError as e:
+        return fail(str(e))
+    if not kernels:
+        return fail("FLASH3_HDIMS/FLASH3_DTYPES select no kernel")
+
+    cuda_home, how = fb.find_cuda_home()
+    if cuda_home is None:
+        return fail(f"no CUDA toolkit: {how}")
+    ver = fb.nvcc_version(cuda_home)
+    if ver is None or ver < fb.MIN_NVCC:
+        return fail(f"nvcc at {cuda_home} is {ver}; need >= {fb.MIN_NVCC[0]}.{fb.MIN_NVCC[1]}")
+    try:
+        cutlass, cutlass_how = fb.find_cutlass(search_project_venvs=True)
+    except RuntimeError as e:
+        return fail(str(e))
+    if cutlass is None:
+        return fail(f"CUTLASS headers {cutlass_how}\n  install them with: {INSTALL_HINT}")
+    cuobjdump = find_cuobjdump(cuda_home)
+    if cuobjdump is None:
+        return fail(f"no cuobjdump (not in {cuda_home}/bin, on PATH or in this Python's site-packages)"
+                    f"\n  install it with: {INSTALL_HINT}")
+
+    extra_inc = fb.extra_include_dirs()
+    includes = extra_inc + [str(ROOT / "csrc")] + fb.cutlass_include_dirs(cutlass)
+    cmd_base = ([os.path.join(cuda_home, "bin", "nvcc")] + fb.NVCC_KERNEL_FLAGS + ["-Xptxas=-v"]
+                + ["-I" + d for d in includes] + os.environ.get("FLASH3_NVCC_FLAGS", "").split())
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    obj_dir = ROOT / "build" / "compile-check"
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    jobs = max(1, args.jobs)
+    print(f"compile-check: {len(kernels)} TU(s), {jobs} at a time; nvcc {ver[0]}.{ver[1]} ({cuda_home}), "
+          f"CUTLASS {fb.cutlass_version(cutlass)} ({cutlass_how}), cuobjdump {cuobjdump}", flush=True)
+    if extra_inc:
+        print(f"compile-check: extra include dirs first: {extra_inc}", flush=True)
+    print("compile-check: " + " ".join(cmd_base) + " -c <tu> -o <obj>", flush=True)
+
+    t0 = time.monotonic()
+    results: list[Result] = []
+
+    def job(k):
+        r = compile_one(k, cmd_base, cuobjdump, obj_dir)
+        status = "ok" if r.ok else "FAIL"
+        print(f"  [{status}] {r.name} ({r.seconds:.0f} s)", flush=True)
+        return r
+
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        results = list(ex.map(job, kernels))
+    total = time.monotonic() - t0
+
+    hdr = ["TU", "regs", "smem", "spill st/ld", "HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "SETMAXREG",
+           "time", "status"]
+    rows = []
+    for r in results:
+        c = r.counts
+        rows.append([r.name, str(r.registers if r.registers is not None else "-"),
+                     str(r.smem if r.smem is not None else "-"), f"{r.spill_stores}/{r.spill_loads}",
+                     *(str(c.get(k, "-")) for k in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")),
+                     f"{r.seconds:.0f}s", "ok" if r.ok else "FAIL"])
+    widths = [max(len(x) for x in col) for col in zip(hdr, *rows)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    print()
+    print(line(hdr))
+    print(line(["-" * w for w in widths]))
+    for row in rows:
+        print(line(row))
+    print(f"\n(regs: ptxas' per-thread cap for the kernel; smem: static only. SASS and ptxas reports "
+          f"in {OUT_DIR.relative_to(ROOT)}/; wall time {total:.0f} s)")
+
+    bad = [r for r in results if not r.ok]
+    if bad:
+        print(file=sys.stderr)
+        for r in bad:
+            for p in r.problems:
+                print(f"compile-check: {r.name}: {p}", file=sys.stderr)
+        return fail(f"{len(bad)} of {len(results)} kernel TU(s) failed")
+    print(f"compile-check: OK, {len(results)} kernel TU(s) compiled for sm_90a with HGMMA, TMA, mbarriers "
+          f"and setmaxnreg, no traps, no local memory, no serialized wgmma")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

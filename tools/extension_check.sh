@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# `make extension-check`: prove that the torch binding builds and links, without a GPU.
+#
+# In a venv (build/ext-venv, created once and reused) with the CUDA build of torch from PyPI
+# (unpinned `torch`, ~2.7 GB with its nvidia-* wheels; pip caches it), nvidia-cutlass, ninja and
+# setuptools, build the real extension with one kernel (FLASH3_HDIMS=128 FLASH3_DTYPES=bf16),
+# install it, import flash3._C and check the ops it registers. Exit non-zero on any failure.
+#
+# Knobs:
+#   FLASH3_EXT_VENV=DIR        use this venv instead of build/ext-venv (e.g. an existing one with a
+#                              CUDA torch, to skip the download)
+#   FLASH3_EXT_NO_INSTALL=1    don't pip-install the build requirements into the venv
+#   FLASH3_HDIMS, FLASH3_DTYPES   kernel subset (default 128 / bf16); the import check expects
+#                              every selected kernel to be registered
+#   FLASH3_EXTRA_INCLUDE_DIRS  test hook: include dirs searched before csrc/ (a stand-in kernel)
+#   MAX_JOBS                   parallel compiles (default 2)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PYTHON=${PYTHON:-python3}
+VENV=${FLASH3_EXT_VENV:-$ROOT/build/ext-venv}
+LOG=$ROOT/build/extension-check.log
+mkdir -p "$ROOT/build"
+start=$SECONDS
+say() { echo "extension-check [$((SECONDS - start))s]: $*"; }
+die() { echo "extension-check: FAILED: $*" >&2; exit 1; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating venv $VENV"
+  "$PYTHON" -m venv "$VENV" || die "cannot create a venv with $PYTHON"
+fi
+PY=$VENV/bin/python
+
+if [ "${FLASH3_EXT_NO_INSTALL:-0}" != 1 ]; then
+  say "installing torch (CUDA build from PyPI), nvidia-cutlass, ninja, setuptools into $VENV"
+  if ! "$PY" -m pip install --disable-pip-version-check --progress-bar off \
+      torch "nvidia-cutlass==4.2.0.0" ninja "setuptools>=64" wheel >"$ROOT/build/extension-check-pip.log" 2>&1; then
+    grep -v "is ignored: it is neither" "$ROOT/build/extension-check-pip.log" | tail -20 >&2
+    die "pip could not install the build requirements into $VENV"
+  fi
+fi
+
+TORCH_INFO=$("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)') \
+  || die "torch does not import in $VENV"
+say "torch $TORCH_INFO"
+case "$TORCH_INFO" in
+  *" None") die "torch in $VENV is a CPU-only build ($TORCH_INFO); this check needs the CUDA build
+  (rm -rf $VENV and rerun, or point FLASH3_EXT_VENV at a venv with a CUDA torch)" ;;
+esac
+
+CUDA_HOME=$("$PY" tools/flash3_build.py --cuda-home) || die "no CUDA toolkit (nvcc) found"
+export CUDA_HOME
+say "CUDA toolkit: $CUDA_HOME ($("$CUDA_HOME/bin/nvcc" --version | grep -o 'release [0-9.]*'))"
+
+export FLASH3_HDIMS=${FLASH3_HDIMS:-128}
+export FLASH3_DTYPES=${FLASH3_DTYPES:-bf16}
+export MAX_JOBS=${MAX_JOBS:-2}
+export FLASH3_FORCE_CUDA=1            # a silent pure-Python fallback would make this check pass
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}  # no GPU to detect (setup.py passes -gencode anyway)
+unset FLASH3_SKIP_CUDA
+
+say "building flash3._C (FLASH3_HDIMS=$FLASH3_HDIMS FLASH3_DTYPES=$FLASH3_DTYPES MAX_JOBS=$MAX_JOBS); log: ${LOG#$ROOT/}"
+if ! "$PY" -m pip install -v --no-build-isolation --no-deps --disable-pip-version-check . >"$LOG" 2>&1; then
+  grep -E "error|Error|flash3:" "$LOG" | grep -v "is ignored" | tail -40 >&2 || true
+  die "building the extension failed (full log: $LOG)"
+fi
+grep -E "^ *flash3: " "$LOG" | sed 's/^ *//' | sort -u || true
+say "built and installed"
+
+# Import it from outside the source tree, so the installed package is the one tested.
+cd /tmp
+FLASH3_ROOT=$ROOT "$PY" - <<'EOF' || die "import check failed"
+import json, os, sys
+import torch
+import flash3._C  # noqa: F401  (registers torch.ops.flash3.*)
+import flash3
+print(f"extension-check: flash3._C = {flash3._C.__file__}")
+assert not flash3._C.__file__.startswith(os.path.join(os.environ["FLASH3_ROOT"], "flash3") + os.sep), \
+    "imported the source tree's flash3/, not the installed package"
+
+info = json.loads(torch.ops.flash3.kernel_info())
+print(f"extension-check: kernel_info() = {info}")
+assert info["arch"] == "sm_90a", info
+
+sys.path.insert(0, os.environ["FLASH3_ROOT"] + "/csrc")
+import generate_kernels as gk
+want = {(k.dtype, k.head_dim, k.head_dim_v) for k in gk.selected_kernels()}
+have = {tuple(e) for e in info["fwd"]}
+assert want <= have, f"kernels missing from the build: {sorted(want - have)}"
+
+op = torch.ops.flash3.fwd_sm90.default
+schema = str(op._schema)
+expected = ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
+            "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
+            "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
+            "float softcap) -> ()")
+assert schema == expected, f"schema differs:\n  got      {schema}\n  expected {expected}"
+assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CUDA"), "no CUDA kernel"
+assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"), "no Meta kernel"
+
+# The Meta kernel: shapes only, no device; what torch.compile traces through.
+b, s, h, d = 2, 64, 4, 128
+q = torch.empty(b, s, h, d, dtype=torch.bfloat16, device="meta")
+out = torch.empty_like(q)
+lse = torch.empty(b, h, s, dtype=torch.float32, device="meta")
+torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0)
+
+# No GPU here: a CPU call must fail cleanly (no CPU kernel), not crash.
+try:
+    c = torch.zeros(1, 8, 1, 128, dtype=torch.bfloat16)
+    torch.ops.flash3.fwd_sm90(c, c, c, c.clone(), torch.zeros(1, 1, 8), None, None, None, 8, 8,
+                              1.0, False, -1, -1, 0.0)
+    raise AssertionError("a CPU call to fwd_sm90 did not raise")
+except (NotImplementedError, RuntimeError) as e:
+    print(f"extension-check: CPU call refused as expected ({type(e).__name__})")
+print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
+EOF
+say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + kernel_info"
