@@ -72,8 +72,9 @@ def kernel_fwd_reason(q, k, v, *, paged=False) -> str | None:
 def _tma_ready(x):
     """x itself when TMA can address it (16-byte aligned base and strides), else a contiguous
     copy: the kernel's tensor maps need both, and a copy is cheaper than the reference."""
-    aligned = x.data_ptr() % 16 == 0 and all(st % 8 == 0 for st in x.stride()[:-1])
-    return x if aligned else x.contiguous()
+    aligned = x.data_ptr() % 16 == 0 and all(
+        st % 8 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+    return x if aligned else x.clone(memory_format=torch.contiguous_format)
 
 
 _warned: set = set()

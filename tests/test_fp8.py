@@ -426,3 +426,28 @@ def test_tile_skipping_and_local_mask_match_masking_spec():
                 assert state != "full" or bool(spec.all())
     finally:
         F._masking_visible_mask = saved
+
+
+@pytest.mark.parametrize("per_block", [True, False])
+def test_public_attention_routes_e4m3_to_the_fp8_path(per_block):
+    """flash3.attention on e4m3 tensors is the FP8 emulation (bf16 out), under torch.compile too."""
+    import flash3
+
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 150, h, 64) for h in (4, 2, 2))
+    if per_block:
+        (q8, qd), (k8, kd), (v8, vd) = (quantize_fp8(x, block_size=64) for x in (q, k, v))
+    else:
+        (q8, _), (k8, _), (v8, _) = (quantize_fp8(x, block_size=None) for x in (q, k, v))
+        qd = kd = vd = torch.rand(2, 2) + 0.5  # FA3's per-(batch, kv head) form
+    kw = dict(q_descale=qd, k_descale=kd, v_descale=vd, fp8_block_size=(64, 64))
+    out, lse = flash3.attention(q8, k8, v8, causal=True, return_lse=True, **kw)
+    ref, ref_lse = fp8_attention_reference(q8, k8, v8, qd, kd, vd, softmax_scale=64 ** -0.5,
+                                           causal=True, block_size=(64, 64))
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 150, 4, 64)
+    assert torch.equal(out, ref.to(torch.bfloat16)) and torch.allclose(lse, ref_lse)
+    compiled = torch.compile(lambda a, b, c: flash3.attention(a, b, c, causal=True, **kw),
+                             fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q8, k8, v8), out)
+    with pytest.raises(ValueError, match="v_descale"):
+        flash3.attention(q8, k8, v8, q_descale=qd, k_descale=kd, fp8_block_size=(64, 64))
