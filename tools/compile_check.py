@@ -14,7 +14,8 @@ Knobs: FLASH3_HDIMS / FLASH3_DTYPES (a subset, see csrc/generate_kernels.py), CU
 FLASH3_COMPILE_JOBS (default 2; each compile needs ~4 GB), FLASH3_EXTRA_INCLUDE_DIRS (searched before
 csrc/; for testing with a stand-in flash3/fwd_launch.cuh), FLASH3_NVCC_FLAGS.
 Needs nvcc (>= 12.3), the CUTLASS headers and cuobjdump; CI installs the last two with
-  python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump
+  python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+(cuobjdump -sass runs nvdisasm, which it looks for beside itself, on PATH or in NVDISASM_PATH).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ ROOT = fb.ROOT
 OUT_DIR = ROOT / "build" / "sass"
 REQUIRED = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
 COUNTED = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL")
-INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump"
+INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
 
 # "/*01a0*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;"
 _INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:\{\s*)?(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
@@ -192,6 +193,15 @@ def main(argv=None) -> int:
     if cuobjdump is None:
         return fail(f"no cuobjdump (not in {cuda_home}/bin, on PATH or in this Python's site-packages)"
                     f"\n  install it with: {INSTALL_HINT}")
+    # cuobjdump -sass runs nvdisasm; the pip wheels put both in one bin/ folder.
+    nvdisasm_dirs = [os.environ.get("NVDISASM_PATH", ""), os.path.dirname(cuobjdump),
+                     os.path.join(cuda_home, "bin")]
+    nvdisasm_dir = next((d for d in nvdisasm_dirs if d and os.access(os.path.join(d, "nvdisasm"), os.X_OK)),
+                        None)
+    if nvdisasm_dir is None and shutil.which("nvdisasm") is None:
+        return fail(f"no nvdisasm (needed by cuobjdump -sass)\n  install it with: {INSTALL_HINT}")
+    if nvdisasm_dir is not None:
+        os.environ["PATH"] = nvdisasm_dir + os.pathsep + os.environ.get("PATH", "")
 
     extra_inc = fb.extra_include_dirs()
     includes = extra_inc + [str(ROOT / "csrc")] + fb.cutlass_include_dirs(cutlass)

@@ -12,6 +12,7 @@ OUT=${OUT:-build/device-check}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the in-place build of flash3
 status=0
 step() {  # step NAME TIMEOUT_S CMD...: run, log to $OUT/NAME.log, remember failures
   local name=$1 limit=$2; shift 2
