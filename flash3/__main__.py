@@ -3,7 +3,6 @@
 Exit code 1 when the self-check of the active backend fails.
 """
 
-import math
 import platform
 import sys
 import time
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 
 import flash3
 from flash3 import _backend
+from flash3.fp8 import attention_fp64_reference
 
 
 def environment(device):
@@ -34,27 +34,6 @@ def environment(device):
         print(f"kernel_info   {_backend.kernel_info()}")
 
 
-def ref64(q, k, v, causal, window, softcap):
-    """fp64 attention with the full score matrix (small shapes only)."""
-    q, k, v = q.double(), k.double(), v.double()
-    h, h_k = q.shape[2], k.shape[2]
-    k, v = k.repeat_interleave(h // h_k, 2), v.repeat_interleave(h // h_k, 2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)
-    s_q, s_k = q.shape[1], k.shape[1]
-    i = torch.arange(s_q, device=q.device)[:, None] + (s_k - s_q)
-    j = torch.arange(s_k, device=q.device)[None, :]
-    left, right = window[0], 0 if causal else window[1]
-    keep = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device)
-    if left >= 0:
-        keep &= j >= i - left
-    if right >= 0:
-        keep &= j <= i + right
-    p = torch.softmax(s.masked_fill(~keep, -math.inf), -1).nan_to_num(0.0)
-    return torch.einsum("bhqk,bkhd->bqhd", p, v)
-
-
 def self_check(device) -> bool:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     backend = "kernel" if (device.type == "cuda" and _backend.has_extension()) else "reference"
@@ -73,7 +52,8 @@ def self_check(device) -> bool:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = flash3.attention(q, k, v, causal=causal, window_size=window, softcap=softcap)
-        ref = ref64(q, k, v, causal, window, softcap)
+        ref, _ = attention_fp64_reference(q, k, v, causal=causal, window_size=window,
+                                          softcap=softcap)
         err = (out.double() - ref).abs().max().item()
         tol = 1e-5 if dtype == torch.float32 else 2e-2
         passed = err <= tol
