@@ -25,6 +25,7 @@ from . import masking
 # per-tile Python and kernel-launch cost; the score tile stays a few MiB.
 BLOCK_M = 256
 BLOCK_N = 512
+TILE_ELEMENTS = 1 << 22
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
@@ -89,10 +90,16 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v).
     Returns ``out`` (b, s_q, h, d_v) in q's dtype and ``lse`` (b, h, s_q) fp32.
     """
-    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N  # read at call time (tests shrink them)
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
+    block_m = block_m or BLOCK_M  # read at call time (tests shrink them)
+    if block_n is None:
+        # Keep one score tile (b·h_k heads x block_m·g rows x block_n keys, fp32) within about
+        # 16 MiB: larger tiles leave the caches and the exp pass becomes memory-bound.
+        block_n = BLOCK_N
+        while block_n > 128 and b * h * block_m * block_n > TILE_ELEMENTS:
+            block_n //= 2
     dev = q.device
     out_rows = torch.zeros(b * h_k, s_q * g, d_v, dtype=torch.float32, device=dev)
     lse_rows = torch.full((b * h_k, s_q * g), -math.inf, dtype=torch.float32, device=dev)
@@ -101,9 +108,13 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
 
     # Out of place: _rows may return a view of the caller's q.
     qr = _rows(q, h_k) * _q_scale(softmax_scale, softcap)
-    # K/V stay in their layout; each tile becomes (b*h_k, n, d) on use.
-    kt_all = k.permute(0, 2, 3, 1)  # (b, h_k, d, s_k)
-    vt_all = v.permute(0, 2, 1, 3)  # (b, h_k, s_k, d_v)
+    # K and V converted once (fp32, O(s_k·d) per head: the size of the inputs, not of a score
+    # matrix) so query tiles slice them instead of re-copying. V gets a column of ones so the
+    # P @ V matmul also yields the row sums of P (saves a pass over the score tile).
+    kt_all = k.permute(0, 2, 3, 1).to(torch.float32).reshape(b * h_k, d, s_k)
+    v_ext = torch.empty(b * h_k, s_k, d_v + 1, dtype=torch.float32, device=dev)
+    v_ext[..., :d_v].view(b, h_k, s_k, d_v).copy_(v.permute(0, 2, 1, 3))
+    v_ext[..., d_v] = 1.0
     cap2 = softcap * _LOG2E
 
     for mb in range((s_q + block_m - 1) // block_m):
@@ -117,12 +128,7 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
         m_run = acc = None
         for nb in range(n_lo, n_hi):
             n0, n1 = nb * block_n, min((nb + 1) * block_n, s_k)
-            k_t = kt_all[..., n0:n1].to(torch.float32).reshape(b * h_k, d, n1 - n0)
-            # V gets a column of ones so the P @ V matmul also yields the row
-            # sums of P (saves a pass over the score tile).
-            v_t = torch.empty(b * h_k, n1 - n0, d_v + 1, dtype=torch.float32, device=dev)
-            v_t[..., :d_v].view(b, h_k, n1 - n0, d_v).copy_(vt_all[:, :, n0:n1])
-            v_t[..., d_v] = 1.0
+            k_t, v_t = kt_all[..., n0:n1], v_ext[:, n0:n1]
             s = torch.bmm(q_t, k_t)  # (B, rows, n), log2 domain unless softcap
             if softcap > 0:
                 s.tanh_().mul_(cap2)
