@@ -182,11 +182,14 @@ struct FwdConsumer {
       warpgroup_fence_operand(tSrS);
     };
     auto issue_pv = [&]() {
+      // P (the register A operand) and O must not be reordered across the async wgmma.
+      warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrO);
       warpgroup_arrive();
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k, state_v.index()), tOrO);
       warpgroup_commit_batch();
+      warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrO);
     };
 
@@ -202,6 +205,7 @@ struct FwdConsumer {
       issue_s(tSrS);
       pingpong_pass(consumer);
       warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(state_k);
       ++state_k;
       float correction[kRows];
@@ -220,11 +224,13 @@ struct FwdConsumer {
       issue_pv();
       pingpong_pass(consumer);
       warpgroup_wait<1>();  // S_n is ready; P.V still running
+      warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(state_k);
       ++state_k;
       float correction[kRows];
       softmax_step(tSrS, n, kMasked, correction);
       warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again
+      warpgroup_fence_operand(tOrO);
       pipe_v.consumer_release(state_v);
       ++state_v;
       CUTE_UNROLL
@@ -248,6 +254,7 @@ struct FwdConsumer {
     issue_pv();
     pingpong_pass(consumer);
     warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
     pipe_v.consumer_release(state_v);
     ++state_v;
 
