@@ -182,14 +182,11 @@ struct FwdConsumer {
       warpgroup_fence_operand(tSrS);
     };
     auto issue_pv = [&]() {
-      // P (the register A operand) and O must not be reordered across the async wgmma.
-      warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrO);
       warpgroup_arrive();
       CUTE_UNROLL
       for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k, state_v.index()), tOrO);
       warpgroup_commit_batch();
-      warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrO);
     };
 
@@ -205,7 +202,6 @@ struct FwdConsumer {
       issue_s(tSrS);
       pingpong_pass(consumer);
       warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(state_k);
       ++state_k;
       float correction[kRows];
@@ -224,13 +220,11 @@ struct FwdConsumer {
       issue_pv();
       pingpong_pass(consumer);
       warpgroup_wait<1>();  // S_n is ready; P.V still running
-      warpgroup_fence_operand(tSrS);
       pipe_k.consumer_release(state_k);
       ++state_k;
       float correction[kRows];
       softmax_step(tSrS, n, kMasked, correction);
       warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again
-      warpgroup_fence_operand(tOrO);
       pipe_v.consumer_release(state_v);
       ++state_v;
       CUTE_UNROLL
@@ -254,7 +248,6 @@ struct FwdConsumer {
     issue_pv();
     pingpong_pass(consumer);
     warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
     pipe_v.consumer_release(state_v);
     ++state_v;
 
