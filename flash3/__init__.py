@@ -4,10 +4,15 @@ The CUDA kernels live in the optional extension ``flash3._C``; without it (or
 off Hopper) every call runs the exact, memory-efficient reference backend.
 """
 
+import torch  # noqa: F401  (loads libtorch, which the extension links against)
+
 try:  # must load before flash3.ops defines its operators (shared namespace)
     from . import _C  # noqa: F401
-except ImportError:
+except ModuleNotFoundError:  # a pure-Python install
     _C = None
+except ImportError as e:  # built, but does not load (e.g. a torch other than the build's)
+    _C = None
+    _C_IMPORT_ERROR = str(e)  # reported by `python -m flash3`
 
 from . import masking, reference  # noqa: E402
 from ._backend import has_extension, kernel_configs, kernel_info  # noqa: E402

@@ -26,6 +26,8 @@ def environment(device):
     else:
         print("device        no CUDA device (CPU)")
     print(f"flash3._C     {'built' if _backend.has_extension() else 'not built'}")
+    if flash3._C is None and hasattr(flash3, "_C_IMPORT_ERROR"):
+        print(f"              (import failed: {flash3._C_IMPORT_ERROR})")
     from flash3 import _build_info
     if _build_info.CUDA_EXTENSION is not None:
         print(f"install       {'with' if _build_info.CUDA_EXTENSION else 'without'} the CUDA "

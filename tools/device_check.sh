@@ -2,7 +2,8 @@
 # One call on a lent H100/H200 (device tool, or any Hopper box): build the extension with all
 # cores, run the GPU tests, compute-sanitizer memcheck + racecheck on small shapes, and print the
 # benchmark table. Logs go to $OUT (or build/device-check). Budget: under 10 minutes in all
-# (build 4, tests 2, sanitizers 2 x 50 s, benchmark 2); a rebuild on a warm machine is incremental.
+# (build 4, tests 2.5, benchmark 1.5, sanitizers 2 x 45 s); a rebuild on a warm machine is
+# incremental. BENCH_SEQLENS=512,1024,...,16384 runs the full benchmark grid.
 #
 #   here:    make device-prep            # puts the nvidia-cutlass wheel into .whl/ (pure Python)
 #   device:  bash tools/device_check.sh  # with .whl carried along
@@ -37,9 +38,9 @@ export MAX_JOBS=${MAX_JOBS:-16}
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
 step build 240 $PY setup.py build_ext --inplace || { echo "build failed"; exit 1; }
 step kernel_info 60 $PY -c "import flash3, torch; print(torch.ops.flash3.kernel_info())"
-step tests_gpu 120 $PY -m pytest -q -x -rs tests/test_kernel_gpu.py
-step sanitizer_memcheck 50 compute-sanitizer --tool memcheck --error-exitcode 9 $PY tools/sanitize_small.py
-step sanitizer_racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 9 $PY tools/sanitize_small.py
-step bench 120 $PY benchmarks/bench_fwd.py --out "$OUT"
+step tests_gpu 150 $PY -m pytest -q -x -rs tests/test_kernel_gpu.py
+step sanitizer_memcheck 45 compute-sanitizer --tool memcheck --error-exitcode 9 $PY tools/sanitize_small.py
+step sanitizer_racecheck 45 compute-sanitizer --tool racecheck --error-exitcode 9 $PY tools/sanitize_small.py
+step bench 90 $PY benchmarks/bench_fwd.py --seqlens ${BENCH_SEQLENS:-512,2048,8192,16384} --out "$OUT"
 echo "device-check: $([ $status -eq 0 ] && echo PASS || echo FAIL) (logs in $OUT)"
 exit $status

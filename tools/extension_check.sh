@@ -116,4 +116,7 @@ except (NotImplementedError, RuntimeError) as e:
     print(f"extension-check: CPU call refused as expected ({type(e).__name__})")
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
+# As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
+(cd /tmp && "$PY" -c 'import flash3; assert flash3.has_extension(), "import flash3 did not load flash3._C"; print("extension-check: import flash3 ->", sorted(flash3.kernel_info()["fwd"]))') \
+  || die "plain 'import flash3' does not load the extension"
 say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + kernel_info"
