@@ -9,7 +9,7 @@ the same (fp32) inputs.  Methods:
   fp8 block               one scale per 128-row block per head (B_r = B_c = 128)
   fp8 block + Hadamard    the same after the randomized Hadamard rotation of q, k
   fp16 / bf16 exact       inputs rounded to fp16/bf16, exact fp32 attention
-                          (flash3.reference.forward when available)
+                          (flash3.reference.forward)
   fp16 / bf16 FA (P lowp) FlashAttention numerics: P rounded to fp16/bf16 for P@V
   fp16 / bf16 naive       softmax(q k^T * scale) v with every op in fp16/bf16
 
@@ -35,6 +35,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from flash3 import reference  # noqa: E402
 from flash3.fp8 import (  # noqa: E402
     attention_fp64_reference,
     attention_fp8,
@@ -61,19 +62,10 @@ def fp8_per_tensor(q, k, v):
 
 
 def exact_lowp(q, k, v, dtype):
-    """Exact attention on inputs rounded to ``dtype``: flash3.reference if present."""
+    """Exact attention on inputs rounded to ``dtype``: flash3's reference backend."""
     ql, kl, vl = q.to(dtype), k.to(dtype), v.to(dtype)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    try:
-        from flash3 import reference  # noqa: WPS433
-
-        out = reference.forward(ql, kl, vl, scale, -1, -1, 0.0)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        if out.shape != q.shape:
-            raise ValueError("unexpected output shape")
-        return out, "flash3.reference.forward"
-    except Exception:  # reference backend absent or with another API: own exact tiled fp32
-        return attention_tiled_lowp(ql, kl, vl, round_p=False), "flash3.fp8.attention_tiled_lowp(round_p=False)"
+    out, _ = reference.forward(ql, kl, vl, 1.0 / math.sqrt(q.shape[-1]), -1, -1, 0.0)
+    return out, "flash3.reference.forward"
 
 
 def _mm_lowp(a, b, dtype):

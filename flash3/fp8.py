@@ -53,10 +53,7 @@ import torch
 
 from .hadamard import hadamard_transform
 
-try:  # the project's single statement of the mask, when present
-    from .masking import visible_mask as _masking_visible_mask
-except ImportError:  # pragma: no cover - standalone use of this module
-    _masking_visible_mask = None
+from .masking import visible_mask
 
 __all__ = [
     "FP8_DTYPE",
@@ -250,21 +247,6 @@ def dequantize_fp8(x8: torch.Tensor, descale: torch.Tensor, *, block_size: Optio
 # masking
 # --------------------------------------------------------------------------
 
-def _visible(r0, r1, c0, c1, s_q, s_k, left, right, device):
-    """Boolean (r1-r0, c1-c0) visibility of keys c0..c1 for queries r0..r1."""
-    if _masking_visible_mask is not None:
-        return _masking_visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, device=device)
-    i = torch.arange(r0, r1, device=device)[:, None]
-    j = torch.arange(c0, c1, device=device)[None, :]
-    diag = i + (s_k - s_q)
-    vis = torch.ones(r1 - r0, c1 - c0, dtype=torch.bool, device=device)
-    if left >= 0:
-        vis &= j >= diag - left
-    if right >= 0:
-        vis &= j <= diag + right
-    return vis
-
-
 def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right):
     """'skip' if no (i, j) in the tile is visible, 'full' if all are, else 'partial'."""
     off = s_k - s_q
@@ -321,7 +303,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bc,
             if softcap > 0.0:
                 s_tile = torch.tanh(s_tile / softcap) * softcap
             if state == "partial":
-                vis = _visible(r0, r1, c0, c1, s_q, s_k, left, right, dev)
+                vis = visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, device=dev)
                 s_tile = s_tile.masked_fill(~vis, -math.inf)
             m_new = torch.maximum(m, s_tile.amax(dim=-1))
             m_safe = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
@@ -541,7 +523,7 @@ def attention_fp64_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             s = torch.einsum("bid,bjd->bij", qd[:, r0:r1, hh], kh) * scale
             if softcap > 0:
                 s = torch.tanh(s / softcap) * softcap
-            vis = _visible(r0, r1, 0, s_k, s_q, s_k, left, right, q.device)
+            vis = visible_mask(r0, r1, 0, s_k, s_q, s_k, False, left, right, device=q.device)
             s = s.masked_fill(~vis, -math.inf)
             mx = s.amax(dim=-1, keepdim=True)
             has = torch.isfinite(mx)
