@@ -48,7 +48,7 @@ def kernel_configs() -> frozenset:
     return frozenset(configs)
 
 
-def kernel_fwd_reason(q, k, v, *, paged=False) -> str | None:
+def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     """Why the Hopper forward kernel cannot run this call; None if it can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
@@ -61,6 +61,8 @@ def kernel_fwd_reason(q, k, v, *, paged=False) -> str | None:
         return f"dtype {q.dtype} has no kernel (bf16/fp16 only)"
     if paged:
         return "paged KV cache has no kernel yet"
+    if not softmax_scale > 0:
+        return "the kernel's online softmax needs softmax_scale > 0"
     d, d_v = q.shape[-1], v.shape[-1]
     if (q.dtype, d, d_v) not in kernel_configs():
         return f"no kernel compiled for ({q.dtype}, d={d}, d_v={d_v})"

@@ -33,10 +33,10 @@ def _like(x: Tensor) -> Tensor:
     return x.new_empty(x.shape)
 
 
-def _fwd_dispatch(q, k, v, run_kernel, run_reference, paged=False):
+def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, paged=False):
     """Kernel when possible; on CUDA, say (once per reason) why not."""
     if q.is_cuda:
-        reason = _backend.kernel_fwd_reason(q, k, v, paged=paged)
+        reason = _backend.kernel_fwd_reason(q, k, v, softmax_scale, paged=paged)
         if reason is None:
             return run_kernel()
         _backend.warn_fallback(reason, "forward")
@@ -54,7 +54,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_
                   window_right: int, softcap: float) -> tuple[Tensor, Tensor]:
     args = (softmax_scale, window_left, window_right, softcap)
     return _fwd_dispatch(
-        q, k, v,
+        q, k, v, softmax_scale,
         lambda: _backend.run_kernel_fwd(q, k, v, *args),
         lambda: reference.forward(q, k, v, *args))
 
@@ -103,7 +103,7 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                           max_seqlen_q, max_seqlen_k)
     args = (softmax_scale, window_left, window_right, softcap)
     return _fwd_dispatch(
-        q, k, v,
+        q, k, v, softmax_scale,
         lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
                                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                                         max_seqlen_k=max_seqlen_k),
@@ -168,7 +168,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                                        max_seqlen_q=q.shape[1], max_seqlen_k=k_cache.shape[1])
 
     return _fwd_dispatch(
-        q, k_cache, v_cache, kernel,
+        q, k_cache, v_cache, softmax_scale, kernel,
         lambda: reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens,
                                           page_table, *args),
         paged=page_table is not None)
