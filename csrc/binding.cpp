@@ -32,8 +32,8 @@
 #include <tuple>
 #include <vector>
 
-#include "flash3/fwd_api.h"
-#include "flash3/fwd_params.h"
+#include "flash3/fwd/api.h"
+#include "flash3/fwd/params.h"
 
 #ifndef FLASH3_CUTLASS_MAJOR
 #define FLASH3_CUTLASS_MAJOR 0

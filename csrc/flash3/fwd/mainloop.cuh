@@ -11,9 +11,9 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "flash3/fwd_scheduler.cuh"
-#include "flash3/fwd_softmax.cuh"
-#include "flash3/fwd_traits.cuh"
+#include "flash3/fwd/scheduler.cuh"
+#include "flash3/common/softmax.cuh"
+#include "flash3/fwd/traits.cuh"
 
 namespace flash3 {
 

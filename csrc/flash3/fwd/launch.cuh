@@ -10,12 +10,12 @@
 
 #include <cuda_runtime.h>
 
-#include "flash3/fwd_traits.cuh"  // first: it enables CuTe's extended WGMMA shapes
-#include "flash3/attn_logic.h"
-#include "flash3/fwd_api.h"
-#include "flash3/fwd_kernel.cuh"
-#include "flash3/fwd_params.h"
-#include "flash3/fwd_scheduler.cuh"
+#include "flash3/fwd/traits.cuh"  // first: it enables CuTe's extended WGMMA shapes
+#include "flash3/common/attn_logic.h"
+#include "flash3/fwd/api.h"
+#include "flash3/fwd/kernel.cuh"
+#include "flash3/fwd/params.h"
+#include "flash3/fwd/scheduler.cuh"
 
 namespace flash3 {
 

@@ -1,4 +1,4 @@
-#include "flash3/fwd_api.h"
+#include "flash3/fwd/api.h"
 
 namespace flash3 {
 

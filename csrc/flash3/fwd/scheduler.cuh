@@ -8,8 +8,8 @@
 
 #include <cuda_runtime.h>
 
-#include "flash3/attn_logic.h"
-#include "flash3/fwd_params.h"
+#include "flash3/common/attn_logic.h"
+#include "flash3/fwd/params.h"
 
 namespace flash3 {
 

@@ -11,7 +11,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
 
-#include "flash3/attn_logic.h"
+#include "flash3/common/attn_logic.h"
 
 namespace flash3 {
 

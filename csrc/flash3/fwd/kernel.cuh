@@ -9,10 +9,10 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
-#include "flash3/fwd_epilogue.cuh"
-#include "flash3/fwd_mainloop.cuh"
-#include "flash3/fwd_scheduler.cuh"
-#include "flash3/fwd_traits.cuh"
+#include "flash3/fwd/epilogue.cuh"
+#include "flash3/fwd/mainloop.cuh"
+#include "flash3/fwd/scheduler.cuh"
+#include "flash3/fwd/traits.cuh"
 
 namespace flash3 {
 
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   using PipelineState = typename Tr::PipelineState;
   using SharedStorage = typename Tr::SharedStorage;
 
-  extern __shared__ char smem_raw[];
+  extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
 
   const int warp_idx = cutlass::canonical_warp_idx_sync();

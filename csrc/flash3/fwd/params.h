@@ -41,7 +41,14 @@ struct FwdParams {
   // Launch resources filled by the binding.
   int num_sms = 132;
   int l2_bytes = 50 << 20;
-  int* tile_counter = nullptr;  // zeroed int32 in global memory for the dynamic scheduler, or null
+  int* tile_counter = nullptr;  // zeroed int32 in device memory when fwd_uses_dynamic_scheduler()
 };
+
+// Causal, local and varlen calls take their tiles from an atomic counter (tiles differ in cost, so a
+// static stride leaves SMs idle); the caller passes a zeroed int32 in device memory as tile_counter.
+// Uniform (full, batched) calls keep the static stride: no atomics, no hand-off between roles.
+inline bool fwd_uses_dynamic_scheduler(const FwdParams& p) {
+  return p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.cu_seqlens_q != nullptr;
+}
 
 }  // namespace flash3

@@ -19,8 +19,8 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
-#include "flash3/attn_logic.h"
-#include "flash3/fwd_params.h"
+#include "flash3/common/attn_logic.h"
+#include "flash3/fwd/params.h"
 
 namespace flash3 {
 

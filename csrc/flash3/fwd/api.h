@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "flash3/fwd_params.h"
+#include "flash3/fwd/params.h"
 
 namespace flash3 {
 
