@@ -108,29 +108,51 @@ struct OnlineSoftmax {
     }
   }
 
-  // Takes raw (masked) scores, leaves P = exp2(s*scale - max*scale) in place and returns in
-  // `correction` the factor the running O must be multiplied by. A row with no visible key so far
-  // keeps max = -inf; its exp2 offset is taken as 0 so exp2(-inf - 0) = 0 and no NaN appears.
+  // Pass 1 over a block of raw (masked) scores: new row maxes, and in `scale` the factor the running
+  // O must be multiplied by (1 for the first block). row_sum is rescaled here too. A row with no
+  // visible key so far keeps max = -inf; its offset is taken as 0 so exp2(-inf - 0) = 0, no NaN.
+  // Maxes come first for all rows, then the exponentials (exp_and_sum): that order lets ptxas keep
+  // the exponentials under the in-flight P.V WGMMA.
+  template <bool kFirst, class TensorS>
+  __device__ __forceinline__ void rescale_max(TensorS const& s_rc, float (&scale)[kRows]) {
+    using namespace cute;
+    float m[kRows];
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) m[mi] = kFirst ? -INFINITY : row_max[mi];
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+      CUTE_UNROLL
+      for (int mi = 0; mi < kRows; ++mi) m[mi] = fmaxf(m[mi], s_rc(mi, ni));
+    }
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      m[mi] = quad_allreduce_max(m[mi]);
+      if constexpr (kFirst) {
+        scale[mi] = 1.f;
+      } else {
+        const float cur = m[mi] == -INFINITY ? 0.f : m[mi];
+        scale[mi] = exp2f((row_max[mi] - cur) * scale_log2);  // 0 when the old max was -inf
+        row_sum[mi] *= scale[mi];
+      }
+      row_max[mi] = m[mi];
+    }
+  }
+
+  // Pass 2: P = exp2(s*scale - max*scale) in place, added to the thread's partial row sums.
   template <class TensorS>
-  __device__ __forceinline__ void update(TensorS& s_rc, float (&correction)[kRows]) {
+  __device__ __forceinline__ void exp_and_sum(TensorS& s_rc) {
     using namespace cute;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
-      float m = row_max[mi];
-      CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s_rc); ++ni) m = fmaxf(m, s_rc(mi, ni));
-      m = quad_allreduce_max(m);
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      correction[mi] = exp2f(row_max[mi] * scale_log2 - m_scaled);  // 0 when the old max was -inf
-      row_max[mi] = m;
+      const float max_scaled = row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2;
       float sum = 0.f;
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-        const float p = exp2f(s_rc(mi, ni) * scale_log2 - m_scaled);
+        const float p = exp2f(s_rc(mi, ni) * scale_log2 - max_scaled);
         s_rc(mi, ni) = p;
         sum += p;
       }
-      row_sum[mi] = row_sum[mi] * correction[mi] + sum;
+      row_sum[mi] += sum;
     }
   }
 

@@ -1,14 +1,17 @@
 // Epilogue of one tile: LSE from registers, O converted to 16 bits and staged in shared memory
-// (Q's buffer, free after the last Q.K^T) with stmatrix, then written by one TMA store (batched
-// layout; TMA clips rows >= seqlen_q) or by row-predicated 16-byte stores (varlen, where a TMA
-// store of the tile would overwrite the next sequence's rows). Ends by releasing the buffer to the
-// producer (q_free), after the TMA store has finished reading it.
+// (V's buffer, free after the tile's last P.V) with stmatrix, then written by one TMA store
+// (batched layout; TMA clips rows >= seqlen_q and columns >= d_v) or by predicated 16-byte stores
+// (varlen, where a TMA store of the tile would overwrite the next sequence's rows). Ends by
+// releasing the buffer to the producer (o_free), after the TMA store has finished reading it.
+// Q's buffer was released earlier (q_free, after the last Q.K^T), so the next tile's Q and K
+// loads overlap this epilogue.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cute/arch/copy_sm90.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "flash3/common/barriers.cuh"
 #include "flash3/fwd/scheduler.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/fwd/traits.cuh"
@@ -19,8 +22,8 @@ template <class Tr>
 struct FwdEpilogue {
   using Element = typename Tr::Element;
 
-  static __device__ __forceinline__ void sync_consumers() {
-    cutlass::arch::NamedBarrier::sync(Tr::kNumConsumerThreads, Tr::kBarEpilogue);
+  static __device__ __forceinline__ void sync_consumers(int tile) {
+    named_sync(Tr::kNumConsumerThreads, Tr::kBarEpilogue, Wait::Epilogue, tile);
   }
 
   // Start of the O rows of (batch, head) in global memory; rows are then o_row_stride apart.
@@ -62,7 +65,7 @@ struct FwdEpilogue {
     store_lse(p, w, lse);
     const int tidx = consumer_thread_idx();
 
-    Tensor sO = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutO{});
     Tensor rO = convert_fragment<Element>(tOrO);
     // stmatrix: each warp writes 8x8 16-bit matrices straight from the accumulator layout.
     using StsmOp = std::conditional_t<Tr::kHeadDimV % 16 == 0, SM90_U32x4_STSM_N, SM90_U32x2_STSM_N>;
@@ -72,12 +75,12 @@ struct FwdEpilogue {
     Tensor src = thr_copy.retile_S(rO);
     Tensor dst = thr_copy.partition_D(sO);
 
-    sync_consumers();  // every warpgroup has finished its Q.K^T reads of this buffer
+    sync_consumers(w.index);  // every warpgroup's last P.V has finished reading V's buffer
     copy(smem_copy, src, dst);
 
     if (p.cu_seqlens_q == nullptr) {
       cutlass::arch::fence_view_async_shared();  // make the generic-proxy writes visible to TMA
-      sync_consumers();
+      sync_consumers(w.index);
       if (tidx == 0) {
         Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);  // (s_q, d_v, h, b)
         Tensor gO = local_tile(mO(_, _, w.coord.head, w.coord.batch), Shape<typename Tr::BlkM, typename Tr::HDV>{},
@@ -89,20 +92,20 @@ struct FwdEpilogue {
         tma_store_wait<0>();  // the store has read the buffer; the producer may reuse it
       }
     } else {
-      sync_consumers();
+      sync_consumers(w.index);
       constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks per row; unswizzled within a chunk
       Element* o = o_base(p, w);
       const int row0 = w.coord.m_block * Tr::kBlockM;
       for (int i = tidx; i < Tr::kBlockM * kChunks; i += Tr::kNumConsumerThreads) {
         const int r = i / kChunks, c = (i % kChunks) * 8;
-        if (row0 + r < w.seq.seqlen_q)
+        if (row0 + r < w.seq.seqlen_q && c < p.head_dim_v)
           *reinterpret_cast<uint4*>(o + int64_t(row0 + r) * p.o_row_stride + c) =
               *reinterpret_cast<uint4 const*>(&sO(r, c));
       }
     }
     // Our generic-proxy accesses of the buffer come before the producer's next TMA (async proxy) write.
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::ClusterBarrier::arrive(&smem.q_free);
+    cutlass::arch::ClusterBarrier::arrive(&smem.o_free);
   }
 
   // A tile whose rows see no key at all: O = 0 and LSE = -inf, straight to global memory (the
@@ -114,7 +117,7 @@ struct FwdEpilogue {
     const int row0 = w.coord.m_block * Tr::kBlockM;
     for (int i = tidx; i < Tr::kBlockM * kChunks; i += Tr::kNumConsumerThreads) {
       const int r = i / kChunks, c = (i % kChunks) * 8;
-      if (row0 + r < w.seq.seqlen_q)
+      if (row0 + r < w.seq.seqlen_q && c < p.head_dim_v)
         *reinterpret_cast<uint4*>(o + int64_t(row0 + r) * p.o_row_stride + c) = make_uint4(0, 0, 0, 0);
     }
     if (p.lse != nullptr) {

@@ -1,7 +1,8 @@
 // The forward kernel: barrier setup, the warp-specialized role split and the persistent loop.
 // Warpgroup 0 is the producer (lowers its registers; one warp runs the TMA loop), warpgroups
 // 1..kNumConsumers are consumers (raise their registers; 64 query rows each). Both sides walk the
-// same static tile sequence and skip the same tiles, so they stay in step through the barriers.
+// same tile sequence (scheduler.cuh) and skip the same tiles, so they stay in step through the
+// barriers.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -9,6 +10,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "flash3/common/barriers.cuh"
 #include "flash3/fwd/epilogue.cuh"
 #include "flash3/fwd/mainloop.cuh"
 #include "flash3/fwd/scheduler.cuh"
@@ -37,6 +39,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
     cutlass::arch::ClusterBarrier::init(&smem.q_free, Tr::kNumConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&smem.o_free, Tr::kNumConsumerThreads);
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.v_tail, 1);
   }
 
   // K and V pipelines: one producer arrival (with the TMA byte count) per stage fill, one arrival
@@ -51,23 +55,34 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   pp.transaction_bytes = Tr::kVBytes;
   PipelineKV pipe_v(smem.pipe_v, pp, Shape<_1, _1, _1>{});
 
+  debug_hang_init(Tr::kNumThreads);
   cutlass::arch::fence_barrier_init();
   __syncthreads();  // barrier initialization visible to every thread before first use
 
-  StaticScheduler<Tr::kBlockM, Tr::kBlockN> sched{params.p, params.order};
+  TileScheduler<Tr::kBlockM, Tr::kBlockN> sched{params.p, params.order};
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();
-    if (warp_idx != 0) return;  // one warp drives TMA; the others have nothing to do
+    if (warp_idx != 0) return;  // one warp drives TMA and the scheduler; the others have nothing to do
     const bool leader = threadIdx.x == 0;  // the one thread that posts expected bytes and issues TMA
     PipelineState state_k = cutlass::make_producer_start_state<PipelineKV>();
     PipelineState state_v = cutlass::make_producer_start_state<PipelineKV>();
+    uint32_t tail_phase = 0;
     int tile_count = 0;
-    for (int idx = sched.first(); !sched.done(idx); idx = sched.next(idx)) {
+    bool posted = false;  // dynamic: the consumers have an unread index in smem.next_tile
+    for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
-      if (w.blocks.empty()) continue;  // consumers write such tiles without shared memory
-      FwdProducer<Tr>::load(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, leader);
-      ++tile_count;
+      if (w.has_rows && !w.blocks.empty()) {  // consumers write other tiles without shared memory
+        FwdProducer<Tr>::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        ++tile_count;
+      }
+      idx = sched.fetch_next(idx);
+      if (sched.dynamic()) {
+        if (posted) named_sync(Tr::kTileHandoffThreads, Tr::kBarTileEmpty, Wait::TileEmpty, w.index);
+        if (leader) smem.next_tile = idx;
+        named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileFull);
+        posted = true;
+      }
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Tr::kConsumerRegs>();
@@ -75,23 +90,29 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     PipelineState state_k, state_v;
     FwdConsumer<Tr>::pingpong_start(consumer);
 
-    typename Tr::TiledMmaO mma_o;
-    Tensor tOrO = partition_fragment_C(mma_o, Shape<typename Tr::BlkM, typename Tr::HDV>{});
-    constexpr int kRows = decltype(size<0>(acc_rowcol(tOrO.layout())))::value;
-    float lse[kRows];
+    Tensor tOrO = make_tensor<float>(typename Tr::LayoutO{});
+    float lse[Tr::kRowsPerThread];
 
     int tile_count = 0;
-    for (int idx = sched.first(); !sched.done(idx); idx = sched.next(idx)) {
+    for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
-      if (!w.has_rows) continue;  // varlen: query block past this sequence's end
-      if (w.blocks.empty()) {
-        FwdEpilogue<Tr>::store_empty(params.p, w);
-        continue;
+      if (w.has_rows) {  // varlen: a query block past this sequence's end has nothing to write
+        if (w.blocks.empty()) {
+          FwdEpilogue<Tr>::store_empty(params.p, w);
+        } else {
+          FwdConsumer<Tr>::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
+          // Recomputed (not kept live through the mainloop) to spare registers.
+          FwdEpilogue<Tr>::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
+          ++tile_count;
+        }
       }
-      FwdConsumer<Tr>::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
-      // Recomputed (not kept live through the mainloop) to spare registers.
-      FwdEpilogue<Tr>::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
-      ++tile_count;
+      if (sched.dynamic()) {
+        named_sync(Tr::kTileHandoffThreads, Tr::kBarTileFull, Wait::TileFull, idx);
+        idx = smem.next_tile;
+        if (!sched.done(idx)) named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileEmpty);
+      } else {
+        idx += int(gridDim.x);
+      }
     }
   }
 }

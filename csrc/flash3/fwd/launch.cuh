@@ -48,7 +48,14 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
   using detail::fwd_check;
 
   fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
-  fwd_check(p.head_dim == kHeadDim && p.head_dim_v == kHeadDimV, "head dims do not match the compiled kernel");
+  // Head dims below the compiled ones run here too: TMA zero-fills Q/K/V's missing columns (the
+  // tensor maps have the real extents) and never stores O's.
+  fwd_check(p.head_dim > 0 && p.head_dim <= kHeadDim && p.head_dim % 8 == 0 && p.head_dim_v > 0 &&
+                p.head_dim_v <= kHeadDimV && p.head_dim_v % 8 == 0,
+            "head dims must be multiples of 8 no larger than the compiled kernel's");
+  fwd_check(p.softmax_scale > 0.f, "softmax_scale must be > 0 (the online softmax takes row maxes of raw scores)");
+  fwd_check(fwd_uses_dynamic_scheduler(p) == (p.tile_counter != nullptr),
+            "tile_counter must be a zeroed int32 exactly when fwd_uses_dynamic_scheduler()");
   fwd_check(p.q && p.k && p.v && p.o, "null q/k/v/o pointer");
   fwd_check(p.batch >= 1 && p.num_heads >= 1 && p.num_heads_k >= 1 && p.num_heads % p.num_heads_k == 0,
             "num_heads must be a positive multiple of num_heads_k");
@@ -67,25 +74,26 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
   const int rows_k = varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
   const int batch_q = varlen_q ? 1 : p.batch, batch_k = varlen_k ? 1 : p.batch;
   // A packed tensor is one "batch" of total rows; its batch stride is never used, but TMA wants a
-  // valid (non-zero, 16-byte multiple) one.
+  // valid (non-zero, 16-byte multiple) one. Real batch strides are passed as they are: a zero one
+  // (a broadcast batch) is rejected by the tensor-map checks below, never replaced.
   auto bstride = [](bool varlen, int64_t batch_stride, int64_t row_stride, int rows) {
-    return varlen || batch_stride == 0 ? row_stride * rows : batch_stride;
+    return varlen ? row_stride * rows : batch_stride;
   };
 
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)),
-                          make_shape(rows_q, kHeadDim, p.num_heads, batch_q),
+                          make_shape(rows_q, p.head_dim, p.num_heads, batch_q),
                           make_stride(p.q_row_stride, _1{}, p.q_head_stride,
                                       bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q)));
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k)),
-                          make_shape(rows_k, kHeadDim, p.num_heads_k, batch_k),
+                          make_shape(rows_k, p.head_dim, p.num_heads_k, batch_k),
                           make_stride(p.k_row_stride, _1{}, p.k_head_stride,
                                       bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k)));
   Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)),
-                           make_shape(kHeadDimV, rows_k, p.num_heads_k, batch_k),
+                           make_shape(p.head_dim_v, rows_k, p.num_heads_k, batch_k),
                            make_stride(_1{}, p.v_row_stride, p.v_head_stride,
                                        bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k)));
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
-                          make_shape(rows_q, kHeadDimV, p.num_heads, batch_q),
+                          make_shape(rows_q, p.head_dim_v, p.num_heads, batch_q),
                           make_stride(p.o_row_stride, _1{}, p.o_head_stride,
                                       bstride(varlen_q, p.o_batch_stride, p.o_row_stride, rows_q)));
 

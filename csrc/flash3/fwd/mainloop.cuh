@@ -1,18 +1,21 @@
 // The two sides of the mainloop for one tile.
 //  Producer (one warp of warpgroup 0, one elected thread issuing): TMA loads of Q (own transaction
-//   barrier) and of K and V (one PipelineTmaAsync each), key blocks from end - 1 down to begin.
+//   barrier) and of K and V (one mbarrier ring each), key blocks from end - 1 down to begin.
 //  Consumer (one warpgroup per 64 query rows): S = Q K^T by WGMMA SS, online softmax, O += P V by
-//   WGMMA RS. Iteration j issues S_j and O += P_{j+1} V_{j+1} together and runs the softmax of S_j
-//   while the P.V WGMMA is in flight (intra-warpgroup overlap); the issue of GEMMs is serialized
-//   across consumer warpgroups by named barriers (pingpong) so one warpgroup's softmax hides under
-//   the other's GEMMs.
+//   WGMMA RS. Step n issues S_n and O += P_{n+1} V_{n+1} together and runs the softmax of S_n while
+//   the P.V WGMMA is in flight (intra-warpgroup overlap); the issue of GEMMs is serialized across
+//   consumer warpgroups by named barriers (pingpong) so one warpgroup's softmax hides under the
+//   other's GEMMs.
+// Every step is a __forceinline__ function, not a lambda: ptxas outlines large lambdas (a CALL and a
+// stack frame), which serializes every wgmma (C7519/C7520).
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "flash3/fwd/scheduler.cuh"
+#include "flash3/common/barriers.cuh"
 #include "flash3/common/softmax.cuh"
+#include "flash3/fwd/scheduler.cuh"
 #include "flash3/fwd/traits.cuh"
 
 namespace flash3 {
@@ -20,18 +23,50 @@ namespace flash3 {
 template <class Tr>
 struct FwdProducer {
   using Element = typename Tr::Element;
-  using PipelineKV = typename Tr::PipelineKV;
   using PipelineState = typename Tr::PipelineState;
+  using SharedStorage = typename Tr::SharedStorage;
 
-  // Loads one tile's Q and K/V blocks. `tile_count` = number of tiles with work this CTA already
-  // loaded: before overwriting Q's buffer (which holds the previous tile's O) the producer waits for
-  // that tile's epilogue to release it. The first K block is issued before that wait so it
-  // overlaps the previous epilogue.
-  static __device__ __forceinline__ void load(typename Tr::KernelParams const& params,
-                                              typename Tr::SharedStorage& smem, PipelineKV& pipe_k,
-                                              PipelineKV& pipe_v, PipelineState& state_k,
-                                              PipelineState& state_v, const WorkTile& w,
-                                              int tile_count, bool leader) {
+  // Wait for a free stage, then (leader) post the bytes the TMA will deliver.
+  static __device__ __forceinline__ void acquire(typename Tr::PipeStorage& pipe, PipelineState const& s,
+                                                 uint32_t bytes, bool leader, Wait what, int tile) {
+    mbarrier_wait(Tr::empty_barrier(pipe, s.index()), s.phase(), what, tile);
+    if (leader) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(Tr::full_barrier(pipe, s.index()), bytes);
+  }
+
+  // V of a key block whose rows past seqlen_k lie inside the allocation (a kv cache's unused tail):
+  // load it under the producer's own barrier, zero those rows, then mark the stage full. P is 0
+  // there, but 0 * NaN is NaN, so garbage must not reach the P.V WGMMA.
+  template <class SrcV, class SVt>
+  static __device__ __forceinline__ void load_v_zero_tail(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                          SrcV const& src, SVt& sVt, PipelineState const& s,
+                                                          int valid_rows, uint32_t& tail_phase, bool leader, int tile) {
+    using namespace cute;
+    mbarrier_wait(Tr::empty_barrier(smem.pipe_v, s.index()), s.phase(), Wait::VEmpty, tile);
+    if (leader) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_tail, Tr::kVBytes);
+      copy(params.tma_v.with(smem.v_tail), src, sVt(_, s.index()));
+    }
+    mbarrier_wait(&smem.v_tail, tail_phase, Wait::VTail, tile);
+    tail_phase ^= 1;
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
+    constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks: the swizzle never splits one
+    const int lane = threadIdx.x % 32;
+    for (int i = lane; i < (Tr::kBlockN - valid_rows) * kChunks; i += 32) {
+      const int r = valid_rows + i / kChunks, c = (i % kChunks) * 8;
+      *reinterpret_cast<uint4*>(&sV(c, r, s.index())) = make_uint4(0, 0, 0, 0);
+    }
+    cutlass::arch::fence_view_async_shared();  // generic writes -> the consumers' WGMMA (async proxy)
+    __syncwarp();
+    if (leader) cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_v, s.index()));
+  }
+
+  // Loads one tile's Q and K/V blocks. `tile_count` = tiles with work this CTA already loaded.
+  // Q's buffer is reused once the previous tile's last Q.K^T is done (q_free); V's buffer holds the
+  // previous tile's O until its epilogue has stored it (o_free). The first K block goes out before
+  // either wait, and Q before the O wait, so both overlap the previous tile's epilogue.
+  static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                              PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                              int tile_count, uint32_t& tail_phase, bool leader) {
     using namespace cute;
     const FwdParams& p = params.p;
     const int bq = p.cu_seqlens_q != nullptr ? 0 : w.coord.batch;  // varlen: one packed "batch"
@@ -61,29 +96,33 @@ struct FwdProducer {
     Tensor tKsK = get<1>(tk);  // (TMA, stages)
     Tensor tVgV = get<0>(tv);
     Tensor tVsV = get<1>(tv);
-
-    auto load_k = [&](int n) {
-      pipe_k.producer_acquire(state_k);  // leader also posts the expected bytes
-      if (leader) copy(params.tma_k.with(*pipe_k.producer_get_barrier(state_k)), tKgK(_, n), tKsK(_, state_k.index()));
-      ++state_k;
-    };
-    auto load_v = [&](int n) {
-      pipe_v.producer_acquire(state_v);
-      if (leader) copy(params.tma_v.with(*pipe_v.producer_get_barrier(state_v)), tVgV(_, n), tVsV(_, state_v.index()));
-      ++state_v;
-    };
+    const int tile = w.index;
 
     int n = w.blocks.end - 1;
-    load_k(n);
-    if (tile_count > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_free, (tile_count - 1) & 1);
+    acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
+    if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, n), tKsK(_, state_k.index()));
+    ++state_k;
+    if (tile_count > 0) mbarrier_wait(&smem.q_free, (tile_count - 1) & 1, Wait::QFree, tile);
     if (leader) {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Tr::kQBytes);
       copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
     }
-    load_v(n);
+    if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+    const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
+    if (p.seqused_k != nullptr && valid_rows < Tr::kBlockN) {
+      load_v_zero_tail(params, smem, tVgV(_, n), tVsV, state_v, valid_rows, tail_phase, leader, tile);
+    } else {
+      acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
+      if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, n), tVsV(_, state_v.index()));
+    }
+    ++state_v;
     for (--n; n >= w.blocks.begin; --n) {
-      load_k(n);
-      load_v(n);
+      acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
+      if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, n), tKsK(_, state_k.index()));
+      ++state_k;
+      acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
+      if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, n), tVsV(_, state_v.index()));
+      ++state_v;
     }
   }
 };
@@ -93,47 +132,147 @@ struct FwdConsumer {
   using Element = typename Tr::Element;
   using PipelineKV = typename Tr::PipelineKV;
   using PipelineState = typename Tr::PipelineState;
+  using SharedStorage = typename Tr::SharedStorage;
   static constexpr int kPingpongThreads = 2 * 128;  // the waiting warpgroup + the one that releases it
+  static constexpr int kRows = Tr::kRowsPerThread;
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
-  static __device__ __forceinline__ void pingpong_wait(int consumer) {
-    cutlass::arch::NamedBarrier::sync(kPingpongThreads, Tr::kBarPingpong0 + consumer);
+  static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
+    named_sync(kPingpongThreads, Tr::kBarPingpong0 + consumer, Wait::Pingpong, tile);
   }
   static __device__ __forceinline__ void pingpong_pass(int consumer) {
     const int next = consumer + 1 == Tr::kNumConsumers ? 0 : consumer + 1;
-    cutlass::arch::NamedBarrier::arrive(kPingpongThreads, Tr::kBarPingpong0 + next);
+    named_arrive(kPingpongThreads, Tr::kBarPingpong0 + next);
   }
   // Once at start: the last warpgroup acts as if it had just issued, releasing warpgroup 0.
   static __device__ __forceinline__ void pingpong_start(int consumer) {
     if (consumer == Tr::kNumConsumers - 1) pingpong_pass(consumer);
   }
 
-  template <class TensorA, class TensorB, class TensorC>
-  static __device__ __forceinline__ void gemm(typename Tr::TiledMmaS& mma, TensorA const& a, TensorB const& b,
-                                              TensorC& c) {
-    // S = Q K^T: clear-then-accumulate over the k16 blocks of the head dim.
-    mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
+  // Issues (does not wait for) an asynchronous WGMMA batch C (+)= A B over the k-blocks of A.
+  // The fences pin the register operands (C, and A when it comes from registers) around the
+  // asynchronous window so the compiler neither moves their reads/writes across it nor reuses them.
+  template <bool kZeroInit, class Mma, class TA, class TB, class TC>
+  static __device__ __forceinline__ void gemm_async(Mma& mma, TA& a, TB const& b, TC& c) {
+    using namespace cute;
+    constexpr bool kRegA = !is_base_of<GMMA::DescriptorIterator, typename Mma::FrgTypeA>::value;
+    if constexpr (kRegA) warpgroup_fence_operand(a);
+    warpgroup_fence_operand(c);
+    warpgroup_arrive();
+    if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
-    for (int k = 0; k < cute::size<2>(a); ++k) {
-      cute::gemm(mma, a(cute::_, cute::_, k), b(cute::_, cute::_, k), c);
-      mma.accumulate_ = cute::GMMA::ScaleOut::One;
+    for (int k = 0; k < size<2>(a); ++k) {
+      cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(c);
+    if constexpr (kRegA) warpgroup_fence_operand(a);
+  }
+
+  // Everything one consumer thread holds across the key blocks of a tile (besides O).
+  struct Frags {
+    typename Tr::TiledMmaS mma_s;
+    typename Tr::TiledMmaO mma_o;
+    // P (16-bit) in the A-operand register layout of P.V, written from S's accumulator.
+    decltype(cute::make_tensor<Element>(acc_as_a_operand(typename Tr::LayoutS{}))) tOrP;
+    OnlineSoftmax<kRows> softmax;
+    float scale_o[kRows];  // factor for O before (or after) the next P.V
+  };
+
+  // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
+  // row maxes first, then the exponentials, so the exponentials can run under the P.V WGMMA).
+  template <bool kMasked, bool kFirst, class TensorS, class TensorCS, class F>
+  static __device__ __forceinline__ void softmax_block(typename Tr::KernelParams const& params, TensorS& tSrS,
+                                                       TensorCS const& tScS_rc, const WorkTile& w, int n, F& fr) {
+    using namespace cute;
+    Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+    if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
+    if constexpr (kMasked) apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
+    fr.softmax.template rescale_max<kFirst>(s_rc, fr.scale_o);
+    fr.softmax.exp_and_sum(s_rc);
+  }
+
+  template <class TensorS, class F>
+  static __device__ __forceinline__ void store_p(TensorS const& tSrS, F& fr) {
+    using namespace cute;
+    Tensor p16 = convert_fragment<Element>(tSrS);
+    Tensor p16_as_a = make_tensor(p16.data(), fr.tOrP.layout());
+    copy(p16_as_a, fr.tOrP);
+  }
+
+  template <class TensorO>
+  static __device__ __forceinline__ void rescale_o(TensorO& tOrO, const float (&scale)[kRows]) {
+    using namespace cute;
+    Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) *= scale[mi];
     }
   }
 
+  // ptxas places the wait for an in-flight WGMMA (WARPGROUP.DEPBAR) where its latency model says
+  // the GEMM is done, which is above the softmax meant to run under it (0 of 64 exponentials
+  // overlapped). It keeps the wait below earlier shared-memory stores, so one store of a value
+  // that depends on every exponential of the step (the row sums) pins the wait after all of them.
+  // The slot is per thread and never read.
+  template <class F>
+  static __device__ __forceinline__ void pin_before_wait(SharedStorage& smem, F const& fr) {
+    float sum = 0.f;
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) sum += fr.softmax.row_sum[mi];
+    const uint32_t slot = cute::cast_smem_ptr_to_uint(&smem.overlap_pin[consumer_thread_idx()]);
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(sum) : "memory");
+  }
+
+  static __device__ __forceinline__ void wait_full(typename Tr::PipeStorage& pipe, PipelineState const& s, Wait what,
+                                                   int tile) {
+    mbarrier_wait(Tr::full_barrier(pipe, s.index()), s.phase(), what, tile);
+  }
+
+  // One key block n with intra-warpgroup overlap: issue S_n, issue O += P_{n+1} V_{n+1}, then the
+  // softmax of S_n while that P.V runs; P_n replaces P_{n+1} only after the P.V has finished.
+  template <bool kMasked, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
+  static __device__ __forceinline__ void step(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                              PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
+                                              PipelineState& state_v, const WorkTile& w, int n, int consumer,
+                                              TQ const& tSrQ, TK const& tSrK, TV const& tOrV, TensorCS const& tScS_rc,
+                                              TensorO& tOrO, F& fr) {
+    using namespace cute;
+    Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
+    wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
+    pingpong_wait(consumer, w.index);
+    gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+    if constexpr (Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
+    wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
+    gemm_async<false>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), tOrO);
+    pingpong_pass(consumer);
+    warpgroup_wait<1>();  // S_n is ready; P.V still running
+    pipe_k.consumer_release(state_k);
+    ++state_k;
+    softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);
+    pin_before_wait(smem, fr);
+    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again
+    pipe_v.consumer_release(state_v);
+    ++state_v;
+    store_p(tSrS, fr);
+    if constexpr (!Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
+  }
+
   // Runs the mainloop of one tile. On return tOrO holds O normalized by the row sums (0 for rows
-  // that saw no key) and lse the natural-log LSE of the thread's rows. Q's buffer is no longer read.
-  template <class TensorO, int kRows>
-  static __device__ __forceinline__ void compute(typename Tr::KernelParams const& params,
-                                                 typename Tr::SharedStorage& smem, PipelineKV& pipe_k,
-                                                 PipelineKV& pipe_v, PipelineState& state_k,
+  // that saw no key) and lse the natural-log LSE of the thread's rows. Q's buffer has been released
+  // to the producer (q_free) as soon as the last Q.K^T finished.
+  template <class TensorO>
+  static __device__ __forceinline__ void compute(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                 PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
                                                  PipelineState& state_v, const WorkTile& w, int tile_count,
                                                  int consumer, TensorO& tOrO, float (&lse)[kRows]) {
     using namespace cute;
     const int tidx = consumer_thread_idx();
-    typename Tr::TiledMmaS mma_s;
-    typename Tr::TiledMmaO mma_o;
-    auto thr_s = mma_s.get_thread_slice(tidx);
-    auto thr_o = mma_o.get_thread_slice(tidx);
+    Frags fr;
+    auto thr_s = fr.mma_s.get_thread_slice(tidx);
+    auto thr_o = fr.mma_o.get_thread_slice(tidx);
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
@@ -146,118 +285,60 @@ struct FwdConsumer {
     Tensor cS = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::BlkN>{});
     Tensor tScS = thr_s.partition_C(cS);
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
-    const int row0 = w.coord.m_block * Tr::kBlockM;
 
-    Tensor tSrS_proto = partition_fragment_C(mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
-    using LayoutS = decltype(tSrS_proto.layout());
-    // P (16-bit) in the A-operand register layout of P.V; lives across iterations.
-    Tensor tOrP = make_tensor<Element>(acc_as_a_operand(LayoutS{}));
-    Tensor tOrP_as_S = make_tensor(tOrP.data(), LayoutS{});  // same registers, S's indexing
-
-    Tensor tOrO_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
-    static_assert(decltype(size<0>(tOrO_rc))::value == kRows, "rows per thread");
-
-    OnlineSoftmax<kRows> softmax;
-    softmax.init(params.scale_log2);
+    fr.softmax.init(params.scale_log2);
     clear(tOrO);
 
-    // Scores of block n: softcap, then mask if this block needs it, then the online softmax.
-    // Leaves P in tSrS; `correction` rescales O.
-    auto softmax_step = [&](auto& tSrS, int n, bool masked, float (&correction)[kRows]) {
-      Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
-      if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
-      if (masked) apply_mask(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
-      softmax.update(s_rc, correction);
-    };
-    auto store_p = [&](auto const& tSrS) {
-      Tensor p16 = convert_fragment<Element>(tSrS);
-      CUTE_UNROLL
-      for (int i = 0; i < size(p16); ++i) tOrP_as_S(i) = p16(i);
-    };
-    auto issue_s = [&](auto& tSrS) {
-      warpgroup_fence_operand(tSrS);
-      warpgroup_arrive();
-      gemm(mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(tSrS);
-    };
-    auto issue_pv = [&]() {
-      warpgroup_fence_operand(tOrO);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k, state_v.index()), tOrO);
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(tOrO);
-    };
-
     // Q of this tile (the tile_count-th tile with work of this CTA).
-    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, tile_count & 1);
+    mbarrier_wait(&smem.q_full, tile_count & 1, Wait::QFull, w.index);
 
-    // First block (rightmost): S only.
+    // First block (rightmost, always masked unless the whole range is unmasked): S only.
     {
-      int n = w.blocks.end - 1;
-      Tensor tSrS = partition_fragment_C(mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
-      pipe_k.consumer_wait(state_k);
-      pingpong_wait(consumer);
-      issue_s(tSrS);
+      const int n = w.blocks.end - 1;
+      Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
+      wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
+      pingpong_wait(consumer, w.index);
+      gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
       pingpong_pass(consumer);
       warpgroup_wait<0>();
       pipe_k.consumer_release(state_k);
       ++state_k;
-      float correction[kRows];
-      softmax_step(tSrS, n, n >= w.unmasked.end || n < w.unmasked.begin, correction);
-      store_p(tSrS);  // O is still 0: no rescale needed
+      if (n >= w.unmasked.end || n < w.unmasked.begin) {
+        softmax_block<true, true>(params, tSrS, tScS_rc, w, n, fr);
+      } else {
+        softmax_block<false, true>(params, tSrS, tScS_rc, w, n, fr);
+      }
+      store_p(tSrS, fr);  // O is still 0: no rescale needed (scale_o is 1)
     }
 
-    // Blocks n = end-2 .. begin: S_n and P_{n+1} V_{n+1} in flight together.
-    auto step = [&](int n, auto masked_tag) {
-      constexpr bool kMasked = decltype(masked_tag)::value;
-      Tensor tSrS = partition_fragment_C(mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
-      pipe_k.consumer_wait(state_k);
-      pingpong_wait(consumer);
-      issue_s(tSrS);
-      pipe_v.consumer_wait(state_v);
-      issue_pv();
-      pingpong_pass(consumer);
-      warpgroup_wait<1>();  // S_n is ready; P.V still running
-      pipe_k.consumer_release(state_k);
-      ++state_k;
-      float correction[kRows];
-      softmax_step(tSrS, n, kMasked, correction);
-      warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again
-      pipe_v.consumer_release(state_v);
-      ++state_v;
-      CUTE_UNROLL
-      for (int mi = 0; mi < kRows; ++mi) {
-        CUTE_UNROLL
-        for (int ni = 0; ni < size<1>(tOrO_rc); ++ni) tOrO_rc(mi, ni) *= correction[mi];
-      }
-      store_p(tSrS);
-    };
-
-    int n = w.blocks.end - 2;
     // Right masked blocks (causal diagonal, seqlen_k tail), then the unmasked middle, then the left
     // masked blocks of a sliding window.
-    for (; n >= w.blocks.begin && n >= w.unmasked.end; --n) step(n, cute::true_type{});
-    for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n) step(n, cute::false_type{});
-    for (; n >= w.blocks.begin; --n) step(n, cute::true_type{});
+    int n = w.blocks.end - 2;
+#pragma unroll 1
+    for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
+      step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+#pragma unroll 1
+    for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n)
+      step<false>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+#pragma unroll 1
+    for (; n >= w.blocks.begin; --n)
+      step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+
+    // Every Q.K^T of this tile has completed (each step waited for its S): Q's buffer is free.
+    cutlass::arch::ClusterBarrier::arrive(&smem.q_free);
 
     // Last P.V.
-    pipe_v.consumer_wait(state_v);
-    pingpong_wait(consumer);
-    issue_pv();
+    if constexpr (Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
+    wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
+    pingpong_wait(consumer, w.index);
+    gemm_async<false>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), tOrO);
     pingpong_pass(consumer);
+    float inv_sum[kRows];
+    fr.softmax.finalize(inv_sum, lse);
     warpgroup_wait<0>();
     pipe_v.consumer_release(state_v);
     ++state_v;
-
-    float inv_sum[kRows];
-    softmax.finalize(inv_sum, lse);
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) {
-      CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(tOrO_rc); ++ni) tOrO_rc(mi, ni) *= inv_sum[mi];
-    }
+    rescale_o(tOrO, inv_sum);  // every block's rescale is already in O
   }
 };
 

@@ -1,9 +1,14 @@
 // Persistent tile scheduler of the forward kernel and the per-tile facts every role derives the
-// same way (so producer and consumers agree on which tiles carry work without talking):
-// grid = min(num_tiles, num_sms) CTAs, CTA c takes tiles c, c + grid, c + 2*grid, ... of the
+// same way from a tile index. grid = min(num_tiles, num_sms) CTAs; CTA c starts with tile c of the
 // flash3::TileOrder numbering (heads grouped for L2 reuse, heaviest query blocks first when the
-// mask is causal/local). The static stride needs no atomics, so params.tile_counter is unused.
-// Tile indices are int: batch * heads * m_blocks must stay below 2^31 (not checked here).
+// mask is causal/local), then
+//  - static (full attention, batched: every tile costs the same): tiles c + grid, c + 2*grid, ...;
+//    no atomics, no hand-off, producer and consumers walk the same sequence independently;
+//  - dynamic (causal, local, varlen: fwd_uses_dynamic_scheduler): the producer warp takes the next
+//    index from an atomic counter as soon as it has issued a tile's loads (so the heaviest-first
+//    order becomes longest-processing-time-first across SMs), skips varlen tiles without rows, and
+//    hands the index to the consumers through shared memory (named barriers TileFull/TileEmpty).
+// Tile indices are int: batch * heads * m_blocks must stay below 2^31 (checked by the launcher).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,6 +62,7 @@ __device__ __forceinline__ int opaque_int(int x) {
 
 // One unit of work: query block m_block of (head, batch), with its mask and key-block ranges.
 struct WorkTile {
+  int index;           // in the TileOrder numbering (printed by the hang-diagnosis build)
   TileCoord coord;
   int head_k;          // GQA/MQA: the KV head serving this query head
   SeqInfo seq;
@@ -67,16 +73,35 @@ struct WorkTile {
 };
 
 template <int kBlockM, int kBlockN>
-struct StaticScheduler {
+struct TileScheduler {
   const FwdParams& p;
   TileOrder order;
 
+  __device__ bool dynamic() const { return p.tile_counter != nullptr; }
   __device__ int first() const { return int(blockIdx.x); }
-  __device__ int next(int idx) const { return idx + int(gridDim.x); }
   __device__ bool done(int idx) const { return idx >= order.num_tiles(); }
+
+  __device__ bool has_rows(int idx) const {
+    const TileCoord c = order.at(idx);
+    return c.m_block * kBlockM < seq_info(p, c.batch).seqlen_q;
+  }
+
+  // Producer warp (all lanes): the tile after `idx` for this CTA. Dynamic: lane 0 takes indices from
+  // the counter (offset by the grid, whose first tiles were taken by blockIdx) until one has rows.
+  __device__ int fetch_next(int idx) const {
+    if (!dynamic()) return idx + int(gridDim.x);
+    int next = 0;
+    if (threadIdx.x % 32 == 0) {
+      do {
+        next = atomicAdd(p.tile_counter, 1) + int(gridDim.x);
+      } while (!done(next) && p.cu_seqlens_q != nullptr && !has_rows(next));
+    }
+    return __shfl_sync(0xffffffff, next, 0);
+  }
 
   __device__ WorkTile tile(int idx) const {
     WorkTile w;
+    w.index = idx;
     w.coord = order.at(idx);
     w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
     w.seq = seq_info(p, w.coord.batch);

@@ -20,6 +20,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/softmax.cuh"
 #include "flash3/fwd/params.h"
 
 namespace flash3 {
@@ -65,7 +66,6 @@ struct FwdTraits {
   static_assert(kBlockM == 64 * kNumConsumers, "one 64-row WGMMA slab per consumer warpgroup");
   static_assert(kBlockN % 16 == 0, "block_n is the k-extent of P.V (16 per bf16 WGMMA)");
   static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims must be multiples of 16");
-  static_assert(kHeadDimV <= kHeadDim, "O is staged in Q's shared memory");
 
   using BlkM = cute::Int<kBlockM>;
   using BlkN = cute::Int<kBlockN>;
@@ -82,10 +82,11 @@ struct FwdTraits {
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkN, HD, Stages>{}));
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{}));
-  // O staging tile (block_m, d_v), d_v contiguous, aliasing Q's buffer after the last Q.K^T.
+  // O staging tile (block_m, d_v), d_v contiguous, aliasing V's buffer after the tile's last P.V
+  // (FA3's choice): Q's buffer is then free for the next tile while this one's epilogue runs.
   using SmemLayoutO = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDimV>(), cute::Shape<BlkM, HDV>{}));
-  static_assert(cute::cosize_v<SmemLayoutO> <= cute::cosize_v<SmemLayoutQ>, "O must fit in Q's buffer");
+  static_assert(cute::cosize_v<SmemLayoutO> <= cute::cosize_v<SmemLayoutVt>, "O must fit in V's buffer");
 
   // WGMMA: one 64 x N atom per consumer warpgroup, stacked along M.
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kNumConsumers>, cute::_1, cute::_1>>;
@@ -110,6 +111,14 @@ struct FwdTraits {
   using GmemRowsOut = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
                                                  ShapeRows{}, StrideRows{}));
 
+  // Per-thread accumulator layouts and the rows a thread owns (2: rows r and r + 8 of its warp).
+  using LayoutS = decltype(cute::partition_fragment_C(TiledMmaS{}, cute::Shape<BlkM, BlkN>{}).layout());
+  using LayoutO = decltype(cute::partition_fragment_C(TiledMmaO{}, cute::Shape<BlkM, HDV>{}).layout());
+  static constexpr int kRowsPerThread = decltype(cute::size<0>(acc_rowcol(LayoutO{})))::value;
+  // FA3: with a large O (d_v > 128) rescale it before issuing P.V, so the multiply does not compete
+  // with the softmax for the registers freed when the P.V finishes.
+  static constexpr bool kRescaleOBeforeGemm = kHeadDimV > 128;
+
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(), SmemLayoutQ{},
                                             cute::Shape<BlkM, HD>{}, cute::_1{}));
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(),
@@ -127,20 +136,35 @@ struct FwdTraits {
 
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename PipelineKV::PipelineState;
+  using PipeStorage = typename PipelineKV::SharedStorage;
+  // The raw mbarriers of a pipeline stage (waits go through flash3::mbarrier_wait).
+  static __device__ __forceinline__ uint64_t* full_barrier(PipeStorage& s, int stage) {
+    return reinterpret_cast<uint64_t*>(&s.full_barrier_[stage]);
+  }
+  static __device__ __forceinline__ uint64_t* empty_barrier(PipeStorage& s, int stage) {
+    return reinterpret_cast<uint64_t*>(&s.empty_barrier_[stage]);
+  }
 
   // Named barriers (user ids; CUTLASS adds its reserved offset). Pingpong: one per consumer.
   static constexpr uint32_t kBarPingpong0 = 0;
   static constexpr uint32_t kBarEpilogue = kNumConsumers;
+  static constexpr uint32_t kBarTileFull = kNumConsumers + 1;   // producer -> consumers: next tile posted
+  static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
+  static constexpr uint32_t kTileHandoffThreads = 32 + kNumConsumerThreads;  // producer warp + consumers
 
   struct SharedStorage {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1 KB.
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;  // Q, then O
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
-    typename PipelineKV::SharedStorage pipe_k;
-    typename PipelineKV::SharedStorage pipe_v;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;  // V, then O
+    PipeStorage pipe_k;
+    PipeStorage pipe_v;
     uint64_t q_full;  // TMA transaction barrier: Q of the current tile has landed
-    uint64_t q_free;  // consumers are done with Q/O smem of the previous tile (epilogue finished)
+    uint64_t q_free;  // consumers: the previous tile's last Q.K^T is done (Q may be overwritten)
+    uint64_t o_free;  // consumers: the previous tile's O left V's buffer (V may be overwritten)
+    uint64_t v_tail;  // producer's own barrier for a V block whose tail rows it zeroes
+    int next_tile;    // dynamic scheduler: the tile the producer fetched for the consumers
+    float overlap_pin[kNumConsumerThreads];  // written, never read: see FwdConsumer::pin_before_wait
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB opt-in limit");
