@@ -1,4 +1,4 @@
-"""The forward kernel's host/device logic (csrc/flash3/attn_logic.h), proven on the CPU.
+"""The forward kernel's host/device logic (csrc/flash3/common/attn_logic.h), proven on the CPU.
 
 The header is compiled with the host C++ compiler into a small driver (tests/cpp/) and checked
 against flash3.masking (the Python specification) and against brute force over the mask.

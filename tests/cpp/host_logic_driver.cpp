@@ -1,11 +1,11 @@
-// Exposes csrc/flash3/attn_logic.h to tests/test_host_logic.py: reads one query per line on
+// Exposes csrc/flash3/common/attn_logic.h to tests/test_host_logic.py: reads one query per line on
 // stdin, prints one answer line per query. Built with the host C++ compiler, no CUDA needed.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
 
-#include "flash3/attn_logic.h"
+#include "flash3/common/attn_logic.h"
 
 using namespace flash3;
 
