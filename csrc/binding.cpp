@@ -14,6 +14,7 @@
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -88,9 +90,14 @@ int64_t tma_stride(const Tensor& t, int dim) {
 void check_tma_layout(const Tensor& t, const char* name) {
   TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, "flash3: ", name,
               " must have a contiguous last dimension (stride ", t.stride(-1), ")");
-  for (int d = 0; d + 1 < t.dim(); ++d)
+  for (int d = 0; d + 1 < t.dim(); ++d) {
+    // A broadcast (expanded) dimension: TMA would walk past a one-copy allocation.
+    TORCH_CHECK(tma_stride(t, d) > 0, "flash3: ", name, ".stride(", d, ") is ", t.stride(d),
+                " on a dimension of size ", t.size(d),
+                " (a broadcast/expanded tensor); pass a contiguous copy");
     TORCH_CHECK(tma_stride(t, d) % 8 == 0, "flash3: ", name, ".stride(", d, ") = ", t.stride(d),
                 " must be a multiple of 8 elements (16 bytes, for TMA)");
+  }
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash3: ", name,
               " must be 16-byte aligned (for TMA)");
 }
@@ -184,13 +191,19 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               "flash3.fwd_sm90: head dims must be multiples of 8 in [8, 256], got d=", d,
               " d_v=", d_v);
   TORCH_CHECK(softcap >= 0.0, "flash3.fwd_sm90: softcap must be >= 0 (0 = off), got ", softcap);
+  // The online softmax takes row maxes of the raw scores, which is only right for a positive scale.
+  TORCH_CHECK(softmax_scale > 0.0 && std::isfinite(softmax_scale),
+              "flash3.fwd_sm90: softmax_scale must be finite and > 0, got ", softmax_scale);
   TORCH_CHECK(window_left >= -1 && window_right >= -1,
               "flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)");
 
-  const FwdLauncher launch = find_fwd_kernel(is_bf16, static_cast<int>(d), static_cast<int>(d_v));
+  // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
+  // columns); full attention takes the wide-tile variant where (d, d_v) has one.
+  const bool wide = !causal && window_left < 0 && window_right < 0;
+  const FwdLauncher launch = find_fwd_kernel(is_bf16, static_cast<int>(d), static_cast<int>(d_v), wide);
   TORCH_CHECK(launch != nullptr, "flash3.fwd_sm90: no ", dtype_name(is_bf16), " kernel for head dim (",
-              d, ", ", d_v, ") in this build of flash3._C; see torch.ops.flash3.kernel_info() and "
-              "rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel");
+              d, ", ", d_v, ") or larger in this build of flash3._C; see torch.ops.flash3.kernel_info() "
+              "and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel");
 
   if (total_q == 0 || h == 0 || batch == 0 || seqlen_q == 0) return;  // nothing to compute
   if (total_k == 0) {  // no keys at all: every row sees nothing (out 0, lse -inf, as the reference)
@@ -246,10 +259,14 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
   p.num_sms = dev.num_sms;
   p.l2_bytes = dev.l2_bytes;
-  // The kernel's persistent scheduler is static (fwd_scheduler.cuh) and needs no atomic counter,
-  // so no scratch allocation and no memset per call. A dynamic scheduler would get a zeroed int32
-  // here: at::zeros({1}, q.options().dtype(at::kInt)) (stream-ordered, graph-capturable).
-  p.tile_counter = nullptr;
+  // Causal, local and varlen tiles differ in cost: the kernel's dynamic scheduler takes them from
+  // an atomic counter (fwd/scheduler.cuh). A fresh zeroed int32 per call: a memset on the current
+  // stream, so calls on different streams never share it and CUDA graphs capture it.
+  Tensor tile_counter;
+  if (fwd_uses_dynamic_scheduler(p)) {
+    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
+  }
 
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   try {

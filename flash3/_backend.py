@@ -48,6 +48,15 @@ def kernel_configs() -> frozenset:
     return frozenset(configs)
 
 
+def pick_kernel_config(dtype, d, d_v, configs=None):
+    """The compiled (d', d_v') a call with head dims (d, d_v) runs on: the smallest d' >= d, then
+    the smallest d_v' >= d_v (TMA zero-fills the extra columns). None when nothing fits. The same
+    rule as pick_fwd_kernel in csrc/flash3/fwd/api.h."""
+    fits = [(dd, dv) for (dt, dd, dv) in (kernel_configs() if configs is None else configs)
+            if dt == dtype and dd >= d and dv >= d_v]
+    return min(fits) if fits else None
+
+
 def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     """Why the Hopper forward kernel cannot run this call; None if it can."""
     if not q.is_cuda:
@@ -64,18 +73,22 @@ def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     if not softmax_scale > 0:
         return "the kernel's online softmax needs softmax_scale > 0"
     d, d_v = q.shape[-1], v.shape[-1]
-    if (q.dtype, d, d_v) not in kernel_configs():
-        return f"no kernel compiled for ({q.dtype}, d={d}, d_v={d_v})"
+    if d % 8 or d_v % 8:
+        return f"head dims must be multiples of 8 for TMA (d={d}, d_v={d_v})"
+    if pick_kernel_config(q.dtype, d, d_v) is None:
+        return f"no kernel compiled for ({q.dtype}, d>={d}, d_v>={d_v})"
     if any(t.stride(-1) != 1 for t in (q, k, v)):
         return "last dim of q/k/v is not contiguous"
     return None
 
 
 def _tma_ready(x):
-    """x itself when TMA can address it (16-byte aligned base and strides), else a contiguous
-    copy: the kernel's tensor maps need both, and a copy is cheaper than the reference."""
+    """x itself when TMA can address it (16-byte aligned base, positive 16-byte multiple strides),
+    else a contiguous copy: the kernel's tensor maps need both, and a copy is cheaper than the
+    reference. A zero stride on a dimension of size > 1 (an expanded/broadcast tensor) would make
+    TMA read past a one-copy allocation, so such tensors are copied too."""
     aligned = x.data_ptr() % 16 == 0 and all(
-        st % 8 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+        st > 0 and st % 8 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
     return x if aligned else x.clone(memory_format=torch.contiguous_format)
 
 

@@ -3,10 +3,12 @@
 The header is compiled with the host C++ compiler into a small driver (tests/cpp/) and checked
 against flash3.masking (the Python specification) and against brute force over the mask.
 """
+import importlib.util
 import itertools
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,15 +122,85 @@ def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
         assert len(runs) == len(set(runs))
 
 
+@pytest.mark.parametrize("wide", [0, 1])
 @pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
-def test_tile_shapes_fit_the_hardware(driver, d, dv):
-    block_m, block_n, stages, consumers, smem = map(int, driver([f"tile_shape {d} {dv}"])[0].split())
+def test_tile_shapes_fit_the_hardware(driver, d, dv, wide):
+    answer = driver([f"tile_shape {d} {dv} {wide}"])[0]
+    block_m, block_n, stages, consumers, smem, has_wide = map(int, answer.split())
     assert block_m == 64 * consumers and consumers in (2, 3)
     assert block_n % 16 == 0 and 16 <= block_n <= 256  # WGMMA N extent and P.V k-steps
     assert stages >= 2  # K and V pipelines at least double-buffered
     assert smem == 2 * (block_m * d + stages * block_n * (d + dv))
     assert smem <= SMEM_LIMIT
-    # O staged through Q's buffer must fit there.
-    assert block_m * dv <= block_m * d
-    # fp32 O accumulator per consumer thread stays within the register budget.
-    assert 64 * dv // 128 <= 128
+    # O is staged in V's buffer after the tile's last P.V.
+    assert block_m * dv <= stages * block_n * dv
+    # S (block_n / 2) + P (block_n / 4) + O (d_v / 2) registers per consumer thread, with room for
+    # addressing and softmax state, under setmaxnreg's 240 (2 consumers) or 160 (3 consumers).
+    budget = 240 if consumers == 2 else 160
+    assert block_n // 2 + block_n // 4 + dv // 2 + 32 <= budget
+    # The build generates a wide-tile kernel exactly where the tile logic has one.
+    spec = importlib.util.spec_from_file_location("gen_kernels", ROOT / "csrc" / "generate_kernels.py")
+    gk = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_kernels", gk)  # dataclasses look their module up there
+    spec.loader.exec_module(gk)
+    assert bool(has_wide) == ((d, dv) in gk.WIDE_HEAD_DIMS)
+
+
+# (elem_bytes, base offset, dims, strides, box) -> None if the TMA map is valid, else a fragment of
+# the expected complaint. Dims/strides/box innermost first, as cuTensorMapEncodeTiled takes them.
+TMA_CASES = [
+    ((2, 0, [128, 1000, 8, 2], [1, 1024, 128, 1024000], [128, 128, 1, 1]), None),
+    ((2, 0, [64, 7, 1, 1], [1, 64, 448, 448], [64, 192, 1, 1]), None),  # box past the extent: fine
+    ((2, 8, [128, 1000, 8, 2], [1, 1024, 128, 1024000], [128, 128, 1, 1]), "16-byte aligned"),
+    ((2, 0, [128, 1000, 8, 2], [2, 1024, 128, 1024000], [128, 128, 1, 1]), "not contiguous"),
+    ((2, 0, [128, 1000, 8, 2], [1, 1024, 128, 0], [128, 128, 1, 1]), "broadcast"),
+    ((2, 0, [128, 1000, 8, 2], [1, 1028, 128, 1024000], [128, 128, 1, 1]), "multiple of 16"),
+    ((2, 0, [128, 1000, 8, 2], [1, 1024, -128, 1024000], [128, 128, 1, 1]), "stride -128"),
+    ((2, 0, [128, 1000, 8, 2], [1, 1024, 128, 1 << 40], [128, 128, 1, 1]), "2^40"),
+    ((2, 0, [128, 0, 8, 2], [1, 1024, 128, 1024000], [128, 128, 1, 1]), "outside [1, 2^32]"),
+    ((2, 0, [128, (1 << 32) + 1, 1, 1], [1, 128, 128, 128], [128, 128, 1, 1]), "outside [1, 2^32]"),
+    ((2, 0, [512, 1000, 8, 2], [1, 1024, 128, 1024000], [512, 128, 1, 1]), "box 512"),
+    ((2, 0, [128, 1000, 8, 2], [1, 1024, 128, 1024000], [128, 0, 1, 1]), "box 0"),
+    ((2, 0, [4, 1000, 8, 2], [1, 1024, 128, 1024000], [4, 128, 1, 1]), "innermost box"),
+]
+
+
+@pytest.mark.parametrize("case,expected", TMA_CASES)
+def test_tma_descriptor_checks(driver, case, expected):
+    eb, offset, dims, strides, box = case
+    rank = len(dims)
+    answer = driver([f"tma {eb} {rank} {offset} " + " ".join(map(str, dims + strides + box))])[0]
+    if expected is None:
+        assert answer == "ok"
+    else:
+        assert answer.startswith("t: ") and expected in answer, answer
+
+
+def test_tma_rank_outside_1_to_5(driver):
+    assert "rank 6" in driver(["tma 2 6 0 " + " ".join(["1"] * 18)])[0]
+
+
+BUILT = [(64, 64, 0), (96, 96, 0), (128, 128, 0), (128, 128, 1), (192, 192, 0), (192, 128, 0),
+         (256, 256, 0)]
+
+
+@pytest.mark.parametrize("wide", [0, 1])
+@pytest.mark.parametrize("d,dv", [(8, 8), (32, 32), (40, 40), (48, 48), (64, 64), (80, 80), (96, 96),
+                                  (112, 112), (128, 128), (160, 160), (128, 64), (64, 128), (192, 128),
+                                  (176, 136), (200, 8), (256, 256), (264, 8)])
+def test_pick_next_kernel_up(driver, d, dv, wide):
+    """pick_fwd_kernel (C++) and pick_kernel_config (Python) agree with the rule: the smallest
+    compiled d' >= d, then d_v' >= d_v, then the wide variant asked for."""
+    from flash3 import _backend
+    query = f"pick 1 {d} {dv} {wide} " + " ".join(f"{a} {b} {c}" for a, b, c in BUILT)
+    answer = driver([query])[0]
+    fits = sorted((a, b, c != wide) for a, b, c in BUILT if a >= d and b >= dv)
+    if not fits:
+        assert answer == "none"
+    else:
+        a, b, other = fits[0]
+        assert answer == f"{a} {b} {int(wide) ^ int(other)}"
+    configs = {("bf16", a, b) for a, b, _ in BUILT}
+    expected = None if not fits else fits[0][:2]
+    assert _backend.pick_kernel_config("bf16", d, dv, configs) == expected
+    assert _backend.pick_kernel_config("fp16", d, dv, configs) is None

@@ -169,3 +169,103 @@ def test_empty_rows_are_zero_with_minus_inf_lse():
     assert torch.isneginf(lse[:, :, :200]).all()
     check(out, lse, q, k, v, causal=True)
     assert math.isfinite(lse[0, 0, 250].item())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_many_tiles_dynamic_scheduler(causal):
+    """More tiles than SMs: causal calls go through the atomic tile counter and the producer ->
+    consumer hand-off; full calls through the static stride (and the wide 128 x 176 tile)."""
+    need("bf16", 128, 128)
+    q, k, v = (torch.randn(4, 1500, 12, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out, lse = kernel_fwd(q, k, v, causal=causal)
+    check(out, lse, q, k, v, causal=causal)
+    o2, l2 = kernel_fwd(q, k, v, causal=causal)  # the dynamic order may differ; results may not
+    assert torch.equal(out, o2) and torch.equal(lse, l2)
+
+
+def test_varlen_many_sequences_dynamic_scheduler():
+    need("bf16", 64, 64)
+    torch.manual_seed(3)
+    lengths = torch.randint(0, 700, (40,)).tolist()
+    lengths[5] = 0
+    h, d = 4, 64
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
+    q = torch.randn(sum(lengths), h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(sum(lengths), h, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(sum(lengths), h, d, device="cuda", dtype=torch.bfloat16)
+    out, lse = kernel_fwd(q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                          max_q=max(lengths), max_k=max(lengths))
+    for i in range(0, len(lengths), 7):
+        a, e = cu[i].item(), cu[i + 1].item()
+        if a < e:
+            check(out[a:e][None], lse[:, a:e][None], q[a:e][None], k[a:e][None], v[a:e][None], causal=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,dv", [(32, 32), (40, 40), (48, 48), (80, 80), (112, 112), (160, 160), (128, 64)])
+def test_head_dims_without_their_own_kernel(d, dv, causal):
+    """Run on the next compiled kernel up: TMA zero-fills the extra columns of Q/K/V, O's extra
+    columns are never written (out has exactly d_v columns; NaN poison catches unwritten ones)."""
+    if _backend.pick_kernel_config(torch.bfloat16, d, dv) is None:
+        pytest.skip("no compiled kernel large enough in this build")
+    q = torch.randn(2, 301, 4, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 233, 2, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 233, 2, dv, device="cuda", dtype=torch.bfloat16)
+    out, lse = kernel_fwd(q, k, v, causal=causal)
+    check(out, lse, q, k, v, causal=causal)
+    assert _backend.kernel_fwd_reason(q, k, v, d ** -0.5) is None
+    api = flash3.attention(q, k, v, causal=causal)
+    assert torch.equal(api, out)
+
+
+def test_broadcast_inputs():
+    """An expanded k/v (stride 0 over batch or heads) is rejected by the op, which would otherwise
+    read past the one-copy allocation, and copied by the public API."""
+    need("bf16", 128, 128)
+    q = torch.randn(3, 200, 8, 128, device="cuda", dtype=torch.bfloat16)
+    k1 = torch.randn(1, 250, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v1 = torch.randn(1, 250, 2, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = k1.expand(3, -1, -1, -1), v1.expand(3, -1, -1, -1)
+    with pytest.raises(RuntimeError, match="broadcast"):
+        kernel_fwd(q, k, v)
+    out = flash3.attention(q, k, v, causal=True)
+    ref, _ = attention_ref64(q, k.contiguous(), v.contiguous(), causal=True)
+    naive, _ = attention_naive(q, k.contiguous(), v.contiguous(), causal=True)
+    assert_close_fa(out, naive, ref)
+
+
+def test_non_positive_scale_is_rejected_by_the_op():
+    need("bf16", 64, 64)
+    q, k, v = (torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for scale in (0.0, -0.125, float("inf")):
+        with pytest.raises(RuntimeError, match="softmax_scale"):
+            kernel_fwd(q, k, v, scale=scale)
+
+
+@pytest.mark.parametrize("used", [[1, 77, 128], [129, 333, 700]])
+def test_kvcache_nan_tail_is_never_read_into_the_output(used):
+    """A cache from torch.empty may hold NaN past seqused_k, inside the last partial key block:
+    the kernel zeroes those V rows before P.V (P is 0 there, but 0 * NaN = NaN)."""
+    need("bf16", 128, 128)
+    b, cap, h, hk, d = 3, 704, 8, 2, 128
+    q = torch.randn(b, 4, h, d, device="cuda", dtype=torch.bfloat16)
+    kc = torch.full((b, cap, hk, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+    vc = torch.full((b, cap, hk, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for i, n in enumerate(used):
+        kc[i, :n] = torch.randn(n, hk, d, device="cuda", dtype=torch.bfloat16)
+        vc[i, :n] = torch.randn(n, hk, d, device="cuda", dtype=torch.bfloat16)
+    seqused = torch.tensor(used, device="cuda", dtype=torch.int32)
+    for causal in (False, True):
+        out, lse = kernel_fwd(q, kc, vc, causal=causal, seqused_k=seqused)
+        assert torch.isfinite(out).all()
+        for i, n in enumerate(used):
+            check(out[i:i + 1], lse[i:i + 1], q[i:i + 1], kc[i:i + 1, :n], vc[i:i + 1, :n], causal=causal)
+    # Through the public decoding API, appending one new token per row.
+    k_new = torch.randn(b, 1, hk, d, device="cuda", dtype=torch.bfloat16)
+    v_new = torch.randn(b, 1, hk, d, device="cuda", dtype=torch.bfloat16)
+    step = flash3.attention_with_kvcache(q[:, :1], kc, vc, k_new, v_new, cache_seqlens=seqused, causal=True)
+    assert torch.isfinite(step).all()
+    for i, n in enumerate(used):
+        ref, _ = attention_ref64(q[i:i + 1, :1], kc[i:i + 1, :n + 1], vc[i:i + 1, :n + 1], causal=True)
+        naive, _ = attention_naive(q[i:i + 1, :1], kc[i:i + 1, :n + 1], vc[i:i + 1, :n + 1], causal=True)
+        assert_close_fa(step[i:i + 1], naive, ref)

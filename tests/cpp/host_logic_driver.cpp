@@ -1,4 +1,4 @@
-// Exposes csrc/flash3/common/attn_logic.h to tests/test_host_logic.py: reads one query per line on
+// Exposes csrc/flash3/common/attn_logic.h and tma_check.h to tests/test_host_logic.py: reads one query per line on
 // stdin, prints one answer line per query. Built with the host C++ compiler, no CUDA needed.
 #include <cstdio>
 #include <iostream>
@@ -6,6 +6,8 @@
 #include <string>
 
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/tma_check.h"
+#include "flash3/fwd/api.h"
 
 using namespace flash3;
 
@@ -42,12 +44,34 @@ int main() {
         std::printf(";%d %d %d", c.m_block, c.head, c.batch);
       }
       std::printf("\n");
-    } else if (cmd == "tile_shape") {  // d d_v
-      int d, dv;
-      in >> d >> dv;
-      const TileShape s = fwd_tile_shape(d, dv);
-      std::printf("%d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers,
-                  fwd_smem_bytes(d, dv));
+    } else if (cmd == "tile_shape") {  // d d_v wide -> block_m block_n stages consumers smem has_wide
+      int d, dv, wide;
+      in >> d >> dv >> wide;
+      const TileShape s = fwd_tile_shape(d, dv, wide != 0);
+      std::printf("%d %d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers,
+                  fwd_smem_bytes(d, dv, wide != 0), fwd_has_wide_tile(d, dv) ? 1 : 0);
+    } else if (cmd == "tma") {  // elem_bytes rank base_offset dims[rank] strides[rank] box[rank]
+      int eb, rank;
+      long long offset;
+      in >> eb >> rank >> offset;
+      int64_t dims[5] = {}, strides[5] = {};
+      int box[5] = {};
+      for (int i = 0; i < rank; ++i) in >> dims[i];
+      for (int i = 0; i < rank; ++i) in >> strides[i];
+      for (int i = 0; i < rank; ++i) in >> box[i];
+      alignas(16) static char buffer[64];
+      const std::string problem = tma_tensor_problem("t", buffer + offset, eb, rank, dims, strides, box);
+      std::printf("%s\n", problem.empty() ? "ok" : problem.c_str());
+    } else if (cmd == "pick") {  // is_bf16 d d_v wide [D DV W ...] -> picked "D DV W" or "none"
+      int bf16, d, dv, wide;
+      in >> bf16 >> d >> dv >> wide;
+      std::vector<FwdKernelEntry> entries;
+      for (int kd, kdv, kw; in >> kd >> kdv >> kw;) entries.push_back({true, kd, kdv, kw != 0, nullptr});
+      for (auto& e : entries) e.is_bf16 = bf16 != 0;  // one dtype per query; the other never matches
+      entries.push_back({bf16 == 0, 8, 8, false, nullptr});
+      const FwdKernelEntry* e = pick_fwd_kernel(entries, bf16 != 0, d, dv, wide != 0);
+      if (e == nullptr) std::printf("none\n");
+      else std::printf("%d %d %d\n", e->head_dim, e->head_dim_v, e->wide ? 1 : 0);
     } else {
       std::printf("error unknown command\n");
     }

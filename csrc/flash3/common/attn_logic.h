@@ -83,35 +83,46 @@ FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tile shapes per (head dim, value head dim), shared by bf16 and fp16. block_m = 64 rows per
-// consumer warpgroup. Chosen so that Q + stages x (K + V) fit in 227 KB of shared memory, the
-// fp32 O accumulator (block_m/num_consumers x d_v per warpgroup) fits in ~240 registers, and
-// block_n is a multiple of 16 (the k-extent of a bf16 WGMMA in P.V):
-//   d 64:  192 x 128, 3 consumers: small per-row work, so more rows per CTA amortize K/V loads.
-//   d 96:  192 x 96, 3 consumers: at 192 x 128, S (64) + in-flight O (48) + in-flight P (32)
-//          leave ~16 of a consumer's 128 launch-cap registers and ptxas spills.
-//   d 128: 128 x 128: S (64 regs) + O (64 regs) per thread leave room for the P.V overlap.
-//   d 192: 128 x 112 (d_v 192) / 128 x 112 (d_v 128): K/V stages bound by shared memory.
-//   d 256: 128 x 80: O alone is 128 fp32 registers per thread; 2 x (K + V) + Q = 224 KB.
+// Tile shapes per (head dim, value head dim), shared by bf16 and fp16; block_m = 64 rows per
+// consumer warpgroup. The budget, per consumer thread (a warpgroup owns 64 rows): S takes
+// block_n / 2 fp32 registers, P block_n / 4 (16-bit pairs), O d_v / 2; setmaxnreg gives a consumer
+// 240 registers with 2 consumer warpgroups, 160 with 3. Shared memory (16-bit elements):
+// 2 * (block_m * d + stages * block_n * (d + d_v)) bytes of the 227 KB; O is staged in V's buffer,
+// so it costs nothing (block_m <= stages * block_n). block_n is a multiple of 16 (P.V k-steps).
+//   d 64:   192 x 128, 3 consumers: S 64 + P 32 + O 32 = 128 of 160; smem 88 KB. FA3's non-causal
+//           192 x 192 needs S 96 + P 48 + O 32 = 176 > 160: it passes P through shared memory.
+//   d 96:   192 x 96, 3 consumers: S 48 + P 24 + O 48 = 120 of 160; smem 108 KB. At 192 x 128
+//           (144 + addressing) ptxas spilled.
+//   d 128:  128 x 128 (causal/local): S 64 + P 32 + O 64 = 160 of 240; smem 160 KB.
+//           wide (full attention, FA3's choice): 128 x 176: S 88 + P 44 + O 64 = 196 of 240;
+//           smem 32 + 2 * 2 * 44 = 208 KB. Causal keeps 128: a narrower diagonal block wastes less.
+//   d 192:  128 x 112 for d_v 192: smem 48 + 2 * 2 * 42 = 216 KB (128 x 128 would be 240 KB);
+//           128 x 128 for d_v 128: smem 48 + 2 * 2 * 40 = 208 KB; S 64 + P 32 + O 64 / 96.
+//   d 256:  128 x 80: O alone is 128 registers; smem 64 + 2 * 2 * 40 = 224 KB.
 struct TileShape {
   int block_m, block_n, stages, num_consumers;
 };
 
-// The value head dim does not change the choice for the shapes we build ((192, 128) included).
-FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int /*head_dim_v*/) {
+// `wide`: the tile for full (unmasked) attention where it differs; see fwd_has_wide_tile.
+FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int head_dim_v, bool wide = false) {
   return head_dim <= 64    ? TileShape{192, 128, 2, 3}
          : head_dim <= 96  ? TileShape{192, 96, 2, 3}
-         : head_dim <= 128 ? TileShape{128, 128, 2, 2}
-         : head_dim <= 192 ? TileShape{128, 112, 2, 2}
+         : head_dim <= 128 ? TileShape{128, wide ? 176 : 128, 2, 2}
+         : head_dim <= 192 ? TileShape{128, head_dim_v <= 128 ? 128 : 112, 2, 2}
                            : TileShape{128, 80, 2, 2};
 }
 
+// Whether (d, d_v) has a second kernel with a wider tile for calls without a causal/local mask.
+FLASH3_HD constexpr bool fwd_has_wide_tile(int head_dim, int head_dim_v) {
+  return fwd_tile_shape(head_dim, head_dim_v, true).block_n != fwd_tile_shape(head_dim, head_dim_v).block_n;
+}
+
 // Shared memory the mainloop needs for 16-bit elements: Q, and `stages` copies of K and V.
-// O is staged through Q's buffer after the last Q.K^T, so it costs nothing extra.
-FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v) {
-  return 2 * (fwd_tile_shape(head_dim, head_dim_v).block_m * head_dim +
-              fwd_tile_shape(head_dim, head_dim_v).stages *
-                  fwd_tile_shape(head_dim, head_dim_v).block_n * (head_dim + head_dim_v));
+// O is staged through V's buffer after the tile's last P.V, so it costs nothing extra.
+FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, bool wide = false) {
+  return 2 * (fwd_tile_shape(head_dim, head_dim_v, wide).block_m * head_dim +
+              fwd_tile_shape(head_dim, head_dim_v, wide).stages *
+                  fwd_tile_shape(head_dim, head_dim_v, wide).block_n * (head_dim + head_dim_v));
 }
 
 // ---------------------------------------------------------------------------------------------

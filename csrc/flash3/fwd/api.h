@@ -4,6 +4,7 @@
 // without preprocessor flags. No torch or CUDA headers: the stream travels as void*.
 #pragma once
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "flash3/fwd/params.h"
@@ -15,23 +16,39 @@ using FwdLauncher = void (*)(const FwdParams& params, void* cuda_stream);
 struct FwdKernelEntry {
   bool is_bf16;
   int head_dim, head_dim_v;
+  bool wide;  // the wider tile for calls without a causal/local mask (attn_logic.h fwd_has_wide_tile)
   FwdLauncher launch;
 };
 
 // All launchers compiled into this build (filled by static initializers of the kernel TUs).
 std::vector<FwdKernelEntry>& fwd_kernels();
 
+// The kernel a call with head dims (d, d_v) runs on: among `entries` of the dtype with
+// head_dim >= d and head_dim_v >= d_v, the smallest head_dim, then the smallest head_dim_v
+// (extra columns are zero-filled by TMA, so a larger kernel computes the same result), then the
+// `wide` variant asked for if built. nullptr when none fits. flash3/_backend.py mirrors this rule.
+inline const FwdKernelEntry* pick_fwd_kernel(const std::vector<FwdKernelEntry>& entries, bool is_bf16, int d,
+                                             int d_v, bool wide) {
+  const FwdKernelEntry* best = nullptr;
+  auto rank = [wide](const FwdKernelEntry& e) { return std::make_tuple(e.head_dim, e.head_dim_v, e.wide != wide); };
+  for (const FwdKernelEntry& e : entries)
+    if (e.is_bf16 == is_bf16 && e.head_dim >= d && e.head_dim_v >= d_v && (best == nullptr || rank(e) < rank(*best)))
+      best = &e;
+  return best;
+}
+
 // The launcher for (dtype, head_dim, head_dim_v), or nullptr when that kernel was not built.
-FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v);
+// `wide` asks for the wide-tile variant; the other variant serves when only it was built.
+FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v, bool wide);
 
 struct FwdKernelRegistration {
-  FwdKernelRegistration(bool is_bf16, int head_dim, int head_dim_v, FwdLauncher launch) {
-    fwd_kernels().push_back({is_bf16, head_dim, head_dim_v, launch});
+  FwdKernelRegistration(bool is_bf16, int head_dim, int head_dim_v, bool wide, FwdLauncher launch) {
+    fwd_kernels().push_back({is_bf16, head_dim, head_dim_v, wide, launch});
   }
 };
 
-// Defined in fwd_launch.cuh and explicitly instantiated once per generated TU.
-template <bool kIsBf16, int kHeadDim, int kHeadDimV>
+// Defined in fwd/launch.cuh and explicitly instantiated once per generated TU.
+template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
 void run_fwd(const FwdParams& params, void* cuda_stream);
 
 }  // namespace flash3

@@ -12,6 +12,7 @@
 
 #include "flash3/fwd/traits.cuh"  // first: it enables CuTe's extended WGMMA shapes
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/tma_check.h"
 #include "flash3/fwd/api.h"
 #include "flash3/fwd/kernel.cuh"
 #include "flash3/fwd/params.h"
@@ -30,20 +31,23 @@ inline void fwd_check_cuda(cudaError_t e, const char* what) {
     throw std::runtime_error(std::string("flash3 forward: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// TMA wants 16-byte aligned base addresses and 16-byte multiple strides.
-inline bool tma_ok(const void* ptr, int64_t elem_bytes, std::initializer_list<int64_t> strides) {
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  for (int64_t s : strides)
-    if ((s * elem_bytes) % 16 != 0 || s < 0) return false;
-  return true;
+// Throws unless the driver will encode this (d, rows, heads, batch) tensor map (tma_check.h).
+inline void check_tma(const char* what, const void* base, int elem_bytes, int64_t d, int64_t rows, int64_t heads,
+                      int64_t batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_d,
+                      int box_rows) {
+  const int64_t dims[4] = {d, rows, heads, batch};
+  const int64_t strides[4] = {1, row_stride, head_stride, batch_stride};
+  const int box[4] = {box_d, box_rows, 1, 1};
+  const std::string problem = tma_tensor_problem(what, base, elem_bytes, 4, dims, strides, box);
+  fwd_check(problem.empty(), "cannot build a TMA descriptor for " + problem);
 }
 
 }  // namespace detail
 
-template <bool kIsBf16, int kHeadDim, int kHeadDimV>
+template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
 void run_fwd(const FwdParams& p, void* cuda_stream) {
   using namespace cute;
-  using Tr = FwdTraits<kIsBf16, kHeadDim, kHeadDimV>;
+  using Tr = FwdTraits<kIsBf16, kHeadDim, kHeadDimV, kWide>;
   using Element = typename Tr::Element;
   using detail::fwd_check;
 
@@ -63,13 +67,6 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
   fwd_check(!varlen_q || p.total_q >= 1, "varlen: total_q must be >= 1");
   fwd_check(!varlen_k || p.total_k >= 1, "varlen: total_k must be >= 1");
-  const int64_t eb = sizeof(Element);
-  fwd_check(detail::tma_ok(p.q, eb, {p.q_row_stride, p.q_head_stride, varlen_q ? 0 : p.q_batch_stride}) &&
-                detail::tma_ok(p.k, eb, {p.k_row_stride, p.k_head_stride, varlen_k ? 0 : p.k_batch_stride}) &&
-                detail::tma_ok(p.v, eb, {p.v_row_stride, p.v_head_stride, varlen_k ? 0 : p.v_batch_stride}) &&
-                detail::tma_ok(p.o, eb, {p.o_row_stride, p.o_head_stride, varlen_q ? 0 : p.o_batch_stride}),
-            "q/k/v/o need 16-byte aligned pointers and strides (copy the tensor first)");
-
   const int rows_q = varlen_q ? p.total_q : p.seqlen_q;
   const int rows_k = varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
   const int batch_q = varlen_q ? 1 : p.batch, batch_k = varlen_k ? 1 : p.batch;
@@ -80,22 +77,32 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
     return varlen ? row_stride * rows : batch_stride;
   };
 
+  const int eb = int(sizeof(Element));
+  const int64_t bs_q = bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q);
+  const int64_t bs_k = bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k);
+  const int64_t bs_v = bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k);
+  const int64_t bs_o = bstride(varlen_q, p.o_batch_stride, p.o_row_stride, rows_q);
+  detail::check_tma("q", p.q, eb, p.head_dim, rows_q, p.num_heads, batch_q, p.q_row_stride, p.q_head_stride, bs_q,
+                    kHeadDim, Tr::kBlockM);
+  detail::check_tma("k", p.k, eb, p.head_dim, rows_k, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride, bs_k,
+                    kHeadDim, Tr::kBlockN);
+  detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
+                    bs_v, kHeadDimV, Tr::kBlockN);
+  detail::check_tma("out", p.o, eb, p.head_dim_v, rows_q, p.num_heads, batch_q, p.o_row_stride, p.o_head_stride,
+                    bs_o, kHeadDimV, Tr::kBlockM);
+
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)),
                           make_shape(rows_q, p.head_dim, p.num_heads, batch_q),
-                          make_stride(p.q_row_stride, _1{}, p.q_head_stride,
-                                      bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q)));
+                          make_stride(p.q_row_stride, _1{}, p.q_head_stride, bs_q));
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k)),
                           make_shape(rows_k, p.head_dim, p.num_heads_k, batch_k),
-                          make_stride(p.k_row_stride, _1{}, p.k_head_stride,
-                                      bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k)));
+                          make_stride(p.k_row_stride, _1{}, p.k_head_stride, bs_k));
   Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)),
                            make_shape(p.head_dim_v, rows_k, p.num_heads_k, batch_k),
-                           make_stride(_1{}, p.v_row_stride, p.v_head_stride,
-                                       bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k)));
+                           make_stride(_1{}, p.v_row_stride, p.v_head_stride, bs_v));
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
                           make_shape(rows_q, p.head_dim_v, p.num_heads, batch_q),
-                          make_stride(p.o_row_stride, _1{}, p.o_head_stride,
-                                      bstride(varlen_q, p.o_batch_stride, p.o_row_stride, rows_q)));
+                          make_stride(p.o_row_stride, _1{}, p.o_head_stride, bs_o));
 
   typename Tr::KernelParams kp{
       make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Tr::SmemLayoutQ{}, Shape<typename Tr::BlkM, typename Tr::HD>{}, _1{}),

@@ -7,10 +7,9 @@ std::vector<FwdKernelEntry>& fwd_kernels() {
   return kernels;
 }
 
-FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v) {
-  for (const FwdKernelEntry& e : fwd_kernels())
-    if (e.is_bf16 == is_bf16 && e.head_dim == head_dim && e.head_dim_v == head_dim_v) return e.launch;
-  return nullptr;
+FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v, bool wide) {
+  const FwdKernelEntry* best = pick_fwd_kernel(fwd_kernels(), is_bf16, head_dim, head_dim_v, wide);
+  return best != nullptr ? best->launch : nullptr;
 }
 
 }  // namespace flash3

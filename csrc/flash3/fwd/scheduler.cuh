@@ -77,18 +77,18 @@ struct TileScheduler {
   const FwdParams& p;
   TileOrder order;
 
-  __device__ bool dynamic() const { return p.tile_counter != nullptr; }
-  __device__ int first() const { return int(blockIdx.x); }
-  __device__ bool done(int idx) const { return idx >= order.num_tiles(); }
+  __device__ __forceinline__ bool dynamic() const { return p.tile_counter != nullptr; }
+  __device__ __forceinline__ int first() const { return int(blockIdx.x); }
+  __device__ __forceinline__ bool done(int idx) const { return idx >= order.num_tiles(); }
 
-  __device__ bool has_rows(int idx) const {
+  __device__ __forceinline__ bool has_rows(int idx) const {
     const TileCoord c = order.at(idx);
     return c.m_block * kBlockM < seq_info(p, c.batch).seqlen_q;
   }
 
   // Producer warp (all lanes): the tile after `idx` for this CTA. Dynamic: lane 0 takes indices from
   // the counter (offset by the grid, whose first tiles were taken by blockIdx) until one has rows.
-  __device__ int fetch_next(int idx) const {
+  __device__ __forceinline__ int fetch_next(int idx) const {
     if (!dynamic()) return idx + int(gridDim.x);
     int next = 0;
     if (threadIdx.x % 32 == 0) {
@@ -99,7 +99,7 @@ struct TileScheduler {
     return __shfl_sync(0xffffffff, next, 0);
   }
 
-  __device__ WorkTile tile(int idx) const {
+  __device__ __forceinline__ WorkTile tile(int idx) const {
     WorkTile w;
     w.index = idx;
     w.coord = order.at(idx);

@@ -43,14 +43,15 @@ CUTE_HOST_DEVICE constexpr auto gmma_smem_atom() {
   }
 }
 
-template <bool kIsBf16, int kHeadDim_, int kHeadDimV_>
+// kWide: the wider tile for calls without a causal/local mask, where (d, d_v) has one.
+template <bool kIsBf16, int kHeadDim_, int kHeadDimV_, bool kWide = false>
 struct FwdTraits {
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   // The tile shape and its reasons live in attn_logic.h (unit-tested on the CPU).
-  static constexpr TileShape kTile = fwd_tile_shape(kHeadDim, kHeadDimV);
+  static constexpr TileShape kTile = fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
@@ -115,9 +116,10 @@ struct FwdTraits {
   using LayoutS = decltype(cute::partition_fragment_C(TiledMmaS{}, cute::Shape<BlkM, BlkN>{}).layout());
   using LayoutO = decltype(cute::partition_fragment_C(TiledMmaO{}, cute::Shape<BlkM, HDV>{}).layout());
   static constexpr int kRowsPerThread = decltype(cute::size<0>(acc_rowcol(LayoutO{})))::value;
-  // FA3: with a large O (d_v > 128) rescale it before issuing P.V, so the multiply does not compete
-  // with the softmax for the registers freed when the P.V finishes.
-  static constexpr bool kRescaleOBeforeGemm = kHeadDimV > 128;
+  // FA3's rule (by Q/K's head dim): past 128, rescale O before issuing the next P.V rather than
+  // after the last one finished, so the multiplies do not queue behind the softmax at the end of
+  // the step.
+  static constexpr bool kRescaleOBeforeGemm = kHeadDim > 128;
 
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(), SmemLayoutQ{},
                                             cute::Shape<BlkM, HD>{}, cute::_1{}));
