@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 # The CPU wheel of torch for GPU-less machines; on a Hopper box install a CUDA torch first and run
 # `pip install --no-build-isolation .` (see README).
 TORCH  ?= torch==2.13.0
+SELFTEST_FLAGS := -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
 
-.PHONY: setup main test compile-check extension-check device-prep device-check bench fp8-accuracy clean
+.PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench fp8-accuracy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +27,14 @@ test: setup
 compile-check:
 	$(PYTHON) tools/compile_check.py
 
+# The hang-diagnosis build (FLASH3_DEBUG_HANG=1, bounded waits that name their barrier) of the bf16
+# hdim-128 TUs (narrow and wide tile) compiles for sm_90a, and so does its self-test
+# (tools/device_check.sh runs both on the GPU).
+hang-build-check:
+	FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 $(PYTHON) tools/compile_check.py --debug-hang
+	mkdir -p build && "$$($(PYTHON) tools/flash3_build.py --cuda-home)/bin/nvcc" $(SELFTEST_FLAGS) \
+	  -I"$$($(PYTHON) tools/flash3_build.py --cutlass)" tools/debug_hang_selftest.cu -o build/debug_hang_selftest
+
 # Build the real extension against a CUDA build of torch and import it (no GPU needed).
 extension-check:
 	bash tools/extension_check.sh
@@ -34,7 +43,9 @@ extension-check:
 device-prep:
 	mkdir -p .whl && $(PYTHON) -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d .whl
 
-# On a lent H100/H200: build, GPU tests, compute-sanitizer, benchmark table; logs under $$OUT.
+# On a lent H100/H200, in one call of at most 10 minutes: build, smoke matrix (every kernel x
+# feature, isolated), hang diagnosis, compute-sanitizer, GPU tests, benchmark; one summary table
+# last, logs under $$OUT.
 device-check:
 	bash tools/device_check.sh
 

@@ -7,7 +7,8 @@ then, so pip's own "Successfully installed flash3-..." line shows it too.
 
 Knobs (environment): FLASH3_SKIP_CUDA=1, FLASH3_FORCE_CUDA=1, FLASH3_HDIMS=128,192x128,
 FLASH3_DTYPES=bf16, CUDA_HOME, CUTLASS_DIR, MAX_JOBS, FLASH3_NVCC_FLAGS (extra nvcc flags, e.g.
--lineinfo). See tools/flash3_build.py and third_party/README.md.
+-lineinfo), FLASH3_DEBUG_HANG=1 (the hang-diagnosis build). See tools/flash3_build.py and
+third_party/README.md.
 """
 
 import os
@@ -54,8 +55,8 @@ if PLAN.build_cuda:
         "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
         "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__",
         "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
-    ] + os.environ.get("FLASH3_NVCC_FLAGS", "").split()
-    sources = ["csrc/binding.cpp", "csrc/flash3/fwd_registry.cpp"] + [
+    ] + fb.extra_nvcc_flags()  # FLASH3_NVCC_FLAGS, FLASH3_DEBUG_HANG
+    sources = ["csrc/binding.cpp", "csrc/flash3/fwd/registry.cpp"] + [
         k.path.relative_to(ROOT).as_posix() for k in PLAN.kernels]
     ext_modules.append(CUDAExtension(
         name="flash3._C",

@@ -7,12 +7,26 @@ For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<n
   - the compile fails;
   - the SASS lacks HGMMA (wgmma), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
   - the SASS has BPT.TRAP (wgmma on plain sm_90, or a trap) or local-memory traffic (LDL/STL);
-  - ptxas reported C7510 or C7508, or any other "wgmma ... serialized" performance loss (C7512).
+  - ptxas reported ANY C75xx advisory (C7510 asserts, C7508, C7512/C7513/C7519/C7520 serialized
+    wgmma ...: each one means lost wgmma overlap) or a non-zero stack frame (an outlined call);
+  - the softmax does not overlap the P.V WGMMA: in every mainloop step (an RS HGMMA batch whose
+    wait is preceded by the `DEPBAR.LE gsb0, 0x1` that releases S), fewer than EX2_FLOOR_FRACTION
+    of the step's exponentials (MUFU.EX2) sit between the batch's last HGMMA and the
+    `WARPGROUP.DEPBAR.LE gsb0, 0x0` that waits for it (see ex2_overlap below).
 Then it prints a table: registers, static smem, spills, instruction counts, time.
+
+--debug-hang (or FLASH3_DEBUG_HANG=1, or -DFLASH3_DEBUG_HANG=1 in FLASH3_NVCC_FLAGS) checks the
+hang-diagnosis build instead (csrc/flash3/common/debug_hang.cuh), into build/sass-debug-hang/. Its
+printf-and-trap slow path is a function call in every wait, so it relaxes exactly what such calls
+break: BPT.TRAP must be present (the __trap) instead of absent; LDL/STL are allowed (printf's
+argument buffer and the spills the call ABI forces, ~0.6 KB per thread at hdim 128, shown in the
+table), and so are its stack frame, ptxas' C75xx advisories and the missing softmax/P.V overlap
+(a wgmma may not stay in flight across a call, so ptxas serializes them). HGMMA, UTMALDG, SYNCS and
+USETMAXREG are still required.
 
 Knobs: FLASH3_HDIMS / FLASH3_DTYPES (a subset, see csrc/generate_kernels.py), CUDA_HOME, CUTLASS_DIR,
 FLASH3_COMPILE_JOBS (default 2; each compile needs ~4 GB), FLASH3_EXTRA_INCLUDE_DIRS (searched before
-csrc/; for testing with a stand-in flash3/fwd_launch.cuh), FLASH3_NVCC_FLAGS.
+csrc/; for testing with a stand-in flash3/fwd/launch.cuh), FLASH3_NVCC_FLAGS.
 Needs nvcc (>= 12.3), the CUTLASS headers and cuobjdump; CI installs the last two with
   python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 (cuobjdump -sass runs nvdisasm, which it looks for beside itself, on PATH or in NVDISASM_PATH).
@@ -42,7 +56,9 @@ COUNTED = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL")
 INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
 
 # "/*01a0*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;"
-_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:\{\s*)?(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
+_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:\{\s*)?(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)\s*([^;]*)")
+# A P.V step's exponentials: each thread owns block_n / 2 scores of a 64 x block_n S tile.
+EX2_FLOOR_FRACTION = 0.25
 
 
 def find_cuobjdump(cuda_home: str | None) -> str | None:
@@ -75,6 +91,7 @@ class Result:
     spill_loads: int = 0
     stack: int = 0
     counts: dict = field(default_factory=dict)
+    overlap: list = field(default_factory=list)  # (EX2 under the P.V, EX2 of the step) per step
 
 
 def parse_ptxas(text: str, r: Result) -> None:
@@ -87,18 +104,52 @@ def parse_ptxas(text: str, r: Result) -> None:
         r.stack = max(r.stack, int(m.group(1)))
         r.spill_stores += int(m.group(2))
         r.spill_loads += int(m.group(3))
-    # C7510 (wgmma serialized: e.g. device asserts, no -DNDEBUG), C7508, and any other ptxas
-    # "Potential Performance Loss: wgmma ... serialized" (C7512: not enough registers, ...).
+    # Every C75xx advisory is a wgmma performance loss (C7510 device asserts, C7508, C7512 too few
+    # registers, C7513 operand registers written in flight, C7519/C7520 a call inside the wgmma
+    # window, ...): one of them anywhere serializes the kernel's wgmmas.
     seen = set()
     for line in text.splitlines():
         m = re.search(r"\((C75\d\d)\)", line)
-        if m and (m.group(1) in ("C7510", "C7508") or ("wgmma" in line and "serialized" in line)):
-            if m.group(1) not in seen:
-                seen.add(m.group(1))
-                r.problems.append(f"ptxas {m.group(1)}: {line.split(':', 1)[-1].strip()[:240]}")
+        if m and m.group(1) not in seen:
+            seen.add(m.group(1))
+            r.problems.append(f"ptxas {m.group(1)}: {line.split(':', 1)[-1].strip()[:240]}")
+    if r.stack:  # an outlined (non-inlined) device function: a CALL inside the mainloop
+        r.problems.append(f"ptxas: {r.stack} bytes stack frame (an outlined call; make it __forceinline__)")
 
 
-def scan_sass(sass: str, r: Result) -> None:
+def ex2_overlap(sass: str) -> list[tuple[int, int]]:
+    """(exponentials before the wait, exponentials of the step) for every mainloop step.
+
+    A step's P.V is an HGMMA batch with its A operand in registers ("HGMMA... R88, R180, gdesc");
+    the step waits for S with `WARPGROUP.DEPBAR.LE gsb0, 0x1`, runs the softmax, then waits for
+    the P.V with `WARPGROUP.DEPBAR.LE gsb0, 0x0`. The MUFU.EX2 between the batch's last HGMMA and
+    that second wait run while the P.V is in flight; the step's exponentials are those up to the
+    next HGMMA. The P.V after the mainloop (no 0x1 wait before its 0x0 wait) is not a step.
+    """
+    ins = [(m.group(1) + m.group(2), m.group(3)) for m in map(_INSN.match, sass.splitlines()) if m]
+    steps = []
+    for i, (op, args) in enumerate(ins):
+        if not (op.startswith("HGMMA") and re.match(r"R\d+, R\d+, ", args) and "gsb0" in args):
+            continue
+        before = total = 0
+        waited_s = waited_pv = False
+        for op2, args2 in ins[i + 1:]:
+            if op2.startswith("HGMMA"):
+                break
+            if op2 == "WARPGROUP.DEPBAR.LE" and not waited_pv:
+                if args2.replace(" ", "").endswith(",0x0"):
+                    waited_pv = True
+                else:
+                    waited_s = True
+            if op2 == "MUFU.EX2":
+                total += 1
+                before += not waited_pv
+        if waited_s and total:
+            steps.append((before, total))
+    return steps
+
+
+def scan_sass(sass: str, r: Result, debug_hang: bool = False) -> None:
     counts = {k: 0 for k in COUNTED}
     trap = 0
     for line in sass.splitlines():
@@ -111,18 +162,30 @@ def scan_sass(sass: str, r: Result) -> None:
         if op == "BPT" and mods.startswith(".TRAP"):
             trap += 1
     r.counts = counts
+    r.overlap = ex2_overlap(sass)
+    if not debug_hang:
+        low = [f"{b}/{t}" for b, t in r.overlap if b < EX2_FLOOR_FRACTION * t]
+        if not r.overlap:
+            r.problems.append("no mainloop step (RS HGMMA batch, DEPBAR 0x1, softmax, DEPBAR 0x0) found in the SASS")
+        elif low:
+            r.problems.append(f"softmax/P.V overlap below the floor ({EX2_FLOOR_FRACTION:.0%} of a step's "
+                              f"MUFU.EX2 before the P.V wait) in {len(low)} of {len(r.overlap)} steps: "
+                              + ", ".join(low))
     if not any(l.lstrip().startswith("Function :") for l in sass.splitlines()):
         r.problems.append("no device function in the SASS dump (is run_fwd instantiating a kernel?)")
     for k in REQUIRED:
         if counts[k] == 0:
             r.problems.append(f"no {k} instruction")
-    if trap:
+    r.counts["BPT.TRAP"] = trap
+    if debug_hang and not trap:
+        r.problems.append("no BPT.TRAP: the bounded waits of debug_hang.cuh are not compiled in")
+    if trap and not debug_hang:
         r.problems.append(f"{trap} BPT.TRAP instruction(s) (wgmma compiled for sm_90 instead of sm_90a?)")
-    if counts["LDL"] or counts["STL"]:
+    if (counts["LDL"] or counts["STL"]) and not debug_hang:
         r.problems.append(f"local-memory traffic: {counts['LDL']} LDL, {counts['STL']} STL")
 
 
-def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path) -> Result:
+def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_hang: bool = False) -> Result:
     r = Result(k.name)
     obj = obj_dir / f"{k.name}.o"
     ptxas_txt = OUT_DIR / f"{k.name}.ptxas.txt"
@@ -144,12 +207,15 @@ def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path) -> Result
         r.problems.append(f"nvcc failed (exit {rc}); see {ptxas_txt.relative_to(ROOT)}:\n{tail}")
         return r
     parse_ptxas(out, r)
+    if debug_hang:  # its out-of-line printf/trap path: serialized wgmma and a stack frame by design
+        r.problems = [p for p in r.problems
+                      if not (p.startswith("ptxas C75") or (p.startswith("ptxas: ") and "stack frame" in p))]
     proc = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True)
     if proc.returncode != 0:
         r.problems.append(f"cuobjdump -sass failed: {proc.stderr.strip()[:500]}")
         return r
     sass_txt.write_text(proc.stdout)
-    scan_sass(proc.stdout, r)
+    scan_sass(proc.stdout, r, debug_hang)
     obj.unlink()
     r.ok = not r.problems
     return r
@@ -159,7 +225,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-j", "--jobs", type=int, default=int(os.environ.get("FLASH3_COMPILE_JOBS", "2")),
                     help="parallel nvcc compiles (default 2; ~4 GB each)")
+    ap.add_argument("--debug-hang", action="store_true",
+                    help="check the FLASH3_DEBUG_HANG=1 build (adds the define; allows its traps, "
+                         "local memory and wgmma serialization)")
     args = ap.parse_args(argv)
+    global OUT_DIR
+    extra_flags = fb.extra_nvcc_flags()
+    if args.debug_hang and not fb.is_debug_hang(extra_flags):
+        extra_flags.append(fb.DEBUG_HANG_DEFINE)
+    debug_hang = fb.is_debug_hang(extra_flags)
+    if debug_hang:
+        OUT_DIR = ROOT / "build" / "sass-debug-hang"
 
     def fail(msg: str) -> int:
         print(f"compile-check: FAILED: {msg}", file=sys.stderr)
@@ -206,9 +282,9 @@ def main(argv=None) -> int:
     extra_inc = fb.extra_include_dirs()
     includes = extra_inc + [str(ROOT / "csrc")] + fb.cutlass_include_dirs(cutlass)
     cmd_base = ([os.path.join(cuda_home, "bin", "nvcc")] + fb.NVCC_KERNEL_FLAGS + ["-Xptxas=-v"]
-                + ["-I" + d for d in includes] + os.environ.get("FLASH3_NVCC_FLAGS", "").split())
+                + ["-I" + d for d in includes] + extra_flags)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    obj_dir = ROOT / "build" / "compile-check"
+    obj_dir = ROOT / "build" / ("compile-check-debug-hang" if debug_hang else "compile-check")
     obj_dir.mkdir(parents=True, exist_ok=True)
     jobs = max(1, args.jobs)
     print(f"compile-check: {len(kernels)} TU(s), {jobs} at a time; nvcc {ver[0]}.{ver[1]} ({cuda_home}), "
@@ -221,7 +297,7 @@ def main(argv=None) -> int:
     results: list[Result] = []
 
     def job(k):
-        r = compile_one(k, cmd_base, cuobjdump, obj_dir)
+        r = compile_one(k, cmd_base, cuobjdump, obj_dir, debug_hang)
         status = "ok" if r.ok else "FAIL"
         print(f"  [{status}] {r.name} ({r.seconds:.0f} s)", flush=True)
         return r
@@ -231,13 +307,14 @@ def main(argv=None) -> int:
     total = time.monotonic() - t0
 
     hdr = ["TU", "regs", "smem", "spill st/ld", "HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "SETMAXREG",
-           "time", "status"]
+           "EX2 under P.V", "time", "status"]
     rows = []
     for r in results:
         c = r.counts
         rows.append([r.name, str(r.registers if r.registers is not None else "-"),
                      str(r.smem if r.smem is not None else "-"), f"{r.spill_stores}/{r.spill_loads}",
                      *(str(c.get(k, "-")) for k in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")),
+                     "{}/{}".format(*min(r.overlap, key=lambda bt: bt[0] / bt[1])) if r.overlap else "-",
                      f"{r.seconds:.0f}s", "ok" if r.ok else "FAIL"])
     widths = [max(len(x) for x in col) for col in zip(hdr, *rows)]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
@@ -246,7 +323,9 @@ def main(argv=None) -> int:
     print(line(["-" * w for w in widths]))
     for row in rows:
         print(line(row))
-    print(f"\n(regs: ptxas' per-thread cap for the kernel; smem: static only. SASS and ptxas reports "
+    print(f"\n(regs: ptxas' per-thread cap for the kernel; smem: static only; EX2 under P.V: the worst "
+          f"mainloop step's exponentials issued before the wait on its P.V WGMMA, of the step's total. "
+          f"SASS and ptxas reports "
           f"in {OUT_DIR.relative_to(ROOT)}/; wall time {total:.0f} s)")
 
     bad = [r for r in results if not r.ok]
@@ -256,8 +335,12 @@ def main(argv=None) -> int:
             for p in r.problems:
                 print(f"compile-check: {r.name}: {p}", file=sys.stderr)
         return fail(f"{len(bad)} of {len(results)} kernel TU(s) failed")
+    if debug_hang:
+        print(f"compile-check: OK, {len(results)} hang-diagnosis TU(s) compiled for sm_90a with HGMMA, TMA, "
+              f"mbarriers, setmaxnreg and the bounded waits' traps (local memory and serialized wgmma allowed)")
+        return 0
     print(f"compile-check: OK, {len(results)} kernel TU(s) compiled for sm_90a with HGMMA, TMA, mbarriers "
-          f"and setmaxnreg, no traps, no local memory, no serialized wgmma")
+          f"and setmaxnreg, no traps, no local memory, no stack frame, no C75xx advisory, softmax under P.V")
     return 0
 
 

@@ -10,6 +10,9 @@ Knobs (environment):
   CUDA_HOME / CUDA_PATH the CUDA toolkit root (else found from nvcc on PATH, then /usr/local/cuda*)
   CUTLASS_DIR           a CUTLASS checkout (or its include/ dir); else third_party/cutlass, else the
                         nvidia-cutlass wheel (cutlass_library/source/include)
+  FLASH3_NVCC_FLAGS     extra nvcc flags for the kernel TUs (e.g. -lineinfo)
+  FLASH3_DEBUG_HANG=1   the hang-diagnosis build: adds -DFLASH3_DEBUG_HANG=1 (bounded waits that
+                        print the barrier they wait on, then trap; csrc/flash3/common/debug_hang.cuh)
 """
 
 from __future__ import annotations
@@ -38,6 +41,28 @@ NVCC_KERNEL_FLAGS = NVCC_ARCH_FLAGS + [
 
 def _truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+DEBUG_HANG_DEFINE = "-DFLASH3_DEBUG_HANG=1"
+
+
+def extra_nvcc_flags() -> list[str]:
+    """Kernel nvcc flags from the environment: FLASH3_NVCC_FLAGS, plus the hang-diagnosis define
+    when FLASH3_DEBUG_HANG=1."""
+    flags = os.environ.get("FLASH3_NVCC_FLAGS", "").split()
+    if _truthy("FLASH3_DEBUG_HANG") and not is_debug_hang(flags):
+        flags.append(DEBUG_HANG_DEFINE)
+    return flags
+
+
+def is_debug_hang(flags: list[str]) -> bool:
+    """Do these nvcc flags make the hang-diagnosis build?"""
+    on = False
+    for f in flags:
+        m = re.fullmatch(r"-DFLASH3_DEBUG_HANG(?:=(.*))?", f)
+        if m:  # the last one wins; -DNAME alone means 1
+            on = m.group(1) is None or m.group(1) not in ("0", "")
+    return on
 
 
 def log(msg: str) -> None:
@@ -245,7 +270,7 @@ def cutlass_include_dirs(include_dir: str) -> list[str]:
 
 def extra_include_dirs() -> list[str]:
     """FLASH3_EXTRA_INCLUDE_DIRS (os.pathsep-separated), searched before csrc/. A test hook: lets a
-    stand-in flash3/fwd_launch.cuh replace the real one."""
+    stand-in flash3/fwd/launch.cuh replace the real one."""
     return [d for d in os.environ.get("FLASH3_EXTRA_INCLUDE_DIRS", "").split(os.pathsep) if d]
 
 

@@ -1,45 +1,45 @@
-"""Small forward-kernel launches for compute-sanitizer (memcheck, racecheck): every feature path
-once, at lengths that leave partial tiles. Checks only that outputs are finite and fully written;
-correctness lives in tests/test_kernel_gpu.py."""
+"""Small forward-kernel launches for compute-sanitizer (memcheck, racecheck, synccheck).
+
+    python tools/sanitize_small.py                          # every feature path once (13 launches)
+    python tools/sanitize_small.py bf16:128:128/causal ...  # just these smoke cases
+
+The cases are tools/smoke.py's (lengths that leave partial tiles). Checks only that outputs are
+finite and fully written; correctness lives in tools/smoke.py and tests/test_kernel_gpu.py. Run
+with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so memcheck sees each tensor's real bounds.
+"""
 import json
+import os
+import sys
 
 import torch
 
-import flash3  # noqa: F401  (loads flash3._C)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import smoke  # noqa: E402
 
-built = {(dt, d, dv) for dt, d, dv in json.loads(torch.ops.flash3.kernel_info())["fwd"]}
-dev = "cuda"
+import flash3  # noqa: E402,F401  (loads flash3._C)
 
-
-def launch(dtype, d, dv, sq, sk, h=2, hk=1, b=2, causal=False, window=(-1, -1), softcap=0.0, varlen=False):
-    name = "bf16" if dtype == torch.bfloat16 else "fp16"
-    if (name, d, dv) not in built:
-        return
-    if varlen:
-        q = torch.randn(b * sq, h, d, device=dev, dtype=dtype)
-        k = torch.randn(b * sk, hk, d, device=dev, dtype=dtype)
-        v = torch.randn(b * sk, hk, dv, device=dev, dtype=dtype)
-        cu_q = torch.arange(0, b * sq + 1, sq, device=dev, dtype=torch.int32)
-        cu_k = torch.arange(0, b * sk + 1, sk, device=dev, dtype=torch.int32)
-        out = torch.full((b * sq, h, dv), float("nan"), device=dev, dtype=dtype)
-        lse = torch.full((h, b * sq), float("nan"), device=dev)
-    else:
-        q = torch.randn(b, sq, h, d, device=dev, dtype=dtype)
-        k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
-        v = torch.randn(b, sk, hk, dv, device=dev, dtype=dtype)
-        cu_q = cu_k = None
-        out = torch.full((b, sq, h, dv), float("nan"), device=dev, dtype=dtype)
-        lse = torch.full((b, h, sq), float("nan"), device=dev)
-    torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_q, cu_k, None, sq, sk, d ** -0.5, causal,
-                              window[0], window[1], softcap)
-    torch.cuda.synchronize()
-    assert torch.isfinite(out).all(), (dtype, d, dv, sq, sk, causal, window, varlen)
-    assert not torch.isnan(lse).any()
+DEFAULT = ([f"bf16:{d}:{dv}/{f}" for d, dv in [(64, 64), (128, 128), (192, 128), (256, 256)]
+            for f in ("full", "causal")]
+           + ["fp16:128:128/window", "fp16:128:128/softcap", "bf16:128:128/gqa",
+              "bf16:128:128/varlen", "bf16:128:128/kvcache"])
 
 
-for d, dv in [(64, 64), (128, 128), (192, 128), (256, 256)]:
-    launch(torch.bfloat16, d, dv, 113, 203)
-    launch(torch.bfloat16, d, dv, 203, 113, causal=True)
-launch(torch.float16, 128, 128, 77, 77, window=(32, 8), softcap=30.0)
-launch(torch.bfloat16, 128, 128, 65, 130, varlen=True, causal=True)
-print("sanitize_small: all launches done")
+def main(cases):
+    built = {f"{x[0]}:{x[1]}:{x[2]}" for x in json.loads(torch.ops.flash3.kernel_info())["fwd"]}
+    ran = 0
+    for case in cases:
+        kernel, feature = case.split("/")
+        if kernel not in built:
+            print(f"sanitize_small: {case}: kernel not built, skipped")
+            continue
+        c = smoke.make_case(feature, *smoke.parse_kernel(kernel))
+        out, lse = smoke.launch(c)
+        assert torch.isfinite(out).all(), f"{case}: non-finite or unwritten output"
+        assert not torch.isnan(lse).any(), f"{case}: unwritten lse"
+        ran += 1
+    print(f"sanitize_small: {ran} launch(es) done")
+    return 0 if ran else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or DEFAULT))

@@ -4,8 +4,8 @@
 // FLASH3_DEBUG_HANG=1 builds (tools/device_check.sh makes one when a smoke launch hangs): every
 // wait is bounded with clock64; on expiry the waiting thread prints block, warpgroup, barrier,
 // phase and tile, then traps, so a hang names its barrier instead of freezing the GPU. Named
-// barriers (bar.sync cannot be polled) are emulated there by shared-memory mbarriers with the
-// same arrival counts; see debug_hang.cuh.
+// barriers (bar.sync cannot be polled) are emulated there by counters in static shared memory (a
+// ticket barrier counting 32 per warp, as the hardware does); see debug_hang.cuh.
 #pragma once
 
 #include <cstdint>

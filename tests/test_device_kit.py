@@ -1,0 +1,375 @@
+"""The GPU bring-up kit without a GPU: tools/smoke.py's driver (kill, restart, budget) against a
+fake worker, its case checks on CPU tensors, the matrix and summary rendering, the plan handed to
+tools/device_check.sh, the hang-build knobs, and bash -n on the script."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import compile_check  # noqa: E402
+import device_summary  # noqa: E402
+import flash3_build  # noqa: E402
+import smoke  # noqa: E402
+
+# A stand-in for `smoke.py --worker`: FAKE="kernel/feature=mode;..." picks what each case does.
+FAKE_WORKER = textwrap.dedent("""
+    import json, os, signal, sys, time
+    a = sys.argv
+    kernel, feats = a[a.index("--kernel") + 1], a[a.index("--features") + 1].split(",")
+    modes = dict(x.split("=") for x in os.environ.get("FAKE", "").split(";") if x)
+    if os.environ.get("FAKE_PIDFILE"):
+        open(os.environ["FAKE_PIDFILE"], "a").write(f"{os.getpid()}\\n")
+    if modes.get(kernel) == "nostart":
+        print("ImportError: no flash3._C", file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps({"ready": True, "flash3": "/fake"}), flush=True)
+    for f in feats:
+        m = modes.get(f"{kernel}/{f}", modes.get("*", "ok"))
+        print(json.dumps({"begin": f}), flush=True)
+        if m == "hang":
+            time.sleep(1000)
+        if m == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if m == "exit":
+            print("RuntimeError: boom", file=sys.stderr)
+            sys.exit(7)
+        if m == "trap":  # what the FLASH3_DEBUG_HANG build does: printf lines, then a CUDA error
+            print("flash3 hang: block 3 warpgroup 1 thread 128 waits on KFull phase 0 tile 2", flush=True)
+            print(json.dumps({"kernel": kernel, "feature": f, "status": "crash",
+                              "detail": "CUDA error: unspecified launch failure"}), flush=True)
+            print("flash3 hang: block 5 warpgroup 0 thread 0 waits on KEmpty phase 1 tile 2", flush=True)
+            sys.exit(3)
+        print(json.dumps({"kernel": kernel, "feature": f, "status": m, "detail": m + " detail"}), flush=True)
+""")
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    path = tmp_path / "fake_worker.py"
+    path.write_text(FAKE_WORKER)
+
+    def setup(modes: str):
+        monkeypatch.setenv("FAKE", modes)
+        return [sys.executable, str(path)]
+    return setup
+
+
+def by_case(res):
+    return {(c["kernel"], c["feature"]): c for c in res["cases"]}
+
+
+def test_driver_classifies_kills_and_restarts(fake):
+    cmd = fake("bf16:64:64/causal=hang;bf16:64:64/gqa=segv;fp16:128:128/full=exit;"
+               "fp16:128:128/varlen=trap;bf16:96:96/window=wrong;bf16:96:96/softcap=nan")
+    jobs = [(k, smoke.FEATURES) for k in ("bf16:64:64", "bf16:96:96", "fp16:128:128")]
+    t0 = time.monotonic()
+    seen = []
+    res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
+                           on_record=seen.append)
+    assert time.monotonic() - t0 < 30
+    assert [len(x) for x in seen] == list(range(1, 22))  # progress after every case
+    c = by_case(res)
+    assert len(res["cases"]) == 21
+    assert c[("bf16:64:64", "causal")]["status"] == "hang"
+    assert "silent for 1 s" in c[("bf16:64:64", "causal")]["detail"]
+    assert c[("bf16:64:64", "gqa")]["status"] == "crash"
+    assert "SIGSEGV" in c[("bf16:64:64", "gqa")]["detail"]
+    assert c[("fp16:128:128", "full")]["status"] == "crash"
+    assert c[("fp16:128:128", "full")]["detail"] == "exit 7: RuntimeError: boom"
+    trap = c[("fp16:128:128", "varlen")]
+    assert trap["status"] == "crash" and "unspecified launch failure" in trap["detail"]
+    assert len(trap["device_lines"]) == 2  # printf before and after the worker's JSON line
+    assert c[("bf16:96:96", "window")]["status"] == "wrong"
+    assert c[("bf16:96:96", "softcap")]["status"] == "nan"
+    # Everything after a hang or crash ran in a restarted worker.
+    for k, f in [("bf16:64:64", "window"), ("bf16:64:64", "kvcache"), ("fp16:128:128", "causal"),
+                 ("fp16:128:128", "kvcache")]:
+        assert c[(k, f)]["status"] == "ok", (k, f)
+        assert c[(k, f)]["flash3"] == "/fake"
+    assert smoke.counts(res["cases"]) == {"ok": 15, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
+
+
+def test_driver_budget_leaves_not_run(fake):
+    cmd = fake("*=hang")
+    jobs = [("bf16:128:128", smoke.FEATURES), ("fp16:128:128", smoke.FEATURES)]
+    t0 = time.monotonic()
+    res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=2.5)
+    assert time.monotonic() - t0 < 12
+    n = smoke.counts(res["cases"])
+    assert n.get("hang", 0) >= 2 and n.get("not run", 0) >= 8
+    assert sum(n.values()) == 14
+    c = by_case(res)
+    # Retries go to the back of the queue: both kernels got their first case before any second.
+    assert c[("bf16:128:128", "full")]["status"] == c[("fp16:128:128", "full")]["status"] == "hang"
+
+
+def test_driver_worker_that_cannot_start(fake):
+    res = smoke.run_matrix([("bf16:64:64", ["full", "causal"])], fake("bf16:64:64=nostart"),
+                           parallel=1, case_timeout=1, start_timeout=20, budget=30)
+    for c in res["cases"]:
+        assert c["status"] == "crash"
+        assert c["detail"] == "worker failed to start: exit 1: ImportError: no flash3._C"
+
+
+def test_driver_sigterm_kills_its_workers(fake, tmp_path, monkeypatch):
+    pidfile = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_PIDFILE", str(pidfile))
+    cmd = fake("*=hang")
+    drv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels", "bf16:64:64",
+                            "--worker-cmd", " ".join(cmd), "--case-timeout", "100"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    drv.send_signal(signal.SIGTERM)
+    assert drv.wait(timeout=20) == 128 + signal.SIGTERM
+    pid = int(pidfile.read_text().split()[0])
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the hung worker outlived its driver")
+
+
+def test_cli_json_and_plan_for_bash(fake, tmp_path):
+    cmd = fake("bf16:128:128/causal=hang;fp16:192:128/full=wrong;bf16:64:64/varlen=segv")
+    out = tmp_path / "smoke.json"
+    kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels", kernels,
+                        "--worker-cmd", " ".join(cmd), "--case-timeout", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "smoke matrix" in p.stdout and "HANG" in p.stdout
+    saved = json.loads(out.read_text())
+    assert len(saved["cases"]) == 28 and "partial" not in saved
+    sh = (f'eval "$({sys.executable} {ROOT}/tools/smoke.py --plan {out})"; '
+          'printf "%s|" "$HANG_CASES" "$FAIL_CASES" "$BENCH_HDIMS" "$PYTEST_K"')
+    got = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, check=True).stdout.split("|")
+    assert got[:4] == ["bf16:128:128/causal", "bf16:64:64/varlen fp16:192:128/full",
+                       "64,256", "not (bf16 and d128_128)"]  # bench: full and causal ok
+
+
+def test_render_matrix_and_hang_lines():
+    cases = [{"kernel": "bf16:192:128", "feature": f, "status": "ok"} for f in smoke.FEATURES]
+    cases[1] = {"kernel": "bf16:192:128", "feature": "causal", "status": "wrong",
+                "detail": "max err 3.1e-01 > tol 4.0e-03"}
+    cases.append({"kernel": "fp16:64:64", "feature": "full", "status": "crash", "detail": "exit 3",
+                  "device_lines": [
+                      "flash3 hang: block 0 warpgroup 1 thread 128 waits on KFull phase 0 tile 0",
+                      "flash3 hang: block 1 warpgroup 1 thread 160 waits on KFull phase 0 tile 0",
+                      "flash3 hang: block 0 warpgroup 0 thread 0 waits on KEmpty phase 1 tile 0"]})
+    cases.append({"kernel": "fp16:64:64", "feature": "causal", "status": "not run"})
+    text = smoke.render_matrix(cases)
+    lines = text.splitlines()
+    assert lines[0].split() == ["kernel"] + smoke.FEATURES
+    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok"]
+    assert lines[2].split() == ["fp16", "64", "CRASH", "-"]
+    assert "9 cases: 6 ok, 1 wrong, 1 crash, 1 not run" in text
+    assert "bf16 192x128 causal: wrong: max err 3.1e-01 > tol 4.0e-03" in text
+    assert smoke.hang_lines(cases) == [
+        "fp16 64 full: warpgroup 1 waits on KFull phase 0 tile 0  (2 warps in 2 blocks)",
+        "fp16 64 full: warpgroup 0 waits on KEmpty phase 1 tile 0  (1 warps in 1 blocks)"]
+
+
+@pytest.mark.parametrize("feature", smoke.FEATURES)
+def test_case_check_classifies_on_cpu(feature):
+    """check() with the fp64 reference rounded to bf16 as the 'kernel' output: ok; one element
+    off: wrong; a NaN (an unwritten element): nan. Covers each feature's per-sequence slicing."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import attention_ref64
+    c = smoke.make_case(feature, "bf16", 64, 64, device="cpu")
+    varlen = c["cu_q"] is not None
+    q = c["q"]
+    out = torch.zeros(*q.shape[:-1], c["v"].shape[-1], dtype=q.dtype)
+    lse = torch.zeros((q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1]))
+    kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
+    for o, l, qq, k, v in smoke._pieces(c, out, lse):
+        ref, ref_lse = attention_ref64(qq, k, v, **kw)
+        o.copy_(ref.to(o.dtype))
+        l.copy_(ref_lse.float())
+    assert smoke.check(c, out, lse)["status"] == "ok"
+    bad = out.clone()
+    bad.view(-1)[-5] += 1.0
+    r = smoke.check(c, bad, lse)
+    assert r["status"] == "wrong" and r["detail"].startswith("max err")
+    bad_lse = lse.clone()
+    bad_lse.view(-1)[3] += 0.5
+    assert smoke.check(c, out, bad_lse)["status"] == "wrong"
+    bad = out.clone()
+    bad.view(-1)[7] = float("nan")
+    assert smoke.check(c, bad, lse)["status"] == "nan"
+
+
+PYTEST_DONE = """\
+tests/test_kernel_gpu.py::test_a[x] PASSED                                   [ 50%]
+tests/test_kernel_gpu.py::test_b[y] FAILED                                   [100%]
+=========================== short test summary info ============================
+FAILED tests/test_kernel_gpu.py::test_b[y] - AssertionError: out: max err 1.0e+00 > tolerance
+=================== 1 failed, 1 passed, 3 skipped in 12.34s ===================
+"""
+PYTEST_KILLED = """\
+[gw0] [  1%] PASSED tests/test_kernel_gpu.py::test_feature_matrix[1x1-full-d64_64-bf16]
+[gw1] [  2%] PASSED tests/test_kernel_gpu.py::test_feature_matrix[1x1-full-d64_64-fp16]
+[gw2] [  3%] FAILED tests/test_kernel_gpu.py::test_feature_matrix[1x1-causal-d64_64-bf16]
+[gw3] [  4%] SKIPPED tests/test_kernel_gpu.py::test_feature_matrix[1x1-full-d96_96-bf16]
++++++++++++++++++++++++++++++++++++ Timeout ++++++++++++++++++++++++++++++++++++
+"""
+
+
+def test_pytest_counts():
+    r = device_summary.pytest_counts(PYTEST_DONE)
+    assert (r["passed"], r["failed"], r["skipped"], r["complete"]) == (1, 1, 3, True)
+    assert r["failures"] == [
+        "tests/test_kernel_gpu.py::test_b[y] - AssertionError: out: max err 1.0e+00 > tolerance"]
+    r = device_summary.pytest_counts(PYTEST_KILLED)
+    assert (r["passed"], r["failed"], r["skipped"], r["complete"]) == (2, 1, 1, False)
+    assert r["timeout"]
+    assert r["failures"] == ["tests/test_kernel_gpu.py::test_feature_matrix[1x1-causal-d64_64-bf16]"]
+
+
+MEMCHECK = """\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 16 bytes
+=========     at void flash3::fwd_kernel<...>+0x1a30
+=========     by thread (128,0,0) in block (3,0,0)
+sanitize_small: 13 launch(es) done
+========= ERROR SUMMARY: 4 errors
+"""
+RACECHECK = """\
+========= COMPUTE-SANITIZER
+========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)
+"""
+
+
+def test_sanitizer_result():
+    r = device_summary.sanitizer_result(MEMCHECK)
+    assert r["errors"] == 4 and r["first"] == "Invalid __global__ read of size 16 bytes"
+    r = device_summary.sanitizer_result(RACECHECK)
+    assert r["errors"] == 0 and r["note"] == "2 hazards (0 errors, 2 warnings)"
+    r = device_summary.sanitizer_result("Traceback...\nAssertionError: bf16:64:64/full: unwritten lse\n")
+    assert r["errors"] is None and "unwritten lse" in r["first"]
+
+
+def bench_json():
+    rows = []
+    for d in (128, 256):
+        for causal in (False, True):
+            for s in (2048, 8192):
+                rows.append({"hdim": d, "causal": causal, "seqlen": s, "flash3": 600.0 - 50 * causal + d / 4,
+                             "sdpa_flash": 350.0, "sdpa_cudnn": 600.0})
+    return {"device": "NVIDIA H100 80GB HBM3", "gemm_tflops": 790.0, "rows": rows}
+
+
+def test_bench_lines():
+    text = "\n".join(device_summary.bench_lines(bench_json()))
+    assert "d128 non-causal 8k: 632 TFLOP/s = 1.05x cuDNN (target >= 1.0), 1.81x SDPA-flash (>= 1.6)" in text
+    assert "d256 best: 664 TFLOP/s (target >= 650)" in text
+    assert "causal/non-causal (target >= 0.9): d128 8k 0.92, d256 8k 0.92" in text
+
+
+def write_run(work, out, smoke_cases, pytest_text, extra_steps=()):
+    work.mkdir()
+    out.mkdir()
+    steps = [("build", "ok", 140, work / "build.log"), ("smoke", "ok", 35, work / "smoke.log"),
+             ("pytest", "ok", 120, out / "pytest.log"), ("bench", "ok", 30, out / "device_check.log")]
+    steps += list(extra_steps)
+    (work / "steps.tsv").write_text("".join(f"{n}\t{s}\t{t}\t{l}\n" for n, s, t, l in steps))
+    (work / "env.txt").write_text("NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz, 580.159.04\ntorch 2.11.0\n")
+    (out / "smoke.json").write_text(json.dumps({"cases": smoke_cases, "elapsed": 30, "parallel": 4,
+                                                "case_timeout": 15}))
+    (out / "pytest.log").write_text(pytest_text)
+    (out / "bench_fwd.json").write_text(json.dumps(bench_json()))
+
+
+def test_summary_pass_and_fail(tmp_path):
+    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in smoke.FEATURES]
+    san = tmp_path / "san1.log"
+    san.write_text("========= ERROR SUMMARY: 0 errors\n")
+    write_run(tmp_path / "w", tmp_path / "o", ok_cases, PYTEST_DONE.replace("1 failed, ", ""),
+              [("memcheck default", "ok", 30, san)])
+    text, res, ok = device_summary.summarize(tmp_path / "w", tmp_path / "o", 570, 400)
+    assert ok and text.splitlines()[0] == "======== flash3 device check: PASS ========"
+    assert "memcheck default" in text and "clean: 0 errors" in text
+    assert "d256 best: 664 TFLOP/s" in text and "bf16 128" in text
+
+    bad_cases = ok_cases[:-1] + [{"kernel": "bf16:128:128", "feature": "kvcache", "status": "hang",
+                                  "detail": "silent for 15 s"}]
+    hang = {"cases": [{"kernel": "bf16:128:128", "feature": "kvcache", "status": "crash",
+                       "device_lines": [
+                           "flash3 hang: block 2 warpgroup 0 thread 0 waits on VTail phase 1 tile 4"]}]}
+    (tmp_path / "w2").mkdir()
+    write_run(tmp_path / "w2" / "w", tmp_path / "w2" / "o", bad_cases, PYTEST_KILLED,
+              [("hang_build bf16 128", "ok", 80, tmp_path / "x.log")])
+    (tmp_path / "w2" / "w" / "hang.json").write_text(json.dumps(hang))
+    text, res, ok = device_summary.summarize(tmp_path / "w2" / "w", tmp_path / "w2" / "o", 570, 560)
+    assert not ok and "FAIL (smoke 1 of 7 not ok; pytest)" in text.splitlines()[0]
+    assert "bf16 128 kvcache: warpgroup 0 waits on VTail phase 1 tile 4  (1 warps in 1 blocks)" in text
+    assert "2 passed, 1 failed, 0 errors, 1 skipped (incomplete: ok)" in text
+    assert len(text) < 8000  # the device call returns 12,000 characters of output tail
+
+
+def test_summary_after_a_failed_build(tmp_path):
+    work, out = tmp_path / "w", tmp_path / "o"
+    work.mkdir()
+    out.mkdir()
+    (work / "steps.tsv").write_text(f"build\texit 1\t95\t{work / 'build.log'}\n")
+    (work / "build.log").write_text('ninja: building\ncsrc/x.cu(12): error: identifier "foo" is undefined\n')
+    text, res, ok = device_summary.summarize(work, out, 570, 100)
+    assert not ok and "build exit 1" in text.splitlines()[0]
+    assert 'csrc/x.cu(12): error: identifier "foo" is undefined' in text
+
+
+def test_hang_build_knob(monkeypatch):
+    monkeypatch.delenv("FLASH3_DEBUG_HANG", raising=False)
+    monkeypatch.setenv("FLASH3_NVCC_FLAGS", "-lineinfo")
+    assert flash3_build.extra_nvcc_flags() == ["-lineinfo"]
+    monkeypatch.setenv("FLASH3_DEBUG_HANG", "1")
+    assert flash3_build.extra_nvcc_flags() == ["-lineinfo", "-DFLASH3_DEBUG_HANG=1"]
+    assert flash3_build.is_debug_hang(["-DFLASH3_DEBUG_HANG"])
+    assert flash3_build.is_debug_hang(["-DFLASH3_DEBUG_HANG=1"])
+    assert not flash3_build.is_debug_hang(["-DFLASH3_DEBUG_HANG=0"])
+    assert not flash3_build.is_debug_hang(["-DFLASH3_DEBUG_HANG=1", "-DFLASH3_DEBUG_HANG=0"])
+
+
+SASS = """\
+\t\tFunction : _ZN6flash310fwd_kernel
+        /*0070*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0 ;
+        /*0080*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+        /*0090*/                   UTMALDG.2D [UR8], [UR4] ;
+        /*00a0*/                   SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4], RZ ;
+        /*00b0*/                   STL [R1], R2 ;
+        /*00c0*/                   BPT.TRAP 0x1 ;
+"""
+
+
+def test_compile_check_relaxes_only_for_the_debug_build():
+    r = compile_check.Result("t")
+    compile_check.scan_sass(SASS, r, debug_hang=False)
+    assert any("BPT.TRAP" in p for p in r.problems) and any("local-memory" in p for p in r.problems)
+    r = compile_check.Result("t")
+    compile_check.scan_sass(SASS, r, debug_hang=True)
+    assert not any("BPT.TRAP" in p or "local-memory" in p for p in r.problems), r.problems
+    r = compile_check.Result("t")
+    compile_check.scan_sass(SASS.replace("BPT.TRAP 0x1", "NOP"), r, debug_hang=True)
+    assert any("no BPT.TRAP" in p for p in r.problems)
+    r = compile_check.Result("t")
+    compile_check.scan_sass(SASS.replace("USETMAXREG", "NOP"), r, debug_hang=True)
+    assert any("no USETMAXREG" in p for p in r.problems)
+
+
+def test_device_check_script_parses():
+    subprocess.run(["bash", "-n", str(ROOT / "tools" / "device_check.sh")], check=True)

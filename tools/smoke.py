@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""Smoke matrix for a lent Hopper GPU: one small launch per (compiled kernel, feature), each
+isolated so that a crash or a hang costs one cell, not the run.
+
+Driver (default): runs one worker process per kernel (--parallel at a time). A worker prints one
+JSON line per finished case. The driver kills a worker that stays silent past --case-timeout (the
+case in flight: hang) and records a worker that dies as a crash of its case (signal or exit code,
+last stderr line); the kernel's remaining features go to a fresh worker at the back of the queue,
+so every kernel gets its first cases before anyone's retries. At --budget seconds the driver
+stops: cases in flight or not started are "not run". Prints the matrix; --json writes the cases.
+
+Worker (--worker --kernel bf16:128:128 --features full,causal): one launch per feature through
+torch.ops.flash3.fwd_sm90 on NaN-poisoned out/lse, checked against the fp64 reference with the
+FlashAttention rule of tests/helpers.py. Lines it cannot parse (device printf of the
+FLASH3_DEBUG_HANG build) are kept with the case they interrupted.
+
+Statuses: ok, wrong (error over the FA tolerance, or lse off), nan (NaN in out/lse: unwritten or
+non-finite), error (the call was refused, CUDA still usable), crash, hang, not run.
+
+--plan FILE prints shell assignments for tools/device_check.sh (which cases to diagnose next).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache"]
+BAD = ("wrong", "nan", "error", "crash", "hang")
+SQ, SK = 203, 331  # partial tiles for every block size
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases (worker side; also used by tools/sanitize_small.py)
+
+
+def parse_kernel(kid: str) -> tuple[str, int, int]:
+    """'bf16:192:128' -> ('bf16', 192, 128)."""
+    dt, d, dv = kid.split(":")
+    return dt, int(d), int(dv)
+
+
+def kernel_label(kid: str) -> str:
+    dt, d, dv = parse_kernel(kid)
+    return f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}"
+
+
+def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0) -> dict:
+    """Inputs and options of one smoke case (fwd_sm90's arguments but out/lse)."""
+    import torch
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    c = dict(feature=feature, causal=False, window=(-1, -1), softcap=0.0, cu_q=None, cu_k=None,
+             seqused_k=None, lens_q=None, lens_k=None)
+    b, h, hk, sq, sk = 2, 2, 2, SQ, SK
+    if feature == "causal":
+        c["causal"] = True
+    elif feature == "window":
+        c["window"] = (97, 13)
+    elif feature == "softcap":
+        c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
+    elif feature == "gqa":
+        h, hk = 6, 2
+    if feature == "varlen":
+        c["lens_q"], c["lens_k"] = [SQ, 77], [SK, 150]
+        c["q"], c["k"], c["v"] = rnd(SQ + 77, h, d), rnd(SK + 150, hk, d), rnd(SK + 150, hk, dv)
+        cum = lambda ls: torch.tensor([0] + ls, device=device).cumsum(0).to(torch.int32)  # noqa: E731
+        c["cu_q"], c["cu_k"] = cum(c["lens_q"]), cum(c["lens_k"])
+        c["max_q"], c["max_k"] = SQ, SK
+        return c
+    if feature == "kvcache":  # a batched cache, used up to seqused_k (its tail is finite, as required)
+        sq, sk = 77, 512
+        c["lens_k"] = [SK, 150]
+        c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
+    c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
+    c["max_q"], c["max_k"] = sq, sk
+    return c
+
+
+def launch(c: dict):
+    """One synchronized fwd_sm90 launch into NaN-poisoned out/lse."""
+    import torch
+    q, k, v = c["q"], c["k"], c["v"]
+    nan = float("nan")
+    if c["cu_q"] is not None:
+        out = torch.full((*q.shape[:2], v.shape[-1]), nan, device=q.device, dtype=q.dtype)
+        lse = torch.full((q.shape[1], q.shape[0]), nan, device=q.device)
+    else:
+        out = torch.full((*q.shape[:3], v.shape[-1]), nan, device=q.device, dtype=q.dtype)
+        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), nan, device=q.device)
+    torch.ops.flash3.fwd_sm90(q, k, v, out, lse, c["cu_q"], c["cu_k"], c["seqused_k"], c["max_q"],
+                              c["max_k"], q.shape[-1] ** -0.5, c["causal"], c["window"][0],
+                              c["window"][1], c["softcap"])
+    torch.cuda.synchronize()
+    return out, lse
+
+
+def _pieces(c, out, lse):
+    """(out, lse, q, k, v) per sequence, batched 4-D, for the reference."""
+    q, k, v = c["q"], c["k"], c["v"]
+    if c["cu_q"] is not None:
+        oq = ok = 0
+        for lq, lk in zip(c["lens_q"], c["lens_k"]):
+            yield (out[oq:oq + lq][None], lse[:, oq:oq + lq][None], q[oq:oq + lq][None],
+                   k[ok:ok + lk][None], v[ok:ok + lk][None])
+            oq, ok = oq + lq, ok + lk
+    elif c["seqused_k"] is not None:
+        for i, n in enumerate(c["lens_k"]):
+            yield out[i:i + 1], lse[i:i + 1], q[i:i + 1], k[i:i + 1, :n], v[i:i + 1, :n]
+    else:
+        yield out, lse, q, k, v
+
+
+def check(c: dict, out, lse) -> dict:
+    """Classify one launch: nan, wrong or ok, with the worst error against its tolerance."""
+    import torch
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import attention_naive, attention_ref64, fa_tolerance, max_err
+    if torch.isnan(out).any() or torch.isnan(lse).any():
+        return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "
+                                           f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
+    kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
+    worst = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
+    for o, l, q, k, v in _pieces(c, out, lse):
+        ref, ref_lse = attention_ref64(q, k, v, **kw)
+        naive, _ = attention_naive(q, k, v, **kw)
+        err, tol = max_err(o, ref), fa_tolerance(naive, ref, o.dtype)
+        if err / tol > worst["err"] / worst["tol"]:
+            worst.update(err=err, tol=tol)
+        if not torch.equal(torch.isinf(l), torch.isinf(ref_lse)):
+            worst.update(status="wrong", detail="lse: -inf pattern differs from the reference")
+            continue
+        fin = torch.isfinite(ref_lse)
+        if fin.any():
+            lerr = max_err(l[fin], ref_lse[fin])
+            worst["lse_err"] = max(worst["lse_err"], lerr)
+            if lerr > 1e-3 * (1 + ref_lse[fin].abs().max().item()):
+                worst.update(status="wrong", detail=f"lse err {lerr:.2e}")
+    if worst["err"] > worst["tol"]:
+        worst.update(status="wrong", detail=f"max err {worst['err']:.2e} > tol {worst['tol']:.2e}")
+    return worst
+
+
+def _emit(obj) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def _cuda_broken() -> bool:
+    import torch
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+        return False
+    except Exception:  # noqa: BLE001 (a sticky CUDA error surfaces as any exception type)
+        return True
+
+
+def worker(kernel: str, features: list[str]) -> int:
+    import torch
+    import flash3  # noqa: F401  (loads flash3._C)
+    dt, d, dv = parse_kernel(kernel)
+    built = {tuple(x[:3]) for x in json.loads(torch.ops.flash3.kernel_info())["fwd"]}
+    torch.zeros(1, device="cuda")
+    _emit({"ready": True, "flash3": os.path.dirname(flash3.__file__)})
+    for f in features:
+        _emit({"begin": f})
+        t0 = time.monotonic()
+        if (dt, d, dv) not in built:
+            res = {"status": "error", "detail": "kernel not in this build"}
+        else:
+            try:
+                c = make_case(f, dt, d, dv)
+                res = check(c, *launch(c))
+            except Exception as e:  # noqa: BLE001
+                msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+                if _cuda_broken():  # sticky error: this process is done; the driver restarts one
+                    try:
+                        ctypes.CDLL(None).fflush(None)  # device printf sits in C's stdout buffer
+                    except OSError:
+                        pass
+                    _emit({"kernel": kernel, "feature": f, "status": "crash", "detail": msg,
+                           "seconds": round(time.monotonic() - t0, 2)})
+                    return 3
+                res = {"status": "error", "detail": msg}
+        res.update(kernel=kernel, feature=f, seconds=round(time.monotonic() - t0, 2))
+        _emit(res)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+def _exit_detail(rc: int, errf) -> str:
+    try:
+        what = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"
+    except ValueError:
+        what = f"killed by signal {-rc}"
+    try:
+        errf.seek(0)
+        last = [l.strip() for l in errf.read().splitlines() if l.strip()]
+    except (OSError, ValueError):
+        last = []
+    return what + (f": {last[-1][:300]}" if last else "")
+
+
+LIVE: set = set()  # running workers, killed if the driver itself is terminated
+
+
+def _on_term(signum, frame):
+    for p in list(LIVE):
+        _kill(p)
+    sys.exit(128 + signum)
+
+
+def _kill(proc) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the worker and what it started
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _pump(stream, q) -> None:
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+def run_worker(kernel, feats, cmd, record, case_timeout, start_timeout, deadline, env=None) -> list:
+    """Runs one worker over feats, recording results; returns the features left for a new worker."""
+    errf = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd + ["--kernel", kernel, "--features", ",".join(feats)],
+                            stdout=subprocess.PIPE, stderr=errf, text=True, errors="replace",
+                            start_new_session=True, env=env)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    LIVE.add(proc)
+    left, extra, ready, where = list(feats), [], False, None
+    last = time.monotonic()
+    try:
+        while left:
+            limit = case_timeout if ready else start_timeout
+            try:
+                line = lines.get(timeout=max(0.0, min(last + limit, deadline) - time.monotonic()))
+            except queue.Empty:
+                _kill(proc)
+                if time.monotonic() < last + limit:  # the budget ran out, not the case
+                    return []
+                what = f"silent for {limit:.0f} s" + ("" if ready else " (worker start-up)")
+                record(kernel, left[0], "hang", what, extra)
+                return left[1:]
+            if line is None:  # the worker ended before finishing its features
+                rc = proc.wait()
+                detail = _exit_detail(rc, errf) if rc else "exited early (exit 0)"
+                if not ready:  # it never got going: the same would happen again
+                    for f in left:
+                        record(kernel, f, "crash", "worker failed to start: " + detail, extra)
+                    return []
+                record(kernel, left[0], "crash", detail, extra)
+                return left[1:]
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = None
+            if not isinstance(msg, dict):  # device printf (or other noise): kept with the case
+                if len(extra) < 200:
+                    extra.append(line.rstrip()[:300])
+                continue
+            last = time.monotonic()
+            if msg.get("ready"):
+                ready, where = True, msg.get("flash3")
+            elif msg.get("feature") in left:
+                f = msg["feature"]
+                left.remove(f)
+                if msg.get("status") == "crash":  # it exits now; keep its last printf lines
+                    end = time.monotonic() + 5
+                    while (line := _get(lines, end - time.monotonic())) is not None:
+                        if not line.lstrip().startswith("{") and len(extra) < 200:
+                            extra.append(line.rstrip()[:300])
+                    record(kernel, f, "crash", msg.get("detail", ""), extra, dict(msg, flash3=where))
+                    return left
+                record(kernel, f, msg.get("status", "error"), msg.get("detail", ""), extra,
+                       dict(msg, flash3=where))
+                extra = []
+        return []
+    finally:
+        _kill(proc)
+        LIVE.discard(proc)
+        errf.close()
+
+
+def _get(q, timeout):
+    try:
+        return q.get(timeout=max(0.0, timeout))
+    except queue.Empty:
+        return None
+
+
+def run_matrix(jobs, worker_cmd, parallel=4, case_timeout=15.0, start_timeout=60.0, budget=150.0,
+               env=None, log=None, on_record=None) -> dict:
+    """jobs: [(kernel, [features])]. Returns {"cases": [...], "elapsed": s, ...}; every (kernel,
+    feature) of jobs gets exactly one case record. on_record(cases so far) follows progress."""
+    t0 = time.monotonic()
+    deadline = t0 + budget
+    todo = collections.deque((k, list(fs)) for k, fs in jobs if fs)
+    results: dict = {}
+    lock = threading.Condition()
+    active = [0]
+
+    def record(kernel, feature, status, detail, extra=(), msg=None):
+        rec = dict(msg or {})
+        rec.update(kernel=kernel, feature=feature, status=status)
+        if detail:
+            rec["detail"] = detail
+        if extra:
+            rec["device_lines"] = list(extra)
+        with lock:
+            results[(kernel, feature)] = rec
+            if on_record:
+                on_record(list(results.values()))
+        if log:
+            log(f"  {kernel_label(kernel):13s} {feature:8s} {status}" + (f": {detail}" if detail else ""))
+
+    def slot():
+        while True:
+            with lock:
+                while not todo and active[0] and time.monotonic() < deadline:
+                    lock.wait(0.2)
+                if not todo or time.monotonic() >= deadline:
+                    return
+                kernel, feats = todo.popleft()
+                active[0] += 1
+            rest = []
+            try:
+                rest = run_worker(kernel, feats, worker_cmd, record, case_timeout, start_timeout,
+                                  deadline, env)
+            finally:
+                with lock:
+                    active[0] -= 1
+                    if rest:
+                        todo.append((kernel, rest))  # retries after everyone else's first turn
+                    lock.notify_all()
+
+    threads = [threading.Thread(target=slot, daemon=True) for _ in range(max(1, parallel))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cases = []
+    for kernel, feats in jobs:
+        for f in feats:
+            cases.append(results.get((kernel, f)) or
+                         {"kernel": kernel, "feature": f, "status": "not run", "detail": "out of time"})
+    return {"cases": cases, "elapsed": round(time.monotonic() - t0, 1), "budget": budget,
+            "case_timeout": case_timeout, "parallel": parallel}
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering and planning
+
+CELL = {"ok": "ok", "wrong": "WRONG", "nan": "NAN", "error": "ERROR", "crash": "CRASH",
+        "hang": "HANG", "not run": "-"}
+
+
+def counts(cases) -> dict:
+    return dict(collections.Counter(c["status"] for c in cases))
+
+
+def render_matrix(cases, max_details=16) -> str:
+    """The kernel x feature grid, then one line per case that is not ok."""
+    kernels = list(dict.fromkeys(c["kernel"] for c in cases))
+    feats = [f for f in FEATURES if any(c["feature"] == f for c in cases)]
+    feats += [f for f in dict.fromkeys(c["feature"] for c in cases) if f not in feats]
+    by = {(c["kernel"], c["feature"]): c for c in cases}
+    w = max([7] + [len(f) for f in feats])
+    lines = ["kernel        " + " ".join(f.ljust(w) for f in feats)]
+    for k in kernels:
+        cells = [CELL.get(by[(k, f)]["status"], "?") if (k, f) in by else "" for f in feats]
+        lines.append(f"{kernel_label(k):13s} " + " ".join(x.ljust(w) for x in cells).rstrip())
+    n = counts(cases)
+    lines.append(f"{len(cases)} cases: " + ", ".join(f"{n[s]} {s}" for s in CELL if s in n))
+    bad = [c for c in cases if c["status"] in BAD]
+    for c in bad[:max_details]:
+        lines.append(f"  {kernel_label(c['kernel'])} {c['feature']}: {c['status']}"
+                     + (f": {c['detail']}" if c.get("detail") else ""))
+    if len(bad) > max_details:
+        lines.append(f"  ... {len(bad) - max_details} more in smoke.json")
+    return "\n".join(lines)
+
+
+def hang_lines(cases) -> list[str]:
+    """The debug build's 'flash3 hang:' lines, grouped by warpgroup and barrier (block and thread
+    dropped): 'warpgroup 1 waits on KFull phase 0 tile 3  x8 (2 blocks)'."""
+    import re
+    groups: dict = {}  # (case, what) -> [warps, blocks]
+    for c in cases:
+        for l in c.get("device_lines", []):
+            m = re.search(r"flash3 hang: block (\d+) (warpgroup \d+) thread \d+ (waits on .*)", l)
+            if m:
+                g = groups.setdefault((f"{kernel_label(c['kernel'])} {c['feature']}",
+                                       f"{m.group(2)} {m.group(3).strip()}"), [0, set()])
+                g[0] += 1
+                g[1].add(m.group(1))
+    return [f"{case}: {what}  ({n} warps in {len(blocks)} blocks)"
+            for (case, what), (n, blocks) in groups.items()]
+
+
+def plan(cases) -> dict:
+    """What tools/device_check.sh does next, from the smoke cases."""
+    hangs = [c for c in cases if c["status"] == "hang"]
+    fails = [c for c in cases if c["status"] in ("wrong", "nan", "crash")]
+    case_id = lambda c: f"{c['kernel']}/{c['feature']}"  # noqa: E731
+    # Rerun two hangs; two of different kernels say more than two of one.
+    first_per_kernel = [case_id(c) for i, c in enumerate(hangs)
+                        if all(h["kernel"] != c["kernel"] for h in hangs[:i])]
+    hang_cases = list(dict.fromkeys(first_per_kernel + [case_id(c) for c in hangs]))[:2]
+    by = {(c["kernel"], c["feature"]): c["status"] for c in cases}
+    bench = [d for d in (64, 128, 256)
+             if all(by.get((f"bf16:{d}:{d}", f)) == "ok" for f in ("full", "causal"))]
+    hung = sorted({parse_kernel(c["kernel"]) for c in hangs})
+    deselect = " and ".join(f"not ({dt} and d{d}_{dv})" for dt, d, dv in hung)
+    return {"HANG_CASES": " ".join(hang_cases),
+            "FAIL_CASES": " ".join(case_id(c) for c in fails[:2]),
+            "BENCH_HDIMS": ",".join(map(str, bench)), "PYTEST_K": deselect}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def built_kernel_ids() -> list[str]:
+    import torch
+    import flash3  # noqa: F401
+    # (dtype, d, d_v) first in each entry; variants of one triple share a row (the op picks one).
+    info = json.loads(torch.ops.flash3.kernel_info())["fwd"]
+    return list(dict.fromkeys(f"{x[0]}:{x[1]}:{x[2]}" for x in info))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", action="store_true", help="run cases in this process (internal)")
+    ap.add_argument("--kernel", help="worker: the kernel, e.g. bf16:128:128")
+    ap.add_argument("--kernels", help="driver: comma-separated kernels (default: every built one)")
+    ap.add_argument("--features", default=",".join(FEATURES))
+    ap.add_argument("--cases", help="driver: explicit kernel/feature list, e.g. bf16:128:128/causal")
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--case-timeout", type=float, default=15.0)
+    ap.add_argument("--start-timeout", type=float, default=60.0)
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds; no work starts after it")
+    ap.add_argument("--json", help="write the cases here")
+    ap.add_argument("--worker-cmd", help="driver: the worker command (tests use a fake one)")
+    ap.add_argument("--plan", metavar="SMOKE_JSON", help="print shell assignments for device_check.sh")
+    args = ap.parse_args(argv)
+    features = [f for f in args.features.split(",") if f]
+
+    if args.worker:
+        return worker(args.kernel, features)
+    if args.plan:
+        with open(args.plan) as f:
+            p = plan(json.load(f)["cases"])
+        print("\n".join(f"{k}={shlex.quote(v)}" for k, v in p.items()))
+        return 0
+
+    if args.cases:
+        jobs = collections.OrderedDict()
+        for item in args.cases.replace(",", " ").split():
+            k, f = item.split("/")
+            jobs.setdefault(k, []).append(f)
+        jobs = list(jobs.items())
+    else:
+        kernels = args.kernels.split(",") if args.kernels else built_kernel_ids()
+        jobs = [(k, features) for k in kernels]
+    cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
+           else [sys.executable, os.path.abspath(__file__), "--worker"])
+    n = sum(len(fs) for _, fs in jobs)
+    signal.signal(signal.SIGTERM, _on_term)  # timeout(1) must not leave hung GPU workers behind
+    print(f"smoke: {n} cases over {len(jobs)} kernels, {args.parallel} workers, "
+          f"{args.case_timeout:.0f} s per case, {args.budget:.0f} s budget", flush=True)
+    def save(res):  # after every case too, so that a killed driver leaves what it learned
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(res, f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
+
+    res = run_matrix(jobs, cmd, args.parallel, args.case_timeout, args.start_timeout, args.budget,
+                     log=lambda s: print(s, flush=True),
+                     on_record=lambda cases: save({"cases": cases, "partial": True}))
+    save(res)
+    print(f"\nsmoke matrix ({res['elapsed']:.0f} s):\n" + render_matrix(res["cases"]))
+    for l in hang_lines(res["cases"]):
+        print("  hang: " + l)
+    return 0  # the matrix ran; its verdict is in the cases
+
+
+if __name__ == "__main__":
+    sys.exit(main())
