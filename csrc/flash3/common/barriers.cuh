@@ -38,16 +38,25 @@ enum class Wait : int {
 
 namespace flash3 {
 
+// CUTLASS's barrier asm carries no "memory" clobber, so the compiler may move plain C++ loads and
+// stores of shared memory across it (e.g. the epilogue's reads of staged O, the kv-cache tail
+// zeroing, the scheduler's hand-off slot). These compiler fences keep them on their side.
+__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
+
 // Wait until the mbarrier at `bar` completes the phase with parity `phase`.
 __device__ __forceinline__ void mbarrier_wait(uint64_t const* bar, uint32_t phase, Wait, int /*tile*/) {
   cutlass::arch::ClusterBarrier::wait(bar, phase);
+  compiler_fence();
 }
 
 // bar.sync / bar.arrive on named barrier `id` (a user id: CUTLASS adds its reserved offset).
 __device__ __forceinline__ void named_sync(uint32_t num_threads, uint32_t id, Wait, int /*tile*/) {
+  compiler_fence();
   cutlass::arch::NamedBarrier::sync(num_threads, id);
+  compiler_fence();
 }
 __device__ __forceinline__ void named_arrive(uint32_t num_threads, uint32_t id) {
+  compiler_fence();
   cutlass::arch::NamedBarrier::arrive(num_threads, id);
 }
 

@@ -142,6 +142,7 @@ __device__ __forceinline__ unsigned warp_arrive(uint32_t id) {
 
 __device__ __forceinline__ void mbarrier_wait(uint64_t const* bar, uint32_t phase, Wait what, int tile) {
   if (debug_hang::mbarrier_wait_bounded(bar, phase)) debug_hang::expire(int(what), phase, tile);
+  asm volatile("" ::: "memory");  // as the release build: later smem accesses stay after the wait
 }
 
 __device__ __forceinline__ void named_sync(uint32_t num_threads, uint32_t id, Wait what, int tile) {
