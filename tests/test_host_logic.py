@@ -135,8 +135,8 @@ def test_tile_shapes_fit_the_hardware(driver, d, dv, wide):
     # O is staged in V's buffer after the tile's last P.V.
     assert block_m * dv <= stages * block_n * dv
     # S (block_n / 2) + P (block_n / 4) + O (d_v / 2) registers per consumer thread, with room for
-    # addressing and softmax state, under setmaxnreg's 240 (2 consumers) or 160 (3 consumers).
-    budget = 240 if consumers == 2 else 160
+    # addressing and softmax state, under setmaxnreg's 232 (2 consumers) or 160 (3 consumers).
+    budget = 232 if consumers == 2 else 160
     assert block_n // 2 + block_n // 4 + dv // 2 + 32 <= budget
     # The build generates a wide-tile kernel exactly where the tile logic has one.
     spec = importlib.util.spec_from_file_location("gen_kernels", ROOT / "csrc" / "generate_kernels.py")

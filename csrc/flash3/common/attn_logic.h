@@ -86,15 +86,15 @@ FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int
 // Tile shapes per (head dim, value head dim), shared by bf16 and fp16; block_m = 64 rows per
 // consumer warpgroup. The budget, per consumer thread (a warpgroup owns 64 rows): S takes
 // block_n / 2 fp32 registers, P block_n / 4 (16-bit pairs), O d_v / 2; setmaxnreg gives a consumer
-// 240 registers with 2 consumer warpgroups, 160 with 3. Shared memory (16-bit elements):
+// 232 registers with 2 consumer warpgroups, 160 with 3 (fwd/traits.cuh). Shared memory (16-bit elements):
 // 2 * (block_m * d + stages * block_n * (d + d_v)) bytes of the 227 KB; O is staged in V's buffer,
 // so it costs nothing (block_m <= stages * block_n). block_n is a multiple of 16 (P.V k-steps).
 //   d 64:   192 x 128, 3 consumers: S 64 + P 32 + O 32 = 128 of 160; smem 88 KB. FA3's non-causal
 //           192 x 192 needs S 96 + P 48 + O 32 = 176 > 160: it passes P through shared memory.
 //   d 96:   192 x 96, 3 consumers: S 48 + P 24 + O 48 = 120 of 160; smem 108 KB. At 192 x 128
 //           (144 + addressing) ptxas spilled.
-//   d 128:  128 x 128 (causal/local): S 64 + P 32 + O 64 = 160 of 240; smem 160 KB.
-//           wide (full attention, FA3's choice): 128 x 176: S 88 + P 44 + O 64 = 196 of 240;
+//   d 128:  128 x 128 (causal/local): S 64 + P 32 + O 64 = 160 of 232; smem 160 KB.
+//           wide (full attention, FA3's choice): 128 x 176: S 88 + P 44 + O 64 = 196 of 232;
 //           smem 32 + 2 * 2 * 44 = 208 KB. Causal keeps 128: a narrower diagonal block wastes less.
 //   d 192:  128 x 112 for d_v 192: smem 48 + 2 * 2 * 42 = 216 KB (128 x 128 would be 240 KB);
 //           128 x 128 for d_v 128: smem 48 + 2 * 2 * 40 = 208 KB; S 64 + P 32 + O 64 / 96.

@@ -59,10 +59,15 @@ struct FwdTraits {
   static constexpr int kNumConsumerThreads = 128 * kNumConsumers;
   static constexpr int kNumThreads = 128 + kNumConsumerThreads;  // + producer warpgroup 0
 
-  // setmaxnreg budgets: 128 * producer + consumer threads * consumer <= 64K registers per SM.
-  static constexpr int kProducerRegs = kNumConsumers == 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kNumConsumers == 2 ? 240 : 160;
-  static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= 65536, "register budget");
+  // setmaxnreg moves registers within the CTA's pool: the launch allocation (64K / threads, rounded
+  // down to a multiple of 8: 168 for 384 threads, 128 for 512) times the threads. With 2 consumers
+  // the producer keeps 40, not FA3's 24: its tile bookkeeping (dynamic scheduler, kv-cache tail)
+  // spilled at 24 and 32 (d = 192); the consumers' 232 still hold the largest tile (128 x 176
+  // uses 227). 3 consumers: 32 + 160 fill the 512-thread pool exactly.
+  static constexpr int kProducerRegs = kNumConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kNumConsumers == 2 ? 232 : 160;
+  static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
+  static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= kRegPool, "register budget");
 
   static_assert(kBlockM == 64 * kNumConsumers, "one 64-row WGMMA slab per consumer warpgroup");
   static_assert(kBlockN % 16 == 0, "block_n is the k-extent of P.V (16 per bf16 WGMMA)");
