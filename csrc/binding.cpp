@@ -88,17 +88,17 @@ int64_t tma_stride(const Tensor& t, int dim) {
 }
 
 void check_tma_layout(const Tensor& t, const char* name) {
-  TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, "flash3: ", name,
+  TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, "flash3.fwd_sm90: ", name,
               " must have a contiguous last dimension (stride ", t.stride(-1), ")");
   for (int d = 0; d + 1 < t.dim(); ++d) {
     // A broadcast (expanded) dimension: TMA would walk past a one-copy allocation.
-    TORCH_CHECK(tma_stride(t, d) > 0, "flash3: ", name, ".stride(", d, ") is ", t.stride(d),
-                " on a dimension of size ", t.size(d),
+    TORCH_CHECK(tma_stride(t, d) > 0, "flash3.fwd_sm90: ", name, ".stride(", d, ") is ",
+                t.stride(d), " on a dimension of size ", t.size(d),
                 " (a broadcast/expanded tensor); pass a contiguous copy");
-    TORCH_CHECK(tma_stride(t, d) % 8 == 0, "flash3: ", name, ".stride(", d, ") = ", t.stride(d),
-                " must be a multiple of 8 elements (16 bytes, for TMA)");
+    TORCH_CHECK(tma_stride(t, d) % 8 == 0, "flash3.fwd_sm90: ", name, ".stride(", d, ") = ",
+                t.stride(d), " must be a multiple of 8 elements (16 bytes, for TMA)");
   }
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash3: ", name,
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash3.fwd_sm90: ", name,
               " must be 16-byte aligned (for TMA)");
 }
 

@@ -57,6 +57,22 @@ def pick_kernel_config(dtype, d, d_v, configs=None):
     return min(fits) if fits else None
 
 
+def call_fwd_reason(dtype, d, d_v, softmax_scale, *, paged=False, configs=None) -> str | None:
+    """The device-independent part of kernel_fwd_reason: dtype, paging, scale and head dims
+    against the compiled configs (kernel_configs() unless given)."""
+    if dtype not in _DTYPE_NAMES.values():
+        return f"dtype {dtype} has no kernel (bf16/fp16 only)"
+    if paged:
+        return "paged KV cache has no kernel yet"
+    if not softmax_scale > 0:  # also NaN
+        return "the kernel's online softmax needs softmax_scale > 0"
+    if d % 8 or d_v % 8:
+        return f"head dims must be multiples of 8 for TMA (d={d}, d_v={d_v})"
+    if pick_kernel_config(dtype, d, d_v, configs) is None:
+        return f"no kernel compiled for ({dtype}, d>={d}, d_v>={d_v})"
+    return None
+
+
 def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     """Why the Hopper forward kernel cannot run this call; None if it can."""
     if not q.is_cuda:
@@ -66,17 +82,9 @@ def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     cap = torch.cuda.get_device_capability(q.device)
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
-    if q.dtype not in _DTYPE_NAMES.values():
-        return f"dtype {q.dtype} has no kernel (bf16/fp16 only)"
-    if paged:
-        return "paged KV cache has no kernel yet"
-    if not softmax_scale > 0:
-        return "the kernel's online softmax needs softmax_scale > 0"
-    d, d_v = q.shape[-1], v.shape[-1]
-    if d % 8 or d_v % 8:
-        return f"head dims must be multiples of 8 for TMA (d={d}, d_v={d_v})"
-    if pick_kernel_config(q.dtype, d, d_v) is None:
-        return f"no kernel compiled for ({q.dtype}, d>={d}, d_v>={d_v})"
+    reason = call_fwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale, paged=paged)
+    if reason is not None:
+        return reason
     if any(t.stride(-1) != 1 for t in (q, k, v)):
         return "last dim of q/k/v is not contiguous"
     return None
@@ -86,9 +94,11 @@ def _tma_ready(x):
     """x itself when TMA can address it (16-byte aligned base, positive 16-byte multiple strides),
     else a contiguous copy: the kernel's tensor maps need both, and a copy is cheaper than the
     reference. A zero stride on a dimension of size > 1 (an expanded/broadcast tensor) would make
-    TMA read past a one-copy allocation, so such tensors are copied too."""
+    TMA read past a one-copy allocation, so such tensors are copied too; size-1 dims may keep any
+    stride (the op never addresses memory through them)."""
+    eb = x.element_size()
     aligned = x.data_ptr() % 16 == 0 and all(
-        st > 0 and st % 8 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+        st > 0 and st * eb % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
     return x if aligned else x.clone(memory_format=torch.contiguous_format)
 
 

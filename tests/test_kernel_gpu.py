@@ -213,31 +213,40 @@ def test_head_dims_without_their_own_kernel(d, dv, causal):
     v = torch.randn(2, 233, 2, dv, device="cuda", dtype=torch.bfloat16)
     out, lse = kernel_fwd(q, k, v, causal=causal)
     check(out, lse, q, k, v, causal=causal)
-    assert _backend.kernel_fwd_reason(q, k, v, d ** -0.5) is None
-    api = flash3.attention(q, k, v, causal=causal)
+    assert _backend.kernel_fwd_reason(q, k, v, d ** -0.5) is None  # the public API runs the kernel
+    api = flash3.attention(q, k, v, causal=causal, softmax_scale=d ** -0.5)
     assert torch.equal(api, out)
 
 
-def test_broadcast_inputs():
-    """An expanded k/v (stride 0 over batch or heads) is rejected by the op, which would otherwise
-    read past the one-copy allocation, and copied by the public API."""
+@pytest.mark.parametrize("over", ["batch", "heads"])
+def test_broadcast_inputs(over):
+    """An expanded k/v (stride 0 over batch, or one kv head over all heads) is rejected by the op,
+    which would otherwise read past the one-copy allocation, and copied by the public API."""
     need("bf16", 128, 128)
     q = torch.randn(3, 200, 8, 128, device="cuda", dtype=torch.bfloat16)
-    k1 = torch.randn(1, 250, 2, 128, device="cuda", dtype=torch.bfloat16)
-    v1 = torch.randn(1, 250, 2, 128, device="cuda", dtype=torch.bfloat16)
-    k, v = k1.expand(3, -1, -1, -1), v1.expand(3, -1, -1, -1)
-    with pytest.raises(RuntimeError, match="broadcast"):
+    if over == "batch":  # one copy of K/V for the 3 batch rows
+        shape, expanded = (1, 250, 2, 128), (3, -1, -1, -1)
+    else:  # one kv head for the 8 query heads
+        shape, expanded = (3, 250, 1, 128), (-1, -1, 8, -1)
+    k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16).expand(expanded) for _ in range(2))
+    with pytest.raises(RuntimeError, match=r"k\.stride\(\d\) is 0 on a dimension of size \d+ \(a broad"):
         kernel_fwd(q, k, v)
-    out = flash3.attention(q, k, v, causal=True)
-    ref, _ = attention_ref64(q, k.contiguous(), v.contiguous(), causal=True)
-    naive, _ = attention_naive(q, k.contiguous(), v.contiguous(), causal=True)
+    with pytest.raises(RuntimeError, match=r"v\.stride\(\d\) is 0"):
+        kernel_fwd(q, k.contiguous(), v)
+    assert _backend.kernel_fwd_reason(q, k, v, 128 ** -0.5) is None  # copied, not a fallback
+    out = flash3.attention(q, k, v, causal=True, softmax_scale=128 ** -0.5)
+    kc, vc = k.contiguous(), v.contiguous()
+    expected, _ = kernel_fwd(q, kc, vc, causal=True, scale=128 ** -0.5)
+    assert torch.equal(out, expected)
+    ref, _ = attention_ref64(q, kc, vc, causal=True)
+    naive, _ = attention_naive(q, kc, vc, causal=True)
     assert_close_fa(out, naive, ref)
 
 
 def test_non_positive_scale_is_rejected_by_the_op():
     need("bf16", 64, 64)
     q, k, v = (torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    for scale in (0.0, -0.125, float("inf")):
+    for scale in (0.0, -0.125, float("inf"), float("nan")):
         with pytest.raises(RuntimeError, match="softmax_scale"):
             kernel_fwd(q, k, v, scale=scale)
 
@@ -255,6 +264,7 @@ def test_kvcache_nan_tail_is_never_read_into_the_output(used):
         kc[i, :n] = torch.randn(n, hk, d, device="cuda", dtype=torch.bfloat16)
         vc[i, :n] = torch.randn(n, hk, d, device="cuda", dtype=torch.bfloat16)
     seqused = torch.tensor(used, device="cuda", dtype=torch.int32)
+    assert _backend.kernel_fwd_reason(q, kc, vc, d ** -0.5) is None  # the decoding API runs the kernel
     for causal in (False, True):
         out, lse = kernel_fwd(q, kc, vc, causal=causal, seqused_k=seqused)
         assert torch.isfinite(out).all()
@@ -269,3 +279,31 @@ def test_kvcache_nan_tail_is_never_read_into_the_output(used):
         ref, _ = attention_ref64(q[i:i + 1, :1], kc[i:i + 1, :n + 1], vc[i:i + 1, :n + 1], causal=True)
         naive, _ = attention_naive(q[i:i + 1, :1], kc[i:i + 1, :n + 1], vc[i:i + 1, :n + 1], causal=True)
         assert_close_fa(step[i:i + 1], naive, ref)
+
+
+def test_dynamic_scheduler_in_a_cuda_graph():
+    """The tile counter is a fresh zeroed tensor per call (a memset on the call's stream), so a
+    captured causal launch replays correctly, every time."""
+    need("bf16", 128, 128)
+    q, k, v = (torch.randn(2, 1100, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    lse = torch.empty(2, 8, 1100, device="cuda")
+
+    def launch():
+        torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 1100, 1100, 128 ** -0.5, True,
+                                  -1, -1, 0.0)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the default stream, as graph capture wants
+        launch()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    for _ in range(3):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, lse, q, k, v, causal=True)
