@@ -6,22 +6,27 @@ off Hopper) every call runs the exact, memory-efficient reference backend.
 
 import torch  # noqa: F401  (loads libtorch, which the extension links against)
 
-try:  # must load before flash3.ops defines its operators (shared namespace)
-    from . import _C  # noqa: F401
-except ModuleNotFoundError:  # a pure-Python install
+import importlib.util as _importlib_util  # noqa: E402
+
+if _importlib_util.find_spec(__name__ + "._C") is None:  # a pure-Python install: nothing to load
     _C = None
-except ImportError as e:  # built, but does not load (e.g. a torch other than the build's)
-    _C = None
-    _C_IMPORT_ERROR = str(e)  # reported by `python -m flash3`
+else:
+    try:  # must load before flash3.ops defines its operators (shared namespace)
+        from . import _C  # noqa: F401
+    except ImportError as e:  # built, but does not load (e.g. a torch other than the build's)
+        _C = None
+        _C_IMPORT_ERROR = str(e)  # reported by `python -m flash3`
 
 from . import masking, reference  # noqa: E402
 from ._backend import has_extension, kernel_configs, kernel_info  # noqa: E402
 from .api import attention, attention_varlen, attention_with_kvcache  # noqa: E402
+from .torch_sdpa import sdpa  # noqa: E402
 
 __all__ = [
     "attention",
     "attention_varlen",
     "attention_with_kvcache",
+    "sdpa",
     "quantize_fp8",
     "attention_fp8",
     "has_extension",

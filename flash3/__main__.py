@@ -25,15 +25,31 @@ def environment(device):
         print(f"device        {torch.cuda.get_device_name(device)} (sm_{cap[0]}{cap[1]})")
     else:
         print("device        no CUDA device (CPU)")
-    print(f"flash3._C     {'built' if _backend.has_extension() else 'not built'}")
-    if flash3._C is None and hasattr(flash3, "_C_IMPORT_ERROR"):
-        print(f"              (import failed: {flash3._C_IMPORT_ERROR})")
     from flash3 import _build_info
-    if _build_info.CUDA_EXTENSION is not None:
-        print(f"install       {'with' if _build_info.CUDA_EXTENSION else 'without'} the CUDA "
-              f"extension: {_build_info.REASON}")
+    if _backend.has_extension():
+        print("flash3._C     built (Hopper kernels available)")
+    elif hasattr(flash3, "_C_IMPORT_ERROR"):  # the file is there but does not load
+        print("flash3._C     built but does not load: " + flash3._C_IMPORT_ERROR)
+        print("              usually a torch other than the one it was built against"
+              f" ({_build_info.TORCH or 'unknown'}); reinstall flash3 with the torch you run")
+    else:
+        print("flash3._C     not built: every call runs the reference backend")
+        print(f"              why: {_why_not_built(_build_info)}")
+        print("              to get the Hopper kernels: on a machine with CUDA torch and nvcc >= 12.3,")
+        print("              pip install --no-build-isolation .   (README, 'Building for Hopper')")
+    if _build_info.CUDA_EXTENSION is not None and _backend.has_extension():
+        print(f"install       with the CUDA extension: {_build_info.REASON}")
     if _backend.has_extension():
         print(f"kernel_info   {_backend.kernel_info()}")
+
+
+def _why_not_built(build_info) -> str:
+    """The install's own record when there is one, else what this environment lacks."""
+    if build_info.CUDA_EXTENSION is False:
+        return build_info.REASON
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build (no CUDA)"
+    return build_info.REASON
 
 
 def self_check(device) -> bool:
