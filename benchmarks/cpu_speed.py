@@ -1,9 +1,13 @@
 """flash3 reference backend vs torch's CPU scaled_dot_product_attention.
 
 Prints a table (forward, and forward + backward) with the time ratio
-flash3 / SDPA; lower is better, 1.0 is parity.  Run:
+flash3 / SDPA; lower is better, 1.0 is parity.  Two flash3 columns: the default
+path (torch's fused CPU kernel where its mask is flash3's, see flash3/_torch_cpu.py;
+all shapes here qualify) and the tiled reference that serves everything else
+(sliding windows, softcap, bottom-right causal with s_q != s_k, lse gradients).
+Run:
 
-    python benchmarks/cpu_speed.py [--quick] [--threads N]
+    python benchmarks/cpu_speed.py [--quick] [--threads N] [--no-tiled]
 """
 
 import argparse
@@ -37,7 +41,7 @@ def best_time(fn, reps):
     return best
 
 
-def bench(b, s, h, d, causal, backward, reps):
+def bench(b, s, h, d, causal, backward, reps, tiled):
     q, k, v = (torch.randn(b, s, h, d, requires_grad=backward) for _ in range(3))
     g = torch.randn(b, s, h, d)
     qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_(backward)
@@ -55,7 +59,15 @@ def bench(b, s, h, d, causal, backward, reps):
             o.backward(gt)
 
     with torch.set_grad_enabled(backward):
-        return best_time(ours, reps), best_time(sdpa, reps)
+        t_ours, t_sdpa = best_time(ours, reps), best_time(sdpa, reps)
+        t_tiled = float("nan")
+        if tiled:
+            flash3._torch_cpu.USE_TORCH_CPU_KERNEL = False
+            try:
+                t_tiled = best_time(ours, reps)
+            finally:
+                flash3._torch_cpu.USE_TORCH_CPU_KERNEL = True
+        return t_ours, t_sdpa, t_tiled
 
 
 def main():
@@ -65,6 +77,7 @@ def main():
                     help="torch threads (0: torch's default). On a shared, loaded machine "
                          "--threads 1 gives stable ratios; many threads make each of the "
                          "reference's many ops wait for descheduled workers")
+    ap.add_argument("--no-tiled", action="store_true", help="skip the tiled-reference column")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,14 +86,20 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, "
           f"tiles {flash3.reference.BLOCK_M}x{flash3.reference.BLOCK_N}")
     print(f"{'b':>2} {'s':>5} {'h':>3} {'d':>4} {'causal':>6} {'pass':>8} "
-          f"{'flash3 ms':>10} {'sdpa ms':>9} {'ratio':>6}")
+          f"{'flash3 ms':>10} {'sdpa ms':>9} {'ratio':>6} {'tiled ms':>9} {'ratio':>6}")
+    worst = [0.0, 0.0]
     for (b, s, h, d) in shapes:
         for causal in (False, True):
             for backward in (False, True):
-                t_ours, t_sdpa = bench(b, s, h, d, causal, backward, reps)
+                t_ours, t_sdpa, t_tiled = bench(b, s, h, d, causal, backward, reps,
+                                                not args.no_tiled)
+                worst = [max(worst[0], t_ours / t_sdpa), max(worst[1], t_tiled / t_sdpa)]
                 print(f"{b:>2} {s:>5} {h:>3} {d:>4} {str(causal):>6} "
                       f"{'fwd+bwd' if backward else 'fwd':>8} {t_ours * 1e3:>10.1f} "
-                      f"{t_sdpa * 1e3:>9.1f} {t_ours / t_sdpa:>6.2f}")
+                      f"{t_sdpa * 1e3:>9.1f} {t_ours / t_sdpa:>6.2f} {t_tiled * 1e3:>9.1f} "
+                      f"{t_tiled / t_sdpa:>6.2f}")
+    print(f"worst ratio: flash3 {worst[0]:.2f}x sdpa's time"
+          + ("" if args.no_tiled else f", tiled reference {worst[1]:.2f}x"))
 
 
 if __name__ == "__main__":

@@ -82,10 +82,18 @@ def _setup(ctx, inputs, output):
     q, k, v = inputs[:3]
     ctx.save_for_backward(q, k, v, *output)
     ctx.extra = inputs[3:]
+    # An unused output's gradient then arrives as None rather than zeros: the usual call never
+    # touches lse, and a None dlse lets the backward skip it (and use torch's CPU kernel).
+    ctx.set_materialize_grads(False)
+
+
+def _grads_or_zeros(dout, out):
+    return torch.zeros_like(out) if dout is None else dout
 
 
 def _attention_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
+    dout = _grads_or_zeros(dout, out)
     dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra)
     return (dq, dk, dv) + (None,) * len(ctx.extra)
 
@@ -139,10 +147,12 @@ def _varlen_setup(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
     ctx.extra = inputs[7:]  # scale, left, right, softcap
     ctx.n_inputs = len(inputs)
+    ctx.set_materialize_grads(False)  # as in _setup
 
 
 def _varlen_backward(ctx, dout, dlse):
     q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
+    dout = _grads_or_zeros(dout, out)
     dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra)
     return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 

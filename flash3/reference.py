@@ -3,6 +3,9 @@
 This is the executable specification of flash3.  It is exact (fp32
 accumulation), device-agnostic and memory-efficient: it tiles over queries and
 keys with an online softmax and never holds a (seqlen_q x seqlen_k) matrix.
+On the CPU, calls whose mask torch's own fused CPU kernel states exactly (no mask
+or square causal, no softcap, d_v == d, no lse gradient) run that kernel instead
+(flash3/_torch_cpu.py): the same function, computed faster.
 
 Inputs are already validated and the window already normalized
 (``masking.normalize_window``: causal is ``right == 0``, -1 is unbounded).
@@ -19,7 +22,7 @@ import math
 
 import torch
 
-from . import masking
+from . import _torch_cpu, masking
 
 # Tile sizes (query positions x keys), tuned on CPU: large tiles amortize the
 # per-tile Python and kernel-launch cost; the score tile stays a few MiB.
@@ -90,6 +93,8 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v).
     Returns ``out`` (b, s_q, h, d_v) in q's dtype and ``lse`` (b, h, s_q) fp32.
     """
+    if _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
+        return _torch_cpu.forward(q, k, v, softmax_scale, causal=right == 0)
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
@@ -168,6 +173,8 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     d lse / d score = P, it enters exactly like the row sum D (D - dlse).
     Returns ``(dq, dk, dv)`` in the input dtypes.
     """
+    if dlse is None and _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
+        return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
     block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flash3
-from flash3 import reference
+from flash3 import _torch_cpu, reference
 from helpers import attention_ref64, check_against_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -17,9 +17,53 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Tiny tiles so short sequences still exercise tile skipping and masking."""
+    """Tiny tiles so short sequences still exercise tile skipping and masking (and the tiled
+    algorithm itself: torch's CPU kernel, which serves some calls by default, is switched off)."""
     monkeypatch.setattr(reference, "BLOCK_M", 16)
     monkeypatch.setattr(reference, "BLOCK_N", 32)
+    monkeypatch.setattr(_torch_cpu, "USE_TORCH_CPU_KERNEL", False)
+
+
+TORCH_KERNEL_CASES = [  # (b, s_q, s_k, h, h_k, d, keyword arguments): where torch's kernel applies
+    (2, 113, 113, 4, 4, 32, dict()),
+    (2, 113, 113, 4, 2, 32, dict(causal=True)),
+    (1, 40, 203, 6, 1, 64, dict(softmax_scale=0.3)),
+    (1, 257, 257, 2, 2, 128, dict(causal=True, window_size=(-1, 5))),  # causal wins: (-1, 0)
+    (2, 1, 1, 2, 1, 8, dict(causal=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", range(len(TORCH_KERNEL_CASES)))
+def test_torch_cpu_kernel_path(monkeypatch, dtype, case):
+    """Calls torch's fused CPU kernel serves compute the same function (fp64 oracle, FA rule)."""
+    b, s_q, s_k, h, h_k, d, kw = TORCH_KERNEL_CASES[case]
+    taken = []
+    for name in ("forward", "backward"):
+        real = getattr(_torch_cpu, name)
+        monkeypatch.setattr(_torch_cpu, name,
+                            lambda *a, _r=real, _n=name, **k: taken.append(_n) or _r(*a, **k))
+    check_against_reference(flash3.attention, *make(b, s_q, s_k, h, h_k, d, d, dtype), **kw)
+    assert taken == ["forward", "backward"]
+
+
+@pytest.mark.parametrize("kw,lengths", [
+    (dict(causal=True), (40, 60)),         # bottom-right != torch's top-left when s_q != s_k
+    (dict(window_size=(8, -1)), (50, 50)),
+    (dict(softcap=2.0), (50, 50)),
+])
+def test_torch_cpu_kernel_not_used_where_semantics_differ(monkeypatch, kw, lengths):
+    monkeypatch.setattr(_torch_cpu, "forward", None)  # would raise if called
+    check_against_reference(flash3.attention, *make(1, *lengths, 2, 2, 16, 16, torch.float32),
+                            **kw)
+
+
+def test_lse_gradient_uses_the_tiled_backward(monkeypatch):
+    monkeypatch.setattr(_torch_cpu, "backward", None)
+    q, k, v = (x.requires_grad_() for x in make(1, 30, 30, 2, 2, 16, 16, torch.float32))
+    out, lse = flash3.attention(q, k, v, return_lse=True)
+    (out.sum() + lse.sum()).backward()
+    assert torch.isfinite(q.grad).all()
 
 
 def make(b, s_q, s_k, h, h_k, d, d_v, dtype):
@@ -122,12 +166,14 @@ def test_noncontiguous_inputs_unchanged(small_tiles):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
-def test_forward_memory_stays_small():
+@pytest.mark.parametrize("torch_kernel", [True, False], ids=["torch-cpu-kernel", "tiled"])
+def test_forward_memory_stays_small(torch_kernel):
     """s=16384 causal fp32 forward: the s x s score matrix per head would be 1 GiB."""
     # VmHWM (peak RSS of this process image) rather than ru_maxrss: the latter
     # also counts the forked parent's (pytest's) footprint from before exec.
     code = textwrap.dedent("""
         import torch, flash3
+        flash3._torch_cpu.USE_TORCH_CPU_KERNEL = {torch_kernel}
 
         def status(key):  # KiB
             with open("/proc/self/status") as f:
@@ -140,7 +186,7 @@ def test_forward_memory_stays_small():
         before = status("VmRSS")
         out = flash3.attention(q, k, v, causal=True)
         print(max(status("VmHWM") - before, 0) / 1024)  # MiB
-    """)
+    """).replace("{torch_kernel}", str(torch_kernel))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
