@@ -104,3 +104,13 @@ def test_gqa_needs_enable_gqa_and_shapes_are_named():
         flash3.sdpa(q, k[0:1].expand(2, -1, -1, -1), v, enable_gqa=True)
     with pytest.raises(ValueError, match="query"):
         flash3.sdpa(q[0, 0], k, v)
+
+
+def test_torch_compile_fullgraph():
+    q, k, v = _inputs(1, 4, 2, 16, 24, 32, grad=True)
+    f = torch.compile(lambda q, k, v: flash3.sdpa(q, k, v, is_causal=True, enable_gqa=True),
+                      fullgraph=True)
+    out = f(q, k, v)
+    _close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
