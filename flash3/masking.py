@@ -24,6 +24,8 @@ __all__ = [
     "visible_mask",
     "key_block_range",
     "unmasked_key_block_range",
+    "query_block_range",
+    "unmasked_query_block_range",
 ]
 
 
@@ -128,6 +130,60 @@ def unmasked_key_block_range(m_block: int, block_m: int, block_n: int, seqlen_q:
     k_hi = min(seqlen_k - 1, r0 + off + right) if right >= 0 else seqlen_k - 1
     lo = -(-k_lo // block_n)           # first block starting at or after k_lo
     hi = (k_hi + 1) // block_n         # blocks ending at or before k_hi
+    if hi <= lo:
+        return 0, 0
+    return lo, hi
+
+
+# The backward walks the transpose: one CTA per key block visits the query blocks that see it.
+
+def _block_keys(n_block, block_n, seqlen_k):
+    """First and last (inclusive) key of key block ``n_block``."""
+    c0 = n_block * block_n
+    return c0, min((n_block + 1) * block_n, seqlen_k) - 1
+
+
+def query_block_range(n_block: int, block_m: int, block_n: int, seqlen_q: int,
+                      seqlen_k: int, causal: bool, left: int, right: int) -> tuple[int, int]:
+    """Half-open range ``[m_min, m_max)`` of query blocks with a row that sees key block ``n_block``.
+
+    Exact, by the argument of :func:`key_block_range` with rows and keys swapped: key ``j`` is
+    seen by the rows ``i`` with ``j - off - right <= i <= j - off + left`` (off = s_k - s_q),
+    an interval that shifts by one per key, so the rows seeing any key of the block form one
+    interval. Empty as ``(0, 0)``.
+    """
+    left, right = normalize_window(causal, (left, right))
+    c0, c1 = _block_keys(n_block, block_n, seqlen_k)
+    if c0 > c1 or seqlen_q <= 0 or c0 < 0:
+        return 0, 0
+    off = seqlen_k - seqlen_q
+    r_lo = max(0, c0 - off - right) if right >= 0 else 0
+    r_hi = min(seqlen_q - 1, c1 - off + left) if left >= 0 else seqlen_q - 1
+    if r_lo > r_hi:
+        return 0, 0
+    return r_lo // block_m, r_hi // block_m + 1
+
+
+def unmasked_query_block_range(n_block: int, block_m: int, block_n: int, seqlen_q: int,
+                               seqlen_k: int, causal: bool, left: int,
+                               right: int) -> tuple[int, int]:
+    """Half-open range ``[lo, hi)`` of query blocks that need no mask against key block ``n_block``.
+
+    As in the forward, both blocks must be full (``block_m`` rows ``< seqlen_q``, ``block_n``
+    keys ``< seqlen_k``) and every (row, key) pair visible. A sub-range of
+    :func:`query_block_range`; empty as ``lo >= hi``.
+    """
+    left, right = normalize_window(causal, (left, right))
+    c0, c1 = _block_keys(n_block, block_n, seqlen_k)
+    if c0 < 0 or c0 + block_n > seqlen_k or seqlen_q <= 0:
+        return 0, 0
+    off = seqlen_k - seqlen_q
+    # Every key of the block visible to row i: the last key bounds the rows from below (right
+    # edge), the first key bounds them from above (left edge).
+    r_lo = max(0, c1 - off - right) if right >= 0 else 0
+    r_hi = min(seqlen_q - 1, c0 - off + left) if left >= 0 else seqlen_q - 1
+    lo = -(-r_lo // block_m)          # first block starting at or after r_lo
+    hi = (r_hi + 1) // block_m        # full blocks ending at or before r_hi
     if hi <= lo:
         return 0, 0
     return lo, hi

@@ -95,6 +95,34 @@ def test_block_ranges_exact(driver, block_m, block_n):
             assert set(range(pub, pue)) == full
 
 
+@pytest.mark.parametrize("block_m,block_n", [(64, 128), (128, 128), (64, 80), (128, 48), (48, 64)])
+def test_backward_query_block_ranges_exact(driver, block_m, block_n):
+    """The backward's transpose: per key block, the query blocks that see it, and those of them
+    needing no mask, exactly (brute force), in C++ and in the Python specification."""
+    cases = random_masks(80, seed=7 + block_m * 1000 + block_n)
+    answers = driver([f"qranges {sq} {sk} {int(c)} {l} {r} {block_m} {block_n}"
+                      for sq, sk, c, l, r in cases])
+    for (sq, sk, causal, left, right), line in zip(cases, answers):
+        vis = brute_visible(sq, sk, causal, left, right)
+        wl, wr = masking.normalize_window(causal, (left, right))
+        per_n = [tuple(map(int, part.split())) for part in line.split(";") if part]
+        assert len(per_n) == -(-sk // block_n)
+        mblocks = -(-sq // block_m)
+        rows = lambda m: range(m * block_m, min((m + 1) * block_m, sq))
+        for n, (b, e, ub, ue) in enumerate(per_n):
+            keys = range(n * block_n, min((n + 1) * block_n, sk))
+            touched = {m for m in range(mblocks) if any(vis[i][j] for i in rows(m) for j in keys)}
+            full = {m for m in range(mblocks) if (m + 1) * block_m <= sq
+                    and (n + 1) * block_n <= sk and all(vis[i][j] for i in rows(m) for j in keys)}
+            assert set(range(b, e)) == touched, (sq, sk, causal, left, right, n)
+            assert set(range(ub, ue)) == full, (sq, sk, causal, left, right, n)
+            if ub < ue:
+                assert b <= ub and ue <= e
+            args = (n, block_m, block_n, sq, sk, causal, wl, wr)
+            assert set(range(*masking.query_block_range(*args))) == touched
+            assert set(range(*masking.unmasked_query_block_range(*args))) == full
+
+
 def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
     cases = [(1, 1, 1, 128, 128, 128, 1, 50 << 20, 0),
              (7, 16, 3, 1024, 128, 128, 16, 50 << 20, 1),

@@ -27,6 +27,16 @@ int main() {
         std::printf("%d %d %d %d;", r.begin, r.end, u.begin, u.end);
       }
       std::printf("\n");
+    } else if (cmd == "qranges") {  // seqlen_q seqlen_k causal left right block_m block_n
+      int sq, sk, causal, left, right, bm, bn;
+      in >> sq >> sk >> causal >> left >> right >> bm >> bn;
+      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
+      for (int n = 0; n < ceil_div(sk, bn); ++n) {
+        const BlockRange r = query_block_range(mask, n, bm, bn);
+        const BlockRange u = unmasked_query_block_range(mask, n, bm, bn);
+        std::printf("%d %d %d %d;", r.begin, r.end, u.begin, u.end);
+      }
+      std::printf("\n");
     } else if (cmd == "visible") {  // seqlen_q seqlen_k causal left right
       int sq, sk, causal, left, right;
       in >> sq >> sk >> causal >> left >> right;

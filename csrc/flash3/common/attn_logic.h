@@ -1,5 +1,5 @@
-// Host- and device-side logic of the forward pass that needs no GPU to be right: the mask
-// predicate, which key blocks a query block visits (and which of them need no mask), the tile
+// Host- and device-side logic that needs no GPU to be right: the mask predicate, which key blocks
+// a query block visits (and which of them need no mask) and its transpose for the backward, the tile
 // size per head dim, and the persistent scheduler's tile order. Plain C++17; unit-tested on the
 // CPU against flash3/masking.py (tests/test_host_logic.py) and used unchanged by the kernels.
 #pragma once
@@ -76,6 +76,39 @@ FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int
   int lo = mask.left < 0 ? 0 : ceil_div(imax(0, row_end - 1 + mask.offset() - mask.left), block_n);
   int hi = mask.seqlen_k / block_n;  // full blocks only
   if (mask.right >= 0) hi = imin(hi, floor_div(row_begin + mask.offset() + mask.right + 1, block_n));
+  lo = imax(lo, outer.begin);
+  hi = imin(hi, outer.end);
+  if (lo >= hi) return {outer.end, outer.end};
+  return {lo, hi};
+}
+
+// The backward's transpose: query blocks with a row that sees key block n_block. Key j is seen by
+// rows j - offset - right .. j - offset + left, an interval shifting by one per key, so the rows
+// seeing any key of the block form one interval (flash3/masking.py: query_block_range).
+FLASH3_HD BlockRange query_block_range(const Mask& mask, int n_block, int block_m, int block_n) {
+  const int key_begin = n_block * block_n;
+  const int key_end = imin(key_begin + block_n, mask.seqlen_k);
+  if (key_begin >= key_end || mask.seqlen_q <= 0) return {0, 0};
+  const int r0 = mask.right < 0 ? 0 : imax(0, key_begin - mask.offset() - mask.right);
+  const int r1 = mask.left < 0 ? mask.seqlen_q
+                               : imin(mask.seqlen_q, key_end - 1 - mask.offset() + mask.left + 1);
+  if (r0 >= r1) return {0, 0};
+  return {r0 / block_m, ceil_div(r1, block_m)};
+}
+
+// Query blocks of query_block_range that need no mask against key block n_block: both blocks
+// full and every (row, key) pair visible. Clamped into the outer range (possibly empty).
+FLASH3_HD BlockRange unmasked_query_block_range(const Mask& mask, int n_block, int block_m,
+                                                int block_n) {
+  const BlockRange outer = query_block_range(mask, n_block, block_m, block_n);
+  const int key_begin = n_block * block_n;
+  if (outer.empty() || key_begin + block_n > mask.seqlen_k) return {outer.end, outer.end};
+  // The last key bounds the rows from below, the first key bounds them from above.
+  int lo = mask.right < 0 ? 0
+                          : ceil_div(imax(0, key_begin + block_n - 1 - mask.offset() - mask.right),
+                                     block_m);
+  int hi = mask.seqlen_q / block_m;  // full blocks only
+  if (mask.left >= 0) hi = imin(hi, floor_div(key_begin - mask.offset() + mask.left + 1, block_m));
   lo = imax(lo, outer.begin);
   hi = imin(hi, outer.end);
   if (lo >= hi) return {outer.end, outer.end};
