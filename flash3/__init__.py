@@ -44,4 +44,7 @@ def __getattr__(name):
     if name in ("quantize_fp8", "attention_fp8"):
         from . import fp8
         return getattr(fp8, name)
+    if name in ("distributed", "integrations"):  # submodules, imported on first use
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'flash3' has no attribute {name!r}")

@@ -156,6 +156,7 @@ $PY -c "import xdist" 2>/dev/null && PT+=(-n 4)
 $PY -c "import pytest_timeout" 2>/dev/null && PT+=(--timeout=60 -o timeout_method=thread)
 [ -n "$PYTEST_K" ] && PT+=(-k "$PYTEST_K")
 STEP_LOG=$OUT/pytest.log step pytest 150 $PY -m pytest "${PT[@]}" tests/test_kernel_gpu.py
+STEP_LOG=$WORK/ring_sanity.log step ring_sanity 40 $PY tools/ring_sanity.py
 
 if [ -n "$BENCH_HDIMS" ]; then
   step bench 80 $PY benchmarks/bench_fwd.py --hdims "$BENCH_HDIMS" --seqlens 2048,8192,16384 \

@@ -223,6 +223,11 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
         L += ["  FAILED " + f for f in pt["failures"]]
         if pt["failed"] or pt["error"] or not pt["complete"] or pt["passed"] == 0:
             problems.append("pytest")
+    r = by.get("ring_sanity")
+    if r is not None:
+        L.append(f"ring_sanity (flash3.distributed, 1-GPU NCCL): {r['status']}")
+        if r["status"] != "ok":
+            problems.append("ring_sanity " + r["status"])
     if "bench" in by:
         L.append("benchmark (bf16, 16k tokens, hidden 2048; TFLOP/s):")
         L += bench_lines(bench)
