@@ -14,12 +14,16 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)" numpy pytest matplotlib
 
+# `make test` installs the optional extras its tests cover (the transformers integration);
+# target-specific, so it applies to the `setup` it depends on.
+EXTRAS ?=
 setup: $(PY)
-	$(PY) -m pip install -q .
+	$(PY) -m pip install -q ".$(EXTRAS)"
 
 main: setup
 	cd /tmp && $(abspath $(PY)) -m flash3
 
+test: EXTRAS = [transformers]
 test: setup
 	$(PY) -m pytest -q tests
 
