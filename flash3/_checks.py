@@ -32,6 +32,12 @@ def tensor(name, x, ndim=None, what=""):
     return x
 
 
+def flag(name, x):
+    if not isinstance(x, bool):
+        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
+    return x
+
+
 def _same_device(ref_name, ref, name, x):
     if x.device != ref.device:
         raise ValueError(f"{name} is on {x.device} but {ref_name} is on {ref.device}")

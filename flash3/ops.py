@@ -51,7 +51,9 @@ def _bwd_note(q):
 # ----------------------------------------------------------------- batched
 @torch.library.custom_op("flash3::attention_fwd", mutates_args=())
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float) -> tuple[Tensor, Tensor]:
+                  window_right: int, softcap: float,
+                  deterministic: bool = False) -> tuple[Tensor, Tensor]:
+    # `deterministic` only concerns the backward; it travels with the forward for autograd.
     args = (softmax_scale, window_left, window_right, softcap)
     return _fwd_dispatch(
         q, k, v, softmax_scale,
@@ -60,21 +62,25 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_
 
 
 @attention_fwd.register_fake
-def _(q, k, v, softmax_scale, window_left, window_right, softcap):
+def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=False):
     return q.new_empty(*q.shape[:-1], v.shape[-1]), _lse_batched(q)
 
 
 @torch.library.custom_op("flash3::attention_bwd", mutates_args=())
 def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                   dlse: Optional[Tensor], softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float) -> tuple[Tensor, Tensor, Tensor]:
+                  window_right: int, softcap: float,
+                  deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    # The reference backward is bitwise reproducible run to run either way (fixed tile order,
+    # no atomics); `deterministic` will choose the ordered dQ reduction of the backward kernel.
     _bwd_note(q)
     return reference.backward(dout, q, k, v, out, lse, softmax_scale, window_left,
                               window_right, softcap, dlse=dlse)
 
 
 @attention_bwd.register_fake
-def _(dout, q, k, v, out, lse, dlse, softmax_scale, window_left, window_right, softcap):
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, window_left, window_right, softcap,
+      deterministic=False):
     return _like(q), _like(k), _like(v)
 
 
@@ -106,7 +112,7 @@ attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
 def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
-                         softcap: float) -> tuple[Tensor, Tensor]:
+                         softcap: float, deterministic: bool = False) -> tuple[Tensor, Tensor]:
     _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                           max_seqlen_q, max_seqlen_k)
     args = (softmax_scale, window_left, window_right, softcap)
@@ -120,7 +126,7 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, softcap):
+      window_left, window_right, softcap, deterministic=False):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
 
@@ -129,7 +135,8 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                          lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, softmax_scale: float, window_left: int,
-                         window_right: int, softcap: float) -> tuple[Tensor, Tensor, Tensor]:
+                         window_right: int, softcap: float,
+                         deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     _bwd_note(q)
     return reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                      softmax_scale, window_left, window_right, softcap,
@@ -138,14 +145,14 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
 
 @attention_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, softmax_scale, window_left,
-      window_right, softcap):
+      window_right, softcap, deterministic=False):
     return _like(q), _like(k), _like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
     ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
-    ctx.extra = inputs[7:]  # scale, left, right, softcap
+    ctx.extra = inputs[7:]  # scale, left, right, softcap, deterministic
     ctx.n_inputs = len(inputs)
     ctx.set_materialize_grads(False)  # as in _setup
 

@@ -174,3 +174,13 @@ def test_kvcache_rejected_call_writes_nothing():
         flash3.attention_with_kvcache(args["q"], kc, vc, args["k"], args["v"],
                                       cache_seqlens=torch.tensor([0, 7], dtype=torch.int32))
     assert torch.equal(kc, kc0)
+
+
+def test_deterministic_must_be_bool():
+    import pytest
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(TypeError, match="deterministic"):
+        flash3.attention(q, q, q, deterministic=1)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(TypeError, match="deterministic"):
+        flash3.attention_varlen(q[0], q[0], q[0], cu, cu, 8, 8, deterministic="yes")
