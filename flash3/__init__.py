@@ -21,12 +21,18 @@ from . import masking, reference  # noqa: E402
 from ._backend import has_extension, kernel_configs, kernel_info  # noqa: E402
 from .api import attention, attention_varlen, attention_with_kvcache  # noqa: E402
 from .torch_sdpa import sdpa  # noqa: E402
+from .validation import (get_validation, set_validation, validation_enabled,  # noqa: E402
+                         validation_mode)
 
 __all__ = [
     "attention",
     "attention_varlen",
     "attention_with_kvcache",
     "sdpa",
+    "set_validation",
+    "get_validation",
+    "validation_enabled",
+    "validation_mode",
     "quantize_fp8",
     "attention_fp8",
     "has_extension",
@@ -44,7 +50,7 @@ def __getattr__(name):
     if name in ("quantize_fp8", "attention_fp8"):
         from . import fp8
         return getattr(fp8, name)
-    if name in ("distributed", "integrations"):  # submodules, imported on first use
+    if name in ("distributed", "integrations", "decode_plan", "rotary"):  # imported on first use
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'flash3' has no attribute {name!r}")

@@ -6,6 +6,9 @@ Two kinds of checks:
 * value checks that need the tensors' contents (cu_seqlens, page_table,
   cache_seqlens), run inside the operators before anything is written, so a
   compiled graph still validates and a rejected call leaves the caches alone.
+  Reading a CUDA tensor is a host sync, so they run only in validation mode
+  (flash3/validation.py: always for CPU tensors, on request for CUDA ones,
+  never inside CUDA graph capture or torch.compile tracing).
 """
 
 from __future__ import annotations
@@ -187,7 +190,11 @@ def varlen_values(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q, ma
 
 
 def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
-    """Static checks for attention_with_kvcache. Returns cache_seqlens as a tensor."""
+    """Static checks for attention_with_kvcache. Returns cache_seqlens as a tensor.
+
+    The caches share q's dtype, or are both float8_e4m3fn (an FP8 cache; q and the new k/v
+    are then fp16/bf16/fp32; the descales are checked by :func:`kvcache_extras`).
+    """
     what = "(batch, seqlen, heads, headdim)"
     tensor("q", q, 4, what)
     tensor("k_cache", k_cache, 4, "(batch, capacity, heads, headdim) or (num_pages, page_size, heads, headdim)")
@@ -195,15 +202,22 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
     if (k is None) != (v is None):
         raise ValueError("k and v must be given together (k is %s, v is %s)"
                          % ("set" if k is not None else "None", "set" if v is not None else "None"))
-    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
+    new = []
     if k is not None:
         tensor("k", k, 4, what)
         tensor("v", v, 4, what)
-        named += [("k", k), ("v", v)]
-    _dtypes(named)
+        new = [("k", k), ("v", v)]
     if is_fp8(q):
-        raise TypeError("attention_with_kvcache does not take float8_e4m3fn inputs")
-    for n, t in named[1:]:
+        raise TypeError("attention_with_kvcache does not take float8_e4m3fn queries "
+                        "(an FP8 cache takes fp16/bf16/fp32 q)")
+    if is_fp8(k_cache) or is_fp8(v_cache):
+        if not (is_fp8(k_cache) and is_fp8(v_cache)):
+            raise TypeError(f"k_cache ({k_cache.dtype}) and v_cache ({v_cache.dtype}) must both "
+                            f"be float8_e4m3fn for an FP8 cache")
+        _dtypes([("q", q)] + new)
+    else:
+        _dtypes([("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + new)
+    for n, t in [("k_cache", k_cache), ("v_cache", v_cache)] + new:
         _same_device("q", q, n, t)
     heads_and_dims(q, k_cache, v_cache, "q", "k_cache", "v_cache")
     if k_cache.shape[:2] != v_cache.shape[:2]:
@@ -236,17 +250,77 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
         raise TypeError(f"cache_seqlens must be int32, got {cache_seqlens.dtype}")
     if tuple(cache_seqlens.shape) != (b,):
         raise ValueError(f"cache_seqlens must have shape ({b},), got {tuple(cache_seqlens.shape)}")
-    if not isinstance(num_splits, numbers.Integral) or num_splits < 0:
+    if (not isinstance(num_splits, numbers.Integral) or isinstance(num_splits, bool)
+            or num_splits < 0):
         raise ValueError(f"num_splits must be an int >= 0, got {num_splits!r}")
     return cache_seqlens
 
 
-def kvcache_values(k_cache, cache_seqlens, s_new, page_table):
-    """Value checks needing the contents, run before anything is written."""
+def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
+                   k_descale, v_descale):
+    """Static checks of the rotary and FP8-cache arguments of attention_with_kvcache."""
+    flag("rotary_interleaved", rotary_interleaved)
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin need the new keys k and v (the rotary "
+                             "embedding is applied to q and the appended k)")
+        d = q.shape[-1]
+        for n, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            tensor(n, t, 2, "(seqlen_ro, rotary_dim / 2)")
+            _same_device("q", q, n, t)
+            if t.dtype not in FLOAT_DTYPES:
+                raise TypeError(f"{n} must be float16, bfloat16 or float32, got {t.dtype}")
+        if rotary_sin.shape != rotary_cos.shape:
+            raise ValueError(f"rotary_sin shape {tuple(rotary_sin.shape)} does not match "
+                             f"rotary_cos {tuple(rotary_cos.shape)}")
+        seqlen_ro, half = rotary_cos.shape
+        if seqlen_ro < 1:
+            raise ValueError("rotary_cos needs at least one position (seqlen_ro >= 1)")
+        if not 1 <= 2 * half <= d:
+            raise ValueError(f"rotary_dim (2 * rotary_cos.shape[1] = {2 * half}) must be in "
+                             f"2..{d} (the head dim of q)")
+    fp8 = is_fp8(k_cache)
+    h_k = k_cache.shape[2]
+    slabs = k_cache.shape[0]
+    for n, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if not fp8:
+            if t is not None:
+                raise ValueError(f"{n} is only used with a float8_e4m3fn cache "
+                                 f"(k_cache is {k_cache.dtype})")
+            continue
+        if t is None:
+            raise ValueError(f"{n} is required with a float8_e4m3fn cache")
+        tensor(n, t)
+        _same_device("q", q, n, t)
+        if t.dtype != torch.float32:
+            raise TypeError(f"{n} must be float32, got {t.dtype}")
+        what = "(batch, kv_heads)" if page_table is None else "(num_pages, kv_heads)"
+        if tuple(t.shape) != (slabs, h_k):
+            raise ValueError(f"{n} must have shape {what} = {(slabs, h_k)} for this "
+                             f"{'paged' if page_table is not None else 'contiguous'} cache, "
+                             f"got {tuple(t.shape)}")
+
+
+def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=None,
+                   q_per_token=True, k_descale=None, v_descale=None):
+    """Value checks needing the contents, run before anything is written (validation mode
+    only: they read cache_seqlens/page_table/descales on the host)."""
     lens = cache_seqlens.tolist()
     for i, n in enumerate(lens):
         if n < 0:
             raise ValueError(f"cache_seqlens[{i}] is negative ({n})")
+    if rotary_cos is not None:
+        seqlen_ro = rotary_cos.shape[0]
+        span = max(s_new, s_q if q_per_token else 1)
+        for i, n in enumerate(lens):
+            if n + span > seqlen_ro:
+                raise ValueError(f"rotary_cos/rotary_sin have {seqlen_ro} positions but row {i} "
+                                 f"needs positions up to {n + span - 1} (cache_seqlens[{i}] = {n})")
+    for n, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is not None and not bool(((t > 0) & torch.isfinite(t)).all()):
+            raise ValueError(f"{n} must be finite and > 0 everywhere")
     if page_table is None:
         cap = k_cache.shape[1]
         for i, n in enumerate(lens):

@@ -52,7 +52,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
                            page_table=None, causal=False, softmax_scale=None,
-                           window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0):
+                           window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0,
+                           rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
+                           k_descale=None, v_descale=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -60,12 +62,50 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     (b, max_pages).  New keys k/v (b, s_new, h_k, ·), if given, are written in
     place at positions cache_seqlens[i]... and attended to: row i sees
     cache_seqlens[i] + s_new keys.  ``cache_seqlens`` is int32 (b,) or an int.
-    ``num_splits`` is accepted for compatibility and ignored by the reference.
     Returns out (b, s_q, h, d_v) and, if ``return_lse``, lse (b, h, s_q).
+
+    ``num_splits``: split each row's keys over that many CTAs (split-KV, merged by an
+    lse-weighted combine); 0 picks a count from the SM count and the problem size
+    (flash3.decode_plan).  It changes speed only: the result is the same up to fp32
+    rounding.  The reference computes the splits explicitly when num_splits > 1.
+
+    Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
+    rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
+    (``rotary_interleaved=False``) or GPT-J pairs (True).  New k token t of row i is at
+    position cache_seqlens[i] + t; q token t too when causal or local (window_size !=
+    (-1, -1)), otherwise every q token of row i is at cache_seqlens[i] (flash-attn's rule).
+
+    FP8 cache: k_cache/v_cache float8_e4m3fn with fp16/bf16/fp32 q and new k/v, and float32
+    ``k_descale``/``v_descale`` of shape (k_cache.shape[0], h_k): per (batch row, kv head)
+    for a contiguous cache, per (page, kv head) for a paged one.  A stored value x8 stands
+    for x8 * descale; new k/v are stored as e4m3(clamp(x / descale, -448, 448)) with their
+    slab's descale.  The output has q's dtype.
+
+    Value contract (no host synchronization).  Shapes, dtypes and devices are always
+    checked.  The *values* of cache_seqlens, page_table (and descales, rotary range) are
+    checked only in validation mode (flash3.validation: always for CPU tensors; for CUDA
+    tensors after ``flash3.set_validation(True)`` or with FLASH3_VALIDATE=1; never inside
+    CUDA graph capture or torch.compile tracing).  A rejected call raises ValueError and
+    leaves the caches untouched.  With validation off the caller guarantees, for every row
+    i: 0 <= cache_seqlens[i] and cache_seqlens[i] + s_new <= capacity (contiguous) or
+    <= max_pages * page_size (paged), every page id among the first
+    ceil((cache_seqlens[i] + s_new) / page_size) entries of page_table[i] in
+    [0, num_pages), and for rotary cache_seqlens[i] + max(s_new, s_q) <= seqlen_ro.
+    What happens otherwise today: the append and gathers use PyTorch advanced indexing, so
+    an out-of-range slot raises IndexError on the CPU and a device-side assert on CUDA
+    (the CUDA context is then unusable); a negative cache_seqlens or page id indexes from
+    the end of the cache (Python semantics), so it may overwrite another row's slots;
+    rotary positions are clamped to [0, seqlen_ro - 1].  The decode kernels (to come) skip
+    instead: a key position outside the row's table or a page id outside [0, num_pages)
+    is neither read (as if masked) nor written, so a bad value never touches another
+    sequence's cache.
     """
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
+    _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
+                           rotary_interleaved, k_descale, v_descale)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
-                                     scale, left, right, softcap)
+                                     scale, left, right, softcap, rotary_cos, rotary_sin,
+                                     rotary_interleaved, k_descale, v_descale, int(num_splits))
     return (out, lse) if return_lse else out

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _backend, _checks, reference
+from . import _backend, _checks, reference, validation
 
 try:  # make sure TORCH_LIBRARY(flash3) runs before our custom ops register
     from . import _C  # noqa: F401
@@ -113,8 +113,9 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
                          softcap: float, deterministic: bool = False) -> tuple[Tensor, Tensor]:
-    _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
-                          max_seqlen_q, max_seqlen_k)
+    if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
+        _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                              max_seqlen_q, max_seqlen_k)
     args = (softmax_scale, window_left, window_right, softcap)
     return _fwd_dispatch(
         q, k, v, softmax_scale,
@@ -172,28 +173,48 @@ attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_s
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
                       v: Optional[Tensor], cache_seqlens: Tensor, page_table: Optional[Tensor],
                       softmax_scale: float, window_left: int, window_right: int,
-                      softcap: float) -> tuple[Tensor, Tensor]:
+                      softcap: float, rotary_cos: Optional[Tensor] = None,
+                      rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
+                      k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
+                      num_splits: int = 0) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
-    # Everything is validated before the caches are touched.
-    _checks.kvcache_values(k_cache, cache_seqlens, s_new, page_table)
+    local = window_left >= 0 or window_right >= 0  # causal or local: q rotated per token
+    # Value checks (host reads) only in validation mode; everything is validated before the
+    # caches are touched. With validation off this path reads no device value on the host.
+    if validation.validation_enabled(q, cache_seqlens, page_table):
+        _checks.kvcache_values(k_cache, cache_seqlens, s_new, page_table, q.shape[1],
+                               rotary_cos, local, k_descale, v_descale)
     args = (softmax_scale, window_left, window_right, softcap)
 
+    def run_reference():
+        return reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                         *args, rotary_cos, rotary_sin, rotary_interleaved,
+                                         k_descale, v_descale, max(num_splits, 1))
+
     def kernel():
-        reference.kvcache_write(k_cache, v_cache, k, v, cache_seqlens, None)
+        # Until the fused-append kernel lands: rotate and append with torch ops (no host
+        # reads), then the forward kernel with seqused_k. num_splits is a speed knob only.
+        qk, kk = q, k
+        if rotary_cos is not None and k is not None:
+            from .rotary import kvcache_rotary
+            qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
+                                    rotary_interleaved, local)
+        reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, None)
         seqused = (cache_seqlens + s_new).to(torch.int32)
-        return _backend.run_kernel_fwd(q, k_cache, v_cache, *args, seqused_k=seqused,
+        return _backend.run_kernel_fwd(qk, k_cache, v_cache, *args, seqused_k=seqused,
                                        max_seqlen_q=q.shape[1], max_seqlen_k=k_cache.shape[1])
 
-    return _fwd_dispatch(
-        q, k_cache, v_cache, softmax_scale, kernel,
-        lambda: reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens,
-                                          page_table, *args),
-        paged=page_table is not None)
+    if k_descale is not None and q.is_cuda:  # FP8 cache: no kernel yet
+        _backend.warn_fallback("FP8 KV cache has no kernel yet", "forward")
+        return run_reference()
+    return _fwd_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference,
+                         paged=page_table is not None)
 
 
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
-      window_right, softcap):
+      window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
+      k_descale=None, v_descale=None, num_splits=0):
     return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
 
 

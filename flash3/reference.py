@@ -289,7 +289,20 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
 
 # --------------------------------------------------------------------------
 # KV cache: append new keys in place, then attend per batch row.
+#
+# Optional features, all specified here first (the kernels follow this code):
+# * rotary embedding of q and the new k (flash3/rotary.py), applied before the append;
+# * FP8 caches (float8_e4m3fn) read with descales of shape (k_cache.shape[0], h_k):
+#   per (batch row, kv head) for a contiguous cache, per (page, kv head) for a paged one.
+#   A stored value x8 means x8.float() * descale; an append stores
+#   round_e4m3(clamp(x / descale, -448, 448)) with the slab's existing descale;
+# * split-KV: each row's keys dealt into num_splits ranges (decode_plan.split_key_range),
+#   a partial (O, lse) per range, merged by combine_splits.
 # --------------------------------------------------------------------------
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+SPLIT_BLOCK_N = 128  # key-block granularity of the split ranges (that of the decode kernel)
+
 
 def _cache_slots(cache_seqlens, s_new, page_table, page_size):
     """(batch index or page, offset) of the s_new slots following each row's cache."""
@@ -303,31 +316,117 @@ def _cache_slots(cache_seqlens, s_new, page_table, page_size):
     return pages, pos % page_size
 
 
-def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None):
-    """Write k/v (b, s_new, h_k, ·) into the caches right after cache_seqlens[i]."""
+def quantize_fp8_cache(x, descale):
+    """x (..., h_k, d) in any float dtype, descale broadcastable to (..., h_k) -> float8_e4m3fn:
+    x / descale in fp32, saturated to +-448, rounded to nearest even."""
+    y = x.to(torch.float32) / descale.to(torch.float32).unsqueeze(-1)
+    return y.clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
+def dequantize_fp8_cache(x8, descale):
+    """float8_e4m3fn (..., h_k, d) -> fp32 x8 * descale (descale broadcastable to (..., h_k))."""
+    return x8.to(torch.float32) * descale.to(torch.float32).unsqueeze(-1)
+
+
+def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None, k_descale=None,
+                  v_descale=None):
+    """Write k/v (b, s_new, h_k, ·) into the caches right after cache_seqlens[i].
+
+    FP8 caches take their slab's descale (k_descale/v_descale (k_cache.shape[0], h_k)).
+    """
     if k is None or k.shape[1] == 0:
         return
     idx0, idx1 = _cache_slots(cache_seqlens, k.shape[1], page_table, k_cache.shape[1])
+    if k_descale is not None:
+        k = quantize_fp8_cache(k, k_descale[idx0])
+        v = quantize_fp8_cache(v, v_descale[idx0])
     k_cache[idx0, idx1] = k
     v_cache[idx0, idx1] = v
 
 
-def kvcache_gather(cache, i, n, page_table=None):
-    """The first n keys of batch row i, contiguous (n, h_k, d)."""
+def kvcache_gather(cache, i, n, page_table=None, descale=None):
+    """The first n keys of batch row i, contiguous (n, h_k, d); fp32 if ``descale`` (FP8)."""
     if page_table is None:
-        return cache[i, :n]
+        x = cache[i, :n]
+        return x if descale is None else dequantize_fp8_cache(x, descale[i])
     pos = torch.arange(n, device=cache.device)
     pages = page_table[i].to(torch.long)[pos // cache.shape[1]]
-    return cache[pages, pos % cache.shape[1]]
+    x = cache[pages, pos % cache.shape[1]]
+    return x if descale is None else dequantize_fp8_cache(x, descale[pages])
+
+
+def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges):
+    """Partial attention of q (1, s_q, h, d) over each key range [a, b) of k/v (1, n, h_k, ·).
+
+    The mask is that of the whole row (bottom-right aligned on n keys), applied at absolute
+    key positions.  Returns o (S, 1, s_q, h, d_v) fp32, each normalized over its own range,
+    and lse (S, 1, h, s_q) fp32; a range with no visible key gives o = 0, lse = -inf.
+    """
+    _, s_q, h, _ = q.shape
+    n, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
+    g = h // h_k
+    dev = q.device
+    qf = q.to(torch.float32)
+    kf = k.to(torch.float32).repeat_interleave(g, dim=2)
+    vf = v.to(torch.float32).repeat_interleave(g, dim=2)
+    diag = torch.arange(s_q, device=dev)[:, None] + (n - s_q)  # (s_q, 1)
+    o_parts, lse_parts = [], []
+    for a, b in ranges:
+        if a >= b:
+            o_parts.append(torch.zeros(1, s_q, h, d_v, dtype=torch.float32, device=dev))
+            lse_parts.append(torch.full((1, h, s_q), -math.inf, dtype=torch.float32, device=dev))
+            continue
+        s = torch.einsum("bqhd,bkhd->bhqk", qf, kf[:, a:b]) * softmax_scale
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        j = torch.arange(a, b, device=dev)[None, :]
+        keep = torch.ones(s_q, b - a, dtype=torch.bool, device=dev)
+        if left >= 0:
+            keep &= j >= diag - left
+        if right >= 0:
+            keep &= j <= diag + right
+        s = s.masked_fill(~keep, -math.inf)
+        lse = torch.logsumexp(s, dim=-1)  # (1, h, s_q); -inf where nothing is visible
+        p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0.0).unsqueeze(-1))
+        o = torch.einsum("bhqk,bkhd->bqhd", p, vf[:, a:b])
+        o_parts.append(o)
+        lse_parts.append(lse)
+    return torch.stack(o_parts), torch.stack(lse_parts)
+
+
+def combine_splits(o_parts, lse_parts):
+    """Merge split partials: o (S, b, s_q, h, d_v), lse (S, b, h, s_q) -> out (b, s_q, h, d_v)
+    fp32, lse (b, h, s_q).
+
+    lse = m + log(sum_j exp(lse_j - m)) with m the max over splits (taken as 0 when every split
+    is -inf, so no inf - inf), out = sum_j exp(lse_j - lse) o_j; a row no split saw gets
+    out 0 and lse -inf.  This is the math of the combine kernel.
+    """
+    lse_parts = lse_parts.to(torch.float32)
+    m = lse_parts.amax(dim=0)
+    m = m.masked_fill(m == -math.inf, 0.0)
+    w = torch.exp(lse_parts - m)  # (S, b, h, s_q); exactly 0 for -inf partials
+    total = w.sum(dim=0)
+    lse = m + torch.log(total)  # log(0) = -inf for rows nothing saw
+    scale = w / total.masked_fill(total == 0, 1.0)
+    out = (o_parts.to(torch.float32) * scale.permute(0, 1, 3, 2).unsqueeze(-1)).sum(dim=0)
+    return out, lse
 
 
 def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
-                    left, right, softcap=0.0):
-    """Append k/v to the caches (in place), then attend over cache + new keys.
+                    left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
+                    rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1):
+    """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys.
 
-    q (b, s_q, h, d) -> out (b, s_q, h, d_v), lse (b, h, s_q).
+    q (b, s_q, h, d) -> out (b, s_q, h, d_v), lse (b, h, s_q).  ``num_splits`` > 1 computes each
+    row through split_partials + combine_splits (the same result up to fp32 rounding); 0 and 1
+    attend in one pass (the split count only changes speed, which the reference does not have).
     """
-    kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table)
+    if rotary_cos is not None and k is not None:
+        from .rotary import kvcache_rotary
+        q, k = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
+                              left >= 0 or right >= 0)
+    kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
     b, s_q, h, _ = q.shape
     s_new = 0 if k is None else k.shape[1]
     out = torch.zeros(b, s_q, h, v_cache.shape[-1], dtype=q.dtype, device=q.device)
@@ -335,9 +434,17 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     lengths = (cache_seqlens.to(torch.long) + s_new).tolist()
     for i in range(b):
         n = lengths[i]
-        k_i = kvcache_gather(k_cache, i, n, page_table)
-        v_i = kvcache_gather(v_cache, i, n, page_table)
-        o_i, l_i = forward(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left, right, softcap)
-        out[i] = o_i[0]
+        k_i = kvcache_gather(k_cache, i, n, page_table, k_descale)
+        v_i = kvcache_gather(v_cache, i, n, page_table, v_descale)
+        if num_splits > 1:
+            from .decode_plan import split_key_range
+            ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]
+            o_p, l_p = split_partials(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left,
+                                      right, softcap, ranges)
+            o_i, l_i = combine_splits(o_p, l_p)
+        else:
+            o_i, l_i = forward(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left, right,
+                               softcap)
+        out[i] = o_i[0].to(q.dtype)
         lse[i] = l_i[0]
     return out, lse

@@ -122,3 +122,28 @@ def check_against_reference(fn, q, k, v, grads=True, **kw):
             assert a.grad.dtype == dtype
             assert_close_fa(a.grad, n.grad, r.grad, "d" + name, gmax)
     return out, lse
+
+
+def cpp_driver(source: str, workdir):
+    """Build tests/cpp/<source> (a stdin line -> stdout line driver of host headers in csrc/) with
+    the host C++ compiler; returns ask(lines) -> answer lines. Skips without a compiler."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parents[1]
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler on PATH")
+    exe = Path(workdir) / Path(source).stem
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(root / "csrc"),
+                    str(root / "tests/cpp" / source), "-o", str(exe)], check=True)
+
+    def ask(lines):
+        out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        assert len(out) == len(lines)
+        return out
+    return ask

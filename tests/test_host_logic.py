@@ -6,12 +6,11 @@ against flash3.masking (the Python specification) and against brute force over t
 import importlib.util
 import itertools
 import random
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import cpp_driver
 
 from flash3 import masking
 
@@ -21,19 +20,7 @@ SMEM_LIMIT = 227 * 1024  # Hopper: usable dynamic shared memory per block
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler on PATH")
-    exe = tmp_path_factory.mktemp("host_logic") / "driver"
-    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(ROOT / "csrc"),
-                    str(ROOT / "tests/cpp/host_logic_driver.cpp"), "-o", str(exe)], check=True)
-
-    def ask(lines):
-        out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True,
-                             text=True, check=True).stdout.splitlines()
-        assert len(out) == len(lines)
-        return out
-    return ask
+    return cpp_driver("host_logic_driver.cpp", tmp_path_factory.mktemp("host_logic"))
 
 
 def random_masks(n, seed=0):
