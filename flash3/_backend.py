@@ -16,6 +16,18 @@ _DTYPE_NAMES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @functools.lru_cache(maxsize=None)
+def has_append_kernel() -> bool:
+    """True when flash3._C has the fused KV-cache append (flash3::append_kv_sm90)."""
+    if not has_extension():
+        return False
+    try:
+        torch.ops.flash3.append_kv_sm90
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
 def has_extension() -> bool:
     """True when flash3._C is built and registered its forward kernel."""
     try:

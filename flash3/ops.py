@@ -192,15 +192,28 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                                          k_descale, v_descale, max(num_splits, 1))
 
     def kernel():
-        # Until the fused-append kernel lands: rotate and append with torch ops (no host
-        # reads), then the forward kernel with seqused_k. num_splits is a speed knob only.
-        qk, kk = q, k
-        if rotary_cos is not None and k is not None:
-            from .rotary import kvcache_rotary
-            qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
-                                    rotary_interleaved, local)
-        reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, None)
-        seqused = (cache_seqlens + s_new).to(torch.int32)
+        # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
+        # cache skipped; torch ops where the extension predates it), then the forward kernel
+        # with seqused_k. num_splits is a speed knob only (no split-KV kernel yet).
+        qk = q
+        if k is not None and _backend.has_append_kernel():
+            cos = sin = None
+            if rotary_cos is not None:
+                qk = q.new_empty(q.shape)
+                cos, sin = (t.to(torch.float32).contiguous() for t in (rotary_cos, rotary_sin))
+            # Without rotary q_out is q itself, which the kernel then never touches.
+            torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, k, v, cache_seqlens, None, cos,
+                                            sin, rotary_interleaved, local, qk)
+        elif k is not None:
+            kk = k
+            if rotary_cos is not None:
+                from .rotary import kvcache_rotary
+                qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
+                                        rotary_interleaved, local)
+            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, None)
+        # Clamped into the cache (no host read): whatever cache_seqlens holds, the kernel
+        # never walks past the capacity.
+        seqused = (cache_seqlens + s_new).clamp(0, k_cache.shape[1]).to(torch.int32)
         return _backend.run_kernel_fwd(qk, k_cache, v_cache, *args, seqused_k=seqused,
                                        max_seqlen_q=q.shape[1], max_seqlen_k=k_cache.shape[1])
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """`make compile-check`: compile every forward-kernel TU (csrc/generated/fwd_*.cu) for sm_90a,
-without a GPU, and check the machine code for real Hopper instructions.
+without a GPU, and check the machine code for real Hopper instructions. Plain memory-bound TUs
+(PLAIN_TUS: the decode append) are checked for what applies to them (global loads/stores, no traps,
+no local memory, no stack frame).
 
 For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<name>.ptxas.txt
 (nvcc's full output, with the ptxas -v resource report), and fails if
@@ -52,7 +54,21 @@ import flash3_build as fb  # noqa: E402
 ROOT = fb.ROOT
 OUT_DIR = ROOT / "build" / "sass"
 REQUIRED = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
-COUNTED = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL")
+COUNTED = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL", "LDG", "STG")
+
+
+@dataclass
+class PlainTU:
+    """A memory-bound kernel TU outside the generated set (no WGMMA, TMA or mainloop): it must
+    compile for sm_90a with the `required` instructions, no traps, no local memory, no stack."""
+    name: str
+    path: Path
+    required: tuple
+    mainloop: bool = False
+
+
+PLAIN_TUS = [PlainTU("decode_append_kv_sm90", ROOT / "csrc/flash3/decode/append_kv.cu",
+                     ("LDG", "STG"))]
 INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
 
 # "/*01a0*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;"
@@ -149,7 +165,8 @@ def ex2_overlap(sass: str) -> list[tuple[int, int]]:
     return steps
 
 
-def scan_sass(sass: str, r: Result, debug_hang: bool = False) -> None:
+def scan_sass(sass: str, r: Result, debug_hang: bool = False, required=REQUIRED,
+              mainloop: bool = True) -> None:
     counts = {k: 0 for k in COUNTED}
     trap = 0
     for line in sass.splitlines():
@@ -162,8 +179,8 @@ def scan_sass(sass: str, r: Result, debug_hang: bool = False) -> None:
         if op == "BPT" and mods.startswith(".TRAP"):
             trap += 1
     r.counts = counts
-    r.overlap = ex2_overlap(sass)
-    if not debug_hang:
+    r.overlap = ex2_overlap(sass) if mainloop else []
+    if not debug_hang and mainloop:
         low = [f"{b}/{t}" for b, t in r.overlap if b < EX2_FLOOR_FRACTION * t]
         if not r.overlap:
             r.problems.append("no mainloop step (RS HGMMA batch, DEPBAR 0x1, softmax, DEPBAR 0x0) found in the SASS")
@@ -173,7 +190,7 @@ def scan_sass(sass: str, r: Result, debug_hang: bool = False) -> None:
                               + ", ".join(low))
     if not any(l.lstrip().startswith("Function :") for l in sass.splitlines()):
         r.problems.append("no device function in the SASS dump (is run_fwd instantiating a kernel?)")
-    for k in REQUIRED:
+    for k in required:
         if counts[k] == 0:
             r.problems.append(f"no {k} instruction")
     r.counts["BPT.TRAP"] = trap
@@ -215,7 +232,8 @@ def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_han
         r.problems.append(f"cuobjdump -sass failed: {proc.stderr.strip()[:500]}")
         return r
     sass_txt.write_text(proc.stdout)
-    scan_sass(proc.stdout, r, debug_hang)
+    scan_sass(proc.stdout, r, debug_hang, getattr(k, "required", REQUIRED),
+              getattr(k, "mainloop", True))
     obj.unlink()
     r.ok = not r.problems
     return r
@@ -252,6 +270,8 @@ def main(argv=None) -> int:
         return fail(str(e))
     if not kernels:
         return fail("FLASH3_HDIMS/FLASH3_DTYPES select no kernel")
+    if not debug_hang:  # the hang build only changes the pipelined kernels' waits
+        kernels = list(kernels) + PLAIN_TUS
 
     cuda_home, how = fb.find_cuda_home()
     if cuda_home is None:

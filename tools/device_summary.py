@@ -216,7 +216,7 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
 
     if pt is not None:
         st = by["pytest"]["status"]
-        L.append(f"pytest tests/test_kernel_gpu.py: {pt['passed']} passed, {pt['failed']} failed, "
+        L.append(f"pytest tests/test_kernel_gpu.py tests/test_decode_gpu.py: {pt['passed']} passed, {pt['failed']} failed, "
                  f"{pt['error']} errors, {pt['skipped']} skipped"
                  + ("" if pt["complete"] else f" (incomplete: {st})")
                  + ("; a test hit the per-test timeout" if pt.get("timeout") else ""))

@@ -114,9 +114,22 @@ try:
     raise AssertionError("a CPU call to fwd_sm90 did not raise")
 except (NotImplementedError, RuntimeError) as e:
     print(f"extension-check: CPU call refused as expected ({type(e).__name__})")
+
+# The fused KV-cache append: schema, CUDA and Meta kernels, a Meta call.
+op = torch.ops.flash3.append_kv_sm90.default
+expected = ("flash3::append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, "
+            "Tensor v, Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, "
+            "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out) -> ()")
+assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
+for key in ("CUDA", "Meta"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"append: no {key} kernel"
+kc = torch.empty(b, 256, 2, d, dtype=torch.bfloat16, device="meta")
+kn = torch.empty(b, 1, 2, d, dtype=torch.bfloat16, device="meta")
+lens = torch.empty(b, dtype=torch.int32, device="meta")
+torch.ops.flash3.append_kv_sm90(q, kc, kc.clone(), kn, kn, lens, None, None, None, False, True, q)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
 (cd /tmp && "$PY" -c 'import flash3; assert flash3.has_extension(), "import flash3 did not load flash3._C"; print("extension-check: import flash3 ->", sorted(flash3.kernel_info()["fwd"]))') \
   || die "plain 'import flash3' does not load the extension"
-say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + kernel_info"
+say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + append_kv_sm90 + kernel_info"

@@ -1,0 +1,118 @@
+// The fused KV-cache append (see append_kv.h for the semantics). Memory-bound and tiny per
+// decode step (b * s_new * h_k rows), so the design is plain: one CTA per row of k/v (and per row
+// of q when rotating), one thread per channel. Every cache write is guarded by the slot check, so
+// no value of cache_seqlens/page_table can make it write outside the cache or into another row's
+// pages (a bad page id is skipped, not clamped).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "flash3/decode/append_kv.h"
+
+namespace flash3 {
+namespace {
+
+constexpr int kThreads = 128;
+
+template <class T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <class T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+
+// Channel c of a rotated row x (the first rotary_dim channels; the rest copied). Products and
+// sums are rounded separately (no FMA contraction), as flash3/rotary.py computes them in fp32.
+template <class T>
+__device__ __forceinline__ T rotate(const T* x, int c, int pos, const AppendKvParams& p) {
+  if (p.rotary_cos == nullptr || c >= p.rotary_dim) return x[c];
+  const int half = p.rotary_dim / 2;
+  const int row = pos < 0 ? 0 : (pos >= p.seqlen_ro ? p.seqlen_ro - 1 : pos);
+  int i, j0, j1;  // angle index and the pair (x0, x1)
+  bool second;
+  if (p.rotary_interleaved) {
+    i = c / 2, j0 = 2 * i, j1 = j0 + 1, second = c & 1;
+  } else {
+    second = c >= half, i = second ? c - half : c, j0 = i, j1 = i + half;
+  }
+  const float cs = p.rotary_cos[int64_t(row) * half + i];
+  const float sn = p.rotary_sin[int64_t(row) * half + i];
+  const float x0 = to_float(x[j0]), x1 = to_float(x[j1]);
+  const float r = second ? __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs))
+                         : __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  return from_float<T>(r);
+}
+
+// Cache slot (dim-0 index, row) of key position pos of batch row b; slab < 0 when outside.
+struct Slot {
+  int64_t slab, row;
+};
+
+__device__ __forceinline__ Slot cache_slot(const AppendKvParams& p, int b, int64_t pos) {
+  if (pos < 0) return {-1, 0};
+  if (p.page_table == nullptr) {
+    if (pos >= p.page_size) return {-1, 0};  // page_size holds the capacity here
+    return {b, pos};
+  }
+  if (pos >= int64_t(p.max_pages) * p.page_size) return {-1, 0};
+  const int idx = int(pos) / p.page_size, off = int(pos) % p.page_size;  // pos < 2^31 here
+  const int64_t page = p.page_table[b * p.page_table_stride + idx];
+  if (page < 0 || page >= p.num_pages) return {-1, 0};
+  return {page, off};
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParams p) {
+  // 32-bit index arithmetic (the host caps the grid at 2^31 rows): a 64-bit division is a call.
+  const int k_rows = p.batch * p.s_new * p.h_k;
+  int r = blockIdx.x;
+  if (r < k_rows) {  // one (batch, new token, kv head) row of k and v
+    const int hk = r % p.h_k;
+    const int t = (r / p.h_k) % p.s_new;
+    const int b = r / (p.h_k * p.s_new);
+    const int64_t pos = int64_t(p.cache_seqlens[b]) + t;
+    const Slot slot = cache_slot(p, b, pos);
+    if (slot.slab < 0) return;
+    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + t * p.k_row_stride +
+                 hk * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + t * p.v_row_stride +
+                 hk * p.v_head_stride;
+    T* kc = static_cast<T*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
+            hk * p.kc_head_stride;
+    T* vc = static_cast<T*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
+            hk * p.vc_head_stride;
+    const int pos_ro = pos > 0x7fffffff ? 0x7fffffff : int(pos);
+    for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = rotate(k, c, pos_ro, p);
+    for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = v[c];
+    return;
+  }
+  r -= k_rows;  // one (batch, query token, head) row of q (rotary only)
+  const int hq = r % p.h;
+  const int t = (r / p.h) % p.s_q;
+  const int b = r / (p.h * p.s_q);
+  if (b >= p.batch) return;
+  const int64_t pos = int64_t(p.cache_seqlens[b]) + (p.q_per_token ? t : 0);
+  const int pos_ro = pos > 0x7fffffff ? 0x7fffffff : (pos < 0 ? 0 : int(pos));
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + t * p.q_row_stride +
+               hq * p.q_head_stride;
+  T* qo = static_cast<T*>(p.q_out) + b * p.qo_batch_stride + t * p.qo_row_stride +
+          hq * p.qo_head_stride;
+  for (int c = threadIdx.x; c < p.d; c += kThreads) qo[c] = rotate(q, c, pos_ro, p);
+}
+
+}  // namespace
+
+int run_append_kv(const AppendKvParams& p, void* stream) {
+  const int64_t rows = int64_t(p.batch) * p.s_new * p.h_k +
+                       (p.rotary_cos != nullptr ? int64_t(p.batch) * p.s_q * p.h : 0);
+  if (rows == 0) return 0;
+  if (rows > 0x7fffffff || int64_t(p.max_pages) * p.page_size > 0x7fffffff)
+    return int(cudaErrorInvalidConfiguration);
+  const dim3 grid(static_cast<unsigned>(rows));
+  auto s = static_cast<cudaStream_t>(stream);
+  if (p.is_bf16) append_kv_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(p);
+  else append_kv_kernel<__half><<<grid, kThreads, 0, s>>>(p);
+  return int(cudaGetLastError());
+}
+
+}  // namespace flash3

@@ -1,0 +1,57 @@
+// The fused KV-cache append of attention_with_kvcache: new k/v (optionally rotated) written into
+// the cache at positions cache_seqlens[b] + t, and q rotated at its positions, in one launch with
+// no host synchronization. Plain C++ (no torch, no CUDA headers): the binding fills AppendKvParams.
+//
+// Semantics are flash3/reference.py's kvcache_write and flash3/rotary.py's kvcache_rotary:
+//  - key position pos = cache_seqlens[b] + t; contiguous cache: slot (b, pos); paged cache: slot
+//    (page_table[b][pos / page_size], pos % page_size) (decode::page_slot);
+//  - a slot outside the cache (pos < 0, pos >= capacity or max_pages * page_size, a page id
+//    outside [0, num_pages)) is skipped: never written, whatever cache_seqlens/page_table hold;
+//  - rotary (rotary_dim > 0): pairs (c, c + rotary_dim / 2) (GPT-NeoX) or (2c, 2c + 1) (GPT-J,
+//    interleaved) of the first rotary_dim channels, computed in fp32 and rounded once; the
+//    table row is the position clamped to [0, seqlen_ro - 1]; k at its key position, q token t
+//    at cache_seqlens[b] + t (q_per_token) or cache_seqlens[b].
+#pragma once
+
+#include <cstdint>
+
+namespace flash3 {
+
+struct AppendKvParams {
+  // (b, s_new, h_k, d) new keys, (b, s_new, h_k, d_v) new values; element strides.
+  const void* k;
+  const void* v;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  // Caches: (b or num_pages, capacity or page_size, h_k, d | d_v).
+  void* k_cache;
+  void* v_cache;
+  int64_t kc_batch_stride, kc_row_stride, kc_head_stride;
+  int64_t vc_batch_stride, vc_row_stride, vc_head_stride;
+  // q (b, s_q, h, d) and its rotated copy q_out (same shape); only read/written with rotary.
+  const void* q;
+  void* q_out;
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t qo_batch_stride, qo_row_stride, qo_head_stride;
+  const int32_t* cache_seqlens;  // (b,)
+  const int32_t* page_table;     // (b, max_pages) with row stride, or nullptr (contiguous)
+  int64_t page_table_stride;
+  int max_pages;
+  int64_t num_pages;             // paged: cache dim 0; contiguous: unused
+  int page_size;                 // paged: cache dim 1; contiguous: capacity (cache dim 1)
+  // Rotary tables, fp32 (seqlen_ro, rotary_dim / 2), contiguous rows; nullptr = no rotary.
+  const float* rotary_cos;
+  const float* rotary_sin;
+  int seqlen_ro;
+  int rotary_dim;
+  bool rotary_interleaved;
+  bool q_per_token;
+  int batch, s_new, s_q, h, h_k, d, d_v;
+  bool is_bf16;
+};
+
+// Launches the append (and the q rotation when rotary) on `stream` (a cudaStream_t).
+// Returns 0 or a cudaError_t value.
+int run_append_kv(const AppendKvParams& params, void* stream);
+
+}  // namespace flash3
