@@ -6,6 +6,7 @@
 //       cache_seqlens[b] + t, skipping slots outside the cache, and q rotated into q_out; no host
 //       synchronization (csrc/flash3/decode/append_kv.h). Meta: nothing.
 // flash3/ops.py validates first; these checks are a defence of the kernel's memory accesses.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -13,6 +14,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "flash3/decode/append_kv.h"
@@ -34,6 +36,12 @@ void check_rows(const Tensor& t, const char* name, const Tensor& q, int64_t dim0
               dim0, ", *, ", dim2, ", ", dim3, ")");
   TORCH_CHECK(t.stride(3) == 1 || t.size(3) == 1, "flash3.append_kv_sm90: ", name,
               " must have a contiguous last dimension");
+}
+
+int to_int(int64_t v, const char* what) {
+  TORCH_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), "flash3.append_kv_sm90: ",
+              what, " = ", v, " does not fit in int32");
+  return static_cast<int>(v);
 }
 
 void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -63,6 +71,17 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
               "flash3.append_kv_sm90: cache_seqlens must be a contiguous int32 (", b, ",) tensor on ",
               q.device());
 
+  // Written tensors: no element twice (an expanded view), and with rotary no input read by
+  // another thread after it is overwritten (q_out is q itself only without rotary: untouched).
+  at::assert_no_internal_overlap(k_cache);
+  at::assert_no_internal_overlap(v_cache);
+  at::assert_no_overlap(k_cache, k);
+  at::assert_no_overlap(v_cache, v);
+  if (rotary_cos.has_value()) {
+    at::assert_no_internal_overlap(q_out);
+    at::assert_no_overlap(q_out, q);
+  }
+
   AppendKvParams p{};
   p.k = k.data_ptr(), p.v = v.data_ptr();
   p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
@@ -85,12 +104,14 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
                 ", max_pages) with contiguous rows on ", q.device());
     p.page_table = pt.data_ptr<int32_t>();
     p.page_table_stride = pt.stride(0);
-    p.max_pages = static_cast<int>(pt.size(1));
+    p.max_pages = to_int(pt.size(1), "page_table.size(1)");
     p.num_pages = k_cache.size(0);
   } else {
     TORCH_CHECK(k_cache.size(0) == b, "flash3.append_kv_sm90: k_cache must have batch ", b);
   }
-  p.page_size = static_cast<int>(k_cache.size(1));
+  p.page_size = to_int(k_cache.size(1), "k_cache.size(1)");
+  TORCH_CHECK(int64_t(p.max_pages) * p.page_size <= std::numeric_limits<int32_t>::max(),
+              "flash3.append_kv_sm90: page_table addresses more than 2^31 keys per row");
   TORCH_CHECK(rotary_cos.has_value() == rotary_sin.has_value(),
               "flash3.append_kv_sm90: rotary_cos and rotary_sin go together");
   if (rotary_cos.has_value()) {
@@ -102,14 +123,15 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
                   "flash3.append_kv_sm90: rotary tables must be contiguous float32 "
                   "(seqlen_ro >= 1, rotary_dim / 2) with rotary_dim <= ", d, ", same shape");
     p.rotary_cos = c.data_ptr<float>(), p.rotary_sin = s.data_ptr<float>();
-    p.seqlen_ro = static_cast<int>(c.size(0));
-    p.rotary_dim = static_cast<int>(2 * c.size(1));
+    p.seqlen_ro = to_int(c.size(0), "rotary_cos.size(0)");
+    p.rotary_dim = to_int(2 * c.size(1), "rotary_dim");
   }
   p.rotary_interleaved = rotary_interleaved;
   p.q_per_token = q_per_token;
-  p.batch = static_cast<int>(b), p.s_new = static_cast<int>(s_new), p.s_q = static_cast<int>(s_q);
-  p.h = static_cast<int>(h), p.h_k = static_cast<int>(h_k);
-  p.d = static_cast<int>(d), p.d_v = static_cast<int>(d_v);
+  p.batch = to_int(b, "batch"), p.s_new = to_int(s_new, "k.size(1)");
+  p.s_q = to_int(s_q, "q.size(1)");
+  p.h = to_int(h, "q.size(2)"), p.h_k = to_int(h_k, "k_cache.size(2)");
+  p.d = to_int(d, "q.size(3)"), p.d_v = to_int(d_v, "v_cache.size(3)");
   p.is_bf16 = q.scalar_type() == at::kBFloat16;
   const int err = run_append_kv(p, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == 0, "flash3.append_kv_sm90: launch failed: ",

@@ -91,14 +91,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     <= max_pages * page_size (paged), every page id among the first
     ceil((cache_seqlens[i] + s_new) / page_size) entries of page_table[i] in
     [0, num_pages), and for rotary cache_seqlens[i] + max(s_new, s_q) <= seqlen_ro.
-    What happens otherwise today: the append and gathers use PyTorch advanced indexing, so
-    an out-of-range slot raises IndexError on the CPU and a device-side assert on CUDA
-    (the CUDA context is then unusable); a negative cache_seqlens or page id indexes from
-    the end of the cache (Python semantics), so it may overwrite another row's slots;
-    rotary positions are clamped to [0, seqlen_ro - 1].  The decode kernels (to come) skip
-    instead: a key position outside the row's table or a page id outside [0, num_pages)
-    is neither read (as if masked) nor written, so a bad value never touches another
-    sequence's cache.
+    What happens otherwise: the reference (CPU, and the CUDA fallback for paged and FP8
+    caches) uses PyTorch advanced indexing, so an out-of-range slot raises IndexError on
+    the CPU and a device-side assert on CUDA (the CUDA context is then unusable), and a
+    negative cache_seqlens or page id indexes from the end of the cache (Python
+    semantics), so it may overwrite another row's slots.  The kernels skip instead: the
+    fused append (the contiguous-cache CUDA path) writes no slot outside the cache and no
+    page id outside [0, num_pages), and the attention kernel reads at most
+    min(cache_seqlens[i] + s_new, capacity) keys.  Rotary positions are clamped to
+    [0, seqlen_ro - 1] everywhere.
     """
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)

@@ -196,14 +196,18 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         # cache skipped; torch ops where the extension predates it), then the forward kernel
         # with seqused_k. num_splits is a speed knob only (no split-KV kernel yet).
         qk = q
-        if k is not None and _backend.has_append_kernel():
+        fused = (k is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
+                 and _backend.has_append_kernel())
+        if fused:
             cos = sin = None
             if rotary_cos is not None:
                 qk = q.new_empty(q.shape)
                 cos, sin = (t.to(torch.float32).contiguous() for t in (rotary_cos, rotary_sin))
+            kk, vv = (x if x.stride(-1) == 1 else x.contiguous() for x in (k, v))
             # Without rotary q_out is q itself, which the kernel then never touches.
-            torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, k, v, cache_seqlens, None, cos,
-                                            sin, rotary_interleaved, local, qk)
+            torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv,
+                                            cache_seqlens.contiguous(), None, cos, sin,
+                                            rotary_interleaved, local, qk)
         elif k is not None:
             kk = k
             if rotary_cos is not None:

@@ -66,6 +66,27 @@ def test_append_matches_reference(dtype, paged, rotary, per_token):
     assert torch.equal(q_out, q_ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_append_keeps_denormals_like_torch(dtype):
+    """The build's --use_fast_math must not flush subnormal products (torch does not)."""
+    dev = "cuda"
+    tiny = torch.finfo(dtype).tiny
+    k = (torch.randn(1, 3, 1, 64, device=dev) * tiny * 4).to(dtype)
+    v = torch.randn(1, 3, 1, 64, device=dev, dtype=dtype)
+    q = torch.randn(1, 3, 2, 64, device=dev, dtype=dtype)
+    lens = torch.tensor([5], device=dev, dtype=torch.int32)
+    kc = torch.zeros(1, 16, 1, 64, device=dev, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    rope = _rope(32, 64, dev)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    q_ref, k_ref = kvcache_rotary(q, k, lens, *rope, False, True)
+    reference.kvcache_write(kc_ref, vc_ref, k_ref, v, lens, None)
+    q_out = _append(q, kc, vc, k, v, lens, None, rope, False, True)
+    torch.cuda.synchronize()
+    assert torch.equal(kc, kc_ref) and torch.equal(q_out, q_ref)
+    assert (kc_ref != 0).any()  # the test data really holds nonzero tiny values
+
+
 def test_append_skips_slots_outside_the_cache():
     """Bad cache_seqlens / page ids are skipped: nothing outside the cache, nor any other
     row's pages, is written."""
@@ -74,9 +95,10 @@ def test_append_skips_slots_outside_the_cache():
     k = torch.randn(b, s_new, h_k, d, device=dev, dtype=dt)
     v = torch.randn(b, s_new, h_k, d, device=dev, dtype=dt)
     q = torch.randn(b, 1, 4, d, device=dev, dtype=dt)
-    # Row 0 valid; row 1 negative length; row 2 runs past its table; row 3's pages are bad.
-    lens = torch.tensor([2, -5, 4 * page - 1, 0], device=dev, dtype=torch.int32)
-    page_table = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [-1, 99, 16, 2**30]],
+    # Row 0 valid; row 1 negative length; row 2 runs past its table; row 3's pages are bad:
+    # its keys 7, 8, 9 land on page ids 16 (= num_pages) and 2^30.
+    lens = torch.tensor([2, -5, 4 * page - 1, page - 1], device=dev, dtype=torch.int32)
+    page_table = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [16, 2**30, -1, 99]],
                               device=dev, dtype=torch.int32)
     kc = torch.randn(num_pages, page, h_k, d, device=dev, dtype=dt)
     vc = torch.randn(num_pages, page, h_k, d, device=dev, dtype=dt)
@@ -124,7 +146,13 @@ def test_decode_step_captured_in_a_cuda_graph():
         torch.cuda.synchronize()
         got_k, got_v = kc.clone(), vc.clone()
         kc.copy_(kc_before), vc.copy_(vc_before)
+        kc_ref, vc_ref = kc.clone(), vc.clone()
         expect = step()  # eager, same inputs
         torch.cuda.synchronize()
         assert torch.equal(got_k, kc) and torch.equal(got_v, vc)
         assert (out.float() - expect.float()).abs().max().item() < 1e-2
+        # And both are right: the reference on the same inputs (append with rotary, attention).
+        ref, _ = reference.kvcache_forward(q, kc_ref, vc_ref, k, v, lens, None, d ** -0.5, -1, 0,
+                                           0.0, cos, sin, False)
+        assert torch.equal(kc_ref, kc) and torch.equal(vc_ref, vc)
+        assert (out.float() - ref.float()).abs().max().item() < 2e-2

@@ -196,8 +196,11 @@ def test_cuda_kernel_path_does_not_synchronize(kernel_path):
     """On a GPU: with validation at its default (off for CUDA tensors), the kvcache and varlen
     kernel branches (rotary, append, seqused) launch no synchronizing operation."""
     dev = "cuda"
+    # bf16: the dtype of the fused append kernel, which then runs for real (only the attention
+    # kernel is stubbed) under the sync debug mode.
     q, kc, vc, k, v, seqlens, cos, sin = (t.to(dev) for t in kvcache_args(
         torch.Generator().manual_seed(0)))
+    q, kc, vc, k, v = (t.to(torch.bfloat16) for t in (q, kc, vc, k, v))
     cu = torch.tensor([0, 3, 7], dtype=torch.int32, device=dev)
     qv, kv = torch.randn(7, 2, 8, device=dev), torch.randn(7, 2, 8, device=dev)
     torch.cuda.synchronize()

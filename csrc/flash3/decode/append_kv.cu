@@ -21,6 +21,24 @@ template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
 
+// fp32 multiply / add / subtract, each rounded to nearest, denormals kept: the build's
+// --use_fast_math would otherwise make them .ftz, and torch (the reference) does not flush.
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float add_rn(float a, float b) {
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float sub_rn(float a, float b) {
+  float r;
+  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 // Channel c of a rotated row x (the first rotary_dim channels; the rest copied). Products and
 // sums are rounded separately (no FMA contraction), as flash3/rotary.py computes them in fp32.
 template <class T>
@@ -38,8 +56,8 @@ __device__ __forceinline__ T rotate(const T* x, int c, int pos, const AppendKvPa
   const float cs = p.rotary_cos[int64_t(row) * half + i];
   const float sn = p.rotary_sin[int64_t(row) * half + i];
   const float x0 = to_float(x[j0]), x1 = to_float(x[j1]);
-  const float r = second ? __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs))
-                         : __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  const float r = second ? add_rn(mul_rn(x0, sn), mul_rn(x1, cs))
+                         : sub_rn(mul_rn(x0, cs), mul_rn(x1, sn));
   return from_float<T>(r);
 }
 
