@@ -2,11 +2,19 @@
 
 ``aten::_scaled_dot_product_flash_attention_for_cpu`` (and its backward) compute the same function
 as the reference backend — fp32 softmax with a natural-log lse, GQA with query head ``i`` on kv head
-``i // (h / h_k)`` — in a fused, blocked C++ kernel, so CPU users get torch's speed. It applies when
-flash3's mask is one torch's kernel states: no mask, or causal with ``s_q == s_k`` (where bottom-right
-and torch's top-left alignment are the same mask), no softcap, ``d_v == d``, and no gradient through
-the lse (its backward has no ``dlse`` input). Everything else stays on the tiled reference
-(flash3/reference.py), which is also what the tests exercise with ``USE_TORCH_CPU_KERNEL = False``.
+``i // (h / h_k)`` — in a fused, blocked C++ kernel, so CPU users get torch's speed. Two ways in,
+both without softcap, with ``d_v == d`` and no gradient through the lse (its backward has no
+``dlse`` input):
+
+* :func:`forward` / :func:`backward`: flash3's mask is one torch's kernel states by itself: no
+  mask, or causal with ``s_q == s_k`` (bottom-right and torch's top-left alignment coincide);
+* :func:`forward_masked` / :func:`backward_masked`: any other window (sliding windows, causal with
+  ``s_q != s_k``): per block of ``CHUNK_M`` query rows, the keys the block can see and an additive
+  mask of that (rows x keys) band, so memory stays O(CHUNK_M x band), never s_q x s_k. Rows that
+  see nothing get out 0 and lse -inf, as in the reference.
+
+Everything else stays on the tiled reference (flash3/reference.py), which is also what the tests
+exercise with ``USE_TORCH_CPU_KERNEL = False``.
 
 Inputs are computed in fp32 whatever their dtype (the reference's contract): the up-cast is
 O(s·d) per head, not O(s²).
@@ -35,6 +43,84 @@ def applies(q, k, v, left: int, right: int, softcap: float, explicit_tiles: bool
     no_mask = left < 0 and right < 0
     square_causal = left < 0 and right == 0 and s_q == s_k
     return (no_mask or square_causal) and _kernel_ops() is not None
+
+
+def applies_masked(q, k, v, softcap: float, explicit_tiles: bool) -> bool:
+    """True when the chunked, masked use of torch's kernel computes the reference's function."""
+    if not USE_TORCH_CPU_KERNEL or explicit_tiles or q.device.type != "cpu":
+        return False
+    if min(q.shape[0], q.shape[1], k.shape[1]) == 0 or softcap > 0:
+        return False
+    return v.shape[-1] == q.shape[-1] and _kernel_ops() is not None
+
+
+CHUNK_M = 256  # query rows per masked call: the mask is CHUNK_M x (keys the block sees)
+
+
+def _chunks(s_q, s_k, left, right):
+    """(m0, m1, lo, hi, mask or None, empty rows or None) per block of query rows: the keys
+    [lo, hi) its rows can see and the additive mask hiding the rest of that band."""
+    off = s_k - s_q
+    for m0 in range(0, s_q, CHUNK_M):
+        m1 = min(m0 + CHUNK_M, s_q)
+        lo = max(0, m0 + off - left) if left >= 0 else 0
+        hi = min(s_k, m1 - 1 + off + right + 1) if right >= 0 else s_k
+        if lo >= hi:
+            yield m0, m1, lo, hi, None, None
+            continue
+        diag = torch.arange(m0, m1).unsqueeze(1) + off
+        cols = torch.arange(lo, hi).unsqueeze(0)
+        hide = torch.zeros(m1 - m0, hi - lo, dtype=torch.bool)
+        if left >= 0:
+            hide |= cols < diag - left
+        if right >= 0:
+            hide |= cols > diag + right
+        if not hide.any():
+            yield m0, m1, lo, hi, None, None
+            continue
+        mask = torch.zeros(m1 - m0, hi - lo).masked_fill_(hide, float("-inf"))
+        empty = hide.all(dim=1)
+        yield m0, m1, lo, hi, mask, (empty if empty.any() else None)
+
+
+def forward_masked(q, k, v, softmax_scale: float, left: int, right: int):
+    """(b, s, h, d) inputs, any window -> out (b, s_q, h, d) in q's dtype, lse (b, h, s_q) fp32."""
+    fwd, _ = _kernel_ops()
+    b, s_q, h, d = q.shape
+    out = torch.zeros(b, s_q, h, d, dtype=torch.float32)
+    lse = torch.full((b, h, s_q), float("-inf"), dtype=torch.float32)
+    for m0, m1, lo, hi, mask, empty in _chunks(s_q, k.shape[1], left, right):
+        if lo >= hi:
+            continue  # no row of the block sees a key: out 0, lse -inf
+        o, l = fwd(_bhsd(q[:, m0:m1]), _bhsd(k[:, lo:hi]), _bhsd(v[:, lo:hi]), 0.0, False,
+                   attn_mask=mask, scale=softmax_scale)
+        if empty is not None:
+            l = l.masked_fill(empty, float("-inf"))  # torch gives out 0 but lse 0 there
+        out[:, m0:m1] = o.transpose(1, 2)
+        lse[:, :, m0:m1] = l
+    return out.to(q.dtype), lse
+
+
+def backward_masked(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int):
+    """Gradients of :func:`forward_masked`, contiguous, in the inputs' dtypes."""
+    _, bwd = _kernel_ops()
+    dq = torch.zeros(q.shape, dtype=torch.float32)
+    dk = torch.zeros(k.shape, dtype=torch.float32)
+    dv = torch.zeros(v.shape, dtype=torch.float32)
+    for m0, m1, lo, hi, mask, _ in _chunks(q.shape[1], k.shape[1], left, right):
+        if lo >= hi:
+            continue
+        # Rows that see nothing: torch's kernel expects the lse it produced (0), not -inf
+        # (exp(-inf - -inf) would be NaN); every score of such a row is masked, so P = 0.
+        l = lse[:, :, m0:m1].to(torch.float32)
+        l = l.masked_fill(torch.isinf(l), 0.0)
+        gq, gk, gv = bwd(_bhsd(dout[:, m0:m1]), _bhsd(q[:, m0:m1]), _bhsd(k[:, lo:hi]),
+                         _bhsd(v[:, lo:hi]), _bhsd(out[:, m0:m1]), l, 0.0, False,
+                         attn_mask=mask, scale=softmax_scale)
+        dq[:, m0:m1] = gq.transpose(1, 2)
+        dk[:, lo:hi] += gk.transpose(1, 2)
+        dv[:, lo:hi] += gv.transpose(1, 2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 def _bhsd(x):

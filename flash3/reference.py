@@ -3,9 +3,10 @@
 This is the executable specification of flash3.  It is exact (fp32
 accumulation), device-agnostic and memory-efficient: it tiles over queries and
 keys with an online softmax and never holds a (seqlen_q x seqlen_k) matrix.
-On the CPU, calls whose mask torch's own fused CPU kernel states exactly (no mask
-or square causal, no softcap, d_v == d, no lse gradient) run that kernel instead
-(flash3/_torch_cpu.py): the same function, computed faster.
+On the CPU, calls without softcap, with d_v == d and no lse gradient run torch's
+own fused CPU kernel instead (flash3/_torch_cpu.py: directly for no mask or square
+causal, per query block with a band mask for other windows): the same function,
+computed faster.
 
 Inputs are already validated and the window already normalized
 (``masking.normalize_window``: causal is ``right == 0``, -1 is unbounded).
@@ -95,6 +96,8 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
     """
     if _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
         return _torch_cpu.forward(q, k, v, softmax_scale, causal=right == 0)
+    if _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n):
+        return _torch_cpu.forward_masked(q, k, v, softmax_scale, left, right)
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
@@ -175,6 +178,8 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     """
     if dlse is None and _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
         return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
+    if dlse is None and _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n):
+        return _torch_cpu.backward_masked(dout, q, k, v, out, lse, softmax_scale, left, right)
     block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]

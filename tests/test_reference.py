@@ -47,19 +47,43 @@ def test_torch_cpu_kernel_path(monkeypatch, dtype, case):
     assert taken == ["forward", "backward"]
 
 
-@pytest.mark.parametrize("kw,lengths", [
-    (dict(causal=True), (40, 60)),         # bottom-right != torch's top-left when s_q != s_k
-    (dict(window_size=(8, -1)), (50, 50)),
-    (dict(softcap=2.0), (50, 50)),
-])
-def test_torch_cpu_kernel_not_used_where_semantics_differ(monkeypatch, kw, lengths):
-    monkeypatch.setattr(_torch_cpu, "forward", None)  # would raise if called
-    check_against_reference(flash3.attention, *make(1, *lengths, 2, 2, 16, 16, torch.float32),
-                            **kw)
+MASKED_CASES = [  # (s_q, s_k, h, h_k, keyword arguments): torch's kernel per query block + mask
+    (40, 600, 4, 2, dict(causal=True)),      # bottom-right != torch's top-left when s_q != s_k
+    (600, 40, 4, 4, dict(causal=True)),      # the first 560 rows see nothing: out 0, lse -inf
+    (531, 531, 6, 2, dict(window_size=(70, 9))),
+    (300, 300, 2, 1, dict(causal=True, window_size=(0, -1))),
+    (257, 100, 2, 2, dict(window_size=(3, -1))),
+    (1, 1, 2, 2, dict(window_size=(0, 0))),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", range(len(MASKED_CASES)))
+def test_torch_cpu_kernel_with_band_masks(monkeypatch, dtype, case):
+    """Windows and non-square causal: torch's kernel on each block of query rows with the
+    mask of its band of keys computes the reference's function (fp64 oracle, FA rule)."""
+    s_q, s_k, h, h_k, kw = MASKED_CASES[case]
+    monkeypatch.setattr(_torch_cpu, "CHUNK_M", 128)  # several blocks at these lengths
+    monkeypatch.setattr(_torch_cpu, "forward", None)  # the plain path must not be taken
+    taken = []
+    for name in ("forward_masked", "backward_masked"):
+        real = getattr(_torch_cpu, name)
+        monkeypatch.setattr(_torch_cpu, name,
+                            lambda *a, _r=real, _n=name, **k: taken.append(_n) or _r(*a, **k))
+    check_against_reference(flash3.attention, *make(2, s_q, s_k, h, h_k, 32, 32, dtype), **kw)
+    assert taken == ["forward_masked", "backward_masked"]
+
+
+@pytest.mark.parametrize("kw,dims", [(dict(softcap=2.0), (16, 16)), (dict(causal=True), (16, 8))])
+def test_torch_cpu_kernel_not_used_where_it_cannot_compute_it(monkeypatch, kw, dims):
+    for name in ("forward", "forward_masked"):  # would raise if called
+        monkeypatch.setattr(_torch_cpu, name, None)
+    check_against_reference(flash3.attention, *make(1, 50, 60, 2, 2, *dims, torch.float32), **kw)
 
 
 def test_lse_gradient_uses_the_tiled_backward(monkeypatch):
     monkeypatch.setattr(_torch_cpu, "backward", None)
+    monkeypatch.setattr(_torch_cpu, "backward_masked", None)
     q, k, v = (x.requires_grad_() for x in make(1, 30, 30, 2, 2, 16, 16, torch.float32))
     out, lse = flash3.attention(q, k, v, return_lse=True)
     (out.sum() + lse.sum()).backward()
