@@ -33,25 +33,21 @@ def _kernel_ops():
     return (fwd, bwd) if fwd is not None and bwd is not None else None
 
 
-def applies(q, k, v, left: int, right: int, softcap: float, explicit_tiles: bool) -> bool:
-    """True when torch's CPU kernel computes exactly the reference's function for this call."""
-    if not USE_TORCH_CPU_KERNEL or explicit_tiles or q.device.type != "cpu":
-        return False
-    s_q, s_k = q.shape[1], k.shape[1]
-    if min(q.shape[0], s_q, s_k) == 0 or softcap > 0 or v.shape[-1] != q.shape[-1]:
-        return False
-    no_mask = left < 0 and right < 0
-    square_causal = left < 0 and right == 0 and s_q == s_k
-    return (no_mask or square_causal) and _kernel_ops() is not None
-
-
 def applies_masked(q, k, v, softcap: float, explicit_tiles: bool) -> bool:
-    """True when the chunked, masked use of torch's kernel computes the reference's function."""
+    """True when torch's kernel, per query block with a band mask, computes the reference's
+    function (any window)."""
     if not USE_TORCH_CPU_KERNEL or explicit_tiles or q.device.type != "cpu":
         return False
     if min(q.shape[0], q.shape[1], k.shape[1]) == 0 or softcap > 0:
         return False
     return v.shape[-1] == q.shape[-1] and _kernel_ops() is not None
+
+
+def applies(q, k, v, left: int, right: int, softcap: float, explicit_tiles: bool) -> bool:
+    """True when torch's kernel computes it in one call, with no mask of ours."""
+    no_mask = left < 0 and right < 0
+    square_causal = left < 0 and right == 0 and q.shape[1] == k.shape[1]
+    return (no_mask or square_causal) and applies_masked(q, k, v, softcap, explicit_tiles)
 
 
 CHUNK_M = 256  # query rows per masked call: the mask is CHUNK_M x (keys the block sees)
