@@ -117,6 +117,16 @@ def batched(q, k, v):
     heads_and_dims(q, k, v)
 
 
+def _descale_tensor(q, name, d, needed):
+    """An FP8 descale: present, a float32 tensor on q's device (its shape is the caller's)."""
+    if d is None:
+        raise ValueError(f"{name} is required {needed}")
+    tensor(name, d)
+    _same_device("q", q, name, d)
+    if d.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {d.dtype}")
+
+
 def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size):
     """Descales are (b, h_k) or per block (b, heads_of_that_tensor, num_blocks)."""
     fp8 = is_fp8(q)
@@ -131,12 +141,7 @@ def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size):
         raise ValueError(f"fp8_block_size must be a pair of positive ints, got {fp8_block_size!r}")
     b, h_k = q.shape[0], k.shape[2]
     for (n, d, t), blk in zip(named, (fp8_block_size[0], fp8_block_size[1], fp8_block_size[1])):
-        if d is None:
-            raise ValueError(f"{n} is required for float8_e4m3fn inputs")
-        tensor(n, d)
-        _same_device("q", q, n, d)
-        if d.dtype != torch.float32:
-            raise TypeError(f"{n} must be float32, got {d.dtype}")
+        _descale_tensor(q, n, d, "for float8_e4m3fn inputs")
         per_head = (b, h_k)
         per_block = (b, t.shape[2], -(-t.shape[1] // blk))
         if tuple(d.shape) not in (per_head, per_block):
@@ -290,12 +295,7 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
                 raise ValueError(f"{n} is only used with a float8_e4m3fn cache "
                                  f"(k_cache is {k_cache.dtype})")
             continue
-        if t is None:
-            raise ValueError(f"{n} is required with a float8_e4m3fn cache")
-        tensor(n, t)
-        _same_device("q", q, n, t)
-        if t.dtype != torch.float32:
-            raise TypeError(f"{n} must be float32, got {t.dtype}")
+        _descale_tensor(q, n, t, "with a float8_e4m3fn cache")
         what = "(batch, kv_heads)" if page_table is None else "(num_pages, kv_heads)"
         if tuple(t.shape) != (slabs, h_k):
             raise ValueError(f"{n} must have shape {what} = {(slabs, h_k)} for this "

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from . import masking
+
 USE_TORCH_CPU_KERNEL = True  # tests and benchmarks switch it off to measure the tiled reference
 
 
@@ -55,22 +57,15 @@ CHUNK_M = 256  # query rows per masked call: the mask is CHUNK_M x (keys the blo
 
 def _chunks(s_q, s_k, left, right):
     """(m0, m1, lo, hi, mask or None, empty rows or None) per block of query rows: the keys
-    [lo, hi) its rows can see and the additive mask hiding the rest of that band."""
-    off = s_k - s_q
-    for m0 in range(0, s_q, CHUNK_M):
-        m1 = min(m0 + CHUNK_M, s_q)
-        lo = max(0, m0 + off - left) if left >= 0 else 0
-        hi = min(s_k, m1 - 1 + off + right + 1) if right >= 0 else s_k
+    [lo, hi) its rows can see (empty when lo >= hi) and the additive mask hiding the rest of
+    that band (flash3.masking states both)."""
+    for mb in range(-(-s_q // CHUNK_M)):
+        m0, m1 = mb * CHUNK_M, min((mb + 1) * CHUNK_M, s_q)
+        lo, hi = masking.key_block_range(mb, CHUNK_M, 1, s_q, s_k, False, left, right)
         if lo >= hi:
             yield m0, m1, lo, hi, None, None
             continue
-        diag = torch.arange(m0, m1).unsqueeze(1) + off
-        cols = torch.arange(lo, hi).unsqueeze(0)
-        hide = torch.zeros(m1 - m0, hi - lo, dtype=torch.bool)
-        if left >= 0:
-            hide |= cols < diag - left
-        if right >= 0:
-            hide |= cols > diag + right
+        hide = ~masking.visible_mask(m0, m1, lo, hi, s_q, s_k, False, left, right)
         if not hide.any():
             yield m0, m1, lo, hi, None, None
             continue

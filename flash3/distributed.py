@@ -32,7 +32,7 @@ from typing import List, Tuple
 import torch
 import torch.distributed as dist
 
-from . import _checks, ops
+from . import _checks, ops, reference
 
 __all__ = ["ring_attention", "shard_ranges", "shard_sequence", "unshard_sequence"]
 
@@ -46,12 +46,6 @@ def _int_arg(name, x, lo):
     if x < lo:
         raise ValueError(f"{name} must be >= {lo}, got {x}")
     return int(x)
-
-
-def _bool_arg(name, x):
-    if not isinstance(x, bool):
-        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
-    return x
 
 
 def _split_sizes(n: int, parts: int) -> List[int]:
@@ -73,7 +67,7 @@ def shard_ranges(seqlen: int, world_size: int, *,
     """
     seqlen = _int_arg("seqlen", seqlen, 0)
     world_size = _int_arg("world_size", world_size, 1)
-    _bool_arg("load_balance", load_balance)
+    _checks.flag("load_balance", load_balance)
     parts = 2 * world_size if load_balance else world_size
     sizes = _split_sizes(seqlen, parts)
     starts = [sum(sizes[:i]) for i in range(parts)]
@@ -135,7 +129,7 @@ def unshard_sequence(shards, *, group=None, dim: int = 1, load_balance: bool = T
     group; shards may differ in length) and every rank gets the full sequence.  The gathered
     result is not differentiable.
     """
-    _bool_arg("load_balance", load_balance)
+    _checks.flag("load_balance", load_balance)
     if isinstance(shards, (list, tuple)):
         if not shards:
             raise ValueError("shards must not be empty")
@@ -340,21 +334,13 @@ def _pack(k, v):
 
 # ---------------------------------------------------------------------------- the ring
 def _merge(out, lse, qa, qb, o, l):
-    """Fold a partial (o, l) for rows [qa, qb) into the fp32 accumulators; -inf safe.
-
-    lse = m + log(e^(lse - m) + e^(l - m)), out = (e^(lse - m) out + e^(l - m) o) / that sum,
-    with m the larger of the two (0 where both are -inf: the row then stays 0 and -inf).
-    """
+    """Fold a partial (o, l) for rows [qa, qb) into the fp32 accumulators with the split-KV
+    combine (reference.combine_splits: lse-weighted, -inf safe)."""
     o_acc, l_acc = out[:, qa:qb], lse[:, :, qa:qb]
-    m = torch.maximum(l_acc, l)
-    m = m.masked_fill(m == -_INF, 0.0)
-    a, c = torch.exp(l_acc - m), torch.exp(l - m)
-    total = a + c
-    inv = torch.where(total > 0, total.reciprocal(), torch.zeros_like(total))
-    w_old = (a * inv).transpose(1, 2).unsqueeze(-1)
-    w_new = (c * inv).transpose(1, 2).unsqueeze(-1)
-    o_acc.mul_(w_old).add_(o.to(torch.float32) * w_new)
-    l_acc.copy_(m + torch.log(total))
+    merged_o, merged_l = reference.combine_splits(torch.stack((o_acc, o.to(torch.float32))),
+                                                  torch.stack((l_acc, l)))
+    o_acc.copy_(merged_o)
+    l_acc.copy_(merged_l)
 
 
 def _ring_forward(ring, q, k, v):
@@ -482,8 +468,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, softmax_scale=None,
         raise ValueError(f"k has seqlen {k.shape[1]} but q has {q.shape[1]}: ring_attention shards "
                          f"one sequence (self-attention), so q, k and v hold the same positions")
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
-    _bool_arg("load_balance", load_balance)
-    _bool_arg("return_lse", return_lse)
+    _checks.flag("load_balance", load_balance)
+    _checks.flag("return_lse", return_lse)
     group, W, me = _group_info(group, "ring_attention")
 
     b, L, h, d = q.shape

@@ -193,8 +193,9 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
-        # cache skipped; torch ops where the extension predates it), then the forward kernel
-        # with seqused_k. num_splits is a speed knob only (no split-KV kernel yet).
+        # cache skipped; the same with torch ops where that op cannot run: an extension
+        # without it, or the tests' forced kernel branch on CPU/fp32 tensors), then the
+        # forward kernel with seqused_k. num_splits is a speed knob only (no split-KV kernel).
         qk = q
         fused = (k is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
                  and _backend.has_append_kernel())

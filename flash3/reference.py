@@ -374,7 +374,6 @@ def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges):
     qf = q.to(torch.float32)
     kf = k.to(torch.float32).repeat_interleave(g, dim=2)
     vf = v.to(torch.float32).repeat_interleave(g, dim=2)
-    diag = torch.arange(s_q, device=dev)[:, None] + (n - s_q)  # (s_q, 1)
     o_parts, lse_parts = [], []
     for a, b in ranges:
         if a >= b:
@@ -384,12 +383,7 @@ def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges):
         s = torch.einsum("bqhd,bkhd->bhqk", qf, kf[:, a:b]) * softmax_scale
         if softcap > 0:
             s = softcap * torch.tanh(s / softcap)
-        j = torch.arange(a, b, device=dev)[None, :]
-        keep = torch.ones(s_q, b - a, dtype=torch.bool, device=dev)
-        if left >= 0:
-            keep &= j >= diag - left
-        if right >= 0:
-            keep &= j <= diag + right
+        keep = masking.visible_mask(0, s_q, a, b, s_q, n, False, left, right, device=dev)
         s = s.masked_fill(~keep, -math.inf)
         lse = torch.logsumexp(s, dim=-1)  # (1, h, s_q); -inf where nothing is visible
         p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0.0).unsqueeze(-1))

@@ -20,6 +20,7 @@ import numbers
 
 import torch
 
+from . import _checks
 from .api import attention
 
 __all__ = ["sdpa"]
@@ -60,8 +61,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if not isinstance(dropout_p, numbers.Real) or dropout_p != 0.0:
         raise ValueError(f"flash3.sdpa: dropout_p must be 0.0 (flash3 has no attention dropout), "
                          f"got {dropout_p!r}")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    _checks.flag("is_causal", is_causal)
     if query.dim() != key.dim() or query.dim() != value.dim():
         raise ValueError(f"query, key and value must have the same number of dims, got "
                          f"{query.dim()}, {key.dim()} and {value.dim()}")

@@ -146,15 +146,21 @@ def test_set_attn_implementation(calls):
 
 
 # ------------------------------------------------------------------------------ logits
-@pytest.mark.parametrize("family", list(FAMILIES))
-def test_padded_logits_match_eager(family, calls):
-    ref, fa = pair(family)
+def assert_padded_logits_match(ref, fa):
+    """Logits of the padded batch on its real tokens, the flash3 path taken (no fallback)."""
     ids, mask = padded_batch()
     with no_fallback(), torch.no_grad():
         want = ref(ids, attention_mask=mask).logits
         got = fa(ids, attention_mask=mask).logits
     valid = mask.bool()
     torch.testing.assert_close(got[valid], want[valid], atol=ATOL, rtol=0)
+    return ids
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_padded_logits_match_eager(family, calls):
+    ref, fa = pair(family)
+    ids = assert_padded_logits_match(ref, fa)
     assert calls["attention_varlen"] == 2 and calls["attention"] == 0  # 2 layers, unpadded
     # Without padding: the batched kernel.
     with no_fallback(), torch.no_grad():
@@ -166,13 +172,7 @@ def test_padded_logits_match_eager(family, calls):
 
 @pytest.mark.parametrize("family", ["llama", "mistral"])
 def test_padded_logits_match_sdpa(family, calls):
-    ref, fa = pair(family, "sdpa")
-    ids, mask = padded_batch()
-    with no_fallback(), torch.no_grad():
-        want = ref(ids, attention_mask=mask).logits
-        got = fa(ids, attention_mask=mask).logits
-    valid = mask.bool()
-    torch.testing.assert_close(got[valid], want[valid], atol=ATOL, rtol=0)
+    assert_padded_logits_match(*pair(family, "sdpa"))
     assert calls["attention_varlen"] == 2
 
 
