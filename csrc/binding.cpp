@@ -34,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "flash3/common/attn_logic.h"
 #include "flash3/fwd/api.h"
 #include "flash3/fwd/params.h"
 
@@ -282,6 +283,149 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               ", d_v=", d_v, "): CUDA error after launch: ", cudaGetErrorString(err));
 }
 
+// A per-block descale (b, heads, blocks of `block` rows) as the kernel's Descale, one entry per
+// kernel block of `kernel_block` rows: `block` must be a multiple of it; coarser blocks are repeated
+// on the device (repeat_interleave with a constant count: no host sync). `keep` holds the copy.
+Descale fp8_descale(const Tensor& t, const char* name, const Tensor& q, int64_t b, int64_t heads,
+                    int64_t rows, int64_t block, int64_t kernel_block, Tensor& keep) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat, "flash3.fwd_fp8_sm90: ", name, " must be float32, got ",
+              t.scalar_type());
+  TORCH_CHECK(t.device() == q.device(), "flash3.fwd_fp8_sm90: ", name, " must be on ", q.device());
+  TORCH_CHECK(block > 0 && block % kernel_block == 0, "flash3.fwd_fp8_sm90: the block of ", name, " (",
+              block, " rows) must be a multiple of the kernel's ", kernel_block);
+  const int64_t nb = (rows + block - 1) / block, nk = (rows + kernel_block - 1) / kernel_block;
+  check_shape(t, name, {b, heads, nb});
+  keep = block == kernel_block ? t : t.repeat_interleave(block / kernel_block, 2).narrow(2, 0, nk);
+  Descale d;
+  d.ptr = keep.data_ptr<float>();
+  d.batch_stride = keep.stride(0);
+  d.head_stride = keep.stride(1);
+  d.index_stride = keep.size(2) > 1 ? keep.stride(2) : 0;
+  return d;
+}
+
+// The FP8 forward: q (b, s_q, h, d), k (b, s_k, h_k, d) and vt (b, h_k, d_v, s_pad) in e4m3, vt
+// holding V transposed with tokens permuted within every 16 (flash3/fp8.py pack_v_fp8), s_pad a
+// multiple of 16 >= s_k. Descales (float32, any strides): q (b, h, ceil(s_q / q_block)), k and v
+// (b, h_k, ceil(s_k / kv_block)), optional v_channel (b, h_k, d_v). out (b, s_q, h, d_v) bf16.
+void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const Tensor& out,
+                       const Tensor& lse, const Tensor& q_descale, const Tensor& k_descale,
+                       const Tensor& v_descale, const std::optional<Tensor>& v_channel_descale,
+                       int64_t q_block, int64_t kv_block, double softmax_scale, bool causal,
+                       int64_t window_left, int64_t window_right, double softcap) {
+  TORCH_CHECK(q.is_cuda(), "flash3.fwd_fp8_sm90: q must be a CUDA tensor, got ", q.device());
+  for (const Tensor* t : {&k, &vt, &out, &lse})
+    TORCH_CHECK(t->device() == q.device(), "flash3.fwd_fp8_sm90: all tensors must be on ", q.device(),
+                ", got one on ", t->device());
+  c10::cuda::CUDAGuard guard(q.device());
+  const DeviceInfo& dev = device_info(q.get_device());
+  TORCH_CHECK(dev.major == 9 && dev.minor == 0, "flash3.fwd_fp8_sm90 needs an sm_90 (Hopper) GPU; ",
+              q.device(), " is sm_", dev.major, dev.minor);
+  for (auto [t, name] : {std::make_tuple(&q, "q"), std::make_tuple(&k, "k"), std::make_tuple(&vt, "vt")})
+    TORCH_CHECK(t->scalar_type() == at::kFloat8_e4m3fn, "flash3.fwd_fp8_sm90: ", name,
+                " must be float8_e4m3fn, got ", t->scalar_type());
+  TORCH_CHECK(out.scalar_type() == at::kBFloat16, "flash3.fwd_fp8_sm90: out must be bfloat16");
+  TORCH_CHECK(lse.scalar_type() == at::kFloat, "flash3.fwd_fp8_sm90: lse must be float32");
+  for (auto [t, name] : {std::make_tuple(&q, "q"), std::make_tuple(&k, "k"), std::make_tuple(&vt, "vt"),
+                         std::make_tuple(&out, "out")})
+    TORCH_CHECK(t->dim() == 4, "flash3.fwd_fp8_sm90: ", name, " must be 4-D, got ", t->sizes());
+  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
+  const int64_t s_k = k.size(1), h_k = k.size(2), d_v = vt.size(2), s_pad = vt.size(3);
+  check_shape(k, "k", {b, s_k, h_k, d});
+  TORCH_CHECK(vt.size(0) == b && vt.size(1) == h_k && s_pad % 16 == 0 && s_pad >= s_k,
+              "flash3.fwd_fp8_sm90: vt must be (b, h_k, d_v, s_pad) with s_pad a multiple of 16 >= s_k, got ",
+              vt.sizes());
+  check_shape(out, "out", {b, s_q, h, d_v});
+  check_shape(lse, "lse", {b, h, s_q});
+  TORCH_CHECK(h_k > 0 && h % h_k == 0, "flash3.fwd_fp8_sm90: the number of query heads (", h,
+              ") must be a multiple of the number of kv heads (", h_k, ")");
+  TORCH_CHECK(d % 16 == 0 && d_v % 16 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256,
+              "flash3.fwd_fp8_sm90: head dims must be multiples of 16 in [16, 256], got d=", d, " d_v=", d_v);
+  TORCH_CHECK(softcap >= 0.0, "flash3.fwd_fp8_sm90: softcap must be >= 0 (0 = off), got ", softcap);
+  TORCH_CHECK(softmax_scale > 0.0 && std::isfinite(softmax_scale),
+              "flash3.fwd_fp8_sm90: softmax_scale must be finite and > 0, got ", softmax_scale);
+  TORCH_CHECK(window_left >= -1 && window_right >= -1,
+              "flash3.fwd_fp8_sm90: window sizes must be >= -1 (-1 = unbounded)");
+  const FwdLauncher launch = find_fwd_fp8_kernel(static_cast<int>(d), static_cast<int>(d_v));
+  TORCH_CHECK(launch != nullptr, "flash3.fwd_fp8_sm90: no FP8 kernel for head dim (", d, ", ", d_v,
+              ") or larger in this build of flash3._C; see torch.ops.flash3.kernel_info()");
+  const TileShape tile = fwd_fp8_tile_shape(static_cast<int>(d), static_cast<int>(d_v));
+
+  if (b == 0 || h == 0 || s_q == 0) return;
+  if (s_k == 0) {
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return;
+  }
+  check_tma_layout(q, "q");
+  check_tma_layout(k, "k");
+  check_tma_layout(vt, "vt");
+  check_tma_layout(out, "out");
+  TORCH_CHECK(lse.stride(-1) == 1 || lse.size(-1) <= 1, "flash3.fwd_fp8_sm90: lse must have a contiguous last dimension");
+
+  FwdParams p;
+  Tensor keep_q, keep_k, keep_v;
+  p.fp8.q = fp8_descale(q_descale, "q_descale", q, b, h, s_q, q_block, 64, keep_q);
+  p.fp8.k = fp8_descale(k_descale, "k_descale", q, b, h_k, s_k, kv_block, tile.block_n, keep_k);
+  p.fp8.v = fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n, keep_v);
+  if (v_channel_descale.has_value()) {
+    const Tensor& vc = *v_channel_descale;
+    TORCH_CHECK(vc.scalar_type() == at::kFloat && vc.device() == q.device(),
+                "flash3.fwd_fp8_sm90: v_channel_descale must be float32 on ", q.device());
+    check_shape(vc, "v_channel_descale", {b, h_k, d_v});
+    p.fp8.v_channel = Descale{vc.data_ptr<float>(), vc.stride(0), vc.stride(1), vc.stride(2)};
+  }
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = vt.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.q_batch_stride = tma_stride(q, 0), p.q_row_stride = tma_stride(q, 1), p.q_head_stride = tma_stride(q, 2);
+  p.k_batch_stride = tma_stride(k, 0), p.k_row_stride = tma_stride(k, 1), p.k_head_stride = tma_stride(k, 2);
+  // Vt: batch, head, then v_row_stride = the stride of the d_v index (tokens are contiguous).
+  p.v_batch_stride = tma_stride(vt, 0), p.v_head_stride = tma_stride(vt, 1), p.v_row_stride = tma_stride(vt, 2);
+  p.o_batch_stride = tma_stride(out, 0), p.o_row_stride = tma_stride(out, 1), p.o_head_stride = tma_stride(out, 2);
+  p.lse_batch_stride = lse.stride(0);
+  p.lse_head_stride = lse.stride(1);
+  p.batch = to_int(b, "batch");
+  p.seqlen_q = to_int(s_q, "seqlen_q");
+  p.seqlen_k = to_int(s_k, "seqlen_k");
+  p.num_heads = to_int(h, "num_heads");
+  p.num_heads_k = to_int(h_k, "num_heads_k");
+  p.head_dim = static_cast<int>(d);
+  p.head_dim_v = static_cast<int>(d_v);
+  p.total_q = to_int(b * s_q, "total_q");
+  p.total_k = to_int(b * s_k, "total_k");
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.softcap = static_cast<float>(softcap);
+  p.is_causal = causal;
+  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
+  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
+  p.is_bf16 = true;
+  p.num_sms = dev.num_sms;
+  p.l2_bytes = dev.l2_bytes;
+  Tensor tile_counter;
+  if (fwd_uses_dynamic_scheduler(p)) {
+    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
+  }
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  try {
+    launch(p, static_cast<void*>(stream));
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "flash3.fwd_fp8_sm90 (d=", d, ", d_v=", d_v, "): kernel launch failed: ", e.what());
+  }
+  const cudaError_t err = cudaGetLastError();
+  TORCH_CHECK(err == cudaSuccess, "flash3.fwd_fp8_sm90 (d=", d, ", d_v=", d_v,
+              "): CUDA error after launch: ", cudaGetErrorString(err));
+}
+
+void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                       const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t,
+                       int64_t, double, bool, int64_t, int64_t, double) {}
+
 // Shapes and dtypes of out/lse are fixed by the caller, so the fake/meta kernel has nothing to do.
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const std::optional<Tensor>&,
@@ -301,6 +445,12 @@ std::string kernel_info() {
     os << "[\"" << (std::get<0>(entries[i]) == 0 ? "bf16" : "fp16") << "\", "
        << std::get<1>(entries[i]) << ", " << std::get<2>(entries[i]) << "]";
   }
+  std::vector<std::pair<int, int>> fp8;  // the FP8 (e4m3 in, bf16 out) kernels: (d, d_v)
+  for (const FwdKernelEntry& e : fwd_fp8_kernels()) fp8.emplace_back(e.head_dim, e.head_dim_v);
+  std::sort(fp8.begin(), fp8.end());
+  fp8.erase(std::unique(fp8.begin(), fp8.end()), fp8.end());
+  os << "], \"fwd_fp8\": [";
+  for (size_t i = 0; i < fp8.size(); ++i) os << (i ? ", " : "") << "[" << fp8[i].first << ", " << fp8[i].second << "]";
   os << "], \"arch\": \"sm_90a\", \"cutlass\": \"" << FLASH3_CUTLASS_MAJOR << "."
      << FLASH3_CUTLASS_MINOR << "." << FLASH3_CUTLASS_PATCH << "\"}";
   return os.str();
@@ -315,13 +465,23 @@ TORCH_LIBRARY(flash3, m) {
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
       "float softcap) -> ()");
+  m.def(
+      "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
+      "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "
+      "float softmax_scale, bool causal, int window_left, int window_right, float softcap) -> ()");
   // No tensor arguments: a catch-all kernel, callable without a GPU.
   m.def("kernel_info() -> str", &flash3::kernel_info);
 }
 
-TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("fwd_sm90", &flash3::fwd_sm90_cuda); }
+TORCH_LIBRARY_IMPL(flash3, CUDA, m) {
+  m.impl("fwd_sm90", &flash3::fwd_sm90_cuda);
+  m.impl("fwd_fp8_sm90", &flash3::fwd_fp8_sm90_cuda);
+}
 
-TORCH_LIBRARY_IMPL(flash3, Meta, m) { m.impl("fwd_sm90", &flash3::fwd_sm90_meta); }
+TORCH_LIBRARY_IMPL(flash3, Meta, m) {
+  m.impl("fwd_sm90", &flash3::fwd_sm90_meta);
+  m.impl("fwd_fp8_sm90", &flash3::fwd_fp8_sm90_meta);
+}
 
 // `import flash3._C` loads this library, whose static initializers register the ops above and the
 // kernels (csrc/generated/*.cu). The module itself is empty: no pybind11.

@@ -144,3 +144,87 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
                               causal, int(left), -1 if causal else int(right), float(softcap))
     return out, lse
+
+
+# ----------------------------------------------------------------- FP8 forward kernel
+@functools.lru_cache(maxsize=None)
+def kernel_fp8_configs() -> frozenset:
+    """Compiled FP8 (e4m3 in, bf16 out) forward configs as {(d, d_v)}."""
+    return frozenset((int(d), int(dv)) for d, dv in kernel_info().get("fwd_fp8", []))
+
+
+def fp8_tile_n(d: int, d_v: int) -> int:
+    """Keys per tile of the FP8 kernel (attn_logic.h fwd_fp8_tile_shape): k/v descale blocks must
+    be multiples of it."""
+    from .fp8 import kernel_tile_n
+    return kernel_tile_n(max(d, d_v))
+
+
+def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n) -> str | None:
+    """Why the FP8 kernel cannot run this call (e4m3 (b, s, h, d) q/k/v); None if it can."""
+    if not q.is_cuda:
+        return "inputs are not CUDA tensors"
+    if not has_extension() or not kernel_fp8_configs():
+        return "flash3._C has no FP8 kernel"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        return f"device capability {cap} is not sm_90 (Hopper)"
+    d, d_v = q.shape[-1], v.shape[-1]
+    if d % 16 or d_v % 16:
+        return f"FP8 head dims must be multiples of 16 (d={d}, d_v={d_v})"
+    fits = [c for c in kernel_fp8_configs() if c[0] >= d and c[1] >= d_v]
+    if not fits:
+        return f"no FP8 kernel compiled for d>={d}, d_v>={d_v}"
+    dd, dv = min(fits)
+    if block_m % 64:
+        return f"q descale blocks of {block_m} rows (the kernel needs a multiple of 64)"
+    if block_n % fp8_tile_n(dd, dv):
+        return f"k/v descale blocks of {block_n} keys (the kernel needs a multiple of {fp8_tile_n(dd, dv)})"
+    if not softmax_scale > 0:
+        return "the kernel's online softmax needs softmax_scale > 0"
+    return None
+
+
+def _round_up(x: int, m: int) -> int:
+    return max(m, -(-x // m) * m)
+
+
+def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, left, right,
+                       softcap, block_m, block_n, v_channel_descale=None, vt=None):
+    """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d); returns (out bf16, lse).
+
+    Descales as flash3.attention takes them: (b, h_k) per head or per block (b, heads, blocks of
+    block_m / block_n rows). v is packed here (fp8.pack_v_fp8: transposed, tokens permuted) unless
+    the caller passes the packed ``vt`` already (the quantize kernel writes it directly)."""
+    from .fp8 import pack_v_fp8
+
+    b, s_q, h, _ = q.shape
+    s_k, h_k = k.shape[1], k.shape[2]
+    g = h // h_k
+    f32 = dict(dtype=torch.float32)
+    if q_descale.dim() == 2:  # per (batch, kv head): one block over the whole sequence
+        qd = q_descale.to(**f32).repeat_interleave(g, dim=1)[:, :, None]
+        q_block = _round_up(s_q, 64)
+    else:
+        qd, q_block = q_descale.to(**f32), block_m
+    if k_descale.dim() == 2 and v_descale.dim() == 2:
+        kv_block = _round_up(s_k, 128)
+    else:
+        kv_block = block_n
+    nkv = -(-s_k // kv_block)
+
+    def kv3(x):
+        x = x.to(**f32)
+        return x[:, :, None].expand(b, h_k, nkv) if x.dim() == 2 else x
+
+    q, k = _tma_ready(q), _tma_ready(k)
+    if vt is None:
+        vt = pack_v_fp8(v)
+    out = torch.empty(b, s_q, h, vt.shape[2], dtype=torch.bfloat16,
+                      device=q.device)
+    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+    causal = right == 0
+    torch.ops.flash3.fwd_fp8_sm90(q, k, vt, out, lse, qd, kv3(k_descale), kv3(v_descale),
+                                  v_channel_descale, int(q_block), int(kv_block), float(softmax_scale),
+                                  causal, int(left), -1 if causal else int(right), float(softcap))
+    return out, lse

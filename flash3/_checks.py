@@ -127,26 +127,42 @@ def _descale_tensor(q, name, d, needed):
         raise TypeError(f"{name} must be float32, got {d.dtype}")
 
 
-def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size):
-    """Descales are (b, h_k) or per block (b, heads_of_that_tensor, num_blocks)."""
+def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale=None):
+    """FP8 descales (float32, on q's device), with (B_r, B_c) = fp8_block_size:
+
+    q: (b, h_k) or (b, h_q) per head, or (b, h_k|h_q, ceil(s_q / B_r)) per block of B_r rows
+    (the kernel runs B_r = 64 or 128); k, v: (b, h_k) or (b, h_k, ceil(s_k / B_c));
+    v_channel_descale: optional (b, h_k, d_v), one scale per v channel.
+    """
     fp8 = is_fp8(q)
     named = (("q_descale", q_descale, q), ("k_descale", k_descale, k), ("v_descale", v_descale, v))
     if not fp8:
-        for n, d, _ in named:
+        for n, d, _ in named + (("v_channel_descale", v_channel_descale, v),):
             if d is not None:
                 raise ValueError(f"{n} is only used with float8_e4m3fn inputs (q is {q.dtype})")
         return
     if (not isinstance(fp8_block_size, (tuple, list)) or len(fp8_block_size) != 2
-            or not all(isinstance(x, numbers.Integral) and x > 0 for x in fp8_block_size)):
+            or not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) and x > 0
+                       for x in fp8_block_size)):
         raise ValueError(f"fp8_block_size must be a pair of positive ints, got {fp8_block_size!r}")
-    b, h_k = q.shape[0], k.shape[2]
+    b, h_q, h_k = q.shape[0], q.shape[2], k.shape[2]
     for (n, d, t), blk in zip(named, (fp8_block_size[0], fp8_block_size[1], fp8_block_size[1])):
         _descale_tensor(q, n, d, "for float8_e4m3fn inputs")
-        per_head = (b, h_k)
-        per_block = (b, t.shape[2], -(-t.shape[1] // blk))
-        if tuple(d.shape) not in (per_head, per_block):
-            raise ValueError(f"{n} must have shape {per_head} (per batch and kv head) or "
+        nb = -(-t.shape[1] // blk)
+        heads = (h_k, h_q) if n == "q_descale" else (h_k,)
+        ok = [(b, hh) for hh in heads] + [(b, hh, nb) for hh in heads]
+        ok = list(dict.fromkeys(ok))
+        if tuple(d.shape) not in ok:
+            per_head = " or ".join(str(s) for s in ok if len(s) == 2)
+            per_block = " or ".join(str(s) for s in ok if len(s) == 3)
+            raise ValueError(f"{n} must have shape {per_head} (per batch and head) or "
                              f"{per_block} (per block of {blk}), got {tuple(d.shape)}")
+    if v_channel_descale is not None:
+        _descale_tensor(q, "v_channel_descale", v_channel_descale, "")
+        want = (b, h_k, v.shape[3])
+        if tuple(v_channel_descale.shape) != want:
+            raise ValueError(f"v_channel_descale must have shape {want} (batch, kv head, v channel), "
+                             f"got {tuple(v_channel_descale.shape)}")
 
 
 def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):

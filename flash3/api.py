@@ -9,23 +9,27 @@ from . import _checks, ops
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None,
-              fp8_block_size=(128, 128), deterministic=False):
+              fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None):
     """Scaled dot-product attention, FlashAttention-3 semantics.
 
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v) with h % h_k == 0.
     Returns out (b, s_q, h, d_v) in q's dtype, and lse (b, h, s_q) fp32 if
     ``return_lse``.  Masks are bottom-right aligned; ``causal`` is window
-    ``(left, 0)``.  float8_e4m3fn inputs need descales and return bf16 (no grad).
+    ``(left, 0)``.  float8_e4m3fn inputs need descales and return bf16 (no grad):
+    ``q_descale`` (b, h_k) or per block of ``fp8_block_size[0]`` rows, ``k_descale`` and
+    ``v_descale`` (b, h_k) or per block of ``fp8_block_size[1]`` keys, optional
+    ``v_channel_descale`` (b, h_k, d_v) applied to the output's columns (flash3/fp8.py).
     ``deterministic=True`` makes the backward bitwise reproducible run to run (the
     reference backward always is).
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
-    _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size)
+    _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale)
     _checks.flag("deterministic", deterministic)
     if _checks.is_fp8(q):
         out, lse = ops.attention_fp8(q, k, v, q_descale, k_descale, v_descale, scale, left,
-                                     right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]))
+                                     right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
+                                     v_channel_descale)
     else:
         out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic)
     return (out, lse) if return_lse else out

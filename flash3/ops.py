@@ -241,18 +241,26 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, windo
 def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale: Tensor,
                   v_descale: Tensor, softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, block_m: int,
-                  block_n: int) -> tuple[Tensor, Tensor]:
-    from .fp8 import fp8_attention_reference  # written separately; may land later
+                  block_n: int, v_channel_descale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    if q.is_cuda:
+        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n)
+        if reason is None:
+            return _backend.run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale,
+                                               window_left, window_right, softcap, block_m, block_n,
+                                               v_channel_descale=v_channel_descale)
+        _backend.warn_fallback(reason, "FP8 forward")
+    from .fp8 import fp8_attention_reference
 
     out, lse = fp8_attention_reference(
         q, k, v, q_descale, k_descale, v_descale, softmax_scale=softmax_scale,
         causal=window_right == 0, window_left=window_left, window_right=window_right,
-        softcap=softcap, block_size=(block_m, block_n))
+        softcap=softcap, block_size=(block_m, block_n),
+        v_channel_descale=v_channel_descale)
     return out.to(torch.bfloat16), lse.to(torch.float32).clone()
 
 
 @attention_fp8.register_fake
 def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
-      softcap, block_m, block_n):
+      softcap, block_m, block_n, v_channel_descale=None):
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_batched(q)

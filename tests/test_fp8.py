@@ -442,3 +442,279 @@ def test_public_attention_routes_e4m3_to_the_fp8_path(per_block):
     assert torch.equal(compiled(q8, k8, v8), out)
     with pytest.raises(ValueError, match="v_descale"):
         flash3.attention(q8, k8, v8, q_descale=qd, k_descale=kd, fp8_block_size=(64, 64))
+
+
+# --------------------------------------------------------------------------
+# kernel tiling: descending key tiles, tile_n vs the descale block
+# --------------------------------------------------------------------------
+
+def test_kernel_tile_n():
+    from flash3.fp8 import kernel_tile_n
+    assert [kernel_tile_n(d) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 64, 64, 64, 64]
+    with pytest.raises(ValueError):
+        kernel_tile_n(0)
+
+
+def _manual_online(q8, k8, v8, scale, tile, descending):
+    """Straight transcription of the kernel loop (one head, no descales, no mask)."""
+    qf, kf, vf = q8.float()[0, :, 0], k8.float()[0, :, 0], v8.float()[0, :, 0]
+    s_k = kf.shape[0]
+    starts = list(range(0, s_k, tile))
+    if descending:
+        starts = starts[::-1]
+    m = torch.full((qf.shape[0],), -math.inf)
+    l = torch.zeros(qf.shape[0])
+    acc = torch.zeros(qf.shape[0], vf.shape[1])
+    log2e = 1 / math.log(2)
+    for c0 in starts:
+        s = (qf @ kf[c0:c0 + tile].T) * torch.tensor(scale, dtype=torch.float32)
+        m_new = torch.maximum(m, s.amax(-1))
+        p = torch.exp2((s - m_new[:, None]) * log2e + 8)
+        alpha = torch.exp2((m - m_new) * log2e)
+        l = l * alpha + p.sum(-1)
+        acc = acc * alpha[:, None] + p.to(FP8_DTYPE).float() @ vf[c0:c0 + tile]
+        m = m_new
+    return acc / l[:, None]
+
+
+def test_key_tiles_walk_descending():
+    s_q, s_k, d = 40, 300, 64  # tiles [256, 300), [128, 256), [0, 128)
+    q, k, v = _e4m3((1, s_q, 1, d), 31), _e4m3((1, s_k, 1, d), 32), _e4m3((1, s_k, 1, d), 33)
+    # make the row max move between tiles so the rescale points matter
+    k = (k.float() * torch.linspace(0.5, 2.0, s_k)[None, :, None, None]).to(FP8_DTYPE)
+    out, _ = fp8_attention_reference(q, k, v, softmax_scale=0.2, block_size=(64, 128))
+    desc = _manual_online(q, k, v, 0.2, 128, True)
+    asc = _manual_online(q, k, v, 0.2, 128, False)
+    torch.testing.assert_close(out[0, :, 0], desc, rtol=1e-5, atol=1e-5)
+    assert (out[0, :, 0] - asc).abs().max().item() > 1e-3  # the order is visible in P's rounding
+
+
+def test_tile_n_smaller_than_descale_block():
+    """k/v descale blocks of 128 keys with 64-key tiles: each descale covers 2 tiles."""
+    b, s_q, s_k, h, hk, d = 1, 70, 300, 4, 2, 256
+    q, k, v = _e4m3((b, s_q, h, d), 41), _e4m3((b, s_k, hk, d), 42), _e4m3((b, s_k, hk, d), 43)
+    nk = -(-s_k // 128)
+    kd = torch.rand(b, hk, nk, generator=_gen(4)) + 0.2
+    vd = torch.rand(b, hk, nk, generator=_gen(5)) + 0.2
+    kw = dict(causal=True, softcap=3.0)
+    o128, l128 = fp8_attention_reference(q, k, v, None, kd, vd, block_size=(64, 128), **kw)  # tile 64 (d=256)
+    o_t64, l_t64 = fp8_attention_reference(q, k, v, None, kd, vd, block_size=(64, 128), tile_n=64, **kw)
+    kd64, vd64 = kd.repeat_interleave(2, -1)[..., :-(-s_k // 64)], vd.repeat_interleave(2, -1)[..., :-(-s_k // 64)]
+    o64, l64 = fp8_attention_reference(q, k, v, None, kd64, vd64, block_size=(64, 64), **kw)
+    assert torch.equal(o128, o_t64) and torch.equal(l128, l_t64)
+    assert torch.equal(o128, o64) and torch.equal(l128, l64)
+    # 128-key tiles give a different rounding of P, but the same function up to it
+    o_t128, _ = fp8_attention_reference(q, k, v, None, kd, vd, block_size=(64, 128), tile_n=128, **kw)
+    assert not torch.equal(o_t128, o128)
+    assert (o_t128 - o128).abs().max().item() < 3 * HALF_ULP * v.float().abs().max().item() * vd.max().item()
+    with pytest.raises(ValueError, match="multiple of tile_n"):
+        fp8_attention_reference(q, k, v, None, kd, vd, block_size=(64, 128), tile_n=96)
+
+
+def test_q_descale_per_64_rows_and_query_tile_height():
+    """q blocks of 64 vs 128 rows with equal descale values give identical results."""
+    b, s, h, d = 1, 200, 2, 64
+    q, k, v = _e4m3((b, s, h, d), 51), _e4m3((b, s, h, d), 52), _e4m3((b, s, h, d), 53)
+    c = torch.rand(b, h, 2, generator=_gen(6)) + 0.5
+    o128, l128 = fp8_attention_reference(q, k, v, c, None, None, block_size=(128, 128))
+    c64 = c.repeat_interleave(2, -1)[..., :4]
+    o64, l64 = fp8_attention_reference(q, k, v, c64, None, None, block_size=(64, 128))
+    torch.testing.assert_close(o64, o128, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(l64, l128, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------
+# V per-channel descale
+# --------------------------------------------------------------------------
+
+def test_v_channel_descale_scales_output_columns():
+    b, s, h, hk, d, dv = 2, 150, 4, 2, 64, 32
+    q, k, v = _e4m3((b, s, h, d), 61), _e4m3((b, s, hk, d), 62), _e4m3((b, s, hk, dv), 63)
+    vd = torch.rand(b, hk, 2, generator=_gen(7)) + 0.5
+    vcd = torch.rand(b, hk, dv, generator=_gen(8)) * 3 + 0.1
+    o, lse = fp8_attention_reference(q, k, v, None, None, vd, causal=True, window_left=30)
+    oc, lsec = fp8_attention_reference(q, k, v, None, None, vd, causal=True, window_left=30,
+                                       v_channel_descale=vcd)
+    assert torch.equal(lse, lsec)
+    want = o * vcd.repeat_interleave(h // hk, dim=1)[:, None]
+    torch.testing.assert_close(oc, want, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="v_channel_descale"):
+        fp8_attention_reference(q, k, v, v_channel_descale=torch.ones(b, hk, dv + 1))
+    with pytest.raises(TypeError, match="v_channel_descale"):
+        fp8_attention_reference(q, k, v, v_channel_descale=torch.ones(b, hk, dv, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("channel,block", [(True, True), (True, False), (False, True)])
+def test_quantize_v_fp8(channel, block):
+    from flash3.fp8 import quantize_v_fp8
+    v = _randn((2, 203, 2, 48), 9) * torch.linspace(0.01, 30, 48)
+    v[0, :, 1, 3] = 0.0  # all-zero channel
+    v8, vd, vcd = quantize_v_fp8(v, block_size=64, channel=channel, block=block)
+    assert (vcd is not None) == channel
+    assert vd.shape == ((2, 2, 4) if block else (2, 2))
+    deq = dequantize_fp8(v8, vd, block_size=64)
+    unit = dequantize_fp8(torch.ones_like(v8.float()).to(FP8_DTYPE), vd, block_size=64)  # the descale
+    if channel:
+        assert vcd.shape == (2, 2, 48) and vcd[0, 1, 3].item() == 1.0
+        deq, unit = deq * vcd[:, None], unit * vcd[:, None]
+    assert torch.all((deq - v).abs() <= HALF_ULP * v.abs() + SUB_ABS * unit + 1e-6 * unit)
+    if not channel:
+        r8, rd = quantize_fp8(v, block_size=64)
+        assert torch.equal(r8.float(), v8.float()) and torch.equal(rd, vd)
+
+
+def test_attention_fp8_v_channel_close_to_kernel_spec():
+    """attention_fp8(v_scale=...) == the kernel spec on its own quantized inputs."""
+    from flash3.fp8 import quantize_v_fp8
+    q, k, v = _randn((1, 150, 2, 64), 71), _randn((1, 150, 2, 64), 72), _randn((1, 150, 2, 64), 73)
+    v = v * torch.linspace(0.1, 10, 64)
+    for mode in ("channel", "block+channel"):
+        out = attention_fp8(q, k, v, hadamard=False, smooth_k=False, v_scale=mode, block_size=(64, 128))
+        q8, qd = quantize_fp8(q, block_size=64)
+        k8, kd = quantize_fp8(k, block_size=128)
+        v8, vd, vcd = quantize_v_fp8(v, block_size=128, block=mode != "channel")
+        ref, _ = fp8_attention_reference(q8, k8, v8, qd, kd, vd, v_channel_descale=vcd, block_size=(64, 128))
+        assert torch.equal(out, ref)
+    with pytest.raises(ValueError, match="v_scale"):
+        attention_fp8(q, k, v, v_scale="tensor")
+
+
+# --------------------------------------------------------------------------
+# K smoothing
+# --------------------------------------------------------------------------
+
+def test_quantize_smooth_returns_mean():
+    from flash3.fp8 import k_smoothing_mean
+    from flash3.hadamard import hadamard_transform
+    k = _randn((2, 100, 3, 64), 81) + 7.0 * _randn((2, 1, 3, 64), 82)
+    k8, kd, mean = quantize_fp8(k, block_size=64, hadamard=True, seed=5, smooth=True)
+    kr = hadamard_transform(k, seed=5)
+    torch.testing.assert_close(mean, kr.mean(dim=1))
+    torch.testing.assert_close(k_smoothing_mean(kr), mean)
+    r8, rd = quantize_fp8(kr - mean[:, None], block_size=64)
+    assert torch.equal(r8.float(), k8.float()) and torch.equal(rd, kd)
+    rec = dequantize_fp8(k8, kd, block_size=64) + mean[:, None]
+    assert (rec - kr).abs().max().item() < 0.1 * (kr - mean[:, None]).abs().max().item()
+    assert torch.equal(k_smoothing_mean(k[:, :0]), torch.zeros(2, 3, 64))
+    with pytest.raises(TypeError, match="smooth"):
+        quantize_fp8(k, smooth=1)
+
+
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (False, (40, 10))])
+def test_k_smoothing_exact_without_softcap(causal, window):
+    """Subtracting mean_k shifts each row's scores by q.mean_k: out unchanged, lse shifted.
+
+    Checked in fp64 on the dequantized inputs the kernel sees, and end to end:
+    attention_fp8's lse (with the correction) is the true lse.
+    """
+    from flash3.fp8 import smoothing_lse_correction
+    b, s_q, s_k, h, hk, d = 1, 120, 170, 4, 2, 64
+    q = _randn((b, s_q, h, d), 91)
+    k = _randn((b, s_k, hk, d), 92) + 6.0 * _randn((b, 1, hk, d), 93)  # large shared key mean
+    v = _randn((b, s_k, hk, d), 94)
+    scale = d ** -0.5
+    q8, qd = quantize_fp8(q, block_size=64)
+    k8, kd, mean = quantize_fp8(k, block_size=128, smooth=True)
+    v8, vd = quantize_fp8(v, block_size=128)
+    qq, ks, vv = (dequantize_fp8(q8, qd, block_size=64), dequantize_fp8(k8, kd, block_size=128),
+                  dequantize_fp8(v8, vd, block_size=128))
+    kw = dict(causal=causal, window_size=window)
+    ref_s, lse_s = attention_fp64_reference(qq.double(), ks.double(), vv.double(), **kw)
+    ref_u, lse_u = attention_fp64_reference(qq.double(), ks.double() + mean.double()[:, None], vv.double(),
+                                            **kw)
+    corr = smoothing_lse_correction(qq.double(), mean.double(), scale).double()
+    fin = torch.isfinite(lse_u)
+    assert torch.equal(fin, torch.isfinite(lse_s))
+    torch.testing.assert_close(ref_s, ref_u, rtol=0, atol=1e-9)          # exact in fp64
+    # (the correction is computed in fp32)
+    torch.testing.assert_close(lse_s[fin] + corr[fin], lse_u[fin], rtol=1e-6, atol=2e-5)
+    # the kernel on smoothed k: within P's rounding of the fp64 result
+    out, lse = fp8_attention_reference(q8, k8, v8, qd, kd, vd, causal=causal, window_left=window[0],
+                                       window_right=window[1], block_size=(64, 128))
+    _, _, bound = _p_rounding_bound(qq, ks, vv, s_k, **kw)
+    assert torch.all((out.double() - ref_u).abs() <= bound)
+    # end to end: true lse, and smoothing beats no smoothing by a wide margin here
+    ref, ref_lse = attention_fp64_reference(q, k, v, **kw)
+    o_s, l_s = attention_fp8(q, k, v, smooth_k=True, return_lse=True, **kw)
+    o_n, l_n = attention_fp8(q, k, v, smooth_k=False, return_lse=True, **kw)
+    assert (l_s.double()[fin] - ref_lse[fin]).abs().max().item() < 0.2
+    assert _rmse(o_s, ref) < 0.5 * _rmse(o_n, ref)
+    o_d, l_d = attention_fp8(q, k, v, return_lse=True, **kw)  # default: smoothing on
+    assert torch.equal(o_d, o_s) and torch.equal(l_d, l_s)
+
+
+def test_k_smoothing_and_softcap():
+    q, k, v = _randn((1, 64, 2, 32), 1), _randn((1, 64, 2, 32), 2) + 3.0, _randn((1, 64, 2, 32), 3)
+    with pytest.raises(ValueError, match="softcap"):
+        attention_fp8(q, k, v, softcap=5.0, smooth_k=True)
+    o_def = attention_fp8(q, k, v, softcap=5.0)  # default: off with softcap
+    o_off = attention_fp8(q, k, v, softcap=5.0, smooth_k=False)
+    assert torch.equal(o_def, o_off)
+    with pytest.raises(TypeError, match="smooth_k"):
+        attention_fp8(q, k, v, smooth_k="yes")
+
+
+# --------------------------------------------------------------------------
+# V layout for the kernel
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("s", [0, 1, 15, 16, 37, 64])
+def test_pack_unpack_v_fp8(s):
+    from flash3.fp8 import V_PERM16, pack_v_fp8, unpack_v_fp8
+    assert sorted(V_PERM16) == list(range(16))
+    v8 = _e4m3((2, s, 3, 24), s + 100)
+    vt = pack_v_fp8(v8)
+    s_pad = -(-s // 16) * 16
+    assert vt.dtype == FP8_DTYPE and vt.shape == (2, 3, 24, s_pad) and vt.is_contiguous()
+    vb, tb = v8.view(torch.uint8), vt.view(torch.uint8)
+    for g in range(s_pad // 16):
+        for i in range(16):
+            j = 16 * g + V_PERM16[i]
+            want = vb[:, j].permute(0, 1, 2) if j < s else torch.zeros(2, 3, 24, dtype=torch.uint8)
+            assert torch.equal(tb[:, :, :, 16 * g + i], want)
+    back = unpack_v_fp8(vt, s)
+    assert back.dtype == FP8_DTYPE and back.shape == v8.shape
+    assert torch.equal(back.view(torch.uint8), vb)
+    # non-contiguous input (a slice of a wider tensor) and other dtypes
+    wide = _e4m3((2, s, 3, 48), 7)
+    assert torch.equal(unpack_v_fp8(pack_v_fp8(wide[..., ::2]), s).view(torch.uint8),
+                       wide[..., ::2].contiguous().view(torch.uint8))
+    x = _randn((1, s, 2, 8), 3)
+    assert torch.equal(unpack_v_fp8(pack_v_fp8(x), s), x)
+    with pytest.raises(ValueError):
+        unpack_v_fp8(vt, s + 16)
+
+
+def test_checks_fp8_descales_new_forms():
+    from flash3 import _checks
+    q8, k8, v8 = _e4m3((2, 150, 4, 64), 1), _e4m3((2, 300, 2, 64), 2), _e4m3((2, 300, 2, 32), 3)
+    f = torch.ones
+    for qd in (f(2, 2), f(2, 4), f(2, 2, 3), f(2, 4, 3)):
+        _checks.fp8_descales(q8, k8, v8, qd, f(2, 2, 3), f(2, 2), (64, 128))
+    _checks.fp8_descales(q8, k8, v8, f(2, 4, 2), f(2, 2, 3), f(2, 2, 3), (128, 128),
+                         v_channel_descale=f(2, 2, 32))
+    with pytest.raises(ValueError, match="q_descale"):
+        _checks.fp8_descales(q8, k8, v8, f(2, 4, 2), f(2, 2), f(2, 2), (64, 128))
+    with pytest.raises(ValueError, match="v_channel_descale must have shape"):
+        _checks.fp8_descales(q8, k8, v8, f(2, 2), f(2, 2), f(2, 2), (64, 128), v_channel_descale=f(2, 2, 64))
+    with pytest.raises(TypeError, match="v_channel_descale must be float32"):
+        _checks.fp8_descales(q8, k8, v8, f(2, 2), f(2, 2), f(2, 2), (64, 128),
+                             v_channel_descale=f(2, 2, 32, dtype=torch.float64))
+    q = _randn((2, 150, 4, 64), 1)
+    with pytest.raises(ValueError, match="v_channel_descale is only used"):
+        _checks.fp8_descales(q, q, q, None, None, None, (64, 128), v_channel_descale=f(2, 2, 32))
+
+
+def test_accuracy_benchmark_quick(tmp_path):
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                        "fp8_accuracy.py")
+    spec = importlib.util.spec_from_file_location("fp8_accuracy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--out", str(tmp_path)]) == 0
+    import json
+    res = json.loads((tmp_path / "fp8_accuracy_quick.json").read_text())
+    assert set(res["cases"]) == {"outliers", "kmean", "causal"}
+    assert res["targets"]["K smoothing helps on kmean"]

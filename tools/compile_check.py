@@ -7,7 +7,7 @@ no local memory, no stack frame).
 For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<name>.ptxas.txt
 (nvcc's full output, with the ptxas -v resource report), and fails if
   - the compile fails;
-  - the SASS lacks HGMMA (wgmma), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
+  - the SASS lacks HGMMA (wgmma; QGMMA for the FP8 TUs, whose names contain "fp8"), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
   - the SASS has BPT.TRAP (wgmma on plain sm_90, or a trap) or local-memory traffic (LDL/STL);
   - ptxas reported ANY C75xx advisory (C7510 asserts, C7508, C7512/C7513/C7519/C7520 serialized
     wgmma ...: each one means lost wgmma overlap) or a non-zero stack frame (an outlined call);
@@ -54,7 +54,21 @@ import flash3_build as fb  # noqa: E402
 ROOT = fb.ROOT
 OUT_DIR = ROOT / "build" / "sass"
 REQUIRED = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
-COUNTED = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL", "LDG", "STG")
+# The FP8 kernels (names contain "fp8"): 8-bit WGMMA is QGMMA in SASS, not HGMMA.
+REQUIRED_FP8 = ("QGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
+COUNTED = ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL", "LDG", "STG")
+_GMMA = ("HGMMA", "QGMMA")
+
+
+def kernel_checks(k) -> tuple[tuple, bool]:
+    """(required instructions, whether the softmax/P.V overlap check applies) for a TU.
+    The FP8 kernel with d_v > 128 runs P.V in 128-column chunks without the overlap
+    (csrc/flash3/fwd/mainloop.cuh step_fp8), so only the FP8 d_v <= 128 kernels are checked for it."""
+    if isinstance(k, PlainTU):
+        return k.required, k.mainloop
+    if "fp8" in k.name:
+        return REQUIRED_FP8, k.head_dim_v <= 128
+    return REQUIRED, True
 
 
 @dataclass
@@ -68,7 +82,8 @@ class PlainTU:
 
 
 PLAIN_TUS = [PlainTU("decode_append_kv_sm90", ROOT / "csrc/flash3/decode/append_kv.cu",
-                     ("LDG", "STG"))]
+                     ("LDG", "STG")),
+             PlainTU("fp8_quantize_sm90", ROOT / "csrc/flash3/fp8/quantize.cu", ("LDG", "STG"))]
 INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
 
 # "/*01a0*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;"
@@ -145,12 +160,12 @@ def ex2_overlap(sass: str) -> list[tuple[int, int]]:
     ins = [(m.group(1) + m.group(2), m.group(3)) for m in map(_INSN.match, sass.splitlines()) if m]
     steps = []
     for i, (op, args) in enumerate(ins):
-        if not (op.startswith("HGMMA") and re.match(r"R\d+, R\d+, ", args) and "gsb0" in args):
+        if not (op.startswith(_GMMA) and re.match(r"R\d+, R\d+, ", args) and "gsb0" in args):
             continue
         before = total = 0
         waited_s = waited_pv = False
         for op2, args2 in ins[i + 1:]:
-            if op2.startswith("HGMMA"):
+            if op2.startswith(_GMMA):
                 break
             if op2 == "WARPGROUP.DEPBAR.LE" and not waited_pv:
                 if args2.replace(" ", "").endswith(",0x0"):
@@ -232,8 +247,7 @@ def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_han
         r.problems.append(f"cuobjdump -sass failed: {proc.stderr.strip()[:500]}")
         return r
     sass_txt.write_text(proc.stdout)
-    scan_sass(proc.stdout, r, debug_hang, getattr(k, "required", REQUIRED),
-              getattr(k, "mainloop", True))
+    scan_sass(proc.stdout, r, debug_hang, *kernel_checks(k))
     obj.unlink()
     r.ok = not r.problems
     return r
@@ -326,14 +340,15 @@ def main(argv=None) -> int:
         results = list(ex.map(job, kernels))
     total = time.monotonic() - t0
 
-    hdr = ["TU", "regs", "smem", "spill st/ld", "HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "SETMAXREG",
+    hdr = ["TU", "regs", "smem", "spill st/ld", "H/QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "SETMAXREG",
            "EX2 under P.V", "time", "status"]
     rows = []
     for r in results:
         c = r.counts
         rows.append([r.name, str(r.registers if r.registers is not None else "-"),
                      str(r.smem if r.smem is not None else "-"), f"{r.spill_stores}/{r.spill_loads}",
-                     *(str(c.get(k, "-")) for k in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")),
+                     str(c["HGMMA"] + c["QGMMA"]) if "HGMMA" in c else "-",
+                     *(str(c.get(k, "-")) for k in ("UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG")),
                      "{}/{}".format(*min(r.overlap, key=lambda bt: bt[0] / bt[1])) if r.overlap else "-",
                      f"{r.seconds:.0f}s", "ok" if r.ok else "FAIL"])
     widths = [max(len(x) for x in col) for col in zip(hdr, *rows)]

@@ -155,7 +155,8 @@ PT=(-v -rfE --tb=line -p no:cacheprovider)
 $PY -c "import xdist" 2>/dev/null && PT+=(-n 4)
 $PY -c "import pytest_timeout" 2>/dev/null && PT+=(--timeout=60 -o timeout_method=thread)
 [ -n "$PYTEST_K" ] && PT+=(-k "$PYTEST_K")
-STEP_LOG=$OUT/pytest.log step pytest 150 $PY -m pytest "${PT[@]}" tests/test_kernel_gpu.py tests/test_decode_gpu.py
+STEP_LOG=$OUT/pytest.log step pytest 150 $PY -m pytest "${PT[@]}" tests/test_kernel_gpu.py tests/test_decode_gpu.py \
+  tests/test_fp8_gpu.py tests/test_quantize_kernel.py
 STEP_LOG=$WORK/ring_sanity.log step ring_sanity 40 $PY tools/ring_sanity.py
 
 if [ -n "$BENCH_HDIMS" ]; then

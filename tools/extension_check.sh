@@ -127,9 +127,43 @@ kc = torch.empty(b, 256, 2, d, dtype=torch.bfloat16, device="meta")
 kn = torch.empty(b, 1, 2, d, dtype=torch.bfloat16, device="meta")
 lens = torch.empty(b, dtype=torch.int32, device="meta")
 torch.ops.flash3.append_kv_sm90(q, kc, kc.clone(), kn, kn, lens, None, None, None, False, True, q)
+
+# The fused FP8 rotate-and-quantize: schema, CUDA and Meta kernels, a Meta call per layout.
+op = torch.ops.flash3.quantize_fp8_sm90.default
+expected = ("flash3::quantize_fp8_sm90(Tensor x, Tensor? signs, Tensor? mean, "
+            "Tensor? channel_descale, int block_size, int layout, Tensor(a!) out, "
+            "Tensor(b!) descale) -> ()")
+assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
+for key in ("CUDA", "Meta"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"quantize: no {key} kernel"
+xq = torch.empty(b, 100, 2, d, dtype=torch.bfloat16, device="meta")
+sg = torch.empty(d, dtype=torch.float32, device="meta")
+pm = torch.empty(b, 2, d, dtype=torch.float32, device="meta")
+x8 = torch.empty(b, 100, 2, d, dtype=torch.float8_e4m3fn, device="meta")
+dq = torch.empty(b, 2, 1, dtype=torch.float32, device="meta")
+torch.ops.flash3.quantize_fp8_sm90(xq, sg, pm, None, 128, 0, x8, dq)
+v8 = torch.empty(b, 2, d, 112, dtype=torch.float8_e4m3fn, device="meta")
+torch.ops.flash3.quantize_fp8_sm90(xq, None, None, pm, 128, 1, v8, dq)
+
+# The FP8 attention forward: schema, CUDA and Meta kernels, a Meta call; kernel_info lists its
+# kernels apart ("fwd_fp8", empty in this bf16-only build).
+op = torch.ops.flash3.fwd_fp8_sm90.default
+expected = ("flash3::fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, "
+            "Tensor q_descale, Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, "
+            "int q_block, int kv_block, float softmax_scale, bool causal, int window_left, "
+            "int window_right, float softcap) -> ()")
+assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
+for key in ("CUDA", "Meta"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"fwd_fp8: no {key} kernel"
+assert "fwd_fp8" in info, info
+q8 = torch.empty(b, 100, 2, d, dtype=torch.float8_e4m3fn, device="meta")
+vt = torch.empty(b, 2, d, 112, dtype=torch.float8_e4m3fn, device="meta")
+o8 = torch.empty(b, 100, 2, d, dtype=torch.bfloat16, device="meta")
+l8 = torch.empty(b, 2, 100, dtype=torch.float32, device="meta")
+torch.ops.flash3.fwd_fp8_sm90(q8, q8, vt, o8, l8, dq, dq, dq, None, 128, 128, d ** -0.5, True, -1, -1, 0.0)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
 (cd /tmp && "$PY" -c 'import flash3; assert flash3.has_extension(), "import flash3 did not load flash3._C"; print("extension-check: import flash3 ->", sorted(flash3.kernel_info()["fwd"]))') \
   || die "plain 'import flash3' does not load the extension"
-say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + append_kv_sm90 + kernel_info"
+say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + fwd_fp8_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info"

@@ -36,6 +36,22 @@ CUTE_HOST_DEVICE constexpr auto acc_as_a_operand(L l) {
                      layout<1>(groups));
 }
 
+// The same for an FP8 P.V, whose A operand is ((4,2,2),M,N/32) per k32 block: values 0-3 are
+// columns 4t..4t+3 of row r (t = lane % 4), 4-7 the same of row r + 8, 8-15 the same 16 columns
+// further. The accumulator gives thread t columns 2t, 2t+1 of each n8 group, so this view takes
+// (2 cols of group 2k, 2 cols of group 2k+1) as the 4 values: the k index the hardware sees is a
+// fixed permutation of the real column within every 16 (flash3/fp8.py V_PERM16), undone by storing
+// V's tokens in that order. Result: ((((2,2),2,2)),M,N/32) over S's registers.
+template <class L>
+CUTE_HOST_DEVICE constexpr auto acc_as_a_operand_fp8(L l) {
+  using namespace cute;
+  static_assert(size<2>(l) == 1, "S must be one WGMMA atom wide");
+  auto groups = logical_divide(layout<0, 2>(l), Layout<Shape<_2, _2>>{});  // ((2, 2), N/32)
+  return make_layout(make_layout(make_layout(layout<0, 0>(l), layout<0, 0>(groups)), layout<0, 1>(l),
+                                 layout<0, 1>(groups)),
+                     layout<1>(l), layout<1>(groups));
+}
+
 // fp32 fragment -> 16-bit fragment with the same register order (packed conversions).
 template <class To, class Engine, class LayoutT>
 __device__ __forceinline__ auto convert_fragment(cute::Tensor<Engine, LayoutT> const& src) {
@@ -93,7 +109,10 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
 
 // Online softmax state for the kRows rows a thread owns. row_sum is the thread's partial sum over
 // its own columns (all quad members apply the same rescaling); it is quad-reduced once at the end.
-template <int kRows>
+// kMaxOffsetLog2: P = exp2(s*scale - max*scale + offset), so P spans [0, 2^offset] (FP8 uses 8:
+// e4m3's range instead of [0, 1], where small P would be subnormal). Row sums and O carry the same
+// factor, which cancels in O / sum; the LSE subtracts it.
+template <int kRows, int kMaxOffsetLog2 = 0>
 struct OnlineSoftmax {
   float row_max[kRows];
   float row_sum[kRows];
@@ -144,7 +163,7 @@ struct OnlineSoftmax {
     using namespace cute;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
-      const float max_scaled = row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2;
+      const float max_scaled = (row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
       float sum = 0.f;
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rc); ++ni) {
@@ -165,7 +184,7 @@ struct OnlineSoftmax {
       const bool empty = !(sum > 0.f);  // also catches NaN
       inv_sum[mi] = empty ? 0.f : 1.f / sum;
       lse[mi] = empty ? -INFINITY
-                      : (row_max[mi] * scale_log2 + log2f(sum)) * float(M_LN2);
+                      : (row_max[mi] * scale_log2 + log2f(sum) - float(kMaxOffsetLog2)) * float(M_LN2);
     }
   }
 };

@@ -47,8 +47,20 @@ struct FwdKernelRegistration {
   }
 };
 
+// The FP8 (e4m3 in, bf16 out) kernels: their own list, the same pick rule (never `wide`).
+std::vector<FwdKernelEntry>& fwd_fp8_kernels();
+FwdLauncher find_fwd_fp8_kernel(int head_dim, int head_dim_v);
+
+struct Fp8KernelRegistration {
+  Fp8KernelRegistration(int head_dim, int head_dim_v, FwdLauncher launch) {
+    fwd_fp8_kernels().push_back({true, head_dim, head_dim_v, false, launch});
+  }
+};
+
 // Defined in fwd/launch.cuh and explicitly instantiated once per generated TU.
 template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
 void run_fwd(const FwdParams& params, void* cuda_stream);
+template <int kHeadDim, int kHeadDimV>
+void run_fwd_fp8(const FwdParams& params, void* cuda_stream);
 
 }  // namespace flash3

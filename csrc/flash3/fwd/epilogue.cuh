@@ -20,7 +20,7 @@ namespace flash3 {
 
 template <class Tr>
 struct FwdEpilogue {
-  using Element = typename Tr::Element;
+  using Element = typename Tr::ElementOut;  // O's type (bf16 for the FP8 kernel)
 
   static __device__ __forceinline__ void sync_consumers(int tile) {
     named_sync(Tr::kNumConsumerThreads, Tr::kBarEpilogue, Wait::Epilogue, tile);
@@ -65,7 +65,7 @@ struct FwdEpilogue {
     store_lse(p, w, lse);
     const int tidx = consumer_thread_idx();
 
-    Tensor sO = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.v.data())), typename Tr::SmemLayoutO{});
     Tensor rO = convert_fragment<Element>(tOrO);
     // stmatrix: each warp writes 8x8 16-bit matrices straight from the accumulator layout.
     using StsmOp = std::conditional_t<Tr::kHeadDimV % 16 == 0, SM90_U32x4_STSM_N, SM90_U32x2_STSM_N>;

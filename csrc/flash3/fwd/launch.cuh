@@ -44,14 +44,14 @@ inline void check_tma(const char* what, const void* base, int elem_bytes, int64_
 
 }  // namespace detail
 
-template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
-void run_fwd(const FwdParams& p, void* cuda_stream) {
+template <class Tr>
+void launch_fwd(const FwdParams& p, void* cuda_stream) {
   using namespace cute;
-  using Tr = FwdTraits<kIsBf16, kHeadDim, kHeadDimV, kWide>;
   using Element = typename Tr::Element;
+  using ElementOut = typename Tr::ElementOut;
+  constexpr int kHeadDim = Tr::kHeadDim, kHeadDimV = Tr::kHeadDimV;
   using detail::fwd_check;
 
-  fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   // Head dims below the compiled ones run here too: TMA zero-fills Q/K/V's missing columns (the
   // tensor maps have the real extents) and never stores O's.
   fwd_check(p.head_dim > 0 && p.head_dim <= kHeadDim && p.head_dim % 8 == 0 && p.head_dim_v > 0 &&
@@ -77,7 +77,12 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
     return varlen ? row_stride * rows : batch_stride;
   };
 
-  const int eb = int(sizeof(Element));
+  if constexpr (Tr::kFp8) {
+    fwd_check(p.seqused_k == nullptr && p.cu_seqlens_q == nullptr && p.cu_seqlens_k == nullptr,
+              "the FP8 kernel takes batched q/k/v (no varlen, no kv cache)");
+    fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");
+  }
+  const int eb = int(sizeof(Element)), eb_out = int(sizeof(ElementOut));
   const int64_t bs_q = bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q);
   const int64_t bs_k = bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k);
   const int64_t bs_v = bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k);
@@ -86,9 +91,13 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
                     kHeadDim, Tr::kBlockM);
   detail::check_tma("k", p.k, eb, p.head_dim, rows_k, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride, bs_k,
                     kHeadDim, Tr::kBlockN);
-  detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
-                    bs_v, kHeadDimV, Tr::kBlockN);
-  detail::check_tma("out", p.o, eb, p.head_dim_v, rows_q, p.num_heads, batch_q, p.o_row_stride, p.o_head_stride,
+  if constexpr (Tr::kFp8)  // Vt: tokens contiguous, v_row_stride steps over d_v
+    detail::check_tma("v", p.v, eb, rows_k, p.head_dim_v, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
+                      bs_v, Tr::kBlockN, kHeadDimV);
+  else
+    detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
+                      bs_v, kHeadDimV, Tr::kBlockN);
+  detail::check_tma("out", p.o, eb_out, p.head_dim_v, rows_q, p.num_heads, batch_q, p.o_row_stride, p.o_head_stride,
                     bs_o, kHeadDimV, Tr::kBlockM);
 
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)),
@@ -97,10 +106,13 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
   Tensor mK = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.k)),
                           make_shape(rows_k, p.head_dim, p.num_heads_k, batch_k),
                           make_stride(p.k_row_stride, _1{}, p.k_head_stride, bs_k));
+  auto vt_stride = [&] {
+    if constexpr (Tr::kFp8) return make_stride(p.v_row_stride, _1{}, p.v_head_stride, bs_v);
+    else return make_stride(_1{}, p.v_row_stride, p.v_head_stride, bs_v);
+  };
   Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)),
-                           make_shape(p.head_dim_v, rows_k, p.num_heads_k, batch_k),
-                           make_stride(_1{}, p.v_row_stride, p.v_head_stride, bs_v));
-  Tensor mO = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)),
+                           make_shape(p.head_dim_v, rows_k, p.num_heads_k, batch_k), vt_stride());
+  Tensor mO = make_tensor(make_gmem_ptr(static_cast<ElementOut*>(p.o)),
                           make_shape(rows_q, p.head_dim_v, p.num_heads, batch_q),
                           make_stride(p.o_row_stride, _1{}, p.o_head_stride, bs_o));
 
@@ -137,6 +149,19 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   kernel<<<grid, Tr::kNumThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(cuda_stream)>>>(kp);
   detail::fwd_check_cuda(cudaGetLastError(), "kernel launch");
+}
+
+template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
+void run_fwd(const FwdParams& p, void* cuda_stream) {
+  detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
+  using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
+  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, kWide>>(p, cuda_stream);
+}
+
+// The FP8 kernel: e4m3 q, k and Vt (FwdParams' comments), per-block descales, bf16 output.
+template <int kHeadDim, int kHeadDimV>
+void run_fwd_fp8(const FwdParams& p, void* cuda_stream) {
+  launch_fwd<FwdTraits<cutlass::float_e4m3_t, kHeadDim, kHeadDimV, false>>(p, cuda_stream);
 }
 
 }  // namespace flash3

@@ -109,8 +109,8 @@ struct FwdProducer {
     }
     if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
     const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
-    if (p.seqused_k != nullptr && valid_rows < Tr::kBlockN) {
-      load_v_zero_tail(params, smem, tVgV(_, n), tVsV, state_v, valid_rows, tail_phase, leader, tile);
+    if (!Tr::kFp8 && p.seqused_k != nullptr && valid_rows < Tr::kBlockN) {  // FP8 takes no kv cache
+      if constexpr (!Tr::kFp8) load_v_zero_tail(params, smem, tVgV(_, n), tVsV, state_v, valid_rows, tail_phase, leader, tile);
     } else {
       acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
       if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, n), tVsV(_, state_v.index()));
@@ -174,11 +174,22 @@ struct FwdConsumer {
   struct Frags {
     typename Tr::TiledMmaS mma_s;
     typename Tr::TiledMmaO mma_o;
-    // P (16-bit) in the A-operand register layout of P.V, written from S's accumulator.
-    decltype(cute::make_tensor<Element>(acc_as_a_operand(typename Tr::LayoutS{}))) tOrP;
-    OnlineSoftmax<kRows> softmax;
+    // P (16-bit or e4m3) in the A-operand register layout of P.V, written from S's accumulator.
+    decltype(cute::make_tensor<Element>(typename Tr::LayoutP{})) tOrP;
+    OnlineSoftmax<kRows, Tr::kFp8 ? 8 : 0> softmax;
     float scale_o[kRows];  // factor for O before (or after) the next P.V
+    // FP8: this slab's q descale, and the v descale of the block whose P is in tOrP.
+    float q_descale, v_descale_p;
   };
+
+  // FP8: the raw scores of block n times q_descale * k_descale[n] (before softcap and mask).
+  template <class TensorS, class F>
+  static __device__ __forceinline__ void descale_scores(typename Tr::KernelParams const& params, TensorS& tSrS,
+                                                        const WorkTile& w, int n, F const& fr) {
+    const float f = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, n);
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(tSrS); ++i) tSrS(i) *= f;
+  }
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
   // row maxes first, then the exponentials, so the exponentials can run under the P.V WGMMA).
@@ -187,18 +198,50 @@ struct FwdConsumer {
                                                        TensorCS const& tScS_rc, const WorkTile& w, int n, F& fr) {
     using namespace cute;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+    if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
     if constexpr (kMasked) apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
     fr.softmax.template rescale_max<kFirst>(s_rc, fr.scale_o);
     fr.softmax.exp_and_sum(s_rc);
   }
 
+  template <class TensorS, class TensorP>
+  static __device__ __forceinline__ void store_p_to(TensorS const& tSrS, TensorP& tOrP) {
+    using namespace cute;
+    Tensor p_low = convert_fragment<Element>(tSrS);  // S's register order
+    if constexpr (Tr::kFp8) {
+      copy(make_tensor(p_low.data(), acc_as_a_operand_fp8(p_low.layout())), tOrP);  // byte moves
+    } else {
+      copy(make_tensor(p_low.data(), tOrP.layout()), tOrP);
+    }
+  }
   template <class TensorS, class F>
   static __device__ __forceinline__ void store_p(TensorS const& tSrS, F& fr) {
+    store_p_to(tSrS, fr.tOrP);
+  }
+
+  // FP8 two-level accumulation of one chunk of O: O = (O + fresh * v_descale) * scale, where fresh
+  // is the block's P.V from a zero-initialized accumulator (fp32 adds here, not inside the FP8
+  // WGMMA, which keeps fewer mantissa bits while accumulating).
+  template <class TensorOc, class TensorF>
+  static __device__ __forceinline__ void add_fresh(TensorOc& o, TensorF const& fresh, float v_descale,
+                                                   const float (&scale)[kRows]) {
     using namespace cute;
-    Tensor p16 = convert_fragment<Element>(tSrS);
-    Tensor p16_as_a = make_tensor(p16.data(), fr.tOrP.layout());
-    copy(p16_as_a, fr.tOrP);
+    Tensor o_rc = make_tensor(o.data(), acc_rowcol(fresh.layout()));
+    Tensor f_rc = make_tensor(fresh.data(), acc_rowcol(fresh.layout()));
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) = fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni)) * scale[mi];
+    }
+  }
+
+  // Chunk c of O's fragment (kOChunks n-tiles of the P.V WGMMA), as a tensor shaped like `fresh`.
+  template <class TensorO>
+  static __device__ __forceinline__ auto o_chunk(TensorO& tOrO, int c) {
+    using namespace cute;
+    Tensor chunk = tOrO(_, _, c);
+    return make_tensor(chunk.data(), make_layout(append(shape(chunk), _1{})));
   }
 
   template <class TensorO>
@@ -260,6 +303,148 @@ struct FwdConsumer {
     if constexpr (!Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
   }
 
+  // FP8: O's columns times the per-channel v descale (one load per column the thread holds).
+  template <class TensorO>
+  static __device__ __forceinline__ void scale_columns(const FwdParams& p, const WorkTile& w, TensorO& tOrO) {
+    using namespace cute;
+    const Descale& vc = p.fp8.v_channel;
+    if (vc.ptr == nullptr) return;
+    typename Tr::TiledMmaO mma_o;
+    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
+    Tensor tOcO = mma_o.get_thread_slice(consumer_thread_idx()).partition_C(cO);
+    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(o_rc); ++ni) {
+      const int col = get<1>(tOcO_rc(0, ni));
+      const float f = col < p.head_dim_v ? vc.at(w.coord.batch, w.head_k, col) : 0.f;
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(o_rc); ++mi) o_rc(mi, ni) *= f;
+    }
+  }
+
+  // The P.V B operand of O chunk c in stage s, with its (here single) n-tile mode kept.
+  template <class TV>
+  static __device__ __forceinline__ auto v_chunk(TV const& tOrV, int c, int stage) {
+    using namespace cute;
+    Tensor b = tOrV(_, c, _, stage);  // (MMA, MMA_K)
+    return make_tensor(b.data(), make_layout(layout<0>(b), Layout<_1>{}, layout<1>(b)));
+  }
+
+  // Several O chunks: P.V one chunk at a time, each chunk's fresh accumulator added (O = O * scale +
+  // fresh * v_descale) before the next is issued. `scale` is the rescale still pending on O.
+  template <class TV, class TensorO, class F>
+  static __device__ __forceinline__ void pv_chunks(TV const& tOrV, int stage, TensorO& tOrO, F& fr,
+                                                   const float (&scale)[kRows]) {
+    using namespace cute;
+    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
+    CUTE_UNROLL
+    for (int c = 0; c < Tr::kOChunks; ++c) {
+      gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, c, stage), fresh);
+      warpgroup_wait<0>();
+      Tensor oc = o_chunk(tOrO, c);
+      Tensor o_rc = make_tensor(oc.data(), acc_rowcol(fresh.layout()));
+      Tensor f_rc = make_tensor(fresh.data(), acc_rowcol(fresh.layout()));
+      CUTE_UNROLL
+      for (int mi = 0; mi < kRows; ++mi) {
+        CUTE_UNROLL
+        for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) = fmaf(f_rc(mi, ni), fr.v_descale_p, o_rc(mi, ni) * scale[mi]);
+      }
+    }
+  }
+
+  // FP8 step for block n: S_n = Q K_n^T and the fresh accumulator of P_{n+1} V_{n+1}.
+  //  One O chunk (d_v <= 128): issued together, the softmax of S_n runs under the P.V WGMMA, as in
+  //  step(); then O = (O + fresh * v_descale[n+1]) * rescale(n).
+  //  Several chunks (d_v > 128, where O and a fresh chunk leave no room for S): P_{n+1} V_{n+1}
+  //  first, chunk by chunk (pv_chunks, applying the rescale left pending by the previous softmax),
+  //  then S_n and its softmax, whose rescale stays pending. No softmax/P.V overlap inside the
+  //  warpgroup; the other warpgroup's softmax still runs under these GEMMs through pingpong.
+  template <bool kMasked, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
+  static __device__ __forceinline__ void step_fp8(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                  PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
+                                                  PipelineState& state_v, const WorkTile& w, int n, int consumer,
+                                                  TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
+                                                  TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
+    using namespace cute;
+    Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
+    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
+    const float v_descale_n = params.p.fp8.v.at(w.coord.batch, w.head_k, n);
+    if constexpr (Tr::kOChunks > 1) {
+      wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
+      pingpong_wait(consumer, w.index);
+      pv_chunks(tOrV, state_v.index(), tOrO, fr, fr.scale_o);
+      pipe_v.consumer_release(state_v);
+      ++state_v;
+      wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
+    } else {
+      wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
+      pingpong_wait(consumer, w.index);
+    }
+    gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
+    if constexpr (Tr::kOChunks == 1) {
+      wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
+      gemm_async<true>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), fresh);
+      pingpong_pass(consumer);
+      warpgroup_wait<1>();  // S_n is ready; P.V still running
+      pipe_k.consumer_release(state_k);
+      ++state_k;
+      softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);
+      pin_before_wait(smem, fr);
+      warpgroup_wait<0>();
+      pipe_v.consumer_release(state_v);
+      ++state_v;
+      add_fresh(tOrO, fresh, fr.v_descale_p, fr.scale_o);
+    } else {
+      // (P_{n+1} V_{n+1} was issued above, before S_n: see the comment of this function.)
+      pingpong_pass(consumer);
+      warpgroup_wait<0>();
+      pipe_k.consumer_release(state_k);
+      ++state_k;
+      softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);
+    }
+    store_p(tSrS, fr);
+    fr.v_descale_p = v_descale_n;
+  }
+
+  // FP8: the tile's last P.V (block `begin`), added without a rescale (already in O).
+  template <class TensorO, class TV, class F>
+  static __device__ __forceinline__ void last_pv_fp8(SharedStorage& smem, PipelineKV& pipe_v, PipelineState& state_v,
+                                                     const WorkTile& w, int consumer, TV const& tOrV, TensorO& tOrO,
+                                                     F& fr, float (&inv_sum)[kRows], float (&lse)[kRows]) {
+    using namespace cute;
+    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
+    float one[kRows];
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) one[mi] = 1.f;
+    wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
+    pingpong_wait(consumer, w.index);
+    if constexpr (Tr::kOChunks == 1) {
+      gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, 0, state_v.index()), fresh);
+      fr.softmax.finalize(inv_sum, lse);  // under the WGMMA
+      warpgroup_wait<0>();
+      add_fresh(tOrO, fresh, fr.v_descale_p, one);  // O already carries every rescale
+    } else {
+      pv_chunks(tOrV, state_v.index(), tOrO, fr, fr.scale_o);
+      fr.softmax.finalize(inv_sum, lse);
+    }
+    pingpong_pass(consumer);
+    pipe_v.consumer_release(state_v);
+    ++state_v;
+  }
+
+  template <bool kMasked, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
+  static __device__ __forceinline__ void any_step(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                  PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
+                                                  PipelineState& state_v, const WorkTile& w, int n, int consumer,
+                                                  TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
+                                                  TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
+    if constexpr (Tr::kFp8)
+      step_fp8<kMasked>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    else
+      step<kMasked>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+  }
+
   // Runs the mainloop of one tile. On return tOrO holds O normalized by the row sums (0 for rows
   // that saw no key) and lse the natural-log LSE of the thread's rows. Q's buffer has been released
   // to the producer (q_free) as soon as the last Q.K^T finished.
@@ -288,6 +473,10 @@ struct FwdConsumer {
 
     fr.softmax.init(params.scale_log2);
     clear(tOrO);
+    if constexpr (Tr::kFp8) {
+      fr.q_descale = params.p.fp8.q.at(w.coord.batch, w.coord.head, w.coord.m_block * Tr::kNumConsumers + consumer);
+      fr.v_descale_p = params.p.fp8.v.at(w.coord.batch, w.head_k, w.blocks.end - 1);
+    }
 
     // Q of this tile (the tile_count-th tile with work of this CTA).
     mbarrier_wait(&smem.q_full, tile_count & 1, Wait::QFull, w.index);
@@ -316,16 +505,24 @@ struct FwdConsumer {
     int n = w.blocks.end - 2;
 #pragma unroll 1
     for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
-      step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      any_step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
 #pragma unroll 1
     for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n)
-      step<false>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      any_step<false>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
 #pragma unroll 1
     for (; n >= w.blocks.begin; --n)
-      step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      any_step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
 
     // Every Q.K^T of this tile has completed (each step waited for its S): Q's buffer is free.
     cutlass::arch::ClusterBarrier::arrive(&smem.q_free);
+
+    if constexpr (Tr::kFp8) {
+      float inv_sum[kRows];
+      last_pv_fp8(smem, pipe_v, state_v, w, consumer, tOrV, tOrO, fr, inv_sum, lse);
+      rescale_o(tOrO, inv_sum);
+      scale_columns(params.p, w, tOrO);
+      return;
+    }
 
     // Last P.V.
     if constexpr (Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);

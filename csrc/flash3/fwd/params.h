@@ -5,8 +5,30 @@
 
 namespace flash3 {
 
+// One fp32 descale per (batch, head, index); element strides, any of which may be 0 (broadcast).
+// A null pointer means 1.
+struct Descale {
+  const float* ptr = nullptr;
+  int64_t batch_stride = 0, head_stride = 0, index_stride = 0;
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  float at(int batch, int head, int index) const {
+    return ptr == nullptr ? 1.f : ptr[batch * batch_stride + head * head_stride + index * index_stride];
+  }
+};
+
+// The FP8 kernel's descales (fwd/fp8_mainloop.cuh): x = x8 * descale.
+//  q: per 64-row slab, index = row / 64;  k, v: per key block of the kernel's tile, index = key / block_n
+//  (v's is folded into the two-level accumulation);  v_channel: per column of O, index = column.
+struct Fp8Descales {
+  Descale q, k, v, v_channel;
+};
+
 struct FwdParams {
-  // Tensors. Element strides; the last (head) dim is contiguous for every tensor.
+  // Tensors. Element strides; the last (head) dim is contiguous for every tensor, except the FP8
+  // kernel's v, which is Vt (b, h_k, d_v, tokens) with tokens contiguous (permuted within every 16,
+  // flash3/fp8.py V_PERM16): there v_row_stride is the stride of the d_v index.
   // Batched: q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), o (b, s_q, h, d_v).
   // Varlen: the batch stride is unused and rows are offset by cu_seqlens_{q,k}[batch].
   const void* q = nullptr;
@@ -36,7 +58,8 @@ struct FwdParams {
   bool is_causal = false;
   int window_left = -1, window_right = -1;
 
-  bool is_bf16 = true;  // else fp16
+  bool is_bf16 = true;  // else fp16 (the FP8 kernel: inputs e4m3, output bf16)
+  Fp8Descales fp8;
 
   // Launch resources filled by the binding.
   int num_sms = 132;

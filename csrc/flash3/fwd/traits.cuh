@@ -27,31 +27,38 @@ namespace flash3 {
 
 // Largest GMMA swizzle atom whose contiguous extent divides the tile's contiguous extent.
 // kMajor K: the atom is (8 rows, C contiguous); MN: (C contiguous, 8).
+// The swizzle spans 128, 64 or 32 bytes, whatever the element size.
 template <cute::GMMA::Major kMajor, class T, int kContig>
 CUTE_HOST_DEVICE constexpr auto gmma_smem_atom() {
   using namespace cute;
+  constexpr int kBytes = kContig * int(sizeof(T));
   if constexpr (kMajor == GMMA::Major::K) {
-    if constexpr (kContig % 64 == 0) return GMMA::Layout_K_SW128_Atom<T>{};
-    else if constexpr (kContig % 32 == 0) return GMMA::Layout_K_SW64_Atom<T>{};
-    else if constexpr (kContig % 16 == 0) return GMMA::Layout_K_SW32_Atom<T>{};
+    if constexpr (kBytes % 128 == 0) return GMMA::Layout_K_SW128_Atom<T>{};
+    else if constexpr (kBytes % 64 == 0) return GMMA::Layout_K_SW64_Atom<T>{};
+    else if constexpr (kBytes % 32 == 0) return GMMA::Layout_K_SW32_Atom<T>{};
     else return GMMA::Layout_K_INTER_Atom<T>{};
   } else {
-    if constexpr (kContig % 64 == 0) return GMMA::Layout_MN_SW128_Atom<T>{};
-    else if constexpr (kContig % 32 == 0) return GMMA::Layout_MN_SW64_Atom<T>{};
-    else if constexpr (kContig % 16 == 0) return GMMA::Layout_MN_SW32_Atom<T>{};
+    if constexpr (kBytes % 128 == 0) return GMMA::Layout_MN_SW128_Atom<T>{};
+    else if constexpr (kBytes % 64 == 0) return GMMA::Layout_MN_SW64_Atom<T>{};
+    else if constexpr (kBytes % 32 == 0) return GMMA::Layout_MN_SW32_Atom<T>{};
     else return GMMA::Layout_MN_INTER_Atom<T>{};
   }
 }
 
-// kWide: the wider tile for calls without a causal/local mask, where (d, d_v) has one.
-template <bool kIsBf16, int kHeadDim_, int kHeadDimV_, bool kWide = false>
+// Element: bf16, fp16, or e4m3 (the FP8 kernel: output bf16, per-block descales, P in e4m3 and
+// two-level P.V accumulation; see fp8_mainloop.cuh). kWide: the wider tile for calls without a
+// causal/local mask, where (d, d_v) has one.
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false>
 struct FwdTraits {
-  using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
+  using Element = Element_;
+  static constexpr bool kFp8 = sizeof(Element) == 1;
+  using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   // The tile shape and its reasons live in attn_logic.h (unit-tested on the CPU).
-  static constexpr TileShape kTile = fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
+  static constexpr TileShape kTile = kFp8 ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
+                                          : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
@@ -70,7 +77,13 @@ struct FwdTraits {
   static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= kRegPool, "register budget");
 
   static_assert(kBlockM == 64 * kNumConsumers, "one 64-row WGMMA slab per consumer warpgroup");
-  static_assert(kBlockN % 16 == 0, "block_n is the k-extent of P.V (16 per bf16 WGMMA)");
+  static constexpr int kMmaK = kFp8 ? 32 : 16;  // k-extent of one WGMMA instruction
+  static_assert(kBlockN % kMmaK == 0, "block_n is the k-extent of P.V");
+  // FP8: each P.V block goes into a fresh fp32 accumulator that is then added to O (two-level
+  // accumulation). Past d_v = 128 that accumulator would not fit beside O, so P.V runs in chunks
+  // of 128 columns, one after the other, without the softmax overlap (fp8_mainloop.cuh).
+  static constexpr int kOChunks = kFp8 && kHeadDimV > 128 ? kHeadDimV / 128 : 1;
+  static constexpr int kOChunkCols = kHeadDimV / kOChunks;
   static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims must be multiples of 16");
 
   using BlkM = cute::Int<kBlockM>;
@@ -80,19 +93,28 @@ struct FwdTraits {
   using Stages = cute::Int<kStages>;
 
   // Shared memory. Q, K: (rows, d) with d contiguous (K-major operands of Q.K^T).
-  // V is kept as Vt (d_v, block_n) with d_v contiguous: the MN-major B operand of P.V, which is
+  // V is kept as Vt (d_v, block_n). 16-bit: d_v contiguous, the MN-major B operand of P.V, which is
   // exactly V's row-major layout in global memory, so TMA loads it without any transpose.
+  // FP8 (8-bit WGMMA takes K-major operands only): tokens contiguous, loaded from a V stored
+  // transposed as (b, h_k, d_v, tokens) by the quantizer, tokens permuted within every 16 so that
+  // P's accumulator registers are the A operand as they stand (flash3/fp8.py V_PERM16).
+  static constexpr cute::GMMA::Major kVMajor = kFp8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkM, HD>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkN, HD, Stages>{}));
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      gmma_smem_atom<cute::GMMA::Major::MN, Element, kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{}));
+      gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{}));
   // O staging tile (block_m, d_v), d_v contiguous, aliasing V's buffer after the tile's last P.V
   // (FA3's choice): Q's buffer is then free for the next tile while this one's epilogue runs.
   using SmemLayoutO = decltype(cute::tile_to_shape(
-      gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDimV>(), cute::Shape<BlkM, HDV>{}));
-  static_assert(cute::cosize_v<SmemLayoutO> <= cute::cosize_v<SmemLayoutVt>, "O must fit in V's buffer");
+      gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<BlkM, HDV>{}));
+  // V's buffer, in elements: FP8 grows it where the 16-bit O tile is larger than the V stages.
+  static constexpr int kVBufferElems =
+      cute::cosize_v<SmemLayoutVt> * int(sizeof(Element)) >= cute::cosize_v<SmemLayoutO> * int(sizeof(ElementOut))
+          ? cute::cosize_v<SmemLayoutVt>
+          : cute::cosize_v<SmemLayoutO> * int(sizeof(ElementOut)) / int(sizeof(Element));
+  static_assert(kFp8 || kVBufferElems == cute::cosize_v<SmemLayoutVt>, "16-bit O must fit in V's buffer");
 
   // WGMMA: one 64 x N atom per consumer warpgroup, stacked along M.
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kNumConsumers>, cute::_1, cute::_1>>;
@@ -100,21 +122,24 @@ struct FwdTraits {
   using TiledMmaS = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlkN, HD>>(),
       AtomLayout{}));
-  // O += P V, P from registers (RS), V as MN-major B.
+  // O += P V, P from registers (RS), V as B (MN-major for 16 bits, K-major for FP8), one WGMMA
+  // n-extent per O chunk (O's fragment then has kOChunks tiles along N).
   using TiledMmaO = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, HDV, BlkN>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kOChunkCols>, BlkN>,
+                                 cute::GMMA::Major::K, kVMajor>(),
       AtomLayout{}));
 
   // Global tensors as TMA sees them. Rows tensors: (row, dim, head, batch); Vt: (dim, row, head, batch).
   using ShapeRows = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
   using StrideRows = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
-  using StrideVt = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
+  // Vt: (d_v, tokens); 16-bit V is row-major (d_v contiguous), FP8 V arrives transposed.
+  using StrideVt = std::conditional_t<kFp8, cute::Stride<int64_t, cute::_1, int64_t, int64_t>,
+                                      cute::Stride<cute::_1, int64_t, int64_t, int64_t>>;
   using GmemRowsIn = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 ShapeRows{}, StrideRows{}));
   using GmemVtIn = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                               ShapeRows{}, StrideVt{}));
-  using GmemRowsOut = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+  using GmemRowsOut = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<ElementOut*>(nullptr)),
                                                  ShapeRows{}, StrideRows{}));
 
   // Per-thread accumulator layouts and the rows a thread owns (2: rows r and r + 8 of its warp).
@@ -124,7 +149,15 @@ struct FwdTraits {
   // FA3's rule (by Q/K's head dim): past 128, rescale O before issuing the next P.V rather than
   // after the last one finished, so the multiplies do not queue behind the softmax at the end of
   // the step.
-  static constexpr bool kRescaleOBeforeGemm = kHeadDim > 128;
+  static constexpr bool kRescaleOBeforeGemm = !kFp8 && kHeadDim > 128;
+  // P in the A-operand register layout of P.V. 16-bit: S's accumulator registers as they are.
+  // FP8: a compact ((4,2,2), M, block_n/32) fragment that store_p fills from S's registers
+  // (acc_as_a_operand_fp8 says which value goes where).
+  using LayoutP = std::conditional_t<
+      kFp8,
+      decltype(cute::make_layout(cute::Shape<cute::Shape<cute::_4, cute::_2, cute::_2>,
+                                             decltype(cute::size<1>(LayoutS{})), cute::Int<kBlockN / 32>>{})),
+      decltype(acc_as_a_operand(LayoutS{}))>;
 
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(), SmemLayoutQ{},
                                             cute::Shape<BlkM, HD>{}, cute::_1{}));
@@ -163,7 +196,7 @@ struct FwdTraits {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1 KB.
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;  // V, then O
+    alignas(1024) cute::array_aligned<Element, kVBufferElems, 1024> v;  // V, then O
     PipeStorage pipe_k;
     PipeStorage pipe_v;
     uint64_t q_full;  // TMA transaction barrier: Q of the current tile has landed
@@ -190,6 +223,7 @@ struct FwdTraits {
     float softcap_in;     // softmax_scale / softcap when softcap is on
     bool has_softcap;
   };
+  static_assert(!kFp8 || kNumConsumers == 2, "FP8: q descales are per 64-row slab = per consumer");
 };
 
 }  // namespace flash3
