@@ -346,10 +346,13 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
               "flash3.fwd_fp8_sm90: softmax_scale must be finite and > 0, got ", softmax_scale);
   TORCH_CHECK(window_left >= -1 && window_right >= -1,
               "flash3.fwd_fp8_sm90: window sizes must be >= -1 (-1 = unbounded)");
-  const FwdLauncher launch = find_fwd_fp8_kernel(static_cast<int>(d), static_cast<int>(d_v));
-  TORCH_CHECK(launch != nullptr, "flash3.fwd_fp8_sm90: no FP8 kernel for head dim (", d, ", ", d_v,
+  const FwdKernelEntry* picked =
+      pick_fwd_kernel(fwd_fp8_kernels(), true, static_cast<int>(d), static_cast<int>(d_v), false);
+  TORCH_CHECK(picked != nullptr, "flash3.fwd_fp8_sm90: no FP8 kernel for head dim (", d, ", ", d_v,
               ") or larger in this build of flash3._C; see torch.ops.flash3.kernel_info()");
-  const TileShape tile = fwd_fp8_tile_shape(static_cast<int>(d), static_cast<int>(d_v));
+  const FwdLauncher launch = picked->launch;
+  // The tile of the kernel that runs (possibly a larger head dim's): descales index its key blocks.
+  const TileShape tile = fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
 
   if (b == 0 || h == 0 || s_q == 0) return;
   if (s_k == 0) {

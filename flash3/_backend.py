@@ -202,11 +202,13 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
     s_k, h_k = k.shape[1], k.shape[2]
     g = h // h_k
     f32 = dict(dtype=torch.float32)
-    if q_descale.dim() == 2:  # per (batch, kv head): one block over the whole sequence
-        qd = q_descale.to(**f32).repeat_interleave(g, dim=1)[:, :, None]
-        q_block = _round_up(s_q, 64)
+    qd = q_descale.to(**f32)
+    if qd.shape[1] != h:  # per kv head: each query head of the group takes its kv head's scale
+        qd = qd.repeat_interleave(g, dim=1)
+    if qd.dim() == 2:  # per head: one block over the whole sequence
+        qd, q_block = qd[:, :, None], _round_up(s_q, 64)
     else:
-        qd, q_block = q_descale.to(**f32), block_m
+        q_block = block_m
     if k_descale.dim() == 2 and v_descale.dim() == 2:
         kv_block = _round_up(s_k, 128)
     else:

@@ -60,6 +60,7 @@ CASES = [  # (s_q, s_k, h, h_k, causal, window, softcap)
     (1024, 1024, 4, 1, False, (100, 30), 0.0),
     (1, 4224, 2, 2, False, (-1, -1), 30.0),
     (1023, 203, 2, 2, True, (-1, 0), 0.0),
+    (130, 100, 2, 2, False, (-1, -1), 0.0),  # s_k % 16 = 4: real tokens in Vt's last group of 16
 ]
 
 

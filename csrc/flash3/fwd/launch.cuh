@@ -91,8 +91,12 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
                     kHeadDim, Tr::kBlockM);
   detail::check_tma("k", p.k, eb, p.head_dim, rows_k, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride, bs_k,
                     kHeadDim, Tr::kBlockN);
-  if constexpr (Tr::kFp8)  // Vt: tokens contiguous, v_row_stride steps over d_v
-    detail::check_tma("v", p.v, eb, rows_k, p.head_dim_v, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
+  // FP8 Vt: tokens contiguous (v_row_stride steps over d_v) and permuted within every 16, so the
+  // tensor map spans the whole last group of 16 (the binding checks the allocation holds it; the
+  // padding is finite): cut at seqlen_k, TMA would zero real tokens stored past it.
+  const int rows_vt = Tr::kFp8 ? (rows_k + 15) / 16 * 16 : rows_k;
+  if constexpr (Tr::kFp8)
+    detail::check_tma("v", p.v, eb, rows_vt, p.head_dim_v, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
                       bs_v, Tr::kBlockN, kHeadDimV);
   else
     detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
@@ -111,7 +115,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     else return make_stride(_1{}, p.v_row_stride, p.v_head_stride, bs_v);
   };
   Tensor mVt = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.v)),
-                           make_shape(p.head_dim_v, rows_k, p.num_heads_k, batch_k), vt_stride());
+                           make_shape(p.head_dim_v, rows_vt, p.num_heads_k, batch_k), vt_stride());
   Tensor mO = make_tensor(make_gmem_ptr(static_cast<ElementOut*>(p.o)),
                           make_shape(rows_q, p.head_dim_v, p.num_heads, batch_q),
                           make_stride(p.o_row_stride, _1{}, p.o_head_stride, bs_o));

@@ -421,14 +421,15 @@ struct FwdConsumer {
     pingpong_wait(consumer, w.index);
     if constexpr (Tr::kOChunks == 1) {
       gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, 0, state_v.index()), fresh);
+      pingpong_pass(consumer);
       fr.softmax.finalize(inv_sum, lse);  // under the WGMMA
       warpgroup_wait<0>();
       add_fresh(tOrO, fresh, fr.v_descale_p, one);  // O already carries every rescale
     } else {
       pv_chunks(tOrV, state_v.index(), tOrO, fr, fr.scale_o);
+      pingpong_pass(consumer);
       fr.softmax.finalize(inv_sum, lse);
     }
-    pingpong_pass(consumer);
     pipe_v.consumer_release(state_v);
     ++state_v;
   }
@@ -474,7 +475,9 @@ struct FwdConsumer {
     fr.softmax.init(params.scale_log2);
     clear(tOrO);
     if constexpr (Tr::kFp8) {
-      fr.q_descale = params.p.fp8.q.at(w.coord.batch, w.coord.head, w.coord.m_block * Tr::kNumConsumers + consumer);
+      // The last tile's second slab may lie wholly past seqlen_q (its rows are never stored): clamp.
+      const int slab = imin(w.coord.m_block * Tr::kNumConsumers + consumer, (w.seq.seqlen_q - 1) / 64);
+      fr.q_descale = params.p.fp8.q.at(w.coord.batch, w.coord.head, slab);
       fr.v_descale_p = params.p.fp8.v.at(w.coord.batch, w.head_k, w.blocks.end - 1);
     }
 
