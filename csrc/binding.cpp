@@ -125,6 +125,48 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// The mask and softmax fields of `p`, its launch resources, then the launch on the current stream,
+// shared by both forward ops. Errors name the call: "<op> (<dtype>, d=.., d_v=..)", the dtype left
+// out when null; the text is only built on an error.
+void set_mask_and_launch(FwdParams& p, FwdLauncher launch, const Tensor& q, const DeviceInfo& dev,
+                         double softmax_scale, double softcap, bool causal, int64_t window_left,
+                         int64_t window_right, const char* op, const char* dtype) {
+  auto tag = [&] {
+    std::ostringstream os;
+    os << op << " (";
+    if (dtype != nullptr) os << dtype << ", ";
+    os << "d=" << p.head_dim << ", d_v=" << p.head_dim_v << ")";
+    return os.str();
+  };
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.softcap = static_cast<float>(softcap);
+  p.is_causal = causal;
+  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
+  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
+
+  p.num_sms = dev.num_sms;
+  p.l2_bytes = dev.l2_bytes;
+  // Causal, local and varlen tiles differ in cost: the kernel's dynamic scheduler takes them from
+  // an atomic counter (fwd/scheduler.cuh). A fresh zeroed int32 per call: a memset on the current
+  // stream, so calls on different streams never share it and CUDA graphs capture it.
+  Tensor tile_counter;
+  if (fwd_uses_dynamic_scheduler(p)) {
+    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
+  }
+
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  try {
+    launch(p, static_cast<void*>(stream));
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, tag(), ": kernel launch failed: ", e.what());
+  }
+  const cudaError_t err = cudaGetLastError();
+  TORCH_CHECK(err == cudaSuccess, tag(), ": CUDA error after launch: ", cudaGetErrorString(err));
+}
+
 void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const std::optional<Tensor>& cu_seqlens_q,
                    const std::optional<Tensor>& cu_seqlens_k,
@@ -251,36 +293,9 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   p.seqused_k = seqused_k.has_value() ? seqused_k->data_ptr<int>() : nullptr;
 
-  p.softmax_scale = static_cast<float>(softmax_scale);
-  p.softcap = static_cast<float>(softcap);
-  p.is_causal = causal;
-  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
-  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
   p.is_bf16 = is_bf16;
-
-  p.num_sms = dev.num_sms;
-  p.l2_bytes = dev.l2_bytes;
-  // Causal, local and varlen tiles differ in cost: the kernel's dynamic scheduler takes them from
-  // an atomic counter (fwd/scheduler.cuh). A fresh zeroed int32 per call: a memset on the current
-  // stream, so calls on different streams never share it and CUDA graphs capture it.
-  Tensor tile_counter;
-  if (fwd_uses_dynamic_scheduler(p)) {
-    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
-    p.tile_counter = tile_counter.data_ptr<int>();
-  }
-
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  try {
-    launch(p, static_cast<void*>(stream));
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "flash3.fwd_sm90 (", dtype_name(is_bf16), ", d=", d, ", d_v=", d_v,
-                "): kernel launch failed: ", e.what());
-  }
-  const cudaError_t err = cudaGetLastError();
-  TORCH_CHECK(err == cudaSuccess, "flash3.fwd_sm90 (", dtype_name(is_bf16), ", d=", d,
-              ", d_v=", d_v, "): CUDA error after launch: ", cudaGetErrorString(err));
+  set_mask_and_launch(p, launch, q, dev, softmax_scale, softcap, causal, window_left, window_right,
+                      "flash3.fwd_sm90", dtype_name(is_bf16));
 }
 
 // A per-block descale (b, heads, blocks of `block` rows) as the kernel's Descale, one entry per
@@ -399,30 +414,9 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
   p.head_dim_v = static_cast<int>(d_v);
   p.total_q = to_int(b * s_q, "total_q");
   p.total_k = to_int(b * s_k, "total_k");
-  p.softmax_scale = static_cast<float>(softmax_scale);
-  p.softcap = static_cast<float>(softcap);
-  p.is_causal = causal;
-  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
-  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
   p.is_bf16 = true;
-  p.num_sms = dev.num_sms;
-  p.l2_bytes = dev.l2_bytes;
-  Tensor tile_counter;
-  if (fwd_uses_dynamic_scheduler(p)) {
-    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
-    p.tile_counter = tile_counter.data_ptr<int>();
-  }
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  try {
-    launch(p, static_cast<void*>(stream));
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "flash3.fwd_fp8_sm90 (d=", d, ", d_v=", d_v, "): kernel launch failed: ", e.what());
-  }
-  const cudaError_t err = cudaGetLastError();
-  TORCH_CHECK(err == cudaSuccess, "flash3.fwd_fp8_sm90 (d=", d, ", d_v=", d_v,
-              "): CUDA error after launch: ", cudaGetErrorString(err));
+  set_mask_and_launch(p, launch, q, dev, softmax_scale, softcap, causal, window_left, window_right,
+                      "flash3.fwd_fp8_sm90", nullptr);
 }
 
 void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "flash3/common/fp32_rn.cuh"  // mul_rn, add_rn, sub_rn: no ftz, as torch
 #include "flash3/decode/append_kv.h"
 
 namespace flash3 {
@@ -20,24 +21,6 @@ template <> __device__ __forceinline__ float to_float(__half x) { return __half2
 template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-
-// fp32 multiply / add / subtract, each rounded to nearest, denormals kept: the build's
-// --use_fast_math would otherwise make them .ftz, and torch (the reference) does not flush.
-__device__ __forceinline__ float mul_rn(float a, float b) {
-  float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-__device__ __forceinline__ float add_rn(float a, float b) {
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-__device__ __forceinline__ float sub_rn(float a, float b) {
-  float r;
-  asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
 
 // Channel c of a rotated row x (the first rotary_dim channels; the rest copied). Products and
 // sums are rounded separately (no FMA contraction), as flash3/rotary.py computes them in fp32.

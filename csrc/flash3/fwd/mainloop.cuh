@@ -220,10 +220,12 @@ struct FwdConsumer {
     store_p_to(tSrS, fr.tOrP);
   }
 
-  // FP8 two-level accumulation of one chunk of O: O = (O + fresh * v_descale) * scale, where fresh
-  // is the block's P.V from a zero-initialized accumulator (fp32 adds here, not inside the FP8
-  // WGMMA, which keeps fewer mantissa bits while accumulating).
-  template <class TensorOc, class TensorF>
+  // FP8 two-level accumulation of one chunk of O, where fresh is the block's P.V from a
+  // zero-initialized accumulator (fp32 adds here, not inside the FP8 WGMMA, which keeps fewer
+  // mantissa bits while accumulating): O = (O + fresh * v_descale) * scale, the rescale after the
+  // add (overlapped step), or with kScaleFirst O = O * scale + fresh * v_descale (a rescale still
+  // pending on O, chunked step).
+  template <bool kScaleFirst = false, class TensorOc, class TensorF>
   static __device__ __forceinline__ void add_fresh(TensorOc& o, TensorF const& fresh, float v_descale,
                                                    const float (&scale)[kRows]) {
     using namespace cute;
@@ -232,7 +234,10 @@ struct FwdConsumer {
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) = fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni)) * scale[mi];
+      for (int ni = 0; ni < size<1>(o_rc); ++ni) {
+        o_rc(mi, ni) = kScaleFirst ? fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni) * scale[mi])
+                                   : fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni)) * scale[mi];
+      }
     }
   }
 
@@ -343,13 +348,7 @@ struct FwdConsumer {
       gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, c, stage), fresh);
       warpgroup_wait<0>();
       Tensor oc = o_chunk(tOrO, c);
-      Tensor o_rc = make_tensor(oc.data(), acc_rowcol(fresh.layout()));
-      Tensor f_rc = make_tensor(fresh.data(), acc_rowcol(fresh.layout()));
-      CUTE_UNROLL
-      for (int mi = 0; mi < kRows; ++mi) {
-        CUTE_UNROLL
-        for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) = fmaf(f_rc(mi, ni), fr.v_descale_p, o_rc(mi, ni) * scale[mi]);
-      }
+      add_fresh<true>(oc, fresh, fr.v_descale_p, scale);
     }
   }
 
@@ -368,7 +367,6 @@ struct FwdConsumer {
                                                   TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
     using namespace cute;
     Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
-    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
     const float v_descale_n = params.p.fp8.v.at(w.coord.batch, w.head_k, n);
     if constexpr (Tr::kOChunks > 1) {
       wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
@@ -383,6 +381,7 @@ struct FwdConsumer {
     }
     gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
     if constexpr (Tr::kOChunks == 1) {
+      Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
       wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
       gemm_async<true>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), fresh);
       pingpong_pass(consumer);
