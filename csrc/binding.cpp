@@ -5,6 +5,10 @@
 //       CUDA: checks the arguments, fills flash3::FwdParams, runs the registered kernel for
 //       (dtype, d, d_v) on the current stream. Meta: nothing (shapes of out/lse are the caller's),
 //       so torch.compile can trace calls.
+//   flash3::fwd_fp8_sm90(q, k, vt, out!, lse!, q_descale, k_descale, v_descale, v_channel_descale?,
+//                        q_block, kv_block, softmax_scale, causal, window_left, window_right, softcap,
+//                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k) -> ()
+//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8.py), bf16 out.
 //   flash3::kernel_info() -> str
 //       JSON: {"fwd": [["bf16", 128, 128], ...], "arch": "sm_90a", "cutlass": "4.2.0"}.
 //
@@ -323,11 +327,17 @@ Descale fp8_descale(const Tensor& t, const char* name, const Tensor& q, int64_t 
 // holding V transposed with tokens permuted within every 16 (flash3/fp8.py pack_v_fp8), s_pad a
 // multiple of 16 >= s_k. Descales (float32, any strides): q (b, h, ceil(s_q / q_block)), k and v
 // (b, h_k, ceil(s_k / kv_block)), optional v_channel (b, h_k, d_v). out (b, s_q, h, d_v) bf16.
+// Varlen (cu_seqlens_q/k given): q (total_q, h, d), k (total_k, h_k, d), vt (h_k, d_v, columns)
+// with sequence i at column fp8_varlen_vt_offset(cu_seqlens_k[i], i) (fp8.pack_v_fp8_varlen),
+// out (total_q, h, d_v), lse (h, total_q); descale blocks count from each sequence's start, s_q and
+// s_k above being max_seqlen_q/k.
 void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const Tensor& out,
                        const Tensor& lse, const Tensor& q_descale, const Tensor& k_descale,
                        const Tensor& v_descale, const std::optional<Tensor>& v_channel_descale,
                        int64_t q_block, int64_t kv_block, double softmax_scale, bool causal,
-                       int64_t window_left, int64_t window_right, double softcap) {
+                       int64_t window_left, int64_t window_right, double softcap,
+                       const std::optional<Tensor>& cu_seqlens_q, const std::optional<Tensor>& cu_seqlens_k,
+                       int64_t max_seqlen_q, int64_t max_seqlen_k) {
   TORCH_CHECK(q.is_cuda(), "flash3.fwd_fp8_sm90: q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k, &vt, &out, &lse})
     TORCH_CHECK(t->device() == q.device(), "flash3.fwd_fp8_sm90: all tensors must be on ", q.device(),
@@ -341,17 +351,36 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
                 " must be float8_e4m3fn, got ", t->scalar_type());
   TORCH_CHECK(out.scalar_type() == at::kBFloat16, "flash3.fwd_fp8_sm90: out must be bfloat16");
   TORCH_CHECK(lse.scalar_type() == at::kFloat, "flash3.fwd_fp8_sm90: lse must be float32");
+  const bool varlen = cu_seqlens_q.has_value();
+  TORCH_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+              "flash3.fwd_fp8_sm90: pass both cu_seqlens_q and cu_seqlens_k, or neither");
+  const int qdim = varlen ? 3 : 4;
   for (auto [t, name] : {std::make_tuple(&q, "q"), std::make_tuple(&k, "k"), std::make_tuple(&vt, "vt"),
                          std::make_tuple(&out, "out")})
-    TORCH_CHECK(t->dim() == 4, "flash3.fwd_fp8_sm90: ", name, " must be 4-D, got ", t->sizes());
-  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
-  const int64_t s_k = k.size(1), h_k = k.size(2), d_v = vt.size(2), s_pad = vt.size(3);
-  check_shape(k, "k", {b, s_k, h_k, d});
-  TORCH_CHECK(vt.size(0) == b && vt.size(1) == h_k && s_pad % 16 == 0 && s_pad >= s_k,
-              "flash3.fwd_fp8_sm90: vt must be (b, h_k, d_v, s_pad) with s_pad a multiple of 16 >= s_k, got ",
-              vt.sizes());
-  check_shape(out, "out", {b, s_q, h, d_v});
-  check_shape(lse, "lse", {b, h, s_q});
+    TORCH_CHECK(t->dim() == qdim, "flash3.fwd_fp8_sm90: ", name, " must be ", qdim, "-D, got ", t->sizes());
+  const int64_t b = varlen ? cu_seqlens_q->numel() - 1 : q.size(0);
+  TORCH_CHECK(b >= 0, "flash3.fwd_fp8_sm90: cu_seqlens_q must have batch + 1 >= 1 entries");
+  const int64_t h = q.size(-2), d = q.size(-1), h_k = k.size(-2);
+  const int64_t d_v = vt.size(-2), cols = vt.size(-1);
+  const int64_t s_q = varlen ? max_seqlen_q : q.size(1), s_k = varlen ? max_seqlen_k : k.size(1);
+  const int64_t total_q = varlen ? q.size(0) : b * s_q, total_k = varlen ? k.size(0) : b * s_k;
+  if (varlen) {
+    TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0,
+                "flash3.fwd_fp8_sm90: max_seqlen_q/max_seqlen_k must be >= 0 for varlen");
+    check_shape(k, "k", {total_k, h_k, d});
+    check_shape(vt, "vt", {h_k, d_v, static_cast<int64_t>(fp8_varlen_vt_offset(total_k, b))});
+    check_shape(out, "out", {total_q, h, d_v});
+    check_shape(lse, "lse", {h, total_q});
+    check_seqlens(cu_seqlens_q, "cu_seqlens_q", b + 1, q);
+    check_seqlens(cu_seqlens_k, "cu_seqlens_k", b + 1, q);
+  } else {
+    check_shape(k, "k", {b, s_k, h_k, d});
+    TORCH_CHECK(vt.size(0) == b && vt.size(1) == h_k && cols % 16 == 0 && cols >= s_k,
+                "flash3.fwd_fp8_sm90: vt must be (b, h_k, d_v, s_pad) with s_pad a multiple of 16 >= s_k, got ",
+                vt.sizes());
+    check_shape(out, "out", {b, s_q, h, d_v});
+    check_shape(lse, "lse", {b, h, s_q});
+  }
   TORCH_CHECK(h_k > 0 && h % h_k == 0, "flash3.fwd_fp8_sm90: the number of query heads (", h,
               ") must be a multiple of the number of kv heads (", h_k, ")");
   TORCH_CHECK(d % 16 == 0 && d_v % 16 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256,
@@ -369,8 +398,8 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
   // The tile of the kernel that runs (possibly a larger head dim's): descales index its key blocks.
   const TileShape tile = fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
 
-  if (b == 0 || h == 0 || s_q == 0) return;
-  if (s_k == 0) {
+  if (b == 0 || h == 0 || s_q == 0 || total_q == 0) return;
+  if (s_k == 0 || total_k == 0) {
     out.zero_();
     lse.fill_(-std::numeric_limits<float>::infinity());
     return;
@@ -398,13 +427,21 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
   p.v = vt.data_ptr();
   p.o = out.data_ptr();
   p.lse = lse.data_ptr<float>();
-  p.q_batch_stride = tma_stride(q, 0), p.q_row_stride = tma_stride(q, 1), p.q_head_stride = tma_stride(q, 2);
-  p.k_batch_stride = tma_stride(k, 0), p.k_row_stride = tma_stride(k, 1), p.k_head_stride = tma_stride(k, 2);
-  // Vt: batch, head, then v_row_stride = the stride of the d_v index (tokens are contiguous).
-  p.v_batch_stride = tma_stride(vt, 0), p.v_head_stride = tma_stride(vt, 1), p.v_row_stride = tma_stride(vt, 2);
-  p.o_batch_stride = tma_stride(out, 0), p.o_row_stride = tma_stride(out, 1), p.o_head_stride = tma_stride(out, 2);
-  p.lse_batch_stride = lse.stride(0);
-  p.lse_head_stride = lse.stride(1);
+  // (batch stride, row stride, head stride); varlen tensors have no batch dim.
+  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
+    bs = varlen ? 0 : tma_stride(t, 0);
+    rs = tma_stride(t, qdim - 3);
+    hs = tma_stride(t, qdim - 2);
+  };
+  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  // Vt: ([batch,] head, d_v, tokens); v_row_stride = the stride of the d_v index (tokens are contiguous).
+  p.v_batch_stride = varlen ? 0 : tma_stride(vt, 0);
+  p.v_head_stride = tma_stride(vt, qdim - 3);
+  p.v_row_stride = tma_stride(vt, qdim - 2);
+  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
+  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
   p.batch = to_int(b, "batch");
   p.seqlen_q = to_int(s_q, "seqlen_q");
   p.seqlen_k = to_int(s_k, "seqlen_k");
@@ -412,8 +449,11 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
   p.num_heads_k = to_int(h_k, "num_heads_k");
   p.head_dim = static_cast<int>(d);
   p.head_dim_v = static_cast<int>(d_v);
-  p.total_q = to_int(b * s_q, "total_q");
-  p.total_k = to_int(b * s_k, "total_k");
+  p.total_q = to_int(total_q, "total_q");
+  p.total_k = to_int(total_k, "total_k");
+  to_int(cols, "vt columns");
+  p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
+  p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   p.is_bf16 = true;
   set_mask_and_launch(p, launch, q, dev, softmax_scale, softcap, causal, window_left, window_right,
                       "flash3.fwd_fp8_sm90", nullptr);
@@ -421,7 +461,8 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
 
 void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                        const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t,
-                       int64_t, double, bool, int64_t, int64_t, double) {}
+                       int64_t, double, bool, int64_t, int64_t, double, const std::optional<Tensor>&,
+                       const std::optional<Tensor>&, int64_t, int64_t) {}
 
 // Shapes and dtypes of out/lse are fixed by the caller, so the fake/meta kernel has nothing to do.
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -465,7 +506,8 @@ TORCH_LIBRARY(flash3, m) {
   m.def(
       "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "
-      "float softmax_scale, bool causal, int window_left, int window_right, float softcap) -> ()");
+      "float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+      "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, int max_seqlen_k=0) -> ()");
   // No tensor arguments: a catch-all kernel, callable without a GPU.
   m.def("kernel_info() -> str", &flash3::kernel_info);
 }

@@ -190,16 +190,21 @@ def _round_up(x: int, m: int) -> int:
 
 
 def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, left, right,
-                       softcap, block_m, block_n, v_channel_descale=None, vt=None):
+                       softcap, block_m, block_n, v_channel_descale=None, vt=None, *, cu_seqlens_q=None,
+                       cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d); returns (out bf16, lse).
 
     Descales as flash3.attention takes them: (b, h_k) per head or per block (b, heads, blocks of
     block_m / block_n rows). v is packed here (fp8.pack_v_fp8: transposed, tokens permuted) unless
-    the caller passes the packed ``vt`` already (the quantize kernel writes it directly)."""
-    from .fp8 import pack_v_fp8
+    the caller passes the packed ``vt`` already (the quantize kernel writes it directly).
+    Varlen (cu_seqlens_q/k): q, k, v packed (total, heads, dim), descales per sequence with blocks
+    of max_seqlen_q/k (fp8.pack_v_fp8_varlen packs v), out (total_q, h, d_v), lse (h, total_q)."""
+    from .fp8 import pack_v_fp8, pack_v_fp8_varlen
 
-    b, s_q, h, _ = q.shape
-    s_k, h_k = k.shape[1], k.shape[2]
+    varlen = cu_seqlens_q is not None
+    h, h_k = q.shape[-2], k.shape[-2]
+    b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+    s_q, s_k = (max_seqlen_q, max_seqlen_k) if varlen else (q.shape[1], k.shape[1])
     g = h // h_k
     f32 = dict(dtype=torch.float32)
     qd = q_descale.to(**f32)
@@ -221,12 +226,14 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
 
     q, k = _tma_ready(q), _tma_ready(k)
     if vt is None:
-        vt = pack_v_fp8(v)
-    out = torch.empty(b, s_q, h, vt.shape[2], dtype=torch.bfloat16,
-                      device=q.device)
-    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=q.device)
+        vt = pack_v_fp8_varlen(v, cu_seqlens_k) if varlen else pack_v_fp8(v)
+    d_v = vt.shape[-2]
+    out = torch.empty(*q.shape[:-2], h, d_v, dtype=torch.bfloat16, device=q.device)
+    lse_shape = (h, q.shape[0]) if varlen else (b, h, s_q)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     causal = right == 0
     torch.ops.flash3.fwd_fp8_sm90(q, k, vt, out, lse, qd, kv3(k_descale), kv3(v_descale),
                                   v_channel_descale, int(q_block), int(kv_block), float(softmax_scale),
-                                  causal, int(left), -1 if causal else int(right), float(softcap))
+                                  causal, int(left), -1 if causal else int(right), float(softcap),
+                                  cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
     return out, lse

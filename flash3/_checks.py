@@ -127,12 +127,14 @@ def _descale_tensor(q, name, d, needed):
         raise TypeError(f"{name} must be float32, got {d.dtype}")
 
 
-def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale=None):
+def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale=None,
+                 varlen=None):
     """FP8 descales (float32, on q's device), with (B_r, B_c) = fp8_block_size:
 
     q: (b, h_k) or (b, h_q) per head, or (b, h_k|h_q, ceil(s_q / B_r)) per block of B_r rows
     (the kernel runs B_r = 64 or 128); k, v: (b, h_k) or (b, h_k, ceil(s_k / B_c));
     v_channel_descale: optional (b, h_k, d_v), one scale per v channel.
+    ``varlen``: (b, max_seqlen_q, max_seqlen_k) for packed (total, heads, dim) tensors.
     """
     fp8 = is_fp8(q)
     named = (("q_descale", q_descale, q), ("k_descale", k_descale, k), ("v_descale", v_descale, v))
@@ -145,10 +147,12 @@ def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_cha
             or not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) and x > 0
                        for x in fp8_block_size)):
         raise ValueError(f"fp8_block_size must be a pair of positive ints, got {fp8_block_size!r}")
-    b, h_q, h_k = q.shape[0], q.shape[2], k.shape[2]
-    for (n, d, t), blk in zip(named, (fp8_block_size[0], fp8_block_size[1], fp8_block_size[1])):
+    b, s_q, s_k = varlen if varlen is not None else (q.shape[0], q.shape[1], k.shape[1])
+    h_q, h_k = q.shape[-2], k.shape[-2]
+    for (n, d, _), blk, s in zip(named, (fp8_block_size[0], fp8_block_size[1], fp8_block_size[1]),
+                                 (s_q, s_k, s_k)):
         _descale_tensor(q, n, d, "for float8_e4m3fn inputs")
-        nb = -(-t.shape[1] // blk)
+        nb = -(-s // blk)
         heads = (h_k, h_q) if n == "q_descale" else (h_k,)
         ok = [(b, hh) for hh in heads] + [(b, hh, nb) for hh in heads]
         ok = list(dict.fromkeys(ok))
@@ -159,7 +163,7 @@ def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_cha
                              f"{per_block} (per block of {blk}), got {tuple(d.shape)}")
     if v_channel_descale is not None:
         _descale_tensor(q, "v_channel_descale", v_channel_descale, "")
-        want = (b, h_k, v.shape[3])
+        want = (b, h_k, v.shape[-1])
         if tuple(v_channel_descale.shape) != want:
             raise ValueError(f"v_channel_descale must have shape {want} (batch, kv head, v channel), "
                              f"got {tuple(v_channel_descale.shape)}")
@@ -171,8 +175,6 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     for n, t in (("q", q), ("k", k), ("v", v)):
         tensor(n, t, 3, what)
     _dtypes([("q", q), ("k", k), ("v", v)])
-    if is_fp8(q):
-        raise TypeError("attention_varlen does not take float8_e4m3fn inputs")
     for n, t in (("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         tensor(n, t)
         _same_device("q", q, n, t)

@@ -37,20 +37,32 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                      causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                     return_lse=False, deterministic=False):
+                     return_lse=False, deterministic=False, q_descale=None, k_descale=None,
+                     v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
     cu_seqlens[i]:cu_seqlens[i+1] (int32, length batch + 1).  Masks apply per
     sequence.  Returns out (total_q, h, d_v) and, if ``return_lse``, lse (h, total_q).
-    ``deterministic`` as in :func:`attention`.
+    ``deterministic`` as in :func:`attention`.  float8_e4m3fn inputs as in
+    :func:`attention`, descales indexed by sequence: (b, h_k) per head, or per block
+    (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
     """
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flag("deterministic", deterministic)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
-    out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                        int(max_seqlen_k), scale, left, right, softcap,
-                                        deterministic)
+    b = cu_seqlens_q.shape[0] - 1
+    _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale,
+                         varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
+    if _checks.is_fp8(q):
+        out, lse = ops.attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                            int(max_seqlen_k), q_descale, k_descale, v_descale, scale,
+                                            left, right, softcap, int(fp8_block_size[0]),
+                                            int(fp8_block_size[1]), v_channel_descale)
+    else:
+        out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                            int(max_seqlen_k), scale, left, right, softcap,
+                                            deterministic)
     return (out, lse) if return_lse else out
 
 

@@ -50,7 +50,8 @@ formed):
 
 :func:`attention_fp8` is the end-to-end pipeline (Hadamard rotation, K
 smoothing, quantization, kernel, lse correction); :func:`pack_v_fp8` gives
-the kernel's V layout.
+the kernel's V layout (:func:`pack_v_fp8_varlen` for packed sequences, which
+:func:`fp8_attention_varlen_reference` emulates one sequence at a time).
 
 Masking: query ``i`` sees key ``j`` iff
 ``(left < 0 or j >= i + s_k - s_q - left) and (right < 0 or j <= i + s_k - s_q + right)``;
@@ -81,6 +82,9 @@ __all__ = [
     "V_PERM16",
     "pack_v_fp8",
     "unpack_v_fp8",
+    "varlen_vt_offset",
+    "pack_v_fp8_varlen",
+    "fp8_attention_varlen_reference",
     "dequantize_fp8",
     "fp8_attention_reference",
     "attention_fp8",
@@ -331,6 +335,53 @@ def unpack_v_fp8(vt: torch.Tensor, s: int) -> torch.Tensor:
     v = u.reshape(b, h, dv, s_pad // 16, 4, 2, 2).permute(0, 3, 5, 4, 6, 1, 2).reshape(b, s_pad, h, dv)
     v = v[:, :s].contiguous()
     return v.view(vt.dtype) if u is not vt else v
+
+
+def varlen_vt_offset(first_key, batch):
+    """Column of packed FP8 Vt where sequence ``batch`` (first key ``first_key``) starts.
+
+    A multiple of 16 (the V_PERM16 groups line up with the kernel's key blocks) computed from
+    (first_key, batch) alone -- no prefix sum, so no host sync -- with at least
+    ``ceil(len / 16) * 16`` columns before the next sequence's.  ``varlen_vt_offset(total_k, b)``
+    is the column count.  Ints or integer tensors (elementwise).  Twin of
+    csrc/flash3/common/attn_logic.h ``fp8_varlen_vt_offset``.
+    """
+    return (first_key + 15 * batch + 15) // 16 * 16
+
+
+def pack_v_fp8_varlen(v8: torch.Tensor, cu_seqlens_k: torch.Tensor) -> torch.Tensor:
+    """Kernel layout of packed (varlen) FP8 v: ``vt`` (h_k, d_v, varlen_vt_offset(total_k, b)).
+
+    Sequence i (tokens ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of ``v8`` (total_k, h_k, d_v)) is
+    laid out as :func:`pack_v_fp8` lays out one batch row, starting at column
+    ``varlen_vt_offset(cu_seqlens_k[i], i)``; every other column is zero (finite: the kernel
+    multiplies the padding by P = 0).  A gather over the output columns on v8's device: no host
+    sync, so it can run inside CUDA graph capture.
+    """
+    if not isinstance(v8, torch.Tensor) or v8.dim() != 3:
+        raise ValueError("v8 must be a 3-D (total_k, heads, headdim) tensor")
+    if not isinstance(cu_seqlens_k, torch.Tensor) or cu_seqlens_k.dim() != 1 or cu_seqlens_k.numel() < 1:
+        raise ValueError("cu_seqlens_k must be a 1-D tensor of batch + 1 offsets")
+    total, h, dv = v8.shape
+    b = cu_seqlens_k.numel() - 1
+    dev = v8.device
+    cols = varlen_vt_offset(total, b)
+    cu = cu_seqlens_k.to(device=dev, dtype=torch.int64)
+    starts = varlen_vt_offset(cu[:-1], torch.arange(b, device=dev))  # (b,) first column per sequence
+    c = torch.arange(cols, device=dev)
+    seq = (torch.searchsorted(starts, c, right=True) - 1).clamp_min(0)  # sequence owning column c
+    j = c - starts[seq] if b else c
+    perm = torch.tensor(V_PERM16, device=dev)
+    i = j - j % 16 + perm[j % 16]  # the token (within its sequence) stored at column c
+    lens = cu[1:] - cu[:-1]
+    valid = (i < lens[seq]) if b else torch.zeros_like(c, dtype=torch.bool)
+    src = torch.where(valid, cu[seq] + i if b else c, torch.zeros_like(c)).clamp(0, max(total - 1, 0))
+    u = _as_bytes(v8)
+    if total == 0:
+        return torch.zeros(h, dv, cols, dtype=v8.dtype, device=dev)
+    vt = torch.where(valid[None, None, :], u[src].permute(1, 2, 0), torch.zeros((), dtype=u.dtype, device=dev))
+    vt = vt.contiguous()
+    return vt.view(v8.dtype) if u is not v8 else vt
 
 
 def quantize_fp8_per_tensor(x: torch.Tensor, *, num_heads: Optional[int] = None,
@@ -611,6 +662,62 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            vcd=vcd)
     out = out.reshape(b, h, s_q, dv).permute(0, 2, 1, 3).contiguous()
     return out, lse.reshape(b, h, s_q)
+
+
+def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                   cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                                   q_descale: Optional[torch.Tensor] = None,
+                                   k_descale: Optional[torch.Tensor] = None,
+                                   v_descale: Optional[torch.Tensor] = None, *,
+                                   max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+                                   v_channel_descale: Optional[torch.Tensor] = None, **kwargs,
+                                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fp8_attention_reference` over packed sequences, as the kernel's varlen mode runs it.
+
+    q (total_q, h, d), k (total_k, h_k, d), v (total_k, h_k, d_v) e4m3; sequence i is rows
+    ``cu_seqlens[i]:cu_seqlens[i+1]``.  Descales are indexed by sequence: ``(b, heads)`` per
+    head, or ``(b, heads, ceil(max_seqlen / B))`` with blocks counted from each sequence's first
+    row (``max_seqlen_*`` default to the longest sequence).  ``v_channel_descale`` (b, h_k, d_v).
+    Other keywords as :func:`fp8_attention_reference`.  Reads cu_seqlens on the host (the
+    emulation syncs; the kernel does not).  Returns out fp32 (total_q, h, d_v), lse fp32
+    (h, total_q); rows past ``cu_seqlens_q[-1]`` get out 0 and lse -inf.
+    """
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise ValueError(f"{n} must be a 3-D (total, heads, headdim) tensor")
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    b = len(cq) - 1
+    lq = [e - a for a, e in zip(cq, cq[1:])]
+    lk = [e - a for a, e in zip(ck, ck[1:])]
+    mq = max(lq, default=0) if max_seqlen_q is None else max_seqlen_q
+    mk = max(lk, default=0) if max_seqlen_k is None else max_seqlen_k
+    h, dv = q.shape[1], v.shape[2]
+    out = torch.zeros(q.shape[0], h, dv, dtype=torch.float32, device=q.device)
+    lse = torch.full((h, q.shape[0]), -math.inf, dtype=torch.float32, device=q.device)
+    br, bc = _norm_block_pair(kwargs.get("block_size", (128, 128)))
+    blocks = {"q": br or 128, "k": bc or 128, "v": bc or 128}
+    maxlen = {"q": mq, "k": mk, "v": mk}
+
+    def one(desc, name, i, n):
+        if desc is None or desc.dim() == 2:
+            return None if desc is None else desc[i:i + 1]
+        nb = -(-maxlen[name] // blocks[name])
+        if desc.dim() != 3 or desc.shape[0] != b or desc.shape[2] != nb:
+            raise ValueError(f"{name}_descale must be (b, heads) or (b, heads, {nb}) for varlen, got "
+                             f"{tuple(desc.shape)}")
+        return desc[i:i + 1, :, :-(-n // blocks[name])]
+
+    for i in range(b):
+        if lq[i] == 0:
+            continue
+        qi = q[cq[i]:cq[i + 1]][None]
+        ki, vi = k[ck[i]:ck[i + 1]][None], v[ck[i]:ck[i + 1]][None]
+        vcd = None if v_channel_descale is None else v_channel_descale[i:i + 1]
+        o, l_ = fp8_attention_reference(qi, ki, vi, one(q_descale, "q", i, lq[i]), one(k_descale, "k", i, lk[i]),
+                                        one(v_descale, "v", i, lk[i]), v_channel_descale=vcd, **kwargs)
+        out[cq[i]:cq[i + 1]] = o[0]
+        lse[:, cq[i]:cq[i + 1]] = l_[0]
+    return out, lse
 
 
 def _window_pair(window_size):

@@ -264,3 +264,39 @@ def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, wind
       softcap, block_m, block_n, v_channel_descale=None):
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_batched(q)
+
+
+@torch.library.custom_op("flash3::attention_fp8_varlen", mutates_args=())
+def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                         max_seqlen_q: int, max_seqlen_k: int, q_descale: Tensor, k_descale: Tensor,
+                         v_descale: Tensor, softmax_scale: float, window_left: int,
+                         window_right: int, softcap: float, block_m: int, block_n: int,
+                         v_channel_descale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
+        _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                              max_seqlen_q, max_seqlen_k)
+    if q.is_cuda:
+        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n)
+        if reason is None:
+            return _backend.run_kernel_fwd_fp8(
+                q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
+                softcap, block_m, block_n, v_channel_descale=v_channel_descale,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k)
+        _backend.warn_fallback(reason, "FP8 forward")
+    from .fp8 import fp8_attention_varlen_reference
+
+    out, lse = fp8_attention_varlen_reference(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_channel_descale=v_channel_descale,
+        softmax_scale=softmax_scale, causal=window_right == 0, window_left=window_left,
+        window_right=window_right, softcap=softcap, block_size=(block_m, block_n))
+    return out.to(torch.bfloat16), lse
+
+
+@attention_fp8_varlen.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale, k_descale,
+      v_descale, softmax_scale, window_left, window_right, softcap, block_m, block_n,
+      v_channel_descale=None):
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
+    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)

@@ -5,6 +5,7 @@ round-to-nearest relative error <= 2^-4 for normal values (|y| >= 2^-6) and an
 absolute error <= 2^-10 in the subnormal range.
 """
 
+import itertools
 import math
 
 import pytest
@@ -718,3 +719,75 @@ def test_accuracy_benchmark_quick(tmp_path):
     res = json.loads((tmp_path / "fp8_accuracy_quick.json").read_text())
     assert set(res["cases"]) == {"outliers", "kmean", "causal"}
     assert res["targets"]["K smoothing helps on kmean"]
+
+
+# --------------------------------------------------------------------------
+# varlen
+# --------------------------------------------------------------------------
+
+def _cu(lens):
+    return torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32)
+
+
+def test_pack_v_fp8_varlen_is_per_sequence_pack():
+    from flash3.fp8 import pack_v_fp8, pack_v_fp8_varlen, varlen_vt_offset
+    lens = [17, 0, 3, 130, 16, 1]
+    cu = _cu(lens)
+    total = int(cu[-1]) + 5  # tokens past cu_seqlens_k[-1] are not packed
+    v8 = _e4m3((total, 3, 32), 11)
+    vt = pack_v_fp8_varlen(v8, cu)
+    assert vt.dtype == FP8_DTYPE and vt.shape == (3, 32, varlen_vt_offset(total, len(lens)))
+    owned = torch.zeros(vt.shape[-1], dtype=torch.bool)
+    for i, n in enumerate(lens):
+        start, width = varlen_vt_offset(int(cu[i]), i), -(-n // 16) * 16
+        want = pack_v_fp8(v8[None, cu[i]:cu[i + 1]])[0]
+        assert torch.equal(vt[:, :, start:start + width].view(torch.uint8), want.view(torch.uint8))
+        owned[start:start + width] = True
+    assert not vt.view(torch.uint8)[:, :, ~owned].any(), "columns between sequences must be zero"
+    assert pack_v_fp8_varlen(v8[:0], torch.zeros(1, dtype=torch.int32)).shape == (3, 32, 0)
+
+
+@pytest.mark.parametrize("causal,window,softcap", [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0),
+                                                   (False, (20, 5), 10.0)])
+def test_attention_varlen_fp8_is_per_sequence_attention(causal, window, softcap):
+    """attention_varlen on e4m3 inputs computes, per sequence, exactly what attention computes on
+    that sequence alone, with the descales of its row (blocks counted from its first row)."""
+    import flash3
+    lens_q, lens_k = [5, 0, 70, 33, 1], [17, 3, 130, 1, 0]
+    b, h, hk, d = len(lens_q), 4, 2, 64
+    cq, ck = _cu(lens_q), _cu(lens_k)
+    q8, k8, v8 = _e4m3((int(cq[-1]), h, d), 1), _e4m3((int(ck[-1]), hk, d), 2), _e4m3((int(ck[-1]), hk, 32), 3)
+    mq, mk = max(lens_q), max(lens_k)
+    qd = torch.rand(b, h, -(-mq // 64), generator=_gen(4)) + 0.5
+    kd, vd = (torch.rand(b, hk, -(-mk // 128), generator=_gen(s)) + 0.5 for s in (5, 6))
+    vcd = torch.rand(b, hk, 32, generator=_gen(7)) + 0.5
+    args = dict(causal=causal, window_size=window, softcap=softcap, fp8_block_size=(64, 128), return_lse=True)
+    out, lse = flash3.attention_varlen(q8, k8, v8, cq, ck, mq, mk, q_descale=qd, k_descale=kd, v_descale=vd,
+                                       v_channel_descale=vcd, **args)
+    assert out.dtype == torch.bfloat16 and out.shape == (int(cq[-1]), h, 32) and lse.shape == (h, int(cq[-1]))
+    for i in range(b):
+        if lens_q[i] == 0:
+            continue
+        nq, nk = -(-lens_q[i] // 64), -(-lens_k[i] // 128)
+        o, l_ = flash3.attention(q8[None, cq[i]:cq[i + 1]], k8[None, ck[i]:ck[i + 1]], v8[None, ck[i]:ck[i + 1]],
+                                 q_descale=qd[i:i + 1, :, :nq], k_descale=kd[i:i + 1, :, :nk],
+                                 v_descale=vd[i:i + 1, :, :nk], v_channel_descale=vcd[i:i + 1], **args)
+        assert torch.equal(out[cq[i]:cq[i + 1]], o[0]) and torch.equal(lse[:, cq[i]:cq[i + 1]], l_[0]), i
+    # per-(batch, kv head) descales (FA3's form) are accepted too
+    flash3.attention_varlen(q8, k8, v8, cq, ck, mq, mk, q_descale=qd[:, ::2, 0], k_descale=kd[..., 0],
+                            v_descale=vd[..., 0])
+
+
+def test_attention_varlen_fp8_bad_descales():
+    import flash3
+    cq = ck = _cu([10, 20])
+    q8, k8, v8 = _e4m3((30, 2, 64), 1), _e4m3((30, 2, 64), 2), _e4m3((30, 2, 64), 3)
+    f = torch.ones
+    with pytest.raises(ValueError, match="k_descale must have shape"):
+        flash3.attention_varlen(q8, k8, v8, cq, ck, 20, 20, q_descale=f(2, 2), k_descale=f(2, 2, 2),
+                                v_descale=f(2, 2))
+    with pytest.raises(ValueError, match="q_descale must have shape"):
+        flash3.attention_varlen(q8, k8, v8, cq, ck, 20, 20, q_descale=f(3, 2), k_descale=f(2, 2),
+                                v_descale=f(2, 2))
+    with pytest.raises(ValueError, match="only used with float8"):
+        flash3.attention_varlen(q8.float(), k8.float(), v8.float(), cq, ck, 20, 20, q_descale=f(2, 2))

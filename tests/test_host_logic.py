@@ -110,6 +110,22 @@ def test_backward_query_block_ranges_exact(driver, block_m, block_n):
             assert set(range(*masking.unmasked_query_block_range(*args))) == full
 
 
+def test_fp8_varlen_vt_offsets(driver):
+    """Packed FP8 Vt: each sequence starts at a multiple of 16, its keys rounded up to 16 fit before
+    the next one's start, and C++ and flash3.fp8 agree (the kernel and the packer address alike)."""
+    from flash3.fp8 import varlen_vt_offset
+
+    rng = random.Random(3)
+    for _ in range(40):
+        lens = [rng.choice([0, 1, 15, 16, 17, rng.randrange(300)]) for _ in range(rng.randrange(1, 9))]
+        cu = [0] + list(itertools.accumulate(lens))
+        starts = [int(x) for x in driver([f"vt_offset {c} {i}" for i, c in enumerate(cu)])]
+        assert starts == [varlen_vt_offset(c, i) for i, c in enumerate(cu)]
+        for i, n in enumerate(lens):
+            assert starts[i] % 16 == 0 and starts[i] + -(-n // 16) * 16 <= starts[i + 1], (lens, i)
+    assert int(driver(["vt_offset 2000000000 100000"])[0]) == varlen_vt_offset(2000000000, 100000)
+
+
 def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
     cases = [(1, 1, 1, 128, 128, 128, 1, 50 << 20, 0),
              (7, 16, 3, 1024, 128, 128, 16, 50 << 20, 1),

@@ -151,7 +151,8 @@ op = torch.ops.flash3.fwd_fp8_sm90.default
 expected = ("flash3::fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor q_descale, Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, "
             "int q_block, int kv_block, float softmax_scale, bool causal, int window_left, "
-            "int window_right, float softcap) -> ()")
+            "int window_right, float softcap, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
+            "int max_seqlen_q=0, int max_seqlen_k=0) -> ()")
 assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
 for key in ("CUDA", "Meta"):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"fwd_fp8: no {key} kernel"
@@ -161,6 +162,9 @@ vt = torch.empty(b, 2, d, 112, dtype=torch.float8_e4m3fn, device="meta")
 o8 = torch.empty(b, 100, 2, d, dtype=torch.bfloat16, device="meta")
 l8 = torch.empty(b, 2, 100, dtype=torch.float32, device="meta")
 torch.ops.flash3.fwd_fp8_sm90(q8, q8, vt, o8, l8, dq, dq, dq, None, 128, 128, d ** -0.5, True, -1, -1, 0.0)
+cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")  # varlen: packed q/k, Vt (h_k, d_v, columns)
+torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, None, 128, 128, d ** -0.5, True,
+                              -1, -1, 0.0, cu, cu, 100, 100)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).

@@ -37,6 +37,10 @@ int main() {
         std::printf("%d %d %d %d;", r.begin, r.end, u.begin, u.end);
       }
       std::printf("\n");
+    } else if (cmd == "vt_offset") {  // first_key batch -> FP8 varlen Vt column
+      long long first_key, batch;
+      in >> first_key >> batch;
+      std::printf("%lld\n", fp8_varlen_vt_offset(first_key, batch));
     } else if (cmd == "visible") {  // seqlen_q seqlen_k causal left right
       int sq, sk, causal, left, right;
       in >> sq >> sk >> causal >> left >> right;

@@ -157,6 +157,15 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
                                                 : TileShape{128, 64, 3, 2};
 }
 
+// FP8 varlen Vt (h_k, d_v, columns): sequence `batch`, whose keys start at `first_key` in the packed
+// k, starts at this column: a multiple of 16 (V_PERM16 groups must line up with the kernel's key
+// blocks), computed from (first_key, batch) alone so nothing needs a prefix sum, and at least
+// round_up(len, 16) before the next sequence's (first_key grows by len, 15 * batch by 15).
+// fp8_varlen_vt_offset(total_k, batch count) is the number of columns (flash3/fp8.py twin).
+FLASH3_HD constexpr long long fp8_varlen_vt_offset(long long first_key, long long batch) {
+  return (first_key + 15 * batch + 15) / 16 * 16;
+}
+
 // Whether (d, d_v) has a second kernel with a wider tile for calls without a causal/local mask.
 FLASH3_HD constexpr bool fwd_has_wide_tile(int head_dim, int head_dim_v) {
   return fwd_tile_shape(head_dim, head_dim_v, true).block_n != fwd_tile_shape(head_dim, head_dim_v).block_n;

@@ -78,14 +78,15 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   };
 
   if constexpr (Tr::kFp8) {
-    fwd_check(p.seqused_k == nullptr && p.cu_seqlens_q == nullptr && p.cu_seqlens_k == nullptr,
-              "the FP8 kernel takes batched q/k/v (no varlen, no kv cache)");
+    fwd_check(p.seqused_k == nullptr && varlen_q == varlen_k, "the FP8 kernel takes no kv cache");
     fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");
   }
   const int eb = int(sizeof(Element)), eb_out = int(sizeof(ElementOut));
   const int64_t bs_q = bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q);
   const int64_t bs_k = bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k);
-  const int64_t bs_v = bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k);
+  // FP8 Vt is (b, h_k, d_v, tokens): its packed (varlen) form is one batch of all heads.
+  const int64_t bs_v = Tr::kFp8 && varlen_k ? p.v_head_stride * p.num_heads_k
+                                            : bstride(varlen_k, p.v_batch_stride, p.v_row_stride, rows_k);
   const int64_t bs_o = bstride(varlen_q, p.o_batch_stride, p.o_row_stride, rows_q);
   detail::check_tma("q", p.q, eb, p.head_dim, rows_q, p.num_heads, batch_q, p.q_row_stride, p.q_head_stride, bs_q,
                     kHeadDim, Tr::kBlockM);
@@ -93,8 +94,11 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
                     kHeadDim, Tr::kBlockN);
   // FP8 Vt: tokens contiguous (v_row_stride steps over d_v) and permuted within every 16, so the
   // tensor map spans the whole last group of 16 (the binding checks the allocation holds it; the
-  // padding is finite): cut at seqlen_k, TMA would zero real tokens stored past it.
-  const int rows_vt = Tr::kFp8 ? (rows_k + 15) / 16 * 16 : rows_k;
+  // padding is finite): cut at seqlen_k, TMA would zero real tokens stored past it. Varlen: every
+  // sequence starts at a multiple of 16 (fp8_varlen_vt_offset), the map spans all of them.
+  const int rows_vt = !Tr::kFp8 ? rows_k
+                      : varlen_k ? int(fp8_varlen_vt_offset(p.total_k, p.batch))
+                                 : (rows_k + 15) / 16 * 16;
   if constexpr (Tr::kFp8)
     detail::check_tma("v", p.v, eb, rows_vt, p.head_dim_v, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
                       bs_v, Tr::kBlockN, kHeadDimV);

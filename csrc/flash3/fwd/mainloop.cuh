@@ -79,7 +79,11 @@ struct FwdProducer {
                            Shape<typename Tr::BlkM, typename Tr::HD>{}, make_coord(w.coord.m_block, _0{}));
     Tensor gK = local_tile(domain_offset(make_coord(w.seq.offset_k, _0{}), mK(_, _, w.head_k, bk)),
                            Shape<typename Tr::BlkN, typename Tr::HD>{}, make_coord(_, _0{}));  // (n, d, blocks)
-    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, w.seq.offset_k), mVt(_, _, w.head_k, bk)),
+    // FP8 varlen: Vt's sequences start at multiples of 16 (fp8_varlen_vt_offset), not at offset_k.
+    const int offset_vt = Tr::kFp8 && p.cu_seqlens_k != nullptr
+                              ? int(fp8_varlen_vt_offset(w.seq.offset_k, w.coord.batch))
+                              : w.seq.offset_k;
+    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, offset_vt), mVt(_, _, w.head_k, bk)),
                             Shape<typename Tr::HDV, typename Tr::BlkN>{}, make_coord(_0{}, _));  // (d_v, n, blocks)
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
