@@ -7,7 +7,8 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 SELFTEST_FLAGS := -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
 
-.PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench fp8-accuracy clean
+.PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench bench-fp8 \
+        fp8-accuracy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,10 @@ device-check:
 
 bench:
 	$(PY) benchmarks/bench_fwd.py
+
+# FP8 forward TFLOP/s vs bf16 and cuDNN, quantize GB/s, accuracy through the kernel (issue 8).
+bench-fp8:
+	$(PY) benchmarks/bench_fp8.py
 
 fp8-accuracy: setup
 	$(PY) benchmarks/fp8_accuracy.py

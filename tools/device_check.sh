@@ -16,10 +16,12 @@
 #             case, memcheck on the second                                        45 s each
 #   pytest    tests/test_kernel_gpu.py (hanging kernels deselected, 60 s per test)   cap 150 s
 #   bench     benchmarks/bench_fwd.py, hdims that passed the smoke, 2k/8k/16k        cap 80 s
+#   bench_fp8 benchmarks/bench_fp8.py --quick: FP8 vs bf16 vs cuDNN on those of 128/256,
+#             2k/8k; quantize GB/s; accuracy through the kernel                      cap 60 s
 #   sanitize  if nothing failed: the three tools on tools/sanitize_small.py          40 s each
-# then tools/device_summary.py prints ONE summary table, last. Files under $OUT (7):
+# then tools/device_summary.py prints ONE summary table, last. Files under $OUT (8):
 # summary.txt, results.json, device_check.log (every step's output), smoke.json, pytest.log,
-# sanitizer.log, bench_fwd.json.
+# sanitizer.log, bench_fwd.json, bench_fp8.json.
 #
 #   here:    make device-prep     # the nvidia-cutlass wheel into .whl/ (pure Python)
 #   device:  make device-check    # device tool: carry [".whl"], timeout_s 600
@@ -162,6 +164,9 @@ STEP_LOG=$WORK/ring_sanity.log step ring_sanity 40 $PY tools/ring_sanity.py
 if [ -n "$BENCH_HDIMS" ]; then
   step bench 80 $PY benchmarks/bench_fwd.py --hdims "$BENCH_HDIMS" --seqlens 2048,8192,16384 \
     --out "$WORK/bench" && cp "$WORK/bench/bench_fwd.json" "$OUT/" 2>/dev/null
+  FP8_HDIMS=$(tr , '\n' <<< "$BENCH_HDIMS" | grep -x -e 128 -e 256 | paste -sd, -)  # its bf16 rows too
+  [ -n "$FP8_HDIMS" ] && step bench_fp8 60 $PY benchmarks/bench_fp8.py --quick --hdims "$FP8_HDIMS" \
+    --out "$WORK/bench" && cp "$WORK/bench/bench_fp8.json" "$OUT/" 2>/dev/null
 fi
 
 if [ -z "$FAIL_CASES$HANG_CASES" ]; then
