@@ -214,6 +214,113 @@ def test_case_check_classifies_on_cpu(feature):
     assert smoke.check(c, bad, lse)["status"] == "nan"
 
 
+FP8_FEATURES = [f for f in smoke.FEATURES if smoke.applies("e4m3:64:64", f)]
+
+
+def test_fp8_features_and_kernel_ids(monkeypatch):
+    assert FP8_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen"]
+    info = {"fwd": [["bf16", 64, 64, "v0"], ["bf16", 64, 64, "v1"], ["fp16", 192, 128]],
+            "fwd_fp8": [[64, 64], [128, 128], [256, 256]], "arch": "sm_90a"}
+    ids = ["bf16:64:64", "fp16:192:128", "e4m3:64:64", "e4m3:128:128", "e4m3:256:256"]
+    assert smoke.kernel_ids(info) == ids
+    assert smoke.kernel_ids({"fwd": [["bf16", 128, 128]]}) == ["bf16:128:128"]  # a build without FP8
+    monkeypatch.setattr(torch.ops.flash3, "kernel_info", lambda: json.dumps(info), raising=False)
+    assert smoke.built_kernel_ids() == ids
+    assert smoke.kernel_label("e4m3:128:128") == "e4m3 128"
+    with pytest.raises(ValueError, match="kvcache does not apply to e4m3"):
+        smoke.make_case("kvcache", "e4m3", 64, 64, device="cpu")
+
+
+@pytest.mark.parametrize("feature", FP8_FEATURES)
+def test_fp8_case_shapes(feature):
+    """The bf16 case's shapes in e4m3, with fp32 descales in the FP8 op's block layout."""
+    c = smoke.make_case(feature, "e4m3", 128, 128, device="cpu")
+    ref = smoke.make_case(feature, "bf16", 128, 128, device="cpu")
+    assert c["dtype"] == "e4m3"
+    for n in ("q", "k", "v"):
+        assert c[n].dtype == torch.float8_e4m3fn and c[n].shape == ref[n].shape, n
+    for n in ("causal", "window", "softcap", "max_q", "max_k", "lens_q", "lens_k"):
+        assert c[n] == ref[n], n
+    h, hk = c["q"].shape[-2], c["k"].shape[-2]
+    b = 2
+    nq, nk = -(-c["max_q"] // 64), -(-c["max_k"] // 128)
+    assert [tuple(x.shape) for x in c["descales"]] == [(b, h, nq), (b, hk, nk), (b, hk, nk), (b, hk, 128)]
+    assert all(x.dtype == torch.float32 and (x > 0).all() for x in c["descales"])
+    assert (c["cu_q"] is not None) == (feature == "varlen") and c["seqused_k"] is None
+    if feature == "varlen":
+        assert c["cu_q"].tolist() == [0, smoke.SQ, smoke.SQ + 77] and c["q"].dim() == 3
+        assert all(((x >= 0.5) & (x < 1.5)).all() for x in c["descales"])
+    else:
+        assert c["q"].shape[:2] == (b, smoke.SQ) and c["k"].shape[1] == smoke.SK
+    assert (h, hk) == ((6, 2) if feature == "gqa" else (2, 2))
+
+
+@pytest.mark.parametrize("feature", FP8_FEATURES)
+def test_fp8_case_check_classifies_on_cpu(feature):
+    """check() on an e4m3 case with the emulation's own (out, lse), out rounded to bf16 as the
+    kernel writes it: ok; out off: wrong; lse off: wrong; a NaN: nan."""
+    c = smoke.make_case(feature, "e4m3", 64, 64, device="cpu")
+    ref, ref_lse = smoke.fp8_reference(c)
+    out, lse = ref.to(torch.bfloat16), ref_lse.clone()
+    nq = c["q"].shape[0] if feature == "varlen" else c["q"].shape[0] * c["q"].shape[1]
+    assert out.shape == (*c["q"].shape[:-1], 64) and lse.numel() == nq * c["q"].shape[-2]
+    r = smoke.check(c, out, lse)
+    assert r["status"] == "ok" and r["err"] < r["tol"], r
+    bad = out.clone()
+    bad.view(-1)[-5] += 1.0
+    r = smoke.check(c, bad, lse)
+    assert r["status"] == "wrong" and r["detail"].startswith("rms err"), r
+    bad_lse = lse.clone()
+    bad_lse.view(-1)[3] += 0.5
+    r = smoke.check(c, out, bad_lse)
+    assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
+    bad_lse.view(-1)[3] = float("-inf")
+    assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
+    bad = out.clone()
+    bad.view(-1)[7] = float("nan")
+    assert smoke.check(c, bad, lse)["status"] == "nan"
+
+
+def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
+    """e4m3 kernels run every feature but kvcache (no case: "n/a"); a hung one is rerun like any
+    other, and its head dim's tests in tests/test_fp8_gpu.py are deselected (checked against a
+    real collection); the benchmark head dims come from bf16 only."""
+    cmd = fake("e4m3:128:128/window=hang;e4m3:64:64/gqa=wrong")
+    out = tmp_path / "smoke.json"
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels",
+                        "bf16:128:128,e4m3:64:64,e4m3:128:128", "--worker-cmd", " ".join(cmd),
+                        "--case-timeout", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cases = json.loads(out.read_text())["cases"]
+    assert len(cases) == 7 + 6 + 6
+    assert not any(c["kernel"].startswith("e4m3") and c["feature"] == "kvcache" for c in cases)
+    lines = smoke.render_matrix(cases).splitlines()
+    assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a"]
+    assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a"]
+    assert "19 cases: 17 ok, 1 wrong, 1 hang" in lines[4]
+    assert "e4m3 128 window: hang" in p.stdout
+    plan = smoke.plan(cases)
+    assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"
+    assert plan["BENCH_HDIMS"] == "128"
+    k = plan["PYTEST_K"]
+    assert k == "not (test_fp8_gpu and (-128] or [128] or no_host_sync_graph))"
+    both = smoke.plan(cases + [{"kernel": "fp16:64:64", "feature": "full", "status": "hang"}])["PYTEST_K"]
+    assert both == f"not (fp16 and d64_64) and {k}"
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "tests/test_fp8_gpu.py", "tests/test_kernel_gpu.py"]
+    run = lambda *a: subprocess.run(collect + list(a), capture_output=True, text=True, cwd=ROOT,  # noqa: E731
+                                    env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    every, kept = run(), run("-k", k)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    ids = lambda r: {l for l in r.stdout.splitlines() if "::" in l}  # noqa: E731
+    gone = ids(every) - ids(kept)
+    assert gone and all(t.startswith("tests/test_fp8_gpu.py::") for t in gone)
+    assert all(t.endswith(("-128]", "[128]", "no_host_sync_graph")) for t in gone)
+    assert len(gone) == len([t for t in ids(every) if t.startswith("tests/test_fp8_gpu.py::") and
+                             t.endswith(("-128]", "[128]", "no_host_sync_graph"))])
+
+
 PYTEST_DONE = """\
 tests/test_kernel_gpu.py::test_a[x] PASSED                                   [ 50%]
 tests/test_kernel_gpu.py::test_b[y] FAILED                                   [100%]

@@ -1,6 +1,6 @@
 """Small forward-kernel launches for compute-sanitizer (memcheck, racecheck, synccheck).
 
-    python tools/sanitize_small.py                          # every feature path once (13 launches)
+    python tools/sanitize_small.py                          # every feature path once (14 launches)
     python tools/sanitize_small.py bf16:128:128/causal ...  # just these smoke cases
 
 The cases are tools/smoke.py's (lengths that leave partial tiles). Checks only that outputs are
@@ -21,11 +21,11 @@ import flash3  # noqa: E402,F401  (loads flash3._C)
 DEFAULT = ([f"bf16:{d}:{dv}/{f}" for d, dv in [(64, 64), (128, 128), (192, 128), (256, 256)]
             for f in ("full", "causal")]
            + ["fp16:128:128/window", "fp16:128:128/softcap", "bf16:128:128/gqa",
-              "bf16:128:128/varlen", "bf16:128:128/kvcache"])
+              "bf16:128:128/varlen", "bf16:128:128/kvcache", "e4m3:128:128/causal"])
 
 
 def main(cases):
-    built = {f"{x[0]}:{x[1]}:{x[2]}" for x in json.loads(torch.ops.flash3.kernel_info())["fwd"]}
+    built = set(smoke.kernel_ids(json.loads(torch.ops.flash3.kernel_info())))
     ran = 0
     for case in cases:
         kernel, feature = case.split("/")

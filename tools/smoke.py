@@ -11,11 +11,15 @@ stops: cases in flight or not started are "not run". Prints the matrix; --json w
 
 Worker (--worker --kernel bf16:128:128 --features full,causal): one launch per feature through
 torch.ops.flash3.fwd_sm90 on NaN-poisoned out/lse, checked against the fp64 reference with the
-FlashAttention rule of tests/helpers.py. Lines it cannot parse (device printf of the
-FLASH3_DEBUG_HANG build) are kept with the case they interrupted.
+FlashAttention rule of tests/helpers.py. FP8 kernels (e4m3:128:128, from kernel_info()["fwd_fp8"]):
+the same cases quantized to e4m3 with block descales, through torch.ops.flash3.fwd_fp8_sm90, checked
+against the CPU emulation flash3.fp8.fp8_attention_reference (the rule of tests/test_fp8_gpu.py's
+varlen test). Lines it cannot parse (device printf of the FLASH3_DEBUG_HANG build) are kept with
+the case they interrupted.
 
 Statuses: ok, wrong (error over the FA tolerance, or lse off), nan (NaN in out/lse: unwritten or
-non-finite), error (the call was refused, CUDA still usable), crash, hang, not run.
+non-finite), error (the call was refused, CUDA still usable), crash, hang, not run. A feature a
+kernel family has no path for (kvcache for e4m3) is not a case: never run, "n/a" in the matrix.
 
 --plan FILE prints shell assignments for tools/device_check.sh (which cases to diagnose next).
 """
@@ -40,6 +44,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache"]
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
+# Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
+# seqused_k, so no kv cache).
+NOT_APPLICABLE = {"e4m3": {"kvcache"}}
+FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
+# tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
+# this one runs d=128 without it.
+FP8_TEST_WITHOUT_D = {128: "no_host_sync_graph"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,14 +68,30 @@ def kernel_label(kid: str) -> str:
     return f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}"
 
 
+def applies(kid: str, feature: str) -> bool:
+    return feature not in NOT_APPLICABLE.get(parse_kernel(kid)[0], ())
+
+
+def kernel_ids(info: dict) -> list[str]:
+    """Kernel ids from kernel_info()'s JSON: 'bf16:128:128' per "fwd" (dtype, d, d_v) triple
+    (variants of one triple share a row: the op picks one), then 'e4m3:128:128' per "fwd_fp8"
+    (d, d_v) pair."""
+    ids = [f"{x[0]}:{x[1]}:{x[2]}" for x in info.get("fwd", [])]
+    ids += [f"e4m3:{x[0]}:{x[1]}" for x in info.get("fwd_fp8", [])]
+    return list(dict.fromkeys(ids))
+
+
 def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0) -> dict:
-    """Inputs and options of one smoke case (fwd_sm90's arguments but out/lse)."""
+    """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
+    case's shapes and values, quantized (_quantize_case)."""
     import torch
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    if feature in NOT_APPLICABLE.get(dtype_name, ()):
+        raise ValueError(f"{feature} does not apply to {dtype_name} kernels")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.bfloat16}[dtype_name]
     g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
-    c = dict(feature=feature, causal=False, window=(-1, -1), softcap=0.0, cu_q=None, cu_k=None,
-             seqused_k=None, lens_q=None, lens_k=None)
+    c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
+             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
     if feature == "causal":
         c["causal"] = True
@@ -80,32 +107,70 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         cum = lambda ls: torch.tensor([0] + ls, device=device).cumsum(0).to(torch.int32)  # noqa: E731
         c["cu_q"], c["cu_k"] = cum(c["lens_q"]), cum(c["lens_k"])
         c["max_q"], c["max_k"] = SQ, SK
-        return c
-    if feature == "kvcache":  # a batched cache, used up to seqused_k (its tail is finite, as required)
-        sq, sk = 77, 512
-        c["lens_k"] = [SK, 150]
-        c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
-    c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
-    c["max_q"], c["max_k"] = sq, sk
+    else:
+        if feature == "kvcache":  # a batched cache, used up to seqused_k (its tail is finite, as required)
+            sq, sk = 77, 512
+            c["lens_k"] = [SK, 150]
+            c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
+        c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
+        c["max_q"], c["max_k"] = sq, sk
+    return _quantize_case(c, g) if dtype_name == "e4m3" else c
+
+
+def _quantize_case(c: dict, g) -> dict:
+    """The e4m3 form of a bf16 case, c["descales"] = (q, k, v, v channel): batched inputs through
+    flash3.fp8's block quantizers (FP8_BLOCK); packed (varlen) ones, which those cannot quantize per
+    sequence, cast to e4m3 as they are, with random per-sequence block descales in [0.5, 1.5)."""
+    import torch
+    from flash3 import fp8
+    if c["cu_q"] is None:
+        c["q"], qd = fp8.quantize_fp8(c["q"], block_size=FP8_BLOCK[0])
+        c["k"], kd = fp8.quantize_fp8(c["k"], block_size=FP8_BLOCK[1])
+        c["v"], vd, vcd = fp8.quantize_v_fp8(c["v"], block_size=FP8_BLOCK[1])
+    else:
+        b, h, hk, dv = len(c["lens_q"]), c["q"].shape[1], c["k"].shape[1], c["v"].shape[2]
+        dev = c["q"].device
+        c["q"], c["k"], c["v"] = (x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
+                                  for x in (c["q"], c["k"], c["v"]))
+        rand = lambda *shape: (torch.rand(*shape, generator=g) + 0.5).to(dev)  # noqa: E731
+        nq, nk = -(-c["max_q"] // FP8_BLOCK[0]), -(-c["max_k"] // FP8_BLOCK[1])
+        qd, kd, vd, vcd = rand(b, h, nq), rand(b, hk, nk), rand(b, hk, nk), rand(b, hk, dv)
+    c["descales"] = (qd, kd, vd, vcd)
     return c
 
 
 def launch(c: dict):
-    """One synchronized fwd_sm90 launch into NaN-poisoned out/lse."""
+    """One synchronized launch (fwd_sm90; fwd_fp8_sm90 for e4m3) into NaN-poisoned out/lse."""
     import torch
-    q, k, v = c["q"], c["k"], c["v"]
+    q, v = c["q"], c["v"]
     nan = float("nan")
-    if c["cu_q"] is not None:
-        out = torch.full((*q.shape[:2], v.shape[-1]), nan, device=q.device, dtype=q.dtype)
-        lse = torch.full((q.shape[1], q.shape[0]), nan, device=q.device)
-    else:
-        out = torch.full((*q.shape[:3], v.shape[-1]), nan, device=q.device, dtype=q.dtype)
-        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), nan, device=q.device)
-    torch.ops.flash3.fwd_sm90(q, k, v, out, lse, c["cu_q"], c["cu_k"], c["seqused_k"], c["max_q"],
-                              c["max_k"], q.shape[-1] ** -0.5, c["causal"], c["window"][0],
-                              c["window"][1], c["softcap"])
+    out_dtype = torch.bfloat16 if c["dtype"] == "e4m3" else q.dtype
+    out = torch.full((*q.shape[:-1], v.shape[-1]), nan, device=q.device, dtype=out_dtype)
+    lse_shape = (q.shape[1], q.shape[0]) if c["cu_q"] is not None else (q.shape[0], q.shape[2], q.shape[1])
+    lse = torch.full(lse_shape, nan, device=q.device)
+    (_launch_fp8 if c["dtype"] == "e4m3" else _launch_fwd)(c, out, lse)
     torch.cuda.synchronize()
     return out, lse
+
+
+def _launch_fwd(c, out, lse):
+    import torch
+    torch.ops.flash3.fwd_sm90(c["q"], c["k"], c["v"], out, lse, c["cu_q"], c["cu_k"], c["seqused_k"],
+                              c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, c["causal"],
+                              c["window"][0], c["window"][1], c["softcap"])
+
+
+def _launch_fp8(c, out, lse):
+    """The window as fwd_sm90 gets it: for causal (-1, -1), the op makes the right side 0."""
+    import torch
+    from flash3 import fp8
+    if c["cu_q"] is not None:
+        vt, tail = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"]), (c["cu_q"], c["cu_k"], c["max_q"], c["max_k"])
+    else:
+        vt, tail = fp8.pack_v_fp8(c["v"]), ()
+    torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, *c["descales"], *FP8_BLOCK,
+                                  c["q"].shape[-1] ** -0.5, c["causal"], c["window"][0], c["window"][1],
+                                  c["softcap"], *tail)
 
 
 def _pieces(c, out, lse):
@@ -127,12 +192,18 @@ def _pieces(c, out, lse):
 def check(c: dict, out, lse) -> dict:
     """Classify one launch: nan, wrong or ok, with the worst error against its tolerance."""
     import torch
-    if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
-    from helpers import attention_naive, attention_ref64, fa_tolerance, max_err
     if torch.isnan(out).any() or torch.isnan(lse).any():
         return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
+    return (_check_fp8 if c["dtype"] == "e4m3" else _check_fa)(c, out, lse)
+
+
+def _check_fa(c, out, lse) -> dict:
+    """Per sequence against the fp64 reference: the FlashAttention rule of tests/helpers.py."""
+    import torch
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import attention_naive, attention_ref64, fa_tolerance, max_err
     kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
     worst = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
     for o, l, q, k, v in _pieces(c, out, lse):
@@ -155,6 +226,42 @@ def check(c: dict, out, lse) -> dict:
     return worst
 
 
+def fp8_reference(c: dict):
+    """(out, lse) of the CPU emulation of the FP8 kernel for an e4m3 case, shaped as the op's."""
+    from flash3 import fp8
+    cpu = lambda x: None if x is None else x.cpu()  # noqa: E731
+    q, k, v = (cpu(c[n]) for n in ("q", "k", "v"))
+    qd, kd, vd, vcd = map(cpu, c["descales"])
+    kw = dict(softmax_scale=q.shape[-1] ** -0.5, causal=c["causal"], window_left=c["window"][0],
+              window_right=c["window"][1], softcap=c["softcap"], block_size=FP8_BLOCK,
+              v_channel_descale=vcd)
+    if c["cu_q"] is not None:
+        return fp8.fp8_attention_varlen_reference(q, k, v, cpu(c["cu_q"]), cpu(c["cu_k"]), qd, kd, vd,
+                                                  max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], **kw)
+    return fp8.fp8_attention_reference(q, k, v, qd, kd, vd, **kw)
+
+
+def _check_fp8(c, out, lse) -> dict:
+    """Against the emulation (the same algorithm): RMS error within 2^-7 of the reference's RMS,
+    the same -inf rows in lse, finite lse within 1e-3 (tests/test_fp8_gpu.py's varlen rule)."""
+    import torch
+    ref, ref_lse = fp8_reference(c)
+    rms = lambda x: x.double().pow(2).mean().sqrt().item()  # noqa: E731
+    out, lse = out.cpu(), lse.cpu()
+    err, tol = rms(out.double() - ref.double()), 2 ** -7 * rms(ref) + 1e-6
+    res = {"status": "ok", "err": err, "tol": tol, "lse_err": 0.0}
+    fin = torch.isfinite(ref_lse)
+    if not torch.equal(torch.isinf(lse), torch.isinf(ref_lse)):
+        res.update(status="wrong", detail="lse: -inf pattern differs from the reference")
+    elif fin.any():
+        res["lse_err"] = (lse[fin] - ref_lse[fin]).abs().max().item()
+        if res["lse_err"] > 1e-3:
+            res.update(status="wrong", detail=f"lse err {res['lse_err']:.2e}")
+    if err > tol:
+        res.update(status="wrong", detail=f"rms err {err:.2e} > tol {tol:.2e}")
+    return res
+
+
 def _emit(obj) -> None:
     print(json.dumps(obj), flush=True)
 
@@ -172,18 +279,17 @@ def _cuda_broken() -> bool:
 def worker(kernel: str, features: list[str]) -> int:
     import torch
     import flash3  # noqa: F401  (loads flash3._C)
-    dt, d, dv = parse_kernel(kernel)
-    built = {tuple(x[:3]) for x in json.loads(torch.ops.flash3.kernel_info())["fwd"]}
+    built = set(kernel_ids(json.loads(torch.ops.flash3.kernel_info())))
     torch.zeros(1, device="cuda")
     _emit({"ready": True, "flash3": os.path.dirname(flash3.__file__)})
     for f in features:
         _emit({"begin": f})
         t0 = time.monotonic()
-        if (dt, d, dv) not in built:
+        if kernel not in built:
             res = {"status": "error", "detail": "kernel not in this build"}
         else:
             try:
-                c = make_case(f, dt, d, dv)
+                c = make_case(f, *parse_kernel(kernel))
                 res = check(c, *launch(c))
             except Exception as e:  # noqa: BLE001
                 msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
@@ -379,6 +485,7 @@ def run_matrix(jobs, worker_cmd, parallel=4, case_timeout=15.0, start_timeout=60
 
 CELL = {"ok": "ok", "wrong": "WRONG", "nan": "NAN", "error": "ERROR", "crash": "CRASH",
         "hang": "HANG", "not run": "-"}
+NA = "n/a"  # the cell of a feature that does not apply to the kernel (no case)
 
 
 def counts(cases) -> dict:
@@ -394,7 +501,8 @@ def render_matrix(cases, max_details=16) -> str:
     w = max([7] + [len(f) for f in feats])
     lines = ["kernel        " + " ".join(f.ljust(w) for f in feats)]
     for k in kernels:
-        cells = [CELL.get(by[(k, f)]["status"], "?") if (k, f) in by else "" for f in feats]
+        cells = [CELL.get(by[(k, f)]["status"], "?") if (k, f) in by else "" if applies(k, f) else NA
+                 for f in feats]
         lines.append(f"{kernel_label(k):13s} " + " ".join(x.ljust(w) for x in cells).rstrip())
     n = counts(cases)
     lines.append(f"{len(cases)} cases: " + ", ".join(f"{n[s]} {s}" for s in CELL if s in n))
@@ -437,10 +545,15 @@ def plan(cases) -> dict:
     bench = [d for d in (64, 128, 256)
              if all(by.get((f"bf16:{d}:{d}", f)) == "ok" for f in ("full", "causal"))]
     hung = sorted({parse_kernel(c["kernel"]) for c in hangs})
-    deselect = " and ".join(f"not ({dt} and d{d}_{dv})" for dt, d, dv in hung)
+    deselect = [f"not ({dt} and d{d}_{dv})" for dt, d, dv in hung if dt != "e4m3"]
+    fp8_ids = []  # tests/test_fp8_gpu.py's tests of each hung FP8 head dim (FP8_TEST_WITHOUT_D)
+    for d in sorted({d for dt, d, _ in hung if dt == "e4m3"}):
+        fp8_ids += [f"-{d}]", f"[{d}]"] + ([FP8_TEST_WITHOUT_D[d]] if d in FP8_TEST_WITHOUT_D else [])
+    if fp8_ids:
+        deselect.append(f"not (test_fp8_gpu and ({' or '.join(fp8_ids)}))")
     return {"HANG_CASES": " ".join(hang_cases),
             "FAIL_CASES": " ".join(case_id(c) for c in fails[:2]),
-            "BENCH_HDIMS": ",".join(map(str, bench)), "PYTEST_K": deselect}
+            "BENCH_HDIMS": ",".join(map(str, bench)), "PYTEST_K": " and ".join(deselect)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,9 +562,7 @@ def plan(cases) -> dict:
 def built_kernel_ids() -> list[str]:
     import torch
     import flash3  # noqa: F401
-    # (dtype, d, d_v) first in each entry; variants of one triple share a row (the op picks one).
-    info = json.loads(torch.ops.flash3.kernel_info())["fwd"]
-    return list(dict.fromkeys(f"{x[0]}:{x[1]}:{x[2]}" for x in info))
+    return kernel_ids(json.loads(torch.ops.flash3.kernel_info()))
 
 
 def main(argv=None) -> int:
@@ -488,6 +599,7 @@ def main(argv=None) -> int:
     else:
         kernels = args.kernels.split(",") if args.kernels else built_kernel_ids()
         jobs = [(k, features) for k in kernels]
+    jobs = [(k, [f for f in fs if applies(k, f)]) for k, fs in jobs]
     cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
            else [sys.executable, os.path.abspath(__file__), "--worker"])
     n = sum(len(fs) for _, fs in jobs)
