@@ -320,6 +320,7 @@ Descale fp8_descale(const Tensor& t, const char* name, const Tensor& q, int64_t 
   d.batch_stride = keep.stride(0);
   d.head_stride = keep.stride(1);
   d.index_stride = keep.size(2) > 1 ? keep.stride(2) : 0;
+  d.count = static_cast<int>(nk);
   return d;
 }
 
@@ -420,7 +421,7 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
     TORCH_CHECK(vc.scalar_type() == at::kFloat && vc.device() == q.device(),
                 "flash3.fwd_fp8_sm90: v_channel_descale must be float32 on ", q.device());
     check_shape(vc, "v_channel_descale", {b, h_k, d_v});
-    p.fp8.v_channel = Descale{vc.data_ptr<float>(), vc.stride(0), vc.stride(1), vc.stride(2)};
+    p.fp8.v_channel = Descale{vc.data_ptr<float>(), vc.stride(0), vc.stride(1), vc.stride(2), static_cast<int>(d_v)};
   }
   p.q = q.data_ptr();
   p.k = k.data_ptr();

@@ -34,7 +34,9 @@ __all__ = [
     "validation_enabled",
     "validation_mode",
     "quantize_fp8",
+    "quantize_fp8_varlen",
     "attention_fp8",
+    "attention_fp8_varlen",
     "has_extension",
     "kernel_configs",
     "kernel_info",
@@ -47,7 +49,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # The FP8 helpers live in flash3.fp8, imported on first use.
-    if name in ("quantize_fp8", "attention_fp8"):
+    if name in ("quantize_fp8", "quantize_fp8_varlen", "attention_fp8", "attention_fp8_varlen"):
         from . import fp8
         return getattr(fp8, name)
     if name in ("distributed", "integrations", "decode_plan", "rotary"):  # imported on first use

@@ -161,7 +161,7 @@ def fp8_tile_n(d: int, d_v: int) -> int:
 
 
 def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n) -> str | None:
-    """Why the FP8 kernel cannot run this call (e4m3 (b, s, h, d) q/k/v); None if it can."""
+    """Why the FP8 kernel cannot run this call (e4m3 q/k/v, batched or packed); None if it can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
     if not has_extension() or not kernel_fp8_configs():
@@ -192,7 +192,7 @@ def _round_up(x: int, m: int) -> int:
 def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, left, right,
                        softcap, block_m, block_n, v_channel_descale=None, vt=None, *, cu_seqlens_q=None,
                        cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
-    """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d); returns (out bf16, lse).
+    """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d) or packed; returns (out bf16, lse).
 
     Descales as flash3.attention takes them: (b, h_k) per head or per block (b, heads, blocks of
     block_m / block_n rows). v is packed here (fp8.pack_v_fp8: transposed, tokens permuted) unless

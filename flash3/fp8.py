@@ -75,6 +75,8 @@ __all__ = [
     "P_MAX_OFFSET_LOG2",
     "quantize_fp8",
     "quantize_fp8_per_tensor",
+    "quantize_fp8_varlen",
+    "attention_fp8_varlen",
     "quantize_v_fp8",
     "k_smoothing_mean",
     "smoothing_lse_correction",
@@ -115,7 +117,8 @@ def _check_tensor(x, name: str, dtypes, ndim: Optional[int] = 4) -> None:
         names = "/".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{name} must have dtype {names}, got {x.dtype}")
     if ndim is not None and x.dim() != ndim:
-        raise ValueError(f"{name} must be {ndim}-D (batch, seqlen, heads, headdim), got shape {tuple(x.shape)}")
+        what = "(batch, seqlen, heads, headdim)" if ndim == 4 else "(total, heads, headdim)"
+        raise ValueError(f"{name} must be {ndim}-D {what}, got shape {tuple(x.shape)}")
 
 
 def _norm_block(block_size, name: str) -> Optional[int]:
@@ -260,6 +263,61 @@ def quantize_fp8(x: torch.Tensor, *, block_size: Optional[int] = 128, hadamard: 
     return _quantize_blocks(xf, bs)
 
 
+def _packed_rows(cu_seqlens: torch.Tensor, total: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sequence, position within it) of each row of a packed tensor; rows past
+    ``cu_seqlens[-1]`` get sequence b (= the number of sequences).  Device ops, no host sync."""
+    cu = cu_seqlens.to(device=device, dtype=torch.int64)
+    t = torch.arange(total, device=device)
+    seq = torch.searchsorted(cu[1:], t, right=True)
+    return seq, t - cu[seq]
+
+
+def quantize_fp8_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, *,
+                        block_size: Optional[int] = 128, hadamard: bool = False, seed: int = 0,
+                        smooth: bool = False):
+    """:func:`quantize_fp8` of packed sequences: x (total, h, d), sequence i rows
+    ``cu_seqlens[i]:cu_seqlens[i+1]``, each quantized as :func:`quantize_fp8` quantizes it alone.
+
+    Returns ``(x8, descale)`` (``, mean`` with ``smooth``): x8 e4m3 (total, h, d) (rows past
+    ``cu_seqlens[-1]`` become 0), descale (b, h, ceil(max_seqlen / block_size)) with blocks
+    counted from each sequence's first row ((b, h) for ``block_size=None``), mean fp32 (b, h, d)
+    -- what ``attention_varlen(q8, ...)`` takes.  A sequence longer than ``max_seqlen`` shares its
+    last block's scale.  Built from device ops with no host sync (CUDA graphs); on CUDA
+    non-finite input is not detected (the caller's contract), on the CPU it raises.
+    """
+    _check_tensor(x, "x", _INPUT_DTYPES, ndim=3)
+    bs = _norm_block(block_size, "block_size")
+    if not _is_int(max_seqlen) or max_seqlen < 0:
+        raise ValueError(f"max_seqlen must be an int >= 0, got {max_seqlen!r}")
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError("cu_seqlens must be a 1-D tensor of batch + 1 offsets")
+    total, h, d = x.shape
+    b = cu_seqlens.numel() - 1
+    dev = x.device
+    xf = hadamard_transform(x, seed=seed) if hadamard else x.float()
+    seq, pos = _packed_rows(cu_seqlens, total, dev)
+    xf = xf * (seq < b)[:, None, None]  # rows past the last sequence quantize to 0
+    mean = None
+    if smooth:  # per-sequence mean over its rows (fp32; any summation order is exact for softmax)
+        sums = xf.new_zeros(b + 1, h, d).index_add_(0, seq, xf)
+        cnt = xf.new_zeros(b + 1).index_add_(0, seq, torch.ones_like(seq, dtype=xf.dtype))
+        mean_all = sums / cnt.clamp_min(1)[:, None, None]
+        mean_all[b] = 0
+        xf = xf - mean_all[seq]
+        mean = mean_all[:b]
+    nb = 1 if bs is None else max(1, -(-max_seqlen // bs))
+    blk = torch.zeros_like(pos) if bs is None else (pos // bs).clamp_max(nb - 1)
+    idx = seq * nb + blk  # (total,) flat (sequence, block)
+    amax = xf.new_zeros((b + 1) * nb, h).scatter_reduce_(0, idx[:, None].expand(total, h),
+                                                          xf.abs().amax(dim=-1), "amax")
+    desc = _descale_from_amax_nosync(amax) if x.is_cuda else _descale_from_amax(amax, "x")
+    x8 = (xf / desc[idx][:, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    descale = desc.reshape(b + 1, nb, h)[:b].permute(0, 2, 1).contiguous()
+    if bs is None:
+        descale = descale[..., 0]
+    return (x8, descale, mean) if smooth else (x8, descale)
+
+
 def quantize_v_fp8(v: torch.Tensor, *, block_size: Optional[int] = 128, channel: bool = True,
                    block: bool = True):
     """Quantize v (b, s, h_k, d_v) for the kernel: ``(v8, v_descale, v_channel_descale)``.
@@ -356,7 +414,8 @@ def pack_v_fp8_varlen(v8: torch.Tensor, cu_seqlens_k: torch.Tensor) -> torch.Ten
     laid out as :func:`pack_v_fp8` lays out one batch row, starting at column
     ``varlen_vt_offset(cu_seqlens_k[i], i)``; every other column is zero (finite: the kernel
     multiplies the padding by P = 0).  A gather over the output columns on v8's device: no host
-    sync, so it can run inside CUDA graph capture.
+    sync, so it can run inside CUDA graph capture.  v8 must be finite: the kernel's last key tile of
+    a sequence also covers the next one's first columns (times P = 0, and 0 * NaN is NaN).
     """
     if not isinstance(v8, torch.Tensor) or v8.dim() != 3:
         raise ValueError("v8 must be a 3-D (total_k, heads, headdim) tensor")
@@ -371,10 +430,10 @@ def pack_v_fp8_varlen(v8: torch.Tensor, cu_seqlens_k: torch.Tensor) -> torch.Ten
     c = torch.arange(cols, device=dev)
     seq = (torch.searchsorted(starts, c, right=True) - 1).clamp_min(0)  # sequence owning column c
     j = c - starts[seq] if b else c
-    perm = torch.tensor(V_PERM16, device=dev)
-    i = j - j % 16 + perm[j % 16]  # the token (within its sequence) stored at column c
+    r = j % 16  # V_PERM16[r] by its formula (no host-to-device copy: capturable)
+    i = j - r + 2 * (r // 4) + 8 * ((r // 2) % 2) + r % 2  # the token (within its sequence) at column c
     lens = cu[1:] - cu[:-1]
-    valid = (i < lens[seq]) if b else torch.zeros_like(c, dtype=torch.bool)
+    valid = ((j >= 0) & (i < lens[seq])) if b else torch.zeros_like(c, dtype=torch.bool)
     src = torch.where(valid, cu[seq] + i if b else c, torch.zeros_like(c)).clamp(0, max(total - 1, 0))
     u = _as_bytes(v8)
     if total == 0:
@@ -864,6 +923,69 @@ def _attention_fp8_cuda(q, k, v, *, scale, left, right, softcap, hadamard, br, b
         q_rot = hadamard_transform(q, seed=seed) if hadamard else q.float()
         lse = lse + smoothing_lse_correction(q_rot, mean, scale)
     return out, lse
+
+
+def attention_fp8_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
+                         causal: bool = False, softmax_scale: Optional[float] = None,
+                         window_size=(-1, -1), softcap: float = 0.0, hadamard: bool = True,
+                         block_size=(64, 128), smooth_k: Optional[bool] = None,
+                         v_scale: str = "block+channel", seed: int = 0, return_lse: bool = False):
+    """:func:`attention_fp8` on packed sequences (q (total_q, h, d), k/v (total_k, h_k, d|d_v),
+    int32 cu_seqlens as for ``flash3.attention_varlen``): every sequence gets what
+    :func:`attention_fp8` gives it alone (same rotation, K smoothing with the sequence's own mean,
+    blocks counted from its first row, v's channel scale over its own tokens).
+
+    :func:`quantize_fp8_varlen` for q and k, the same device ops for v, then
+    ``flash3.attention_varlen`` on e4m3 -- the FP8 kernel on Hopper (no host sync), the
+    emulation elsewhere.  Returns out in q's dtype (computed as the kernel's bf16), and lse
+    (h, total_q) fp32 if ``return_lse``.
+    """
+    from .api import attention_varlen
+
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(t, n, _INPUT_DTYPES, ndim=3)
+    if v_scale not in V_SCALES:
+        raise ValueError(f"v_scale must be one of {V_SCALES}, got {v_scale!r}")
+    if not isinstance(hadamard, bool):
+        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
+    left, right = _window_pair(window_size)
+    scale, softcap = _check_scale_softcap(softmax_scale, softcap, q.shape[-1])
+    if smooth_k is None:
+        smooth_k = softcap == 0.0
+    elif smooth_k and softcap > 0.0:
+        raise ValueError("smooth_k=True is not exact with softcap > 0; use smooth_k=None or False")
+    br, bc = _norm_block_pair(block_size)
+    b = cu_seqlens_q.numel() - 1
+    q8, qd = quantize_fp8_varlen(q, cu_seqlens_q, max_seqlen_q, block_size=br, hadamard=hadamard, seed=seed)
+    kq = quantize_fp8_varlen(k, cu_seqlens_k, max_seqlen_k, block_size=bc, hadamard=hadamard, seed=seed,
+                             smooth=smooth_k)
+    k8, kd = kq[0], kq[1]
+    vf, vcd = v.float(), None
+    seq_k, _ = _packed_rows(cu_seqlens_k, v.shape[0], v.device)
+    if v_scale != "block":  # per (sequence, kv head, channel) amax over the sequence's tokens
+        hk, dv = v.shape[1], v.shape[2]
+        amax = vf.new_zeros(b + 1, hk, dv).scatter_reduce_(0, seq_k[:, None, None].expand_as(vf),
+                                                           vf.abs(), "amax")
+        vcd_all = _descale_from_amax_nosync(amax) if v.is_cuda else _descale_from_amax(amax, "v")
+        vf, vcd = vf / vcd_all[seq_k], vcd_all[:b].contiguous()
+    if v_scale != "channel":
+        v8, vd = quantize_fp8_varlen(vf, cu_seqlens_k, max_seqlen_k, block_size=bc)
+    else:
+        v8 = (vf * (seq_k < b)[:, None, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        vd = torch.ones(b, v.shape[1], dtype=torch.float32, device=v.device)
+    out, lse = attention_varlen(q8, k8, v8, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                causal=causal, softmax_scale=scale, window_size=(left, right),
+                                softcap=softcap, return_lse=True, q_descale=qd, k_descale=kd,
+                                v_descale=vd, fp8_block_size=(br or 128, bc or 128), v_channel_descale=vcd)
+    if smooth_k and return_lse:  # lse of the smoothed keys + scale * q . mean_k of the row's sequence
+        q_rot = hadamard_transform(q, seed=seed) if hadamard else q.float()
+        seq_q, _ = _packed_rows(cu_seqlens_q, q.shape[0], q.device)
+        mean = torch.cat([kq[2], kq[2].new_zeros(1, *kq[2].shape[1:])])[seq_q]  # (total_q, h_k, d)
+        g = q.shape[1] // k.shape[1]
+        lse = lse + (q_rot * mean.repeat_interleave(g, dim=1)).sum(-1).t() * scale
+    out = out.to(q.dtype)
+    return (out, lse) if return_lse else out
 
 
 def _descale_from_amax_nosync(amax: torch.Tensor) -> torch.Tensor:

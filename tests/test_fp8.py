@@ -791,3 +791,52 @@ def test_attention_varlen_fp8_bad_descales():
                                 v_descale=f(2, 2))
     with pytest.raises(ValueError, match="only used with float8"):
         flash3.attention_varlen(q8.float(), k8.float(), v8.float(), cq, ck, 20, 20, q_descale=f(2, 2))
+
+
+@pytest.mark.parametrize("block,hadamard,smooth", [(64, True, False), (128, False, True), (None, True, True)])
+def test_quantize_fp8_varlen_is_per_sequence_quantize(block, hadamard, smooth):
+    from flash3.fp8 import quantize_fp8_varlen
+    lens = [5, 0, 70, 129, 1]
+    cu = _cu(lens)
+    x = _randn((int(cu[-1]) + 3, 4, 64), 9) + 2.0  # 3 rows past the last sequence
+    res = quantize_fp8_varlen(x, cu, max(lens), block_size=block, hadamard=hadamard, smooth=smooth)
+    x8, xd = res[0], res[1]
+    nb = 1 if block is None else -(-max(lens) // block)
+    assert x8.shape == x.shape and x8.dtype == FP8_DTYPE
+    assert xd.shape == ((len(lens), 4) if block is None else (len(lens), 4, nb))
+    assert not x8[int(cu[-1]):].float().any()
+    for i in range(len(lens)):
+        if lens[i] == 0:
+            continue
+        want = quantize_fp8(x[None, cu[i]:cu[i + 1]], block_size=block, hadamard=hadamard, smooth=smooth)
+        got8 = x8[cu[i]:cu[i + 1]]
+        if smooth:  # the mean is summed in another order: e4m3 values may differ by a rounding step
+            torch.testing.assert_close(res[2][i], want[2][0], rtol=1e-5, atol=1e-5)
+            assert (got8.float() - want[0][0].float()).abs().max() <= 2 ** -3 * want[0][0].float().abs().max()
+        else:
+            assert torch.equal(got8.view(torch.uint8), want[0][0].view(torch.uint8)), i
+        wd = want[1][0]
+        torch.testing.assert_close(xd[i] if block is None else xd[i, :, :wd.shape[-1]], wd, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_fp8_varlen_matches_per_sequence_attention_fp8(causal):
+    from flash3.fp8 import attention_fp8_varlen
+    lens_q, lens_k = [5, 0, 70, 33, 200], [17, 3, 130, 1, 200]
+    cq, ck = _cu(lens_q), _cu(lens_k)
+    q = (_randn((int(cq[-1]), 4, 64), 1) + 1).bfloat16()
+    k = (_randn((int(ck[-1]), 2, 64), 2, 2.0) + 3).bfloat16()  # a shared key mean: smoothing matters
+    v = (_randn((int(ck[-1]), 2, 64), 3) + 0.5).bfloat16()
+    out, lse = attention_fp8_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=causal, return_lse=True)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape and lse.shape == (4, q.shape[0])
+    for i in range(len(lens_q)):
+        if lens_q[i] == 0:
+            continue
+        o, l_ = attention_fp8(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]],
+                              causal=causal, return_lse=True)
+        # the same function; only the K-smoothing mean's summation order differs
+        torch.testing.assert_close(out[cq[i]:cq[i + 1]].float(), o[0].float(), rtol=0, atol=2 ** -6)
+        got, want = lse[:, cq[i]:cq[i + 1]], l_[0]
+        assert torch.equal(torch.isinf(got), torch.isinf(want))
+        fin = torch.isfinite(want)
+        torch.testing.assert_close(got[fin], want[fin], rtol=0, atol=1e-4)

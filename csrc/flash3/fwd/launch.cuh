@@ -78,7 +78,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   };
 
   if constexpr (Tr::kFp8) {
-    fwd_check(p.seqused_k == nullptr && varlen_q == varlen_k, "the FP8 kernel takes no kv cache");
+    fwd_check(p.seqused_k == nullptr && varlen_q == varlen_k, "the FP8 kernel takes no kv cache, and q and k both packed (varlen) or both batched");
     fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");
   }
   const int eb = int(sizeof(Element)), eb_out = int(sizeof(ElementOut));

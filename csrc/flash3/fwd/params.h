@@ -10,10 +10,12 @@ namespace flash3 {
 struct Descale {
   const float* ptr = nullptr;
   int64_t batch_stride = 0, head_stride = 0, index_stride = 0;
+  int count = 1;  // entries along the index: a longer sequence than max_seqlen reads the last one
 #if defined(__CUDACC__)
   __host__ __device__
 #endif
   float at(int batch, int head, int index) const {
+    index = index < count ? index : count - 1;
     return ptr == nullptr ? 1.f : ptr[batch * batch_stride + head * head_stride + index * index_stride];
   }
 };

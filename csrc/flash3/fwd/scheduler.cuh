@@ -24,23 +24,30 @@ struct SeqInfo {
   int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched
 };
 
+// Rows [cu[batch], cu[batch + 1]) of a packed tensor of `total` rows, clamped into [0, total]: no
+// value in cu_seqlens makes the kernel address rows outside the tensors (a bad one gives a wrong,
+// in-bounds result; flash3's validation mode reports it).
+__device__ __forceinline__ void packed_rows(const int* cu, int batch, int total, int& offset, int& len) {
+  offset = imin(imax(cu[batch], 0), total);
+  len = imin(imax(cu[batch + 1], offset), total) - offset;
+}
+
 __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
   SeqInfo s;
   if (p.cu_seqlens_q != nullptr) {
-    s.offset_q = p.cu_seqlens_q[batch];
-    s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.offset_q;
+    packed_rows(p.cu_seqlens_q, batch, p.total_q, s.offset_q, s.seqlen_q);
   } else {
     s.offset_q = 0;
     s.seqlen_q = p.seqlen_q;
   }
   if (p.cu_seqlens_k != nullptr) {
-    s.offset_k = p.cu_seqlens_k[batch];
-    s.seqlen_k = p.cu_seqlens_k[batch + 1] - s.offset_k;
+    packed_rows(p.cu_seqlens_k, batch, p.total_k, s.offset_k, s.seqlen_k);
   } else {
     s.offset_k = 0;
     s.seqlen_k = p.seqlen_k;
   }
-  if (p.seqused_k != nullptr) s.seqlen_k = p.seqused_k[batch];  // keys beyond are ignored
+  // Keys beyond seqused_k are ignored; it cannot extend the keys there are.
+  if (p.seqused_k != nullptr) s.seqlen_k = imin(imax(p.seqused_k[batch], 0), s.seqlen_k);
   return s;
 }
 
