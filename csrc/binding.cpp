@@ -171,6 +171,27 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, const Tensor& q, cons
   TORCH_CHECK(err == cudaSuccess, tag(), ": CUDA error after launch: ", cudaGetErrorString(err));
 }
 
+// The q, k, out and lse fields of `p` (pointers and element strides), shared by both forward ops:
+// batched tensors are (b, s, h, d), packed (varlen) ones (total, h, d) with no batch stride.
+void set_q_k_out(FwdParams& p, const Tensor& q, const Tensor& k, const Tensor& out, const Tensor& lse,
+                 bool varlen) {
+  const int dim = varlen ? 3 : 4;
+  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
+    bs = varlen ? 0 : tma_stride(t, 0);
+    rs = tma_stride(t, dim - 3);
+    hs = tma_stride(t, dim - 2);
+  };
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
+  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
+}
+
 void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const std::optional<Tensor>& cu_seqlens_q,
                    const std::optional<Tensor>& cu_seqlens_k,
@@ -267,22 +288,11 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               "flash3.fwd_sm90: lse must have a contiguous last dimension");
 
   FwdParams p;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
+  set_q_k_out(p, q, k, out, lse, varlen);
   p.v = v.data_ptr();
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
-    bs = varlen ? 0 : tma_stride(t, 0);
-    rs = tma_stride(t, qdim - 3);
-    hs = tma_stride(t, qdim - 2);
-  };
-  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  strides(v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
-  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
+  p.v_batch_stride = varlen ? 0 : tma_stride(v, 0);
+  p.v_row_stride = tma_stride(v, qdim - 3);
+  p.v_head_stride = tma_stride(v, qdim - 2);
 
   p.batch = to_int(batch, "batch");
   p.seqlen_q = to_int(seqlen_q, "seqlen_q");
@@ -423,26 +433,12 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
     check_shape(vc, "v_channel_descale", {b, h_k, d_v});
     p.fp8.v_channel = Descale{vc.data_ptr<float>(), vc.stride(0), vc.stride(1), vc.stride(2), static_cast<int>(d_v)};
   }
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
+  set_q_k_out(p, q, k, out, lse, varlen);
   p.v = vt.data_ptr();
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  // (batch stride, row stride, head stride); varlen tensors have no batch dim.
-  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
-    bs = varlen ? 0 : tma_stride(t, 0);
-    rs = tma_stride(t, qdim - 3);
-    hs = tma_stride(t, qdim - 2);
-  };
-  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   // Vt: ([batch,] head, d_v, tokens); v_row_stride = the stride of the d_v index (tokens are contiguous).
   p.v_batch_stride = varlen ? 0 : tma_stride(vt, 0);
   p.v_head_stride = tma_stride(vt, qdim - 3);
   p.v_row_stride = tma_stride(vt, qdim - 2);
-  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
-  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
   p.batch = to_int(b, "batch");
   p.seqlen_q = to_int(s_q, "seqlen_q");
   p.seqlen_k = to_int(s_k, "seqlen_k");
