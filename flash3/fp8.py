@@ -265,11 +265,16 @@ def quantize_fp8(x: torch.Tensor, *, block_size: Optional[int] = 128, hadamard: 
 
 def _packed_rows(cu_seqlens: torch.Tensor, total: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(sequence, position within it) of each row of a packed tensor; rows past
-    ``cu_seqlens[-1]`` get sequence b (= the number of sequences).  Device ops, no host sync."""
+    ``cu_seqlens[-1]`` (or before ``cu_seqlens[0]``, or placed nowhere by unsorted offsets) get
+    sequence b (= the number of sequences), so every index stays in range whatever the offsets
+    hold.  Device ops, no host sync."""
     cu = cu_seqlens.to(device=device, dtype=torch.int64)
+    b = cu.numel() - 1
     t = torch.arange(total, device=device)
     seq = torch.searchsorted(cu[1:], t, right=True)
-    return seq, t - cu[seq]
+    pos = t - cu[seq]
+    seq = seq.masked_fill(pos < 0, b)
+    return seq, pos.clamp_min(0)
 
 
 def quantize_fp8_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, *,
