@@ -171,10 +171,13 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, const Tensor& q, cons
   TORCH_CHECK(err == cudaSuccess, tag(), ": CUDA error after launch: ", cudaGetErrorString(err));
 }
 
-// The q, k, out and lse fields of `p` (pointers and element strides), shared by both forward ops:
-// batched tensors are (b, s, h, d), packed (varlen) ones (total, h, d) with no batch stride.
+// The fields both forward ops fill alike: q, k, out and lse (pointers, element strides) and the
+// sizes. Batched tensors are (b, s, h, d); packed (varlen, cu_seqlens given) ones (total, h, d),
+// with no batch stride and s_q/s_k the max lengths. Each op sets its own v.
 void set_q_k_out(FwdParams& p, const Tensor& q, const Tensor& k, const Tensor& out, const Tensor& lse,
-                 bool varlen) {
+                 const std::optional<Tensor>& cu_seqlens_q, const std::optional<Tensor>& cu_seqlens_k,
+                 int64_t batch, int64_t s_q, int64_t s_k) {
+  const bool varlen = cu_seqlens_q.has_value();
   const int dim = varlen ? 3 : 4;
   auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
     bs = varlen ? 0 : tma_stride(t, 0);
@@ -190,6 +193,18 @@ void set_q_k_out(FwdParams& p, const Tensor& q, const Tensor& k, const Tensor& o
   strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   p.lse_batch_stride = varlen ? 0 : lse.stride(0);
   p.lse_head_stride = lse.stride(varlen ? 0 : 1);
+
+  p.batch = to_int(batch, "batch");
+  p.seqlen_q = to_int(s_q, "seqlen_q");
+  p.seqlen_k = to_int(s_k, "seqlen_k");
+  p.num_heads = to_int(q.size(-2), "num_heads");
+  p.num_heads_k = to_int(k.size(-2), "num_heads_k");
+  p.head_dim = static_cast<int>(q.size(-1));
+  p.head_dim_v = static_cast<int>(out.size(-1));
+  p.total_q = to_int(varlen ? q.size(0) : batch * s_q, "total_q");
+  p.total_k = to_int(varlen ? k.size(0) : batch * s_k, "total_k");
+  p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
+  p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
 }
 
 void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -288,23 +303,11 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               "flash3.fwd_sm90: lse must have a contiguous last dimension");
 
   FwdParams p;
-  set_q_k_out(p, q, k, out, lse, varlen);
+  set_q_k_out(p, q, k, out, lse, cu_seqlens_q, cu_seqlens_k, batch, seqlen_q, seqlen_k);
   p.v = v.data_ptr();
   p.v_batch_stride = varlen ? 0 : tma_stride(v, 0);
   p.v_row_stride = tma_stride(v, qdim - 3);
   p.v_head_stride = tma_stride(v, qdim - 2);
-
-  p.batch = to_int(batch, "batch");
-  p.seqlen_q = to_int(seqlen_q, "seqlen_q");
-  p.seqlen_k = to_int(seqlen_k, "seqlen_k");
-  p.num_heads = to_int(h, "num_heads");
-  p.num_heads_k = to_int(h_k, "num_heads_k");
-  p.head_dim = static_cast<int>(d);
-  p.head_dim_v = static_cast<int>(d_v);
-  p.total_q = to_int(total_q, "total_q");
-  p.total_k = to_int(total_k, "total_k");
-  p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
-  p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   p.seqused_k = seqused_k.has_value() ? seqused_k->data_ptr<int>() : nullptr;
 
   p.is_bf16 = is_bf16;
@@ -433,24 +436,13 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
     check_shape(vc, "v_channel_descale", {b, h_k, d_v});
     p.fp8.v_channel = Descale{vc.data_ptr<float>(), vc.stride(0), vc.stride(1), vc.stride(2), static_cast<int>(d_v)};
   }
-  set_q_k_out(p, q, k, out, lse, varlen);
+  set_q_k_out(p, q, k, out, lse, cu_seqlens_q, cu_seqlens_k, b, s_q, s_k);
+  to_int(cols, "vt columns");
   p.v = vt.data_ptr();
   // Vt: ([batch,] head, d_v, tokens); v_row_stride = the stride of the d_v index (tokens are contiguous).
   p.v_batch_stride = varlen ? 0 : tma_stride(vt, 0);
   p.v_head_stride = tma_stride(vt, qdim - 3);
   p.v_row_stride = tma_stride(vt, qdim - 2);
-  p.batch = to_int(b, "batch");
-  p.seqlen_q = to_int(s_q, "seqlen_q");
-  p.seqlen_k = to_int(s_k, "seqlen_k");
-  p.num_heads = to_int(h, "num_heads");
-  p.num_heads_k = to_int(h_k, "num_heads_k");
-  p.head_dim = static_cast<int>(d);
-  p.head_dim_v = static_cast<int>(d_v);
-  p.total_q = to_int(total_q, "total_q");
-  p.total_k = to_int(total_k, "total_k");
-  to_int(cols, "vt columns");
-  p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
-  p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   p.is_bf16 = true;
   set_mask_and_launch(p, launch, q, dev, softmax_scale, softcap, causal, window_left, window_right,
                       "flash3.fwd_fp8_sm90", nullptr);
