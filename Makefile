@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 SELFTEST_FLAGS := -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
 
 .PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench bench-fp8 \
-        fp8-accuracy clean
+        bench-bwd fp8-accuracy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ bench:
 # FP8 forward TFLOP/s vs bf16 and cuDNN, quantize GB/s, accuracy through the kernel (issue 8).
 bench-fp8:
 	$(PY) benchmarks/bench_fp8.py
+
+# Backward and fwd+bwd TFLOP/s vs SDPA flash/cuDNN, deterministic mode's cost.
+bench-bwd:
+	$(PY) benchmarks/bench_bwd.py
 
 fp8-accuracy: setup
 	$(PY) benchmarks/fp8_accuracy.py

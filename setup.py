@@ -1,4 +1,4 @@
-"""flash3: FlashAttention-3 forward kernels for Hopper (sm_90a) as a PyTorch extension.
+"""flash3: FlashAttention-3 forward and backward kernels for Hopper (sm_90a) as a PyTorch extension.
 
 `pip install .` builds the CUDA extension flash3._C when torch has CUDA and nvcc >= 12.3 is found;
 otherwise it installs the pure-Python package (reference backend) and says why (stderr, and
@@ -57,8 +57,9 @@ if PLAN.build_cuda:
         "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
     ] + fb.extra_nvcc_flags()  # FLASH3_NVCC_FLAGS, FLASH3_DEBUG_HANG
     sources = ["csrc/binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/decode_binding.cpp",
-               "csrc/flash3/decode/append_kv.cu", "csrc/fp8_quantize_binding.cpp", "csrc/flash3/fp8/quantize.cu"] + [
-        k.path.relative_to(ROOT).as_posix() for k in PLAN.kernels]
+               "csrc/flash3/decode/append_kv.cu", "csrc/fp8_quantize_binding.cpp", "csrc/flash3/fp8/quantize.cu",
+               "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp"] + [
+        k.path.relative_to(ROOT).as_posix() for k in PLAN.kernels]  # generated fwd_*.cu and bwd_*.cu
     ext_modules.append(CUDAExtension(
         name="flash3._C",
         sources=sources,

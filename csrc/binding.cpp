@@ -10,7 +10,8 @@
 //                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k) -> ()
 //       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8.py), bf16 out.
 //   flash3::kernel_info() -> str
-//       JSON: {"fwd": [["bf16", 128, 128], ...], "arch": "sm_90a", "cutlass": "4.2.0"}.
+//       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...],
+//       "arch": "sm_90a", "cutlass": "4.2.0"}.
 //
 // The Python layer (flash3/) validates and allocates first; the checks here are a defence.
 // Only light torch headers (no torch/extension.h, no pybind11) to keep this TU fast to compile;
@@ -38,7 +39,9 @@
 #include <tuple>
 #include <vector>
 
+#include "binding_common.h"
 #include "flash3/common/attn_logic.h"
+#include "flash3/bwd/api.h"
 #include "flash3/fwd/api.h"
 #include "flash3/fwd/params.h"
 
@@ -52,82 +55,6 @@ namespace flash3 {
 namespace {
 
 using at::Tensor;
-
-constexpr int kMaxDevices = 64;
-
-struct DeviceInfo {
-  int major = 0, minor = 0, num_sms = 0, l2_bytes = 0;
-};
-
-// Attributes of a device, queried once (cudaDeviceGetAttribute; no cuBLAS-pulling ATen headers).
-const DeviceInfo& device_info(int device) {
-  static std::array<DeviceInfo, kMaxDevices> infos;
-  static std::array<std::once_flag, kMaxDevices> flags;
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "flash3: device index ", device, " out of range");
-  std::call_once(flags[device], [device] {
-    DeviceInfo& d = infos[device];
-    auto get = [device](cudaDeviceAttr attr) {
-      int v = 0;
-      cudaError_t err = cudaDeviceGetAttribute(&v, attr, device);
-      TORCH_CHECK(err == cudaSuccess, "flash3: cudaDeviceGetAttribute failed: ",
-                  cudaGetErrorString(err));
-      return v;
-    };
-    d.major = get(cudaDevAttrComputeCapabilityMajor);
-    d.minor = get(cudaDevAttrComputeCapabilityMinor);
-    d.num_sms = get(cudaDevAttrMultiProcessorCount);
-    d.l2_bytes = get(cudaDevAttrL2CacheSize);
-  });
-  return infos[device];
-}
-
-const char* dtype_name(bool is_bf16) { return is_bf16 ? "bf16" : "fp16"; }
-
-// TMA needs 16-byte aligned base addresses and 16-byte multiple strides (8 elements of 16 bits).
-// The stride of a dimension of size 1 is never used to address memory; give it a harmless value.
-int64_t tma_stride(const Tensor& t, int dim) {
-  if (t.size(dim) > 1) return t.stride(dim);
-  int64_t s = 8;
-  for (int d = dim + 1; d < t.dim(); ++d) s = std::max(s, t.stride(d) * t.size(d));
-  return (s + 7) / 8 * 8;
-}
-
-void check_tma_layout(const Tensor& t, const char* name) {
-  TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, "flash3.fwd_sm90: ", name,
-              " must have a contiguous last dimension (stride ", t.stride(-1), ")");
-  for (int d = 0; d + 1 < t.dim(); ++d) {
-    // A broadcast (expanded) dimension: TMA would walk past a one-copy allocation.
-    TORCH_CHECK(tma_stride(t, d) > 0, "flash3.fwd_sm90: ", name, ".stride(", d, ") is ",
-                t.stride(d), " on a dimension of size ", t.size(d),
-                " (a broadcast/expanded tensor); pass a contiguous copy");
-    TORCH_CHECK(tma_stride(t, d) % 8 == 0, "flash3.fwd_sm90: ", name, ".stride(", d, ") = ",
-                t.stride(d), " must be a multiple of 8 elements (16 bytes, for TMA)");
-  }
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash3.fwd_sm90: ", name,
-              " must be 16-byte aligned (for TMA)");
-}
-
-void check_shape(const Tensor& t, const char* name, std::vector<int64_t> expected) {
-  TORCH_CHECK(t.sizes().vec() == expected, "flash3: ", name, " has shape ", t.sizes(),
-              ", expected ", c10::IntArrayRef(expected));
-}
-
-void check_seqlens(const std::optional<Tensor>& t, const char* name, int64_t numel,
-                   const Tensor& q) {
-  if (!t.has_value()) return;
-  TORCH_CHECK(t->scalar_type() == at::kInt, "flash3: ", name, " must be int32, got ",
-              t->scalar_type());
-  TORCH_CHECK(t->device() == q.device(), "flash3: ", name, " must be on ", q.device(), ", got ",
-              t->device());
-  TORCH_CHECK(t->dim() == 1 && t->numel() == numel, "flash3: ", name, " must have shape (",
-              numel, "), got ", t->sizes());
-  TORCH_CHECK(t->is_contiguous(), "flash3: ", name, " must be contiguous");
-}
-
-int to_int(int64_t v, const char* what) {
-  TORCH_CHECK(v >= 0 && v <= INT32_MAX, "flash3: ", what, " = ", v, " does not fit in int32");
-  return static_cast<int>(v);
-}
 
 // The mask and softmax fields of `p`, its launch resources, then the launch on the current stream,
 // shared by both forward ops. Errors name the call: "<op> (<dtype>, d=.., d_v=..)", the dtype left
@@ -478,6 +405,14 @@ std::string kernel_info() {
   fp8.erase(std::unique(fp8.begin(), fp8.end()), fp8.end());
   os << "], \"fwd_fp8\": [";
   for (size_t i = 0; i < fp8.size(); ++i) os << (i ? ", " : "") << "[" << fp8[i].first << ", " << fp8[i].second << "]";
+    std::vector<std::tuple<int, int, int>> bwd;  // the backward kernels: (dtype order, d, d_v)
+  for (const BwdKernelEntry& e : bwd_kernels()) bwd.emplace_back(e.is_bf16 ? 0 : 1, e.head_dim, e.head_dim_v);
+  std::sort(bwd.begin(), bwd.end());
+  bwd.erase(std::unique(bwd.begin(), bwd.end()), bwd.end());
+  os << "], \"bwd\": [";
+  for (size_t i = 0; i < bwd.size(); ++i)
+    os << (i ? ", " : "") << "[\"" << (std::get<0>(bwd[i]) == 0 ? "bf16" : "fp16") << "\", " << std::get<1>(bwd[i])
+       << ", " << std::get<2>(bwd[i]) << "]";
   os << "], \"arch\": \"sm_90a\", \"cutlass\": \"" << FLASH3_CUTLASS_MAJOR << "."
      << FLASH3_CUTLASS_MINOR << "." << FLASH3_CUTLASS_PATCH << "\"}";
   return os.str();

@@ -1,7 +1,8 @@
 """Dispatch to the Hopper kernel of the C++ extension (flash3._C), when usable.
 
-The extension registers ``flash3::fwd_sm90`` and ``flash3::kernel_info``;
-this module only asks whether a call can run there and, if so, runs it.
+The extension registers ``flash3::fwd_sm90`` and ``flash3::kernel_info`` (and, in builds that
+have it, the backward ``flash3::bwd_sm90``); this module only asks whether a call can run there
+and, if so, runs it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ def has_append_kernel() -> bool:
         return False
     try:
         torch.ops.flash3.append_kv_sm90
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def has_bwd_kernel() -> bool:
+    """True when flash3._C has the backward kernel (flash3::bwd_sm90)."""
+    if not has_extension():
+        return False
+    try:
+        torch.ops.flash3.bwd_sm90
     except (AttributeError, RuntimeError):
         return False
     return True
@@ -60,6 +73,13 @@ def kernel_configs() -> frozenset:
     return frozenset(configs)
 
 
+@functools.lru_cache(maxsize=None)
+def kernel_bwd_configs() -> frozenset:
+    """Compiled backward configs as {(dtype, d, d_v)} (kernel_info()["bwd"])."""
+    return frozenset((_DTYPE_NAMES[name], int(d), int(d_v))
+                     for name, d, d_v in kernel_info().get("bwd", []) if name in _DTYPE_NAMES)
+
+
 def pick_kernel_config(dtype, d, d_v, configs=None):
     """The compiled (d', d_v') a call with head dims (d, d_v) runs on: the smallest d' >= d, then
     the smallest d_v' >= d_v (TMA zero-fills the extra columns). None when nothing fits. The same
@@ -85,6 +105,13 @@ def call_fwd_reason(dtype, d, d_v, softmax_scale, *, paged=False, configs=None) 
     return None
 
 
+def call_bwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
+    """The device-independent part of kernel_bwd_reason: call_fwd_reason's rules against the
+    compiled backward configs (kernel_bwd_configs() unless given)."""
+    return call_fwd_reason(dtype, d, d_v, softmax_scale,
+                           configs=kernel_bwd_configs() if configs is None else configs)
+
+
 def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     """Why the Hopper forward kernel cannot run this call; None if it can."""
     if not q.is_cuda:
@@ -95,6 +122,25 @@ def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
     reason = call_fwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale, paged=paged)
+    if reason is not None:
+        return reason
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        return "last dim of q/k/v is not contiguous"
+    return None
+
+
+def kernel_bwd_reason(q, k, v, softmax_scale) -> str | None:
+    """Why the Hopper backward kernel cannot run this call; None if it can."""
+    if not q.is_cuda:
+        return "inputs are not CUDA tensors"
+    if not has_extension():
+        return "flash3._C (the CUDA extension) is not built"
+    if not has_bwd_kernel():
+        return "flash3._C has no backward kernel (flash3::bwd_sm90)"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        return f"device capability {cap} is not sm_90 (Hopper)"
+    reason = call_bwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale)
     if reason is not None:
         return reason
     if any(t.stride(-1) != 1 for t in (q, k, v)):
@@ -144,6 +190,31 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
                               causal, int(left), -1 if causal else int(right), float(softcap))
     return out, lse
+
+
+def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
+                   deterministic, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+                   max_seqlen_k=0):
+    """Call flash3::bwd_sm90; returns (dq, dk, dv), contiguous, in q/k/v's shapes and dtypes.
+
+    Layouts as run_kernel_fwd's (lse and dlse (b, h, s_q), varlen (h, total_q)). dout comes from
+    autograd in any layout (an expanded gradient has stride 0 everywhere): copied when its last
+    dim is not contiguous or TMA cannot address it; lse/dlse are made contiguous fp32.
+    """
+    dout, out = (x if x.stride(-1) == 1 else x.contiguous() for x in (dout, out))
+    q, k, v, out, dout = (_tma_ready(x) for x in (q, k, v, out, dout))
+    lse = lse.to(torch.float32).contiguous()
+    if dlse is not None:
+        dlse = dlse.to(torch.float32).contiguous()
+    dq, dk, dv = (x.new_empty(x.shape) for x in (q, k, v))
+    if cu_seqlens_q is None:  # batched: the lengths are the shapes
+        max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
+    causal = right == 0
+    torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
+                              cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                              float(softmax_scale), causal, int(left), -1 if causal else int(right),
+                              float(softcap), bool(deterministic))
+    return dq, dk, dv
 
 
 # ----------------------------------------------------------------- FP8 forward kernel

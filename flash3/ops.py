@@ -2,8 +2,8 @@
 
 Each operator has a fake (meta) implementation and, where differentiable, an
 autograd formula, so torch.compile captures calls without graph breaks.
-Forward implementations try the Hopper kernel on CUDA and otherwise run the
-reference backend; backward always runs the reference for now.
+Forward and backward implementations try the Hopper kernels on CUDA and
+otherwise run the reference backend (with a warning once per reason).
 
 The C++ extension defines ``flash3::fwd_sm90`` / ``flash3::kernel_info`` with
 TORCH_LIBRARY(flash3, ...); it must be loaded before the ops below are
@@ -43,9 +43,14 @@ def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, paged=False
     return run_reference()
 
 
-def _bwd_note(q):
+def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
+    """As _fwd_dispatch, for the backward kernel."""
     if q.is_cuda:
-        _backend.warn_fallback("no backward kernel yet", "backward")
+        reason = _backend.kernel_bwd_reason(q, k, v, softmax_scale)
+        if reason is None:
+            return run_kernel()
+        _backend.warn_fallback(reason, "backward")
+    return run_reference()
 
 
 # ----------------------------------------------------------------- batched
@@ -72,10 +77,12 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ls
                   window_right: int, softcap: float,
                   deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     # The reference backward is bitwise reproducible run to run either way (fixed tile order,
-    # no atomics); `deterministic` will choose the ordered dQ reduction of the backward kernel.
-    _bwd_note(q)
-    return reference.backward(dout, q, k, v, out, lse, softmax_scale, window_left,
-                              window_right, softcap, dlse=dlse)
+    # no atomics); `deterministic` chooses the ordered dQ reduction of the backward kernel.
+    args = (softmax_scale, window_left, window_right, softcap)
+    return _bwd_dispatch(
+        q, k, v, softmax_scale,
+        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic),
+        lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse))
 
 
 @attention_bwd.register_fake
@@ -135,25 +142,31 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 @torch.library.custom_op("flash3::attention_varlen_bwd", mutates_args=())
 def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                          lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
-                         cu_seqlens_k: Tensor, softmax_scale: float, window_left: int,
-                         window_right: int, softcap: float,
+                         cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                         softmax_scale: float, window_left: int, window_right: int,
+                         softcap: float,
                          deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    _bwd_note(q)
-    return reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                     softmax_scale, window_left, window_right, softcap,
-                                     dlse=dlse)
+    # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
+    args = (softmax_scale, window_left, window_right, softcap)
+    return _bwd_dispatch(
+        q, k, v, softmax_scale,
+        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
+                                        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k),
+        lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                          *args, dlse=dlse))
 
 
 @attention_varlen_bwd.register_fake
-def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, softmax_scale, window_left,
-      window_right, softcap, deterministic=False):
+def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, window_left, window_right, softcap, deterministic=False):
     return _like(q), _like(k), _like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
     ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
-    ctx.extra = inputs[7:]  # scale, left, right, softcap, deterministic
+    ctx.extra = inputs[5:]  # max_seqlen_q, max_seqlen_k, scale, left, right, softcap, deterministic
     ctx.n_inputs = len(inputs)
     ctx.set_materialize_grads(False)  # as in _setup
 

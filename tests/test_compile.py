@@ -13,6 +13,18 @@ def test_opcheck_attention():
     torch.library.opcheck(torch.ops.flash3.attention_fwd.default, args)
 
 
+def test_opcheck_attention_varlen_bwd():
+    cq, ck = torch.tensor([0, 3, 10], dtype=torch.int32), torch.tensor([0, 5, 12], dtype=torch.int32)
+    q, k, v = torch.randn(10, 4, 8), torch.randn(12, 2, 8), torch.randn(12, 2, 4)
+    out, lse = torch.ops.flash3.attention_varlen_fwd(q, k, v, cq, ck, 7, 7, 0.3, -1, 0, 0.0)
+    dout, dlse = torch.randn_like(out), torch.randn_like(lse)
+    # max_seqlen_q/k right after cu_seqlens_k, as in the forward
+    args = (dout, q, k, v, out, lse, dlse, cq, ck, 7, 7, 0.3, -1, 0, 0.0, True)
+    torch.library.opcheck(torch.ops.flash3.attention_varlen_bwd.default, args)
+    names = [a.name for a in torch.ops.flash3.attention_varlen_bwd.default._schema.arguments]
+    assert names[7:11] == ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
+
+
 def test_opcheck_attention_fp8_varlen():
     cq, ck = torch.tensor([0, 3, 10], dtype=torch.int32), torch.tensor([0, 5, 12], dtype=torch.int32)
     q8, k8, v8 = (torch.randn(n, h, 16).to(torch.float8_e4m3fn) for n, h in ((10, 4), (12, 2), (12, 2)))

@@ -388,6 +388,38 @@ def test_bench_lines():
     assert "causal/non-causal (target >= 0.9): d128 8k 0.92, d256 8k 0.92" in text
 
 
+def test_bench_bwd_lines_and_summary(tmp_path):
+    assert device_summary.bench_bwd_lines(None) == ["  no backward benchmark results"]
+    data = {"rows": [{"hdim": 128}], "targets": [["PASS", "bwd hdim 128 bf16 8k: 1.10x SDPA-cuDNN (>= 1.0)"],
+                                                 ["MISS", "deterministic cost, hdim 128 8k: 12.0% (<= 10%)"]]}
+    assert device_summary.bench_bwd_lines(data) == [
+        "  [PASS] bwd hdim 128 bf16 8k: 1.10x SDPA-cuDNN (>= 1.0)",
+        "  [MISS] deterministic cost, hdim 128 8k: 12.0% (<= 10%)"]
+    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in smoke.FEATURES]
+    write_run(tmp_path / "w", tmp_path / "o", ok_cases, PYTEST_DONE.replace("1 failed, ", ""),
+              [("bench_bwd", "ok", 40, tmp_path / "o" / "device_check.log")])
+    (tmp_path / "o" / "bench_bwd.json").write_text(json.dumps(data))
+    text, res, ok = device_summary.summarize(tmp_path / "w", tmp_path / "o", 570, 400)
+    assert ok  # a benchmark target is reported, never a failure
+    assert "backward benchmark (bench_bwd --quick, hdim 128):\n  [PASS] bwd hdim 128" in text
+    assert res["bench_bwd"] == data
+
+
+def test_sanitize_small_default_set_has_one_backward_case(capsys):
+    """Every default case names a smoke kernel and feature; the one bwd: case is skipped, not
+    failed, by a build without flash3::bwd_sm90."""
+    import sanitize_small
+    bwd = [c for c in sanitize_small.DEFAULT if c.startswith("bwd:")]
+    assert bwd == ["bwd:bf16:128:128/causal"] and len(sanitize_small.DEFAULT) == 15
+    for case in sanitize_small.DEFAULT:
+        kernel, feature = case.removeprefix("bwd:").split("/")
+        smoke.parse_kernel(kernel)
+        assert feature in smoke.FEATURES
+    if not sanitize_small._backend.has_bwd_kernel():
+        assert sanitize_small.run_bwd(bwd[0]) is False
+        assert "bwd:bf16:128:128/causal: no flash3::bwd_sm90 in this build, skipped" in capsys.readouterr().out
+
+
 def write_run(work, out, smoke_cases, pytest_text, extra_steps=()):
     work.mkdir()
     out.mkdir()

@@ -107,3 +107,126 @@ def test_call_reason_without_a_build_has_no_kernel():
 def test_kernel_fwd_reason_on_cpu_tensors():
     q = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
     assert _backend.kernel_fwd_reason(q, q, q, 0.125) == "inputs are not CUDA tensors"
+
+
+# ----------------------------------------------------------------- backward kernel
+def test_kernel_bwd_configs_from_kernel_info(monkeypatch):
+    info = {"fwd": [["bf16", 64, 64]], "bwd": [["bf16", 128, 128], ["fp16", 192, 128], ["e4m3", 64, 64]]}
+    monkeypatch.setattr(_backend, "kernel_info", lambda: info)
+    assert _backend.kernel_bwd_configs.__wrapped__() == {(torch.bfloat16, 128, 128),
+                                                         (torch.float16, 192, 128)}
+    monkeypatch.setattr(_backend, "kernel_info", lambda: {"fwd": [["bf16", 64, 64]]})  # before bwd
+    assert _backend.kernel_bwd_configs.__wrapped__() == frozenset()
+
+
+@pytest.mark.parametrize("d,dv", [(32, 32), (64, 64), (80, 80), (128, 64), (176, 128), (256, 256)])
+def test_call_bwd_reason_accepts(d, dv):
+    assert _backend.call_bwd_reason(torch.float16, d, dv, 0.1, configs=BUILT) is None
+
+
+@pytest.mark.parametrize("args,fragment", [
+    ((torch.float32, 64, 64, 0.1), "bf16/fp16 only"),
+    ((torch.bfloat16, 64, 64, 0.0), "softmax_scale > 0"),
+    ((torch.bfloat16, 64, 64, float("nan")), "softmax_scale > 0"),
+    ((torch.bfloat16, 36, 36, 0.1), "multiples of 8"),
+    ((torch.bfloat16, 264, 64, 0.1), "no kernel compiled"),
+])
+def test_call_bwd_reason_rejections(args, fragment):
+    assert fragment in _backend.call_bwd_reason(*args, configs=BUILT)
+
+
+def test_call_bwd_reason_uses_the_backward_configs():
+    fwd_only = frozenset()  # a build with forward kernels and no backward ones
+    assert "no kernel compiled" in _backend.call_bwd_reason(torch.bfloat16, 64, 64, 0.1, configs=fwd_only)
+    only = frozenset({(torch.bfloat16, 128, 128)})
+    assert _backend.call_bwd_reason(torch.bfloat16, 64, 64, 0.1, configs=only) is None  # runs on 128
+    assert "no kernel compiled" in _backend.call_bwd_reason(torch.bfloat16, 192, 128, 0.1, configs=only)
+    assert "no kernel compiled" in _backend.call_bwd_reason(torch.float16, 64, 64, 0.1, configs=only)
+
+
+def test_kernel_bwd_reason_on_cpu_tensors():
+    q = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
+    assert _backend.kernel_bwd_reason(q, q, q, 0.125) == "inputs are not CUDA tensors"
+
+
+def test_has_bwd_kernel_false_without_the_op():
+    if not _backend.has_extension():
+        assert not _backend.has_bwd_kernel()
+    assert _backend.has_bwd_kernel() == (_backend.has_extension() and hasattr(torch.ops.flash3, "bwd_sm90"))
+
+
+@pytest.fixture
+def fake_bwd_op(monkeypatch):
+    """The backward ops' kernel branch on CPU tensors, through the real run_kernel_bwd, with
+    flash3::bwd_sm90 replaced by a stand-in of its schema that computes the reference into dq/dk/dv."""
+    from flash3 import ops, reference
+    calls = []
+
+    def bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                 max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+                 softcap, deterministic):
+        assert all(type(x) is int for x in (max_seqlen_q, max_seqlen_k, window_left, window_right))
+        assert type(softmax_scale) is float and type(softcap) is float
+        assert type(causal) is bool and type(deterministic) is bool
+        assert lse.dtype == torch.float32 and lse.is_contiguous()
+        assert all(x.stride(-1) == 1 for x in (dout, q, k, v, out, dq, dk, dv))
+        calls.append(dict(max_q=max_seqlen_q, max_k=max_seqlen_k, causal=causal, left=window_left,
+                          right=window_right, deterministic=deterministic, dlse=dlse is not None))
+        right = 0 if causal else window_right
+        args = (softmax_scale, window_left, right, softcap)
+        if cu_seqlens_q is None:
+            grads = reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse)
+        else:
+            grads = reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                              *args, dlse=dlse)
+        for dst, src in zip((dq, dk, dv), grads):
+            dst.copy_(src)
+
+    monkeypatch.setattr(torch.ops.flash3, "bwd_sm90", bwd_sm90, raising=False)
+    monkeypatch.setattr(ops, "_bwd_dispatch", lambda q, k, v, scale, run_kernel, run_reference: run_kernel())
+    return calls
+
+
+def _grads(fn, inputs, g, g_lse):
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    out, lse = fn(*leaves)
+    torch.autograd.backward((out, lse), (g, g_lse))
+    return [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(5, 3), softcap=2.0),
+                                dict(deterministic=True)])
+def test_backward_kernel_branch_plumbing(fake_bwd_op, monkeypatch, kw):
+    import flash3
+    q = torch.randn(2, 21, 4, 16)
+    k, v = torch.randn(2, 17, 2, 16), torch.randn(2, 17, 2, 8)
+    g = torch.randn(2, 21, 8, 4).transpose(2, 3)  # a dout whose last dim is strided: copied
+    g_lse = torch.randn(2, 4, 21)
+    fn = (lambda q, k, v: flash3.attention(q, k, v, return_lse=True, **kw))
+    got = _grads(fn, (q, k, v), g, g_lse)
+    assert len(fake_bwd_op) == 1
+    c = fake_bwd_op[0]
+    assert (c["max_q"], c["max_k"], c["dlse"]) == (21, 17, True)
+    assert c["deterministic"] == kw.get("deterministic", False)
+    assert (c["causal"], c["right"]) == ((True, -1) if kw.get("causal") else (False, kw.get("window_size", (-1, -1))[1]))
+    monkeypatch.undo()  # the reference branch
+    want = _grads(fn, (q, k, v), g, g_lse)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def test_varlen_backward_kernel_branch_gets_the_forward_max_seqlens(fake_bwd_op, monkeypatch):
+    import flash3
+    cq = torch.tensor([0, 5, 5, 19], dtype=torch.int32)
+    ck = torch.tensor([0, 9, 12, 20], dtype=torch.int32)
+    q, k, v = torch.randn(19, 4, 16), torch.randn(20, 2, 16), torch.randn(20, 2, 16)
+    g, g_lse = torch.randn(19, 4, 16), torch.randn(4, 19)
+    fn = (lambda q, k, v: flash3.attention_varlen(q, k, v, cq, ck, 14, 9, causal=True,
+                                                  return_lse=True, deterministic=True))
+    got = _grads(fn, (q, k, v), g, g_lse)
+    (c,) = fake_bwd_op
+    assert (c["max_q"], c["max_k"], c["causal"], c["right"], c["deterministic"]) == (14, 9, True, -1, True)
+    monkeypatch.undo()
+    want = _grads(fn, (q, k, v), g, g_lse)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

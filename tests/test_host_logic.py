@@ -1,4 +1,5 @@
-"""The forward kernel's host/device logic (csrc/flash3/common/attn_logic.h), proven on the CPU.
+"""The forward and backward kernels' host/device logic (csrc/flash3/common/attn_logic.h), proven
+on the CPU.
 
 The header is compiled with the host C++ compiler into a small driver (tests/cpp/) and checked
 against flash3.masking (the Python specification) and against brute force over the mask.
@@ -124,6 +125,94 @@ def test_fp8_varlen_vt_offsets(driver):
         for i, n in enumerate(lens):
             assert starts[i] % 16 == 0 and starts[i] + -(-n // 16) * 16 <= starts[i + 1], (lens, i)
     assert int(driver(["vt_offset 2000000000 100000"])[0]) == varlen_vt_offset(2000000000, 100000)
+
+
+def test_mask_transpose_matches_python_spec(driver):
+    """Mask::first_query/last_query: key j is seen by exactly the queries [first, last) (empty for
+    a key nobody sees, and for keys outside [0, seqlen_k)), as flash3.masking.visible says."""
+    cases = random_masks(50, seed=11)
+    rng = random.Random(12)
+    tiny = [1, 2, 3, 5]
+    for _ in range(40):  # tiny lengths, s_q != s_k, windows wider than the sequences
+        cases.append((rng.choice(tiny), rng.choice(tiny), rng.random() < 0.5,
+                      rng.choice([-1, 0, 1, 2, 7]), rng.choice([-1, 0, 1, 2, 7])))
+    cases += [(1, 1, True, -1, -1), (1, 300, True, -1, -1), (300, 1, True, -1, -1),
+              (7, 63, False, 0, 0), (63, 7, False, 0, 0), (65, 64, True, 3, -1)]
+    lo, hi = -2, 3  # keys from 2 before the first to 3 past seqlen_k
+    answers = driver([f"queries {sq} {sk} {int(c)} {l} {r} {lo} {sk + hi}" for sq, sk, c, l, r in cases])
+    for (sq, sk, causal, left, right), line in zip(cases, answers):
+        per_key = [tuple(map(int, part.split())) for part in line.split(";") if part]
+        assert len(per_key) == sk + hi - lo
+        for j, (first, last) in zip(range(lo, sk + hi), per_key):
+            seen = {i for i in range(sq) if masking.visible(i, j, sq, sk, causal, left, right)}
+            assert set(range(first, last)) == seen, (sq, sk, causal, left, right, j, first, last)
+            if seen:
+                assert 0 <= first and last <= sq
+
+
+@pytest.mark.parametrize("align", [16, 64])
+def test_padded_seq_offsets(driver, align):
+    """padded_seq_offset: every sequence starts at a multiple of `align` and its rows, rounded up
+    to `align`, end before the next sequence starts (zero-length sequences included)."""
+    rng = random.Random(align)
+    for _ in range(60):
+        lens = [rng.choice([0, 0, 1, align - 1, align, align + 1, rng.randrange(1000)])
+                for _ in range(rng.randrange(1, 12))]
+        cu = [0] + list(itertools.accumulate(lens))
+        starts = [int(x) for x in driver([f"padded_offset {c} {b} {align}" for b, c in enumerate(cu)])]
+        for b, n in enumerate(lens):
+            assert starts[b] % align == 0 and starts[b] >= cu[b], (lens, b)
+            assert starts[b + 1] - starts[b] >= -(-n // align) * align, (lens, b)
+        assert starts[-1] % align == 0
+    # The FP8 varlen Vt offset is the align-16 case.
+    for first, batch in [(0, 0), (12345, 67), (2000000000, 100000)]:
+        padded, vt = driver([f"padded_offset {first} {batch} 16", f"vt_offset {first} {batch}"])
+        assert padded == vt
+    big = driver(["padded_offset 2000000000 100000 64"])[0]
+    assert int(big) == (2000000000 + 63 * 100001) // 64 * 64
+
+
+BWD_SMEM_LIMIT = SMEM_LIMIT - 2048  # slack for the mbarriers and other static shared memory
+
+
+@pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
+def test_bwd_tile_shapes_fit_the_hardware(driver, d, dv):
+    block_m, block_n, stages_q, stages_do, split_d, smem = map(int, driver([f"bwd_tile_shape {d} {dv}"])[0].split())
+    assert block_m == 64 and block_n in (64, 128)
+    assert stages_q >= 1 and stages_do >= 1
+    # Q and dO stages, K and V, dS twice (16-bit), dQ in fp32.
+    assert smem == 2 * (stages_q * 64 * d + stages_do * 64 * dv + block_n * (d + dv) + 2 * 64 * block_n) \
+        + 4 * 64 * d
+    assert smem <= BWD_SMEM_LIMIT
+    # Both warpgroups take the same 64 keys and half of dK's/dV's columns exactly when the full
+    # accumulators would not fit.
+    assert bool(split_d) == (d > 128 or dv > 128)
+    assert block_n == (64 if split_d else 128)  # 64 keys per consumer warpgroup
+    # Registers per consumer thread (setmaxnreg 240, 16 for addressing): dK d/2 + dV d_v/2 (half
+    # of each when split_d) + S^T 32, dP^T 32, P 16, dS 16.
+    acc = (d // 2 + dv // 2) // (2 if split_d else 1)
+    assert acc + 96 <= 240 - 16
+
+
+@pytest.mark.parametrize("block_n", [64, 128])
+def test_forward_and_backward_block_ranges_agree(driver, block_n):
+    """Key block n is in query block m's key_block_range iff m is in n's query_block_range, and
+    bwd_dq_rank numbers the key blocks adding into query block m 0, 1, 2, ... in ascending n."""
+    block_m = 64
+    cases = random_masks(80, seed=21 + block_n)
+    cases += [(1, 1, True, -1, -1), (2, 300, True, 0, -1), (300, 2, False, 1, 1), (129, 128, True, -1, -1),
+              (700, 1000, True, -1, -1), (1000, 700, False, 200, 100), (1000, 1000, True, 300, -1)]
+    answers = driver([f"bwd_ranges {sq} {sk} {int(c)} {l} {r} {block_m} {block_n}" for sq, sk, c, l, r in cases])
+    for case, line in zip(cases, answers):
+        sq, sk = case[:2]
+        fwd_part, bwd_part = line.split("|")
+        per_m = [list(map(int, part.split())) for part in fwd_part.split(";") if part]
+        per_n = [tuple(map(int, part.split())) for part in bwd_part.split(";") if part]
+        assert len(per_m) == -(-sq // block_m) and len(per_n) == -(-sk // block_n)
+        for m, (b, e, *ranks) in enumerate(per_m):
+            assert ranks == list(range(max(0, e - b))), (case, m)
+            for n, (qb, qe) in enumerate(per_n):
+                assert (b <= n < e) == (qb <= m < qe), (case, m, n)
 
 
 def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):

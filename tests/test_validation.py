@@ -156,6 +156,29 @@ def test_varlen_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path):
     assert out.shape == (7, 2, 8) and len(kernel_path) == 1
 
 
+def test_varlen_backward_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path):
+    """The backward kernel gets the forward's max_seqlen_q/k: nothing computed from cu_seqlens."""
+    calls = []
+
+    def fake_bwd(dout, q, k, v, *args, **kw):
+        calls.append(kw)
+        return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+
+    monkeypatch.setattr(ops, "_bwd_dispatch",
+                        lambda q, k, v, scale, run_kernel, run_reference: run_kernel())
+    monkeypatch.setattr(_backend, "run_kernel_bwd", fake_bwd)
+    q, k, v = (torch.randn(n, 2, 8, requires_grad=True) for n in (7, 9, 9))
+    cu_q = torch.tensor([0, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 9], dtype=torch.int32)
+    validation._FORCE = False
+    with no_host_reads(monkeypatch):
+        out = flash3.attention_varlen(q, k, v, cu_q, cu_k, 4, 5, causal=True)
+        out.backward(torch.ones_like(out))
+    (call,) = calls
+    assert (call["max_seqlen_q"], call["max_seqlen_k"]) == (4, 5)
+    assert call["cu_seqlens_q"] is cu_q and call["cu_seqlens_k"] is cu_k
+
+
 def test_cpu_values_checked_by_default_and_skipped_when_forced_off():
     q, kc, vc, k, v, seqlens, _, _ = kvcache_args(torch.Generator().manual_seed(1))
     bad = torch.tensor([0, 5, 31], dtype=torch.int32)  # 31 + 2 > 32: overflow

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""`make compile-check`: compile every forward-kernel TU (csrc/generated/fwd_*.cu) for sm_90a,
-without a GPU, and check the machine code for real Hopper instructions. Plain memory-bound TUs
-(PLAIN_TUS: the decode append) are checked for what applies to them (global loads/stores, no traps,
-no local memory, no stack frame).
+"""`make compile-check`: compile every kernel TU (csrc/generated/fwd_*.cu and bwd_*.cu, as
+selected by FLASH3_HDIMS/FLASH3_DTYPES) for sm_90a, without a GPU, and check the machine code for
+real Hopper instructions. Plain memory-bound TUs (PLAIN_TUS: the decode append, the FP8 quantize)
+are checked for what applies to them (global loads/stores, no traps, no local memory, no stack
+frame). --list prints the TUs it would compile and exits (no toolchain needed).
 
 For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<name>.ptxas.txt
 (nvcc's full output, with the ptxas -v resource report), and fails if
@@ -11,14 +12,17 @@ For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<n
   - the SASS has BPT.TRAP (wgmma on plain sm_90, or a trap) or local-memory traffic (LDL/STL);
   - ptxas reported ANY C75xx advisory (C7510 asserts, C7508, C7512/C7513/C7519/C7520 serialized
     wgmma ...: each one means lost wgmma overlap) or a non-zero stack frame (an outlined call);
-  - the softmax does not overlap the P.V WGMMA: in every mainloop step (an RS HGMMA batch whose
+  - a backward TU (bwd_*) has no kernel with "bwd" in its name in the SASS;
+  - the softmax does not overlap the P.V WGMMA (forward TUs only: the backward's mainloop has no
+    softmax/P.V step): in every mainloop step (an RS HGMMA batch whose
     wait is preceded by the `DEPBAR.LE gsb0, 0x1` that releases S), fewer than EX2_FLOOR_FRACTION
     of the step's exponentials (MUFU.EX2) sit between the batch's last HGMMA and the
     `WARPGROUP.DEPBAR.LE gsb0, 0x0` that waits for it (see ex2_overlap below).
 Then it prints a table: registers, static smem, spills, instruction counts, time.
 
 --debug-hang (or FLASH3_DEBUG_HANG=1, or -DFLASH3_DEBUG_HANG=1 in FLASH3_NVCC_FLAGS) checks the
-hang-diagnosis build instead (csrc/flash3/common/debug_hang.cuh), into build/sass-debug-hang/. Its
+hang-diagnosis build instead (csrc/flash3/common/debug_hang.cuh) of the selected fwd and bwd TUs (not
+the plain ones), into build/sass-debug-hang/. Its
 printf-and-trap slow path is a function call in every wait, so it relaxes exactly what such calls
 break: BPT.TRAP must be present (the __trap) instead of absent; LDL/STL are allowed (printf's
 argument buffer and the spills the call ABI forces, ~0.6 KB per thread at hdim 128, shown in the
@@ -63,9 +67,12 @@ _GMMA = ("HGMMA", "QGMMA")
 def kernel_checks(k) -> tuple[tuple, bool]:
     """(required instructions, whether the softmax/P.V overlap check applies) for a TU.
     The FP8 kernel with d_v > 128 runs P.V in 128-column chunks without the overlap
-    (csrc/flash3/fwd/mainloop.cuh step_fp8), so only the FP8 d_v <= 128 kernels are checked for it."""
+    (csrc/flash3/fwd/mainloop.cuh step_fp8), so only the FP8 d_v <= 128 kernels are checked for it.
+    The backward (bwd_*) has no softmax under a P.V product: the rest of the forward's checks."""
     if isinstance(k, PlainTU):
         return k.required, k.mainloop
+    if getattr(k, "is_bwd", False):
+        return REQUIRED, False
     if "fp8" in k.name:
         return REQUIRED_FP8, k.head_dim_v <= 128
     return REQUIRED, True
@@ -181,7 +188,9 @@ def ex2_overlap(sass: str) -> list[tuple[int, int]]:
 
 
 def scan_sass(sass: str, r: Result, debug_hang: bool = False, required=REQUIRED,
-              mainloop: bool = True) -> None:
+              mainloop: bool = True, name_part: str = "") -> None:
+    """Checks the SASS of a TU into r. name_part: a string some kernel (`Function : <mangled name>`)
+    must contain ("bwd" for the backward TUs; "" = any function)."""
     counts = {k: 0 for k in COUNTED}
     trap = 0
     for line in sass.splitlines():
@@ -203,8 +212,12 @@ def scan_sass(sass: str, r: Result, debug_hang: bool = False, required=REQUIRED,
             r.problems.append(f"softmax/P.V overlap below the floor ({EX2_FLOOR_FRACTION:.0%} of a step's "
                               f"MUFU.EX2 before the P.V wait) in {len(low)} of {len(r.overlap)} steps: "
                               + ", ".join(low))
-    if not any(l.lstrip().startswith("Function :") for l in sass.splitlines()):
-        r.problems.append("no device function in the SASS dump (is run_fwd instantiating a kernel?)")
+    functions = [l.split(":", 1)[1].strip() for l in sass.splitlines() if l.lstrip().startswith("Function :")]
+    if not functions:
+        r.problems.append("no device function in the SASS dump (is run_fwd/run_bwd instantiating a kernel?)")
+    elif name_part and not any(name_part in f for f in functions):
+        r.problems.append(f"no kernel with {name_part!r} in its name in the SASS dump (functions: "
+                          + ", ".join(functions)[:300] + ")")
     for k in required:
         if counts[k] == 0:
             r.problems.append(f"no {k} instruction")
@@ -247,7 +260,7 @@ def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_han
         r.problems.append(f"cuobjdump -sass failed: {proc.stderr.strip()[:500]}")
         return r
     sass_txt.write_text(proc.stdout)
-    scan_sass(proc.stdout, r, debug_hang, *kernel_checks(k))
+    scan_sass(proc.stdout, r, debug_hang, *kernel_checks(k), name_part="bwd" if getattr(k, "is_bwd", False) else "")
     obj.unlink()
     r.ok = not r.problems
     return r
@@ -260,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--debug-hang", action="store_true",
                     help="check the FLASH3_DEBUG_HANG=1 build (adds the define; allows its traps, "
                          "local memory and wgmma serialization)")
+    ap.add_argument("--list", action="store_true",
+                    help="print the TUs that would be compiled (with the knobs applied) and exit")
     args = ap.parse_args(argv)
     global OUT_DIR
     extra_flags = fb.extra_nvcc_flags()
@@ -286,6 +301,10 @@ def main(argv=None) -> int:
         return fail("FLASH3_HDIMS/FLASH3_DTYPES select no kernel")
     if not debug_hang:  # the hang build only changes the pipelined kernels' waits
         kernels = list(kernels) + PLAIN_TUS
+    if args.list:
+        for k in kernels:
+            print(k.path.relative_to(ROOT).as_posix())
+        return 0
 
     cuda_home, how = fb.find_cuda_home()
     if cuda_home is None:
@@ -375,7 +394,8 @@ def main(argv=None) -> int:
               f"mbarriers, setmaxnreg and the bounded waits' traps (local memory and serialized wgmma allowed)")
         return 0
     print(f"compile-check: OK, {len(results)} kernel TU(s) compiled for sm_90a with HGMMA, TMA, mbarriers "
-          f"and setmaxnreg, no traps, no local memory, no stack frame, no C75xx advisory, softmax under P.V")
+          f"and setmaxnreg, no traps, no local memory, no stack frame, no C75xx advisory, softmax under P.V "
+          f"(forward)")
     return 0
 
 

@@ -134,6 +134,13 @@ def bench_lines(bench: dict | None) -> list[str]:
     return out
 
 
+def bench_bwd_lines(data: dict | None) -> list[str]:
+    """benchmarks/bench_bwd.py's targets (PASS/MISS/n/a lines) from bench_bwd.json."""
+    if not data or not data.get("rows"):
+        return ["  no backward benchmark results"]
+    return [f"  [{status}] {text}" for status, text in data.get("targets", [])]
+
+
 def hang_diagnosis(hang: dict | None) -> list[str]:
     if not hang:
         return []
@@ -159,6 +166,7 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
     sm = load_json(out / "smoke.json")
     hang = load_json(work / "hang.json")
     bench = load_json(out / "bench_fwd.json")
+    bench_bwd = load_json(out / "bench_bwd.json")
     pt = pytest_counts(read(out / "pytest.log")) if "pytest" in by else None
     problems = []
     L = []
@@ -216,7 +224,7 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
 
     if pt is not None:
         st = by["pytest"]["status"]
-        L.append(f"pytest tests/test_kernel_gpu.py tests/test_decode_gpu.py: {pt['passed']} passed, {pt['failed']} failed, "
+        L.append(f"pytest (GPU tests): {pt['passed']} passed, {pt['failed']} failed, "
                  f"{pt['error']} errors, {pt['skipped']} skipped"
                  + ("" if pt["complete"] else f" (incomplete: {st})")
                  + ("; a test hit the per-test timeout" if pt.get("timeout") else ""))
@@ -231,16 +239,19 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
     if "bench" in by:
         L.append("benchmark (bf16, 16k tokens, hidden 2048; TFLOP/s):")
         L += bench_lines(bench)
+    if "bench_bwd" in by:
+        L.append("backward benchmark (bench_bwd --quick, hdim 128):")
+        L += bench_bwd_lines(bench_bwd)
     problems = list(dict.fromkeys(problems))
     ok = not problems
     head = f"======== flash3 device check: {'PASS' if ok else 'FAIL'}" + (
         "" if ok else f" ({'; '.join(problems)[:200]})") + " ========"
     L.append("under $OUT: summary.txt, results.json, device_check.log (every step), smoke.json, "
-             "pytest.log, sanitizer.log, bench_fwd.json")
+             "pytest.log, sanitizer.log, bench_fwd.json, bench_fp8.json, bench_bwd.json")
     text = "\n".join([head] + L)
     results = {"pass": ok, "problems": problems, "env": env, "steps": steps, "budget": budget,
                "elapsed": elapsed, "smoke": sm, "hang": hang, "sanitizers": sres, "pytest": pt,
-               "bench": bench}
+               "bench": bench, "bench_bwd": bench_bwd}
     return text, results, ok
 
 

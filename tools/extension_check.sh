@@ -85,19 +85,24 @@ assert info["arch"] == "sm_90a", info
 
 sys.path.insert(0, os.environ["FLASH3_ROOT"] + "/csrc")
 import generate_kernels as gk
-want = {(k.dtype, k.head_dim, k.head_dim_v) for k in gk.selected_kernels()}
-have = {tuple(e) for e in info["fwd"]}
-assert want <= have, f"kernels missing from the build: {sorted(want - have)}"
+for kind in ("fwd", "bwd"):
+    want = {(k.dtype, k.head_dim, k.head_dim_v) for k in gk.selected_kernels() if k.kind == kind}
+    have = {tuple(e) for e in info[kind]}
+    assert want <= have, f"{kind} kernels missing from the build: {sorted(want - have)}"
 
-op = torch.ops.flash3.fwd_sm90.default
-schema = str(op._schema)
-expected = ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
+
+def check_op(name, expected):
+    """The op's schema is `expected`, and it has CUDA and Meta kernels."""
+    op = getattr(torch.ops.flash3, name).default
+    assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
+    for key in ("CUDA", "Meta"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"{name}: no {key} kernel"
+
+
+check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
             "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
-            "float softcap) -> ()")
-assert schema == expected, f"schema differs:\n  got      {schema}\n  expected {expected}"
-assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CUDA"), "no CUDA kernel"
-assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"), "no Meta kernel"
+            "float softcap) -> ()"))
 
 # The Meta kernel: shapes only, no device; what torch.compile traces through.
 b, s, h, d = 2, 64, 4, 128
@@ -116,26 +121,18 @@ except (NotImplementedError, RuntimeError) as e:
     print(f"extension-check: CPU call refused as expected ({type(e).__name__})")
 
 # The fused KV-cache append: schema, CUDA and Meta kernels, a Meta call.
-op = torch.ops.flash3.append_kv_sm90.default
-expected = ("flash3::append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, "
+check_op("append_kv_sm90", ("flash3::append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, "
             "Tensor v, Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, "
-            "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out) -> ()")
-assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
-for key in ("CUDA", "Meta"):
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"append: no {key} kernel"
+            "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out) -> ()"))
 kc = torch.empty(b, 256, 2, d, dtype=torch.bfloat16, device="meta")
 kn = torch.empty(b, 1, 2, d, dtype=torch.bfloat16, device="meta")
 lens = torch.empty(b, dtype=torch.int32, device="meta")
 torch.ops.flash3.append_kv_sm90(q, kc, kc.clone(), kn, kn, lens, None, None, None, False, True, q)
 
 # The fused FP8 rotate-and-quantize: schema, CUDA and Meta kernels, a Meta call per layout.
-op = torch.ops.flash3.quantize_fp8_sm90.default
-expected = ("flash3::quantize_fp8_sm90(Tensor x, Tensor? signs, Tensor? mean, "
+check_op("quantize_fp8_sm90", ("flash3::quantize_fp8_sm90(Tensor x, Tensor? signs, Tensor? mean, "
             "Tensor? channel_descale, int block_size, int layout, Tensor(a!) out, "
-            "Tensor(b!) descale) -> ()")
-assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
-for key in ("CUDA", "Meta"):
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"quantize: no {key} kernel"
+            "Tensor(b!) descale) -> ()"))
 xq = torch.empty(b, 100, 2, d, dtype=torch.bfloat16, device="meta")
 sg = torch.empty(d, dtype=torch.float32, device="meta")
 pm = torch.empty(b, 2, d, dtype=torch.float32, device="meta")
@@ -147,15 +144,11 @@ torch.ops.flash3.quantize_fp8_sm90(xq, None, None, pm, 128, 1, v8, dq)
 
 # The FP8 attention forward: schema, CUDA and Meta kernels, a Meta call; kernel_info lists its
 # kernels apart ("fwd_fp8", empty in this bf16-only build).
-op = torch.ops.flash3.fwd_fp8_sm90.default
-expected = ("flash3::fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, "
+check_op("fwd_fp8_sm90", ("flash3::fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor q_descale, Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, "
             "int q_block, int kv_block, float softmax_scale, bool causal, int window_left, "
             "int window_right, float softcap, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
-            "int max_seqlen_q=0, int max_seqlen_k=0) -> ()")
-assert str(op._schema) == expected, f"schema differs:\n  got      {op._schema}\n  expected {expected}"
-for key in ("CUDA", "Meta"):
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key), f"fwd_fp8: no {key} kernel"
+            "int max_seqlen_q=0, int max_seqlen_k=0) -> ()"))
 assert "fwd_fp8" in info, info
 q8 = torch.empty(b, 100, 2, d, dtype=torch.float8_e4m3fn, device="meta")
 vt = torch.empty(b, 2, d, 112, dtype=torch.float8_e4m3fn, device="meta")
@@ -165,9 +158,20 @@ torch.ops.flash3.fwd_fp8_sm90(q8, q8, vt, o8, l8, dq, dq, dq, None, 128, 128, d 
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")  # varlen: packed q/k, Vt (h_k, d_v, columns)
 torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, None, 128, 128, d ** -0.5, True,
                               -1, -1, 0.0, cu, cu, 100, 100)
+# The backward: schema, CUDA and Meta kernels, a Meta call batched and packed.
+check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+                      "Tensor? dlse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, "
+                      "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
+                      "bool causal, int window_left, int window_right, float softcap, bool deterministic) -> ()"))
+assert "bwd" in info, info
+g = [torch.empty_like(q) for _ in range(3)]
+torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True)
+cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
+torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
+                          d ** -0.5, False, -1, -1, 0.0, False)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
 (cd /tmp && "$PY" -c 'import flash3; assert flash3.has_extension(), "import flash3 did not load flash3._C"; print("extension-check: import flash3 ->", sorted(flash3.kernel_info()["fwd"]))') \
   || die "plain 'import flash3' does not load the extension"
-say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + fwd_fp8_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info"
+say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + bwd_sm90 + fwd_fp8_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info"

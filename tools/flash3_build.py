@@ -314,7 +314,7 @@ class Plan:
     nvcc: tuple[int, int] | None = None
     cutlass_include: str | None = None
     cutlass_how: str = ""
-    kernels: list = field(default_factory=list)  # generate_kernels.Kernel
+    kernels: list = field(default_factory=list)  # generate_kernels.Kernel (fwd_*.cu and bwd_*.cu TUs)
 
 
 def plan(need_cutlass: bool = True) -> Plan:

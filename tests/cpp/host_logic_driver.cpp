@@ -41,6 +41,41 @@ int main() {
       long long first_key, batch;
       in >> first_key >> batch;
       std::printf("%lld\n", fp8_varlen_vt_offset(first_key, batch));
+    } else if (cmd == "padded_offset") {  // first_row batch align -> padded_seq_offset
+      long long first_row, batch;
+      int align;
+      in >> first_row >> batch >> align;
+      std::printf("%lld\n", padded_seq_offset(first_row, batch, align));
+    } else if (cmd == "queries") {  // seqlen_q seqlen_k causal left right key_begin key_end
+      int sq, sk, causal, left, right, k0, k1;
+      in >> sq >> sk >> causal >> left >> right >> k0 >> k1;
+      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
+      for (int j = k0; j < k1; ++j) std::printf("%d %d;", mask.first_query(j), mask.last_query(j));
+      std::printf("\n");
+    } else if (cmd == "bwd_ranges") {  // seqlen_q seqlen_k causal left right block_m block_n
+      // Per query block: "begin end rank..." (key_block_range, bwd_dq_rank of each key block in
+      // it); then "|" and per key block: "begin end" (query_block_range).
+      int sq, sk, causal, left, right, bm, bn;
+      in >> sq >> sk >> causal >> left >> right >> bm >> bn;
+      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
+      for (int m = 0; m < ceil_div(sq, bm); ++m) {
+        const BlockRange r = key_block_range(mask, m, bm, bn);
+        std::printf("%d %d", r.begin, r.end);
+        for (int n = r.begin; n < r.end; ++n) std::printf(" %d", bwd_dq_rank(mask, m, n, bm, bn));
+        std::printf(";");
+      }
+      std::printf("|");
+      for (int n = 0; n < ceil_div(sk, bn); ++n) {
+        const BlockRange r = query_block_range(mask, n, bm, bn);
+        std::printf("%d %d;", r.begin, r.end);
+      }
+      std::printf("\n");
+    } else if (cmd == "bwd_tile_shape") {  // d d_v -> block_m block_n stages_q stages_do split_d smem
+      int d, dv;
+      in >> d >> dv;
+      const BwdTileShape s = bwd_tile_shape(d, dv);
+      std::printf("%d %d %d %d %d %d\n", s.block_m, s.block_n, s.stages_q, s.stages_do,
+                  s.split_d ? 1 : 0, bwd_smem_bytes(d, dv));
     } else if (cmd == "visible") {  // seqlen_q seqlen_k causal left right
       int sq, sk, causal, left, right;
       in >> sq >> sk >> causal >> left >> right;

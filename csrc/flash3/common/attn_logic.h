@@ -44,6 +44,15 @@ struct Mask {
   FLASH3_HD int last_key(int row_end) const {
     return right < 0 ? seqlen_k : imin(seqlen_k, row_end - 1 + offset() + right + 1);
   }
+  // The transpose, for the backward's (key, query) tiles: key `key` is seen by the queries in
+  // [first_query(key), last_query(key)) (empty for a key outside [0, seqlen_k)).
+  FLASH3_HD int first_query(int key) const {
+    return right < 0 ? 0 : imax(0, key - offset() - right);
+  }
+  FLASH3_HD int last_query(int key) const {
+    if (key < 0 || key >= seqlen_k) return 0;
+    return left < 0 ? seqlen_q : imin(seqlen_q, key - offset() + left + 1);
+  }
 };
 
 // Half-open range of key blocks [begin, end). Loops run from end - 1 down to begin.
@@ -157,13 +166,22 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
                                                 : TileShape{128, 64, 3, 2};
 }
 
+// A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose
+// rows start at `first_row` in the unpadded packing, starts at padded_seq_offset(first_row, batch,
+// align), computed from (first_row, batch) alone (no prefix sum, no host sync) and at least
+// round_up(len, align) before the next sequence's (first_row grows by len, the rest by align - 1).
+// padded_seq_offset(total, batch count, align) is the padded size. Used by the FP8 varlen Vt
+// (align 16) and the backward's per-row buffers (align kBwdBlockM).
 // FP8 varlen Vt (h_k, d_v, columns): sequence `batch`, whose keys start at `first_key` in the packed
 // k, starts at this column: a multiple of 16 (V_PERM16 groups must line up with the kernel's key
 // blocks), computed from (first_key, batch) alone so nothing needs a prefix sum, and at least
 // round_up(len, 16) before the next sequence's (first_key grows by len, 15 * batch by 15).
 // fp8_varlen_vt_offset(total_k, batch count) is the number of columns (flash3/fp8.py twin).
+FLASH3_HD constexpr long long padded_seq_offset(long long first_row, long long batch, int align) {
+  return (first_row + (align - 1) * (batch + 1)) / align * align;
+}
 FLASH3_HD constexpr long long fp8_varlen_vt_offset(long long first_key, long long batch) {
-  return (first_key + 15 * batch + 15) / 16 * 16;
+  return padded_seq_offset(first_key, batch, 16);
 }
 
 // Whether (d, d_v) has a second kernel with a wider tile for calls without a causal/local mask.
@@ -177,6 +195,55 @@ FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, bool wide =
   return 2 * (fwd_tile_shape(head_dim, head_dim_v, wide).block_m * head_dim +
               fwd_tile_shape(head_dim, head_dim_v, wide).stages *
                   fwd_tile_shape(head_dim, head_dim_v, wide).block_n * (head_dim + head_dim_v));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward tiles (csrc/flash3/bwd/). One CTA per (key block, kv head, batch) keeps K and V of its
+// key block in shared memory and walks the query blocks of kBwdBlockM rows that see it
+// (query_block_range), for every query head of its kv head: GQA sums dK/dV over the group in
+// registers, without atomics or repeated K/V. Two consumer warpgroups; a warpgroup's WGMMA M is 64,
+// so keys go along M and the scores are computed transposed:
+//   S^T = K Q^T, dP^T = V dO^T   SS, 64 keys x 64 queries per warpgroup;
+//   dV += P^T dO, dK += dS^T Q   RS: P^T and dS^T are the S^T/dP^T accumulators as they stand;
+//   dQ  = dS K                   SS, dS through shared memory, each warpgroup d/2 columns.
+// Registers per consumer thread (240 after setmaxnreg): dK d/2 + dV d_v/2 held over the loop;
+// S^T 32 + dP^T 32, P 16 + dS 16 per step; dQ d/4 once those are dead.
+//   d, d_v <= 128: 128 keys per CTA, warpgroup w owns keys [64w, 64w + 64): dK + dV <= 128.
+//   larger (split_d): dK + dV would take 192..256 registers, so both warpgroups take the same 64
+//     keys and each keeps half of dK's and dV's columns; both compute S^T and dP^T (1.4x the FLOPs
+//     of the five products: the price of holding 256 columns without a P/dS round trip through
+//     shared memory).
+// Shared memory (16-bit): Q and dO stages of 64 rows, K and V of block_n rows, dS twice (a step
+// writes dS while the other warpgroup may still read the previous one in its dQ product), dQ in
+// fp32 for the bulk reduce-add: 2 (st_q 64 d + st_do 64 d_v + bn (d + d_v) + 2 64 bn) + 4 64 d bytes.
+//   d 64: 112 KB; 96: 152 KB; 128: 192 KB; 192: 208 KB; 192x128: 184 KB; 256 (one Q/dO stage): 208 KB.
+constexpr int kBwdBlockM = 64;
+
+struct BwdTileShape {
+  int block_m, block_n, stages_q, stages_do;
+  bool split_d;
+};
+
+FLASH3_HD constexpr BwdTileShape bwd_tile_shape(int head_dim, int head_dim_v) {
+  return head_dim <= 128 && head_dim_v <= 128 ? BwdTileShape{kBwdBlockM, 128, 2, 2, false}
+         : head_dim <= 192                    ? BwdTileShape{kBwdBlockM, 64, 2, 2, true}
+                                              : BwdTileShape{kBwdBlockM, 64, 1, 1, true};
+}
+
+FLASH3_HD constexpr int bwd_smem_bytes(int head_dim, int head_dim_v) {
+  return 2 * (bwd_tile_shape(head_dim, head_dim_v).stages_q * kBwdBlockM * head_dim +
+              bwd_tile_shape(head_dim, head_dim_v).stages_do * kBwdBlockM * head_dim_v +
+              bwd_tile_shape(head_dim, head_dim_v).block_n * (head_dim + head_dim_v) +
+              2 * kBwdBlockM * bwd_tile_shape(head_dim, head_dim_v).block_n) +
+         4 * kBwdBlockM * head_dim;
+}
+
+// Deterministic dQ: the key blocks adding into query block m_block do so in ascending order, key
+// block n as the (n - first)-th, first = key_block_range(m_block).begin. A CTA waits until the
+// query block's semaphore reaches this rank. The grid is (key blocks, kv heads, batch) with key
+// blocks fastest, so every CTA a wait depends on has a lower block index (already resident).
+FLASH3_HD int bwd_dq_rank(const Mask& mask, int m_block, int n_block, int block_m, int block_n) {
+  return n_block - key_block_range(mask, m_block, block_m, block_n).begin;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,6 +28,14 @@ enum class Wait : int {
   Epilogue,    // consumers: all warpgroups reached the epilogue step
   TileFull,    // consumers: the producer posted the next tile (dynamic scheduler)
   TileEmpty,   // producer: consumers read the previous tile index (dynamic scheduler)
+  // Backward (bwd/kernel.cuh).
+  KVFull,      // consumers: K and V of the key block have landed
+  QEmpty,      // producer: a Q (+ lse) stage was released
+  DoFull,      // consumers: a dO (+ dpsum) stage has landed
+  DoEmpty,     // producer: a dO stage was released
+  DsReady,     // consumers: both warpgroups stored this step's dS
+  DqFull,      // dQ writer: the consumers staged a dQ tile
+  DqEmpty,     // consumers: the dQ writer finished reading the staged tile
 };
 
 }  // namespace flash3

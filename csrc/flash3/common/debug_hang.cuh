@@ -57,6 +57,13 @@ __device__ __forceinline__ const char* wait_name(int w) {
     case Wait::Epilogue: return "Epilogue";
     case Wait::TileFull: return "TileFull";
     case Wait::TileEmpty: return "TileEmpty";
+    case Wait::KVFull: return "KVFull";
+    case Wait::QEmpty: return "QEmpty";
+    case Wait::DoFull: return "DoFull";
+    case Wait::DoEmpty: return "DoEmpty";
+    case Wait::DsReady: return "DsReady";
+    case Wait::DqFull: return "DqFull";
+    case Wait::DqEmpty: return "DqEmpty";
   }
   return "named barrier id >= 16 (debug_hang.cuh kMaxIds)";
 }

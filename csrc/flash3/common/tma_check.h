@@ -41,4 +41,15 @@ inline std::string tma_tensor_problem(const char* what, const void* base, int el
   return "";
 }
 
+// The (d, rows, heads, batch) tensors of the attention kernels (d contiguous), loaded in boxes of
+// (box_d, box_rows): "" or what is wrong.
+inline std::string tma_rows_problem(const char* what, const void* base, int elem_bytes, int64_t d, int64_t rows,
+                                    int64_t heads, int64_t batch, int64_t row_stride, int64_t head_stride,
+                                    int64_t batch_stride, int box_d, int box_rows) {
+  const int64_t dims[4] = {d, rows, heads, batch};
+  const int64_t strides[4] = {1, row_stride, head_stride, batch_stride};
+  const int box[4] = {box_d, box_rows, 1, 1};
+  return tma_tensor_problem(what, base, elem_bytes, 4, dims, strides, box);
+}
+
 }  // namespace flash3

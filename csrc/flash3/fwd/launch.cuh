@@ -35,10 +35,8 @@ inline void fwd_check_cuda(cudaError_t e, const char* what) {
 inline void check_tma(const char* what, const void* base, int elem_bytes, int64_t d, int64_t rows, int64_t heads,
                       int64_t batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_d,
                       int box_rows) {
-  const int64_t dims[4] = {d, rows, heads, batch};
-  const int64_t strides[4] = {1, row_stride, head_stride, batch_stride};
-  const int box[4] = {box_d, box_rows, 1, 1};
-  const std::string problem = tma_tensor_problem(what, base, elem_bytes, 4, dims, strides, box);
+  const std::string problem = tma_rows_problem(what, base, elem_bytes, d, rows, heads, batch, row_stride,
+                                                head_stride, batch_stride, box_d, box_rows);
   fwd_check(problem.empty(), "cannot build a TMA descriptor for " + problem);
 }
 

@@ -15,6 +15,7 @@
 
 #include "flash3/common/barriers.cuh"
 #include "flash3/common/softmax.cuh"
+#include "flash3/common/wgmma.cuh"
 #include "flash3/fwd/scheduler.cuh"
 #include "flash3/fwd/traits.cuh"
 
@@ -151,27 +152,6 @@ struct FwdConsumer {
   // Once at start: the last warpgroup acts as if it had just issued, releasing warpgroup 0.
   static __device__ __forceinline__ void pingpong_start(int consumer) {
     if (consumer == Tr::kNumConsumers - 1) pingpong_pass(consumer);
-  }
-
-  // Issues (does not wait for) an asynchronous WGMMA batch C (+)= A B over the k-blocks of A.
-  // The fences pin the register operands (C, and A when it comes from registers) around the
-  // asynchronous window so the compiler neither moves their reads/writes across it nor reuses them.
-  template <bool kZeroInit, class Mma, class TA, class TB, class TC>
-  static __device__ __forceinline__ void gemm_async(Mma& mma, TA& a, TB const& b, TC& c) {
-    using namespace cute;
-    constexpr bool kRegA = !is_base_of<GMMA::DescriptorIterator, typename Mma::FrgTypeA>::value;
-    if constexpr (kRegA) warpgroup_fence_operand(a);
-    warpgroup_fence_operand(c);
-    warpgroup_arrive();
-    if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(a); ++k) {
-      cute::gemm(mma, a(_, _, k), b(_, _, k), c);
-      mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(c);
-    if constexpr (kRegA) warpgroup_fence_operand(a);
   }
 
   // Everything one consumer thread holds across the key blocks of a tile (besides O).

@@ -1,0 +1,529 @@
+// The backward main kernel: one CTA per (key block, kv head, batch), grid (key blocks, h_k, b) with
+// key blocks fastest (deterministic mode relies on that order: attn_logic.h bwd_dq_rank).
+//  Warpgroup 0 (24 registers): warp 0 loads K and V once, then per step Q + lse and dO + dpsum
+//   through two mbarrier rings (TMA, bulk copies); warp 1 writes dQ: it sums each step's staged
+//   fp32 dQ tile into the global accumulator with one bulk reduce-add (ordered by a semaphore per
+//   query block in deterministic mode).
+//  Warpgroups 1, 2 (240 registers): the five products of traits.cuh per step of 64 queries; dK and
+//   dV stay in registers over every step (every query head of the kv head: GQA sums there) and are
+//   stored at the end.
+// A step: S^T and dP^T are issued together; P = exp2(S^T * scale - lse) runs while dP^T is in
+// flight; dS = P (dP - dpsum); dS goes to shared memory for dQ while dV and dK are issued from
+// registers; then dQ = dS K (both warpgroups' dS), which is staged for the writer warp.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "flash3/bwd/traits.cuh"
+#include "flash3/common/barriers.cuh"
+#include "flash3/common/softmax.cuh"
+#include "flash3/common/wgmma.cuh"
+#include "flash3/fwd/scheduler.cuh"  // packed_rows, consumer_thread_idx
+
+namespace flash3 {
+
+// One batch entry as the backward sees it (cu_seqlens clamped into the packed tensors).
+struct BwdSeq {
+  int offset_q, seqlen_q, offset_k, seqlen_k;
+  int64_t ws_head_stride, ws_base;  // workspace row of (head 0, query 0); add head * ws_head_stride
+};
+
+__device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
+  BwdSeq s;
+  const int64_t padded = bwd_padded_rows(p);
+  if (p.cu_seqlens_q != nullptr) {
+    packed_rows(p.cu_seqlens_q, batch, p.total_q, s.offset_q, s.seqlen_q);
+    s.ws_head_stride = padded;
+    s.ws_base = padded_seq_offset(s.offset_q, batch, kBwdBlockM);
+  } else {
+    s.offset_q = 0;
+    s.seqlen_q = p.seqlen_q;
+    s.ws_head_stride = padded;
+    s.ws_base = int64_t(batch) * p.num_heads * padded;
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    packed_rows(p.cu_seqlens_k, batch, p.total_k, s.offset_k, s.seqlen_k);
+  } else {
+    s.offset_k = 0;
+    s.seqlen_k = p.seqlen_k;
+  }
+  return s;
+}
+
+__device__ __forceinline__ Mask bwd_mask(const BwdParams& p, const BwdSeq& s) {
+  return Mask::make(s.seqlen_q, s.seqlen_k, p.is_causal, p.window_left, p.window_right);
+}
+
+// Sets the entries of a transposed (key, query) accumulator that the mask hides to `fill`.
+template <class TensorS, class TensorC>
+__device__ __forceinline__ void apply_mask_transposed(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
+                                                      int key0, int query0, float fill) {
+  using namespace cute;
+  const int thread_col = get<1>(coord_rc(0, 0));
+  CUTE_UNROLL
+  for (int mi = 0; mi < size<0>(s_rc); ++mi) {
+    const int key = key0 + get<0>(coord_rc(mi, 0));
+    const int lo = mask.first_query(key) - query0 - thread_col;
+    const int hi = mask.last_query(key) - query0 - thread_col;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+      const int c = get<1>(coord_rc(mi, ni)) - thread_col;
+      if (c < lo || c >= hi) s_rc(mi, ni) = fill;
+    }
+  }
+}
+
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+template <class Tr>
+struct BwdKernel {
+  using Element = typename Tr::Element;
+  using SharedStorage = typename Tr::SharedStorage;
+  using PipelineQ = typename Tr::PipelineQ;
+  using PipelineDo = typename Tr::PipelineDo;
+  using StateQ = typename Tr::PipelineState;
+  using StateDo = typename Tr::PipelineStateDo;
+
+  // What every role derives alike from the block index.
+  struct Work {
+    int n_block, head_k, batch, group;
+    BwdSeq seq;
+    Mask mask;
+    BlockRange queries;   // query blocks that see this key block
+    BlockRange unmasked;  // of which these need no mask
+  };
+
+  static __device__ __forceinline__ Work work(const BwdParams& p) {
+    Work w;
+    w.n_block = int(blockIdx.x);
+    w.head_k = int(blockIdx.y);
+    w.batch = int(blockIdx.z);
+    w.group = p.num_heads / p.num_heads_k;
+    w.seq = bwd_seq(p, w.batch);
+    w.mask = bwd_mask(p, w.seq);
+    w.queries = query_block_range(w.mask, w.n_block, Tr::kBlockM, Tr::kBlockN);
+    w.unmasked = unmasked_query_block_range(w.mask, w.n_block, Tr::kBlockM, Tr::kBlockN);
+    return w;
+  }
+
+  // ------------------------------------------------------------------------ producer (warp 0)
+  static __device__ __forceinline__ void produce(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                 const Work& w) {
+    using namespace cute;
+    const BwdParams& p = params.p;
+    const bool leader = cute::elect_one_sync();
+    const int bq = p.cu_seqlens_q != nullptr ? 0 : w.batch;
+    const int bk = p.cu_seqlens_k != nullptr ? 0 : w.batch;
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+    Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
+    Tensor gK = local_tile(domain_offset(make_coord(w.seq.offset_k, _0{}), mK(_, _, w.head_k, bk)),
+                           Shape<typename Tr::BlkN, typename Tr::HD>{}, make_coord(w.n_block, _0{}));
+    Tensor gV = local_tile(domain_offset(make_coord(w.seq.offset_k, _0{}), mV(_, _, w.head_k, bk)),
+                           Shape<typename Tr::BlkN, typename Tr::HDV>{}, make_coord(w.n_block, _0{}));
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutV{});
+    auto tk = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto tv = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    if (leader) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Tr::kKVBytes);
+      copy(params.tma_k.with(smem.kv_full), get<0>(tk), get<1>(tk));
+      copy(params.tma_v.with(smem.kv_full), get<0>(tv), get<1>(tv));
+    }
+
+    Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
+    Tensor mDo = params.tma_do.get_tma_tensor(params.shape_do);
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
+    Tensor sDo = make_tensor(make_smem_ptr(smem.dout.data()), typename Tr::SmemLayoutDo{});
+    StateQ sq = cutlass::make_producer_start_state<PipelineQ>();
+    StateDo sd = cutlass::make_producer_start_state<PipelineDo>();
+    for (int head = w.head_k * w.group; head < (w.head_k + 1) * w.group; ++head) {
+      Tensor gQ = local_tile(domain_offset(make_coord(w.seq.offset_q, _0{}), mQ(_, _, head, bq)),
+                             Shape<typename Tr::BlkM, typename Tr::HD>{}, make_coord(_, _0{}));
+      Tensor gDo = local_tile(domain_offset(make_coord(w.seq.offset_q, _0{}), mDo(_, _, head, bq)),
+                              Shape<typename Tr::BlkM, typename Tr::HDV>{}, make_coord(_, _0{}));
+      auto tq = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      auto td = tma_partition(params.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDo), group_modes<0, 2>(gDo));
+      const int64_t ws_row = w.seq.ws_base + int64_t(head) * w.seq.ws_head_stride;
+      for (int m = w.queries.begin; m < w.queries.end; ++m) {
+        mbarrier_wait(empty_barrier(smem.pipe_q, sq.index()), sq.phase(), Wait::QEmpty, m);
+        if (leader) {
+          uint64_t* full = full_barrier(smem.pipe_q, sq.index());
+          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Tr::kQBytes);
+          copy(params.tma_q.with(*full), get<0>(tq)(_, m), get<1>(tq)(_, sq.index()));
+          SM90_BULK_COPY_G2S::copy(p.lse_log2 + ws_row + m * Tr::kBlockM, full, smem.lse[sq.index()],
+                                   Tr::kBlockM * sizeof(float));
+        }
+        ++sq;
+        mbarrier_wait(empty_barrier(smem.pipe_do, sd.index()), sd.phase(), Wait::DoEmpty, m);
+        if (leader) {
+          uint64_t* full = full_barrier(smem.pipe_do, sd.index());
+          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Tr::kDoBytes);
+          copy(params.tma_do.with(*full), get<0>(td)(_, m), get<1>(td)(_, sd.index()));
+          SM90_BULK_COPY_G2S::copy(p.dpsum + ws_row + m * Tr::kBlockM, full, smem.dpsum[sd.index()],
+                                   Tr::kBlockM * sizeof(float));
+        }
+        ++sd;
+      }
+    }
+  }
+
+  template <class Storage>
+  static __device__ __forceinline__ uint64_t* full_barrier(Storage& s, int stage) {
+    return reinterpret_cast<uint64_t*>(&s.full_barrier_[stage]);
+  }
+  template <class Storage>
+  static __device__ __forceinline__ uint64_t* empty_barrier(Storage& s, int stage) {
+    return reinterpret_cast<uint64_t*>(&s.empty_barrier_[stage]);
+  }
+
+  // ------------------------------------------------------------------------ dQ writer (warp 1)
+  static __device__ __forceinline__ void write_dq(const BwdParams& p, SharedStorage& smem, const Work& w) {
+    const int lane = int(threadIdx.x % 32);
+    const int m_blocks = ceil_div(p.seqlen_q, Tr::kBlockM);
+    const int steps = w.group * w.queries.size();
+    int step = 0;
+    for (int head = w.head_k * w.group; head < (w.head_k + 1) * w.group; ++head) {
+      const int64_t ws_row = w.seq.ws_base + int64_t(head) * w.seq.ws_head_stride;
+      for (int m = w.queries.begin; m < w.queries.end; ++m, ++step) {
+        named_sync(Tr::kDqHandoffThreads, Tr::kBarDqFull, Wait::DqFull, m);
+        if (lane == 0) {
+          float* dst = p.dq_accum + (ws_row + int64_t(m) * Tr::kBlockM) * Tr::kHeadDim;
+          int* sem = p.dq_semaphore + (int64_t(w.batch) * p.num_heads + head) * m_blocks + m;
+          if (p.deterministic) {
+            const int rank = bwd_dq_rank(w.mask, m, w.n_block, Tr::kBlockM, Tr::kBlockN);
+            int seen;
+            do {
+              asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
+            } while (seen != rank);
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          }
+          bulk_reduce_add_f32(dst, smem.dq.data(), Tr::kBlockM * Tr::kHeadDim * sizeof(float));
+          if (p.deterministic) {
+            // The sum is complete in global memory before the next key block may add.
+            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            __threadfence();
+            atomicAdd(sem, 1);
+          } else {
+            asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+          }
+        }
+        __syncwarp();
+        if (step + 1 < steps) named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqEmpty);
+      }
+    }
+    if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
+
+  // ------------------------------------------------------------------------ consumers
+  struct Frags {
+    typename Tr::TiledMmaS mma_s;
+    typename Tr::TiledMmaDp mma_dp;
+    typename Tr::TiledMmaDv mma_dv;
+    typename Tr::TiledMmaDk mma_dk;
+    typename Tr::TiledMmaDq mma_dq;
+  };
+
+  // P = exp2(S^T scale - lse) in place (lse already in the log2 domain, +inf for rows without keys
+  // and padding rows: P = 0 there). Without softcap; masked entries were set to -inf.
+  template <class TensorS, class TensorC>
+  static __device__ __forceinline__ void exp_scores(TensorS& s_rc, TensorC const& coord_rc, const float* lse,
+                                                    float scale_log2) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+      const float l = lse[get<1>(coord_rc(0, ni))];
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(s_rc); ++mi) s_rc(mi, ni) = exp2f(s_rc(mi, ni) * scale_log2 - l);
+    }
+  }
+
+  // dS = P (dP - dpsum) in dP's registers.
+  template <class TensorP, class TensorDp, class TensorC>
+  static __device__ __forceinline__ void grad_scores(TensorP const& p_rc, TensorDp& dp_rc, TensorC const& coord_rc,
+                                                     const float* dpsum) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(dp_rc); ++ni) {
+      const float dd = dpsum[get<1>(coord_rc(0, ni))];
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(dp_rc); ++mi) dp_rc(mi, ni) = p_rc(mi, ni) * (dp_rc(mi, ni) - dd);
+    }
+  }
+
+  // Softcap: s = cap tanh(raw scale / cap), P = exp2(s log2e - lse), dS = P (dP - dpsum) (1 - t^2),
+  // in one pass once both S^T and dP^T are done (t is not kept: that would be 32 more registers).
+  template <class TensorS, class TensorDp, class TensorC>
+  static __device__ __forceinline__ void softcap_scores(typename Tr::KernelParams const& params, TensorS& s_rc,
+                                                        TensorDp& dp_rc, TensorC const& coord_rc, const float* lse,
+                                                        const float* dpsum) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+      const int col = get<1>(coord_rc(0, ni));
+      const float l = lse[col], dd = dpsum[col];
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(s_rc); ++mi) {
+        const float t = tanhf(s_rc(mi, ni) * params.softcap_in);
+        const float pv = exp2f(t * params.scale_log2 - l);
+        s_rc(mi, ni) = pv;
+        dp_rc(mi, ni) = pv * (dp_rc(mi, ni) - dd) * (1.f - t * t);
+      }
+    }
+  }
+
+  // ptxas hoists the wait for dP^T above the exponentials meant to run under it (5 of 32 stayed
+  // there); it keeps the wait below earlier shared-memory stores, so storing a value that depends on
+  // every P pins it after all of them (fwd/mainloop.cuh pin_before_wait). The slot is never read.
+  template <class TensorS>
+  static __device__ __forceinline__ void pin_before_wait(SharedStorage& smem, TensorS const& s_rc) {
+    float sum = 0.f;
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(s_rc); ++i) sum += s_rc(i);
+    const uint32_t slot = cute::cast_smem_ptr_to_uint(&smem.overlap_pin[consumer_thread_idx()]);
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(sum) : "memory");
+  }
+
+  template <class TensorAcc>
+  static __device__ __forceinline__ void stage_dq(SharedStorage& smem, TensorAcc const& acc, int wg, int lt) {
+    float* dst = smem.dq.data() + wg * Tr::kDqValues * 128 + lt;
+    CUTE_UNROLL
+    for (int i = 0; i < Tr::kDqValues; ++i) dst[i * 128] = acc(i);
+  }
+
+  // One step: query block m of query head `head`.
+  template <class TK, class TV, class TQ, class TDo, class TDoT, class TQT, class TDs, class TKT, class TDsStore,
+            class TensorCS, class TensorDV, class TensorDK>
+  static __device__ __forceinline__ void step(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                              PipelineQ& pipe_q, PipelineDo& pipe_do, StateQ& sq, StateDo& sd,
+                                              const Work& w, int m, int step_idx, int wg, int lt, Frags& fr,
+                                              TK const& tSrK, TQ const& tSrQ, TV const& tdPrV, TDo const& tdPrDo,
+                                              TDoT const& tdVrDo, TQT const& tdKrQ, TDs const& tdQrDs,
+                                              TKT const& tdQrK, TDsStore& tSsDs, TensorCS const& tScS_rc,
+                                              TensorDV& dv, TensorDK& dk) {
+    using namespace cute;
+    const int key0 = w.n_block * Tr::kBlockN + (Tr::kSplitD ? 0 : 64 * wg);
+    const int query0 = m * Tr::kBlockM;
+    const bool masked = m < w.unmasked.begin || m >= w.unmasked.end;
+
+    Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::Slab, typename Tr::BlkM>{});
+    Tensor tdPrdP = partition_fragment_C(fr.mma_dp, Shape<typename Tr::Slab, typename Tr::BlkM>{});
+    Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+    Tensor dp_rc = make_tensor(tdPrdP.data(), acc_rowcol(tdPrdP.layout()));
+
+    mbarrier_wait(full_barrier(smem.pipe_q, sq.index()), sq.phase(), Wait::QFull, m);
+    gemm_async<true>(fr.mma_s, tSrK, tSrQ(_, _, _, sq.index()), tSrS);
+    mbarrier_wait(full_barrier(smem.pipe_do, sd.index()), sd.phase(), Wait::DoFull, m);
+    gemm_async<true>(fr.mma_dp, tdPrV, tdPrDo(_, _, _, sd.index()), tdPrdP);
+    const float* lse = smem.lse[sq.index()];
+    const float* dpsum = smem.dpsum[sd.index()];
+    if (!params.has_softcap) {
+      warpgroup_wait<1>();  // S^T is ready; dP^T still running
+      if (masked) apply_mask_transposed(s_rc, tScS_rc, w.mask, key0, query0, -INFINITY);
+      exp_scores(s_rc, tScS_rc, lse, params.scale_log2);
+      pin_before_wait(smem, s_rc);
+      warpgroup_wait<0>();
+      grad_scores(s_rc, dp_rc, tScS_rc, dpsum);
+    } else {
+      warpgroup_wait<0>();
+      softcap_scores(params, s_rc, dp_rc, tScS_rc, lse, dpsum);
+      if (masked) {
+        apply_mask_transposed(s_rc, tScS_rc, w.mask, key0, query0, 0.f);
+        apply_mask_transposed(dp_rc, tScS_rc, w.mask, key0, query0, 0.f);
+      }
+    }
+
+    // P^T and dS^T in 16 bits, in the A-operand layout of dV and dK (same registers).
+    Tensor p16 = convert_fragment<Element>(tSrS);
+    Tensor ds16 = convert_fragment<Element>(tdPrdP);
+    Tensor tOrP = make_tensor(p16.data(), typename Tr::LayoutP{});
+    Tensor tOrDs = make_tensor(ds16.data(), typename Tr::LayoutP{});
+
+    // dS to shared memory (this step's buffer) for the dQ product of both warpgroups.
+    const int buf = step_idx & 1;
+    if (!Tr::kSplitD || wg == 0) {
+      Tensor dst = tSsDs(_, _, _, buf);
+      CUTE_UNROLL
+      for (int i = 0; i < size(ds16); ++i) dst(i) = ds16(i);
+      cutlass::arch::fence_view_async_shared();  // generic stores -> the WGMMA's async proxy
+    }
+
+    gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
+    gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+    named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
+    // split_d (d > 128): dQ's accumulator is d/4 >= 48 registers; P and dS must be dead first.
+    if constexpr (Tr::kSplitD) warpgroup_wait<0>();
+    Tensor dq = partition_fragment_C(fr.mma_dq, Shape<typename Tr::BlkM, Int<Tr::kDQCols>>{});
+    Tensor ds_a = tdQrDs(_, _, _, buf);
+    gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+    warpgroup_wait<0>();
+    pipe_q.consumer_release(sq);
+    ++sq;
+    pipe_do.consumer_release(sd);
+    ++sd;
+
+    if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty, Wait::DqEmpty, m);
+    stage_dq(smem, dq, wg, lt);
+    cutlass::arch::fence_view_async_shared();
+    named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull);
+  }
+
+  // dK (times softmax_scale) or dV of this warpgroup's keys and kCols columns from col0, straight
+  // from registers: each pair of accumulator values is two adjacent columns of one row (32 bits).
+  template <int kCols, class TensorAcc, class Mma>
+  static __device__ __forceinline__ void store_grad(TensorAcc const& acc, Mma const& mma, int lt, Element* base,
+                                                    int64_t row_stride, int key0, int col0, int rows, int cols,
+                                                    float scale) {
+    using namespace cute;
+    Tensor tc = mma.get_thread_slice(lt).partition_C(make_identity_tensor(Shape<typename Tr::Slab, Int<kCols>>{}));
+    static_assert(decltype(size(tc))::value == decltype(size(acc))::value, "accumulator coordinates");
+    using Pair = cutlass::Array<Element, 2>;
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      const int row = key0 + get<0>(tc(i)), col = col0 + get<1>(tc(i));
+      if (row < rows && col < cols) {
+        Pair v;
+        v[0] = Element(acc(i) * scale);
+        v[1] = Element(acc(i + 1) * scale);
+        *reinterpret_cast<Pair*>(base + int64_t(row) * row_stride + col) = v;
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void consume(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                 PipelineQ& pipe_q, PipelineDo& pipe_do, const Work& w, int wg) {
+    using namespace cute;
+    const BwdParams& p = params.p;
+    const int lt = consumer_thread_idx() % 128;
+    Frags fr;
+    auto thr_s = fr.mma_s.get_thread_slice(lt);
+    auto thr_dp = fr.mma_dp.get_thread_slice(lt);
+    auto thr_dv = fr.mma_dv.get_thread_slice(lt);
+    auto thr_dk = fr.mma_dk.get_thread_slice(lt);
+    auto thr_dq = fr.mma_dq.get_thread_slice(lt);
+    const int slab = Tr::kSplitD ? 0 : wg;  // this warpgroup's 64 keys within the block
+    const int half = Tr::kSplitD ? wg : 0;  // this warpgroup's dK/dV columns (split_d)
+
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutV{});
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
+    Tensor sDo = make_tensor(make_smem_ptr(smem.dout.data()), typename Tr::SmemLayoutDo{});
+    Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQt{});
+    Tensor sDot = make_tensor(make_smem_ptr(smem.dout.data()), typename Tr::SmemLayoutDot{});
+    Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutKt{});
+    Tensor sDs = make_tensor(make_smem_ptr(smem.ds.data()), typename Tr::SmemLayoutDs{});
+    Tensor sDst = make_tensor(make_smem_ptr(smem.ds.data()), typename Tr::SmemLayoutDst{});
+
+    Tensor tSrK = thr_s.partition_fragment_A(
+        local_tile(sK, Shape<typename Tr::Slab, typename Tr::HD>{}, make_coord(slab, _0{})));
+    Tensor tSrQ = thr_s.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdPrV = thr_dp.partition_fragment_A(
+        local_tile(sV, Shape<typename Tr::Slab, typename Tr::HDV>{}, make_coord(slab, _0{})));
+    Tensor tdPrDo = thr_dp.partition_fragment_B(sDo);
+    Tensor tdVrDo = thr_dv.partition_fragment_B(local_tile(
+        sDot, Shape<Int<Tr::kDVCols>, typename Tr::BlkM, Int<Tr::kStagesDo>>{}, make_coord(half, _0{}, _0{})));
+    Tensor tdKrQ = thr_dk.partition_fragment_B(local_tile(
+        sQt, Shape<Int<Tr::kDKCols>, typename Tr::BlkM, Int<Tr::kStagesQ>>{}, make_coord(half, _0{}, _0{})));
+    Tensor tdQrDs = thr_dq.partition_fragment_A(sDs);  // (MMA, MMA_M, MMA_K, buffer)
+    Tensor tdQrK = thr_dq.partition_fragment_B(
+        local_tile(sKt, Shape<Int<Tr::kDQCols>, typename Tr::BlkN>{}, make_coord(wg, _0{})));
+    // Where this thread's dS^T values go: the accumulator partition of the warpgroup's key slab.
+    Tensor tSsDs = thr_s.partition_C(local_tile(sDst, Shape<typename Tr::Slab, typename Tr::BlkM, _2>{},
+                                                make_coord(slab, _0{}, _0{})));  // (MMA, MMA_M, MMA_N, buffer)
+
+    Tensor cS = make_identity_tensor(Shape<typename Tr::Slab, typename Tr::BlkM>{});
+    Tensor tScS = thr_s.partition_C(cS);
+    Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+
+    Tensor dv = partition_fragment_C(fr.mma_dv, Shape<typename Tr::Slab, Int<Tr::kDVCols>>{});
+    Tensor dk = partition_fragment_C(fr.mma_dk, Shape<typename Tr::Slab, Int<Tr::kDKCols>>{});
+    clear(dv);
+    clear(dk);
+
+    StateQ sq;
+    StateDo sd;
+    mbarrier_wait(&smem.kv_full, 0, Wait::KVFull, 0);
+    int step_idx = 0;
+    for (int head = w.head_k * w.group; head < (w.head_k + 1) * w.group; ++head) {
+#pragma unroll 1
+      for (int m = w.queries.begin; m < w.queries.end; ++m, ++step_idx)
+        step(params, smem, pipe_q, pipe_do, sq, sd, w, m, step_idx, wg, lt, fr, tSrK, tSrQ, tdPrV, tdPrDo, tdVrDo,
+             tdKrQ, tdQrDs, tdQrK, tSsDs, tScS_rc, dv, dk);
+    }
+
+    // Epilogue: this warpgroup's keys (rows) and columns of dK and dV.
+    const int key0 = w.n_block * Tr::kBlockN + 64 * slab;
+    Element* dk_base = static_cast<Element*>(p.dk) + int64_t(w.head_k) * p.dk_head_stride +
+                       (p.cu_seqlens_k != nullptr ? int64_t(w.seq.offset_k) * p.dk_row_stride
+                                                  : int64_t(w.batch) * p.dk_batch_stride);
+    Element* dv_base = static_cast<Element*>(p.dv) + int64_t(w.head_k) * p.dv_head_stride +
+                       (p.cu_seqlens_k != nullptr ? int64_t(w.seq.offset_k) * p.dv_row_stride
+                                                  : int64_t(w.batch) * p.dv_batch_stride);
+    store_grad<Tr::kDKCols>(dk, fr.mma_dk, lt, dk_base, p.dk_row_stride, key0, half * Tr::kDKCols, w.seq.seqlen_k, p.head_dim,
+               p.softmax_scale);
+    store_grad<Tr::kDVCols>(dv, fr.mma_dv, lt, dv_base, p.dv_row_stride, key0, half * Tr::kDVCols, w.seq.seqlen_k, p.head_dim_v,
+               1.f);
+  }
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kNumThreads, 1)
+    bwd_kernel(CUTE_GRID_CONSTANT typename Tr::KernelParams const params) {
+  using namespace cute;
+  using K = BwdKernel<Tr>;
+  using PipelineQ = typename Tr::PipelineQ;
+  using PipelineDo = typename Tr::PipelineDo;
+  extern __shared__ __align__(1024) char smem_raw[];
+  typename Tr::SharedStorage& smem = *reinterpret_cast<typename Tr::SharedStorage*>(smem_raw);
+
+  const typename K::Work w = K::work(params.p);
+  // A key block past this sequence's keys (varlen: the grid covers max_seqlen_k) has nothing to do.
+  if (w.n_block * Tr::kBlockN >= w.seq.seqlen_k) return;
+
+  const int warp_idx = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = warp_idx / 4;
+  if (warp_idx == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+  }
+  typename PipelineQ::Params pq;
+  pq.role = warpgroup == 0 ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;
+  pq.is_leader = threadIdx.x == 0;
+  pq.num_consumers = Tr::kNumConsumerThreads;
+  pq.num_producers = 1;
+  pq.transaction_bytes = Tr::kQBytes;
+  PipelineQ pipe_q(smem.pipe_q, pq, Shape<_1, _1, _1>{});
+  typename PipelineDo::Params pd;
+  pd.role = warpgroup == 0 ? PipelineDo::ThreadCategory::Producer : PipelineDo::ThreadCategory::Consumer;
+  pd.is_leader = threadIdx.x == 0;
+  pd.num_consumers = Tr::kNumConsumerThreads;
+  pd.num_producers = 1;
+  pd.transaction_bytes = Tr::kDoBytes;
+  PipelineDo pipe_do(smem.pipe_do, pd, Shape<_1, _1, _1>{});
+
+  debug_hang_init(Tr::kNumThreads);
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();
+    if (warp_idx == 0) K::produce(params, smem, w);
+    else if (warp_idx == 1) K::write_dq(params.p, smem, w);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Tr::kConsumerRegs>();
+    K::consume(params, smem, pipe_q, pipe_do, w, warpgroup - 1);
+  }
+}
+
+}  // namespace flash3
