@@ -113,7 +113,8 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
     dk.zero_();
     dv.zero_();
   }
-  if (total_q == 0 || h == 0 || batch == 0 || s_q == 0) {
+  if (total_q == 0 || h == 0 || batch == 0 || s_q == 0 || total_k == 0) {  // nothing sees anything
+    dq.zero_();
     dk.zero_();
     dv.zero_();
     return;

@@ -63,6 +63,9 @@ def fake(tmp_path, monkeypatch):
     return setup
 
 
+FWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bf16:64:64", f)]
+
+
 def by_case(res):
     return {(c["kernel"], c["feature"]): c for c in res["cases"]}
 
@@ -70,7 +73,7 @@ def by_case(res):
 def test_driver_classifies_kills_and_restarts(fake):
     cmd = fake("bf16:64:64/causal=hang;bf16:64:64/gqa=segv;fp16:128:128/full=exit;"
                "fp16:128:128/varlen=trap;bf16:96:96/window=wrong;bf16:96:96/softcap=nan")
-    jobs = [(k, smoke.FEATURES) for k in ("bf16:64:64", "bf16:96:96", "fp16:128:128")]
+    jobs = [(k, FWD_FEATURES) for k in ("bf16:64:64", "bf16:96:96", "fp16:128:128")]
     t0 = time.monotonic()
     seen = []
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
@@ -100,7 +103,7 @@ def test_driver_classifies_kills_and_restarts(fake):
 
 def test_driver_budget_leaves_not_run(fake):
     cmd = fake("*=hang")
-    jobs = [("bf16:128:128", smoke.FEATURES), ("fp16:128:128", smoke.FEATURES)]
+    jobs = [("bf16:128:128", FWD_FEATURES), ("fp16:128:128", FWD_FEATURES)]
     t0 = time.monotonic()
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=2.5)
     assert time.monotonic() - t0 < 12
@@ -164,7 +167,7 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
 
 
 def test_render_matrix_and_hang_lines():
-    cases = [{"kernel": "bf16:192:128", "feature": f, "status": "ok"} for f in smoke.FEATURES]
+    cases = [{"kernel": "bf16:192:128", "feature": f, "status": "ok"} for f in FWD_FEATURES]
     cases[1] = {"kernel": "bf16:192:128", "feature": "causal", "status": "wrong",
                 "detail": "max err 3.1e-01 > tol 4.0e-03"}
     cases.append({"kernel": "fp16:64:64", "feature": "full", "status": "crash", "detail": "exit 3",
@@ -175,7 +178,7 @@ def test_render_matrix_and_hang_lines():
     cases.append({"kernel": "fp16:64:64", "feature": "causal", "status": "not run"})
     text = smoke.render_matrix(cases)
     lines = text.splitlines()
-    assert lines[0].split() == ["kernel"] + smoke.FEATURES
+    assert lines[0].split() == ["kernel"] + FWD_FEATURES
     assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok"]
     assert lines[2].split() == ["fp16", "64", "CRASH", "-"]
     assert "9 cases: 6 ok, 1 wrong, 1 crash, 1 not run" in text
@@ -185,7 +188,7 @@ def test_render_matrix_and_hang_lines():
         "fp16 64 full: warpgroup 0 waits on KEmpty phase 1 tile 0  (1 warps in 1 blocks)"]
 
 
-@pytest.mark.parametrize("feature", smoke.FEATURES)
+@pytest.mark.parametrize("feature", FWD_FEATURES)
 def test_case_check_classifies_on_cpu(feature):
     """check() with the fp64 reference rounded to bf16 as the 'kernel' output: ok; one element
     off: wrong; a NaN (an unwritten element): nan. Covers each feature's per-sequence slicing."""
@@ -321,6 +324,107 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
                              t.endswith(("-128]", "[128]", "no_host_sync_graph"))])
 
 
+BWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bwd:bf16:64:64", f)]
+
+
+def test_bwd_features_and_kernel_ids():
+    """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
+    feature but kvcache, plus determ (backward only)."""
+    assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ"]
+    assert "determ" not in FWD_FEATURES + FP8_FEATURES and "kvcache" in FWD_FEATURES
+    info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],
+            "bwd": [["bf16", 128, 128], ["fp16", 192, 128], ["bf16", 64, 64]]}  # no bf16 64 forward
+    assert smoke.kernel_ids(info) == ["bf16:128:128", "fp16:192:128", "e4m3:128:128",
+                                      "bwd:bf16:128:128", "bwd:fp16:192:128"]
+    assert smoke.parse_kernel("bwd:fp16:192:128") == ("fp16", 192, 128)
+    assert smoke.family("bwd:fp16:192:128") == "bwd" and smoke.family("fp16:192:128") == "fp16"
+    assert smoke.kernel_label("bwd:fp16:192:128") == "bwd fp16 192x128"
+    with pytest.raises(ValueError, match="kvcache does not apply to bwd"):
+        smoke.make_case("kvcache", "bf16", 64, 64, device="cpu", bwd=True)
+    with pytest.raises(ValueError, match="determ does not apply to bf16"):
+        smoke.make_case("determ", "bf16", 64, 64, device="cpu")
+
+
+@pytest.mark.parametrize("feature", BWD_FEATURES)
+def test_bwd_case_check_classifies_on_cpu(feature):
+    """The forward case plus dout; check_bwd() with the reference's own bf16 gradients as the
+    'kernel' output: ok; one element off: wrong; a NaN: nan; determ: a differing repeat: wrong."""
+    from flash3 import reference
+    c = smoke.make_case(feature, "bf16", 64, 64, device="cpu", bwd=True)
+    fwd = smoke.make_case("gqa" if feature == "determ" else feature, "bf16", 64, 64, device="cpu")
+    for n in ("q", "k", "v", "causal", "window", "softcap", "lens_q", "max_q", "max_k"):
+        if n in "qkv":  # determ: the gqa case's shapes (its own seed)
+            assert c[n].shape == fwd[n].shape and (feature == "determ" or torch.equal(c[n], fwd[n])), n
+        else:
+            assert c[n] == fwd[n], n
+    assert c["dout"].shape == (*c["q"].shape[:-1], 64) and c["deterministic"] == (feature == "determ")
+    sc, (l, r) = 64 ** -0.5, (-1, 0) if c["causal"] else c["window"]
+    if c["cu_q"] is None:
+        out, lse = reference.forward(c["q"], c["k"], c["v"], sc, l, r, c["softcap"])
+        grads = reference.backward(c["dout"], c["q"], c["k"], c["v"], out, lse, sc, l, r, c["softcap"])
+    else:
+        out, lse = reference.varlen_forward(c["q"], c["k"], c["v"], c["cu_q"], c["cu_k"], sc, l, r,
+                                            c["softcap"])
+        grads = reference.varlen_backward(c["dout"], c["q"], c["k"], c["v"], out, lse, c["cu_q"],
+                                          c["cu_k"], sc, l, r, c["softcap"])
+    grads = list(grads)
+    again = [g.clone() for g in grads] if c["deterministic"] else None
+    r = smoke.check_bwd(c, out, lse, grads, again)
+    assert r["status"] == "ok" and r["err"] < r["tol"] / 2, r
+    bad = [g.clone() for g in grads]
+    bad[1].view(-1)[-5] += 1.0
+    r = smoke.check_bwd(c, out, lse, bad)
+    assert r["status"] == "wrong" and r["detail"].startswith("dk: max err"), r
+    bad[2].view(-1)[7] = float("nan")
+    assert smoke.check_bwd(c, out, lse, bad) == {"status": "nan", "detail": "1 NaN in dv (unwritten?)"}
+    if again is not None:
+        again[0].view(-1)[3] += 2 ** -6
+        r = smoke.check_bwd(c, out, lse, grads, again)
+        assert r["status"] == "wrong" and r["detail"].startswith("deterministic"), r
+
+
+def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
+    """bwd: kernels run every feature but kvcache ("n/a"), forward ones get "n/a" for determ; a
+    hung one is rerun, and its head dim's tests in tests/test_bwd_gpu.py only are deselected
+    (checked against a real collection); failing bwd: cases go to the sanitizers only where
+    tools/sanitize_small.py can launch them (full, causal)."""
+    cmd = fake("bwd:bf16:128:128/window=hang;bwd:bf16:128:128/gqa=wrong;bwd:bf16:128:128/causal=nan")
+    out = tmp_path / "smoke.json"
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels",
+                        "bf16:128:128,bwd:bf16:128:128", "--worker-cmd", " ".join(cmd),
+                        "--case-timeout", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cases = json.loads(out.read_text())["cases"]
+    assert len(cases) == 7 + 7
+    assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ")} == {
+        ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ")}
+    lines = smoke.render_matrix(cases).splitlines()
+    assert lines[0].split() == ["kernel"] + smoke.FEATURES
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"]
+    assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok"]
+    assert "14 cases: 11 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+    assert "bwd bf16 128 window: hang" in p.stdout
+    plan = smoke.plan(cases)
+    assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"
+    assert plan["FAIL_CASES"] == "bwd:bf16:128:128/causal bwd:bf16:128:128/gqa"
+    assert plan["BENCH_HDIMS"] == "128"
+    k = plan["PYTEST_K"]
+    assert k == "not (test_bwd_gpu and bf16 and d128_128)"
+    both = smoke.plan(cases + [{"kernel": "bf16:128:128", "feature": "full", "status": "hang"}])
+    assert both["PYTEST_K"] == "not (bf16 and d128_128)"  # the forward's deselection covers it
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "tests/test_bwd_gpu.py", "tests/test_kernel_gpu.py"]
+    run = lambda *a: subprocess.run(collect + list(a), capture_output=True, text=True, cwd=ROOT,  # noqa: E731
+                                    env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    every, kept = run(), run("-k", k)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    ids = lambda r: {l for l in r.stdout.splitlines() if "::" in l}  # noqa: E731
+    gone = ids(every) - ids(kept)
+    assert gone == {t for t in ids(every) if t.startswith("tests/test_bwd_gpu.py::")
+                    and "bf16" in t and "d128_128" in t}
+
+
 PYTEST_DONE = """\
 tests/test_kernel_gpu.py::test_a[x] PASSED                                   [ 50%]
 tests/test_kernel_gpu.py::test_b[y] FAILED                                   [100%]
@@ -395,7 +499,7 @@ def test_bench_bwd_lines_and_summary(tmp_path):
     assert device_summary.bench_bwd_lines(data) == [
         "  [PASS] bwd hdim 128 bf16 8k: 1.10x SDPA-cuDNN (>= 1.0)",
         "  [MISS] deterministic cost, hdim 128 8k: 12.0% (<= 10%)"]
-    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in smoke.FEATURES]
+    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in FWD_FEATURES]
     write_run(tmp_path / "w", tmp_path / "o", ok_cases, PYTEST_DONE.replace("1 failed, ", ""),
               [("bench_bwd", "ok", 40, tmp_path / "o" / "device_check.log")])
     (tmp_path / "o" / "bench_bwd.json").write_text(json.dumps(data))
@@ -435,7 +539,7 @@ def write_run(work, out, smoke_cases, pytest_text, extra_steps=()):
 
 
 def test_summary_pass_and_fail(tmp_path):
-    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in smoke.FEATURES]
+    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in FWD_FEATURES]
     san = tmp_path / "san1.log"
     san.write_text("========= ERROR SUMMARY: 0 errors\n")
     write_run(tmp_path / "w", tmp_path / "o", ok_cases, PYTEST_DONE.replace("1 failed, ", ""),

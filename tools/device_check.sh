@@ -7,7 +7,7 @@
 #   build     setup.py build_ext --inplace, MAX_JOBS=16, sm_90a                       cap 330 s
 #             then, in the background, the FLASH3_DEBUG_HANG=1 build of every kernel in a
 #             copy of the tree (the release build stays); stopped if nothing hangs
-#   smoke     tools/smoke.py: every built kernel x 7 features (e4m3: 6), one launch each,
+#   smoke     tools/smoke.py: every built kernel x its features (fwd 7, e4m3 6, bwd 7), one launch each,
 #             4 isolated workers, 15 s per case, HANG / CRASH cost one cell            cap 150 s
 #   selftest  tools/debug_hang_selftest.cu: the debug build's waits work (~3 s)       cap 40 s
 #   hang      only if a smoke case hung: wait for the debug build and rerun the case(s)

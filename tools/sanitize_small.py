@@ -4,9 +4,9 @@
     python tools/sanitize_small.py bf16:128:128/causal ...  # just these smoke cases
     python tools/sanitize_small.py bwd:bf16:128:128/causal  # one backward launch (bwd_sm90)
 
-The forward cases are tools/smoke.py's (lengths that leave partial tiles). A bwd: case (full or
-causal) is one flash3::bwd_sm90 launch at s=200 with GQA (6 q heads on 2 kv heads), out/lse from the
-forward kernel; skipped when the build has no backward kernel. Checks only that outputs are finite
+The cases are tools/smoke.py's (lengths that leave partial tiles); a bwd: case is its backward
+case (out/lse from the forward kernel, then flash3::bwd_sm90), skipped when the build has no
+backward kernel. Checks only that outputs are finite
 and fully written; correctness lives in tools/smoke.py, tests/test_kernel_gpu.py and
 tests/test_bwd_gpu.py. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so memcheck sees each tensor's
 real bounds.
@@ -31,8 +31,9 @@ DEFAULT = ([f"bf16:{d}:{dv}/{f}" for d, dv in [(64, 64), (128, 128), (192, 128),
 
 
 def run_bwd(case):
-    """One backward launch into NaN-poisoned dq/dk/dv; False when skipped."""
-    kernel, feature = case[len("bwd:"):].split("/")
+    """One backward case of tools/smoke.py (any feature): out/lse from the forward kernel, then
+    bwd_sm90 into NaN-poisoned dq/dk/dv; False when skipped."""
+    kernel, feature = case.split("/")
     dt, d, dv = smoke.parse_kernel(kernel)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
     reason = (None if _backend.has_bwd_kernel() else "no flash3::bwd_sm90 in this build") or \
@@ -40,16 +41,7 @@ def run_bwd(case):
     if reason:
         print(f"sanitize_small: {case}: {reason}, skipped")
         return False
-    causal = {"full": False, "causal": True}[feature]
-    g = torch.Generator(device="cpu").manual_seed(d + dv)
-    rnd = lambda *shape: torch.randn(*shape, generator=g).to("cuda", dtype)  # noqa: E731
-    b, s, h, hk = 2, 200, 6, 2
-    q, k, v, dout = rnd(b, s, h, d), rnd(b, s, hk, d), rnd(b, s, hk, dv), rnd(b, s, h, dv)
-    out, lse = _backend.run_kernel_fwd(q, k, v, d ** -0.5, -1, 0 if causal else -1, 0.0)
-    grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
-    torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, None, *grads, None, None, s, s, d ** -0.5,
-                              causal, -1, -1, 0.0, False)
-    torch.cuda.synchronize()
+    _, _, grads, _ = smoke.launch_bwd(smoke.make_case(feature, dt, d, dv, bwd=True))
     for name, x in zip("qkv", grads):
         assert torch.isfinite(x).all(), f"{case}: non-finite or unwritten d{name}"
     return True

@@ -14,12 +14,17 @@ torch.ops.flash3.fwd_sm90 on NaN-poisoned out/lse, checked against the fp64 refe
 FlashAttention rule of tests/helpers.py. FP8 kernels (e4m3:128:128, from kernel_info()["fwd_fp8"]):
 the same cases quantized to e4m3 with block descales, through torch.ops.flash3.fwd_fp8_sm90, checked
 against the CPU emulation flash3.fp8.fp8_attention_reference (the rule of tests/test_fp8_gpu.py's
-varlen test). Lines it cannot parse (device printf of the FLASH3_DEBUG_HANG build) are kept with
+varlen test). Backward kernels (bwd:bf16:128:128, from kernel_info()["bwd"], listed when the
+forward kernel of the same triple is built): out/lse from fwd_sm90, then one flash3::bwd_sm90 launch
+into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_backward) in fp32 on
+the same inputs (check_bwd); their "determ" feature is the gqa case with deterministic=True, launched
+twice (bitwise equal). Lines it cannot parse (device printf of the FLASH3_DEBUG_HANG build) are kept with
 the case they interrupted.
 
 Statuses: ok, wrong (error over the FA tolerance, or lse off), nan (NaN in out/lse: unwritten or
 non-finite), error (the call was refused, CUDA still usable), crash, hang, not run. A feature a
-kernel family has no path for (kvcache for e4m3) is not a case: never run, "n/a" in the matrix.
+kernel family has no path for (kvcache for e4m3 and bwd, determ for forward kernels) is not a case:
+never run, "n/a" in the matrix.
 
 --plan FILE prints shell assignments for tools/device_check.sh (which cases to diagnose next).
 """
@@ -41,12 +46,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache"]
+FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ"]
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
-# seqused_k, so no kv cache).
-NOT_APPLICABLE = {"e4m3": {"kvcache"}}
+# seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode). Keyed by
+# family(): the dtype, or "bwd".
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ"}, "bf16": {"determ"}, "fp16": {"determ"},
+                  "bwd": {"kvcache"}}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -58,35 +65,45 @@ FP8_TEST_WITHOUT_D = {128: "no_host_sync_graph"}
 
 
 def parse_kernel(kid: str) -> tuple[str, int, int]:
-    """'bf16:192:128' -> ('bf16', 192, 128)."""
-    dt, d, dv = kid.split(":")
+    """'bf16:192:128' (or 'bwd:bf16:192:128') -> ('bf16', 192, 128)."""
+    dt, d, dv = kid.removeprefix("bwd:").split(":")
     return dt, int(d), int(dv)
+
+
+def family(kid: str) -> str:
+    """NOT_APPLICABLE's key: 'bwd' for a backward kernel, else the dtype."""
+    return "bwd" if kid.startswith("bwd:") else parse_kernel(kid)[0]
 
 
 def kernel_label(kid: str) -> str:
     dt, d, dv = parse_kernel(kid)
-    return f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}"
+    return ("bwd " if family(kid) == "bwd" else "") + (f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}")
 
 
 def applies(kid: str, feature: str) -> bool:
-    return feature not in NOT_APPLICABLE.get(parse_kernel(kid)[0], ())
+    return feature not in NOT_APPLICABLE.get(family(kid), ())
 
 
 def kernel_ids(info: dict) -> list[str]:
     """Kernel ids from kernel_info()'s JSON: 'bf16:128:128' per "fwd" (dtype, d, d_v) triple
     (variants of one triple share a row: the op picks one), then 'e4m3:128:128' per "fwd_fp8"
-    (d, d_v) pair."""
+    (d, d_v) pair, then 'bwd:bf16:128:128' per "bwd" triple whose forward is built (its cases
+    take out/lse from that forward)."""
     ids = [f"{x[0]}:{x[1]}:{x[2]}" for x in info.get("fwd", [])]
     ids += [f"e4m3:{x[0]}:{x[1]}" for x in info.get("fwd_fp8", [])]
+    ids += [f"bwd:{x[0]}:{x[1]}:{x[2]}" for x in info.get("bwd", []) if f"{x[0]}:{x[1]}:{x[2]}" in ids]
     return list(dict.fromkeys(ids))
 
 
-def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0) -> dict:
+def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0,
+              bwd=False) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
-    case's shapes and values, quantized (_quantize_case)."""
+    case's shapes and values, quantized (_quantize_case). bwd: the forward case plus dout and
+    deterministic (True for "determ": the gqa case's shapes)."""
     import torch
-    if feature in NOT_APPLICABLE.get(dtype_name, ()):
-        raise ValueError(f"{feature} does not apply to {dtype_name} kernels")
+    fam = "bwd" if bwd else dtype_name
+    if feature in NOT_APPLICABLE.get(fam, ()):
+        raise ValueError(f"{feature} does not apply to {fam} kernels")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.bfloat16}[dtype_name]
     g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
@@ -99,7 +116,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["window"] = (97, 13)
     elif feature == "softcap":
         c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
-    elif feature == "gqa":
+    elif feature in ("gqa", "determ"):
         h, hk = 6, 2
     if feature == "varlen":
         c["lens_q"], c["lens_k"] = [SQ, 77], [SK, 150]
@@ -114,6 +131,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
             c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
         c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
         c["max_q"], c["max_k"] = sq, sk
+    if bwd:
+        c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv))
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
@@ -262,6 +281,53 @@ def _check_fp8(c, out, lse) -> dict:
     return res
 
 
+def launch_bwd(c: dict):
+    """out/lse from the forward kernel (launch), then one synchronized bwd_sm90 launch into
+    NaN-poisoned dq/dk/dv; "determ" a second one. Returns (out, lse, grads, second grads or None)."""
+    import torch
+    out, lse = launch(c)
+    if torch.isnan(out).any() or torch.isnan(lse).any():
+        raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
+
+    def once():
+        grads = [torch.full_like(c[n], float("nan")) for n in ("q", "k", "v")]
+        torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, None, *grads,
+                                  c["cu_q"], c["cu_k"], c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5,
+                                  c["causal"], c["window"][0], c["window"][1], c["softcap"],
+                                  c["deterministic"])
+        torch.cuda.synchronize()
+        return grads
+    grads = once()
+    return out, lse, grads, once() if c["deterministic"] else None
+
+
+def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
+    """Against flash3.reference.backward (varlen_backward) in fp32 on the same inputs and the
+    kernel's out/lse: each gradient's max error within 4 eps(dtype) x its largest reference element
+    (+1e-5); nan for NaN in dq/dk/dv; "determ": the second launch bitwise equal to the first."""
+    import torch
+    from flash3 import reference
+    nans = [f"{int(torch.isnan(x).sum())} NaN in d{n}" for n, x in zip("qkv", grads) if torch.isnan(x).any()]
+    if nans:
+        return {"status": "nan", "detail": ", ".join(nans) + " (unwritten?)"}
+    args = [c[n].float() for n in ("dout", "q", "k", "v")] + [out.float(), lse.float()]
+    kw = (c["q"].shape[-1] ** -0.5, *((-1, 0) if c["causal"] else c["window"]), c["softcap"])
+    ref = (reference.backward(*args, *kw) if c["cu_q"] is None
+           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw))
+    eps = torch.finfo(c["q"].dtype).eps
+    res = {"status": "ok", "err": 0.0, "tol": 1.0}
+    for n, x, r in zip("qkv", grads, ref):
+        err = (x.double() - r.double()).abs().max().item()
+        tol = 4 * eps * r.abs().max().item() + 1e-5
+        if err / tol > res["err"] / res["tol"]:
+            res.update(err=err, tol=tol)
+        if err > tol:
+            res.update(status="wrong", detail=f"d{n}: max err {err:.2e} > tol {tol:.2e}")
+    if again is not None and not all(torch.equal(a, b) for a, b in zip(grads, again)):
+        res.update(status="wrong", detail="deterministic: a second launch gave other gradients")
+    return res
+
+
 def _emit(obj) -> None:
     print(json.dumps(obj), flush=True)
 
@@ -289,8 +355,9 @@ def worker(kernel: str, features: list[str]) -> int:
             res = {"status": "error", "detail": "kernel not in this build"}
         else:
             try:
-                c = make_case(f, *parse_kernel(kernel))
-                res = check(c, *launch(c))
+                bwd = family(kernel) == "bwd"
+                c = make_case(f, *parse_kernel(kernel), bwd=bwd)
+                res = check_bwd(c, *launch_bwd(c)) if bwd else check(c, *launch(c))
             except Exception as e:  # noqa: BLE001
                 msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
                 if _cuda_broken():  # sticky error: this process is done; the driver restarts one
@@ -499,11 +566,12 @@ def render_matrix(cases, max_details=16) -> str:
     feats += [f for f in dict.fromkeys(c["feature"] for c in cases) if f not in feats]
     by = {(c["kernel"], c["feature"]): c for c in cases}
     w = max([7] + [len(f) for f in feats])
-    lines = ["kernel        " + " ".join(f.ljust(w) for f in feats)]
+    lw = max([13] + [len(kernel_label(k)) for k in kernels])
+    lines = ["kernel".ljust(lw + 1) + " ".join(f.ljust(w) for f in feats)]
     for k in kernels:
         cells = [CELL.get(by[(k, f)]["status"], "?") if (k, f) in by else "" if applies(k, f) else NA
                  for f in feats]
-        lines.append(f"{kernel_label(k):13s} " + " ".join(x.ljust(w) for x in cells).rstrip())
+        lines.append(f"{kernel_label(k):{lw}s} " + " ".join(x.ljust(w) for x in cells).rstrip())
     n = counts(cases)
     lines.append(f"{len(cases)} cases: " + ", ".join(f"{n[s]} {s}" for s in CELL if s in n))
     bad = [c for c in cases if c["status"] in BAD]
@@ -533,7 +601,8 @@ def hang_lines(cases) -> list[str]:
 
 
 def plan(cases) -> dict:
-    """What tools/device_check.sh does next, from the smoke cases."""
+    """What tools/device_check.sh does next, from the smoke cases (FAIL_CASES go to
+    tools/sanitize_small.py, which runs any of them)."""
     hangs = [c for c in cases if c["status"] == "hang"]
     fails = [c for c in cases if c["status"] in ("wrong", "nan", "crash")]
     case_id = lambda c: f"{c['kernel']}/{c['feature']}"  # noqa: E731
@@ -544,8 +613,12 @@ def plan(cases) -> dict:
     by = {(c["kernel"], c["feature"]): c["status"] for c in cases}
     bench = [d for d in (64, 128, 256)
              if all(by.get((f"bf16:{d}:{d}", f)) == "ok" for f in ("full", "causal"))]
-    hung = sorted({parse_kernel(c["kernel"]) for c in hangs})
+    hung = sorted({parse_kernel(c["kernel"]) for c in hangs if family(c["kernel"]) != "bwd"})
     deselect = [f"not ({dt} and d{d}_{dv})" for dt, d, dv in hung if dt != "e4m3"]
+    # A hung backward: its head dim's tests in tests/test_bwd_gpu.py (a hung forward's go above).
+    deselect += [f"not (test_bwd_gpu and {dt} and d{d}_{dv})" for dt, d, dv in
+                 sorted({parse_kernel(c["kernel"]) for c in hangs if family(c["kernel"]) == "bwd"})
+                 if (dt, d, dv) not in hung]
     fp8_ids = []  # tests/test_fp8_gpu.py's tests of each hung FP8 head dim (FP8_TEST_WITHOUT_D)
     for d in sorted({d for dt, d, _ in hung if dt == "e4m3"}):
         fp8_ids += [f"-{d}]", f"[{d}]"] + ([FP8_TEST_WITHOUT_D[d]] if d in FP8_TEST_WITHOUT_D else [])

@@ -50,6 +50,10 @@ __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
     s.offset_k = 0;
     s.seqlen_k = p.seqlen_k;
   }
+  // A sequence longer than max_seqlen (a bad call with validation off) is cut there: the grids,
+  // the semaphores and the per-row workspace are sized by it.
+  s.seqlen_q = imin(s.seqlen_q, p.seqlen_q);
+  s.seqlen_k = imin(s.seqlen_k, p.seqlen_k);
   return s;
 }
 
@@ -353,6 +357,7 @@ struct BwdKernel {
       Tensor dst = tSsDs(_, _, _, buf);
       CUTE_UNROLL
       for (int i = 0; i < size(ds16); ++i) dst(i) = ds16(i);
+      compiler_fence();  // the stores stay above the fence (CUTLASS's asm has no memory clobber)
       cutlass::arch::fence_view_async_shared();  // generic stores -> the WGMMA's async proxy
     }
 
@@ -372,7 +377,8 @@ struct BwdKernel {
 
     if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty, Wait::DqEmpty, m);
     stage_dq(smem, dq, wg, lt);
-    cutlass::arch::fence_view_async_shared();
+    compiler_fence();
+    cutlass::arch::fence_view_async_shared();  // generic stores -> the bulk reduce (async proxy)
     named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull);
   }
 

@@ -49,8 +49,6 @@ void launch_bwd(const BwdParams& p, void* cuda_stream) {
   bwd_check(p.seqlen_q >= 1 && p.seqlen_k >= 0, "seqlen_q must be >= 1");
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
   bwd_check(varlen_q == varlen_k, "q and k must both be packed (varlen) or both batched");
-  if (p.seqlen_k == 0) {  // no keys: dQ is 0 (the postprocess writes the zeroed accumulator)
-  }
   const int rows_q = varlen_q ? p.total_q : p.seqlen_q;
   const int rows_k = varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
   const int batch_q = varlen_q ? 1 : p.batch, batch_k = varlen_k ? 1 : p.batch;
