@@ -40,16 +40,21 @@ enum class Wait : int {
 
 }  // namespace flash3
 
+namespace flash3 {
+
+// CUTLASS's barrier and fence asm carries no "memory" clobber, so the compiler may move plain C++
+// loads and stores of shared memory across it (e.g. the epilogue's reads of staged O, the kv-cache
+// tail zeroing, the scheduler's hand-off slot, the backward's dS and dQ staging). These compiler
+// fences keep them on their side.
+__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
+
+}  // namespace flash3
+
 #if defined(FLASH3_DEBUG_HANG) && FLASH3_DEBUG_HANG
 #include "flash3/common/debug_hang.cuh"
 #else
 
 namespace flash3 {
-
-// CUTLASS's barrier asm carries no "memory" clobber, so the compiler may move plain C++ loads and
-// stores of shared memory across it (e.g. the epilogue's reads of staged O, the kv-cache tail
-// zeroing, the scheduler's hand-off slot). These compiler fences keep them on their side.
-__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
 
 // Wait until the mbarrier at `bar` completes the phase with parity `phase`.
 __device__ __forceinline__ void mbarrier_wait(uint64_t const* bar, uint32_t phase, Wait, int /*tile*/) {
