@@ -10,7 +10,6 @@ raises records its error text instead of a number; flash3 cells where a kernel c
 (the reference fallback is not timed).
 """
 import argparse
-import json
 import os
 import sys
 
@@ -22,7 +21,7 @@ import flash3  # noqa: E402
 from flash3 import _backend  # noqa: E402
 import bench_fwd  # noqa: E402
 from bench_fp8 import (attn_flops, bench_cases, err_text, fmt, gpu_reason, is_num,  # noqa: E402
-                       markdown_table, parse_ints, ratio)
+                       markdown_table, measure_rows, parse_ints, ratio, save_report)
 
 BWD_FACTOR, FWD_BWD_FACTOR = 2.5, 3.5
 TARGET_CUDNN, TARGET_FLASH, TARGET_DET_COST = 1.0, 1.5, 10.0  # bwd d128 8k; deterministic cost in %
@@ -195,26 +194,12 @@ def main(argv=None):
            "bwd_kernels": sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_bwd_configs())}
     print(f"device: {res['device']}  torch {res['torch']}  bwd kernels {res['bwd_kernels']}")
     fns = attention_fns()
-    res["rows"] = []
-    for case in bench_cases(args.hdims, args.seqlens, args.tokens, args.hidden):
-        try:
-            row = measure_row(case, fns, dtype, args.reps)
-        except Exception as e:  # noqa: BLE001 (e.g. out of memory making the inputs)
-            row = dict(case, **{k: err_text(e) for k, _ in COLUMNS})
-            torch.cuda.empty_cache()
-        res["rows"].append(row)
-        print(f"d={row['hdim']:3d} causal={int(row['causal'])} s={row['seqlen']:5d}  "
-              + "  ".join(f"{t} {fmt(row.get(k))}" for k, t in COLUMNS[:4]), flush=True)
+    res["rows"] = measure_rows(bench_cases(args.hdims, args.seqlens, args.tokens, args.hidden),
+                               lambda case: measure_row(case, fns, dtype, args.reps), COLUMNS)
     print(f"\n## backward / fwd+bwd TFLOP/s ({args.dtype}, {args.tokens} tokens per batch, hidden "
           f"{args.hidden}; bwd FLOPs = {BWD_FACTOR} x fwd)\n\n" + table(res["rows"]))
     res["targets"] = evaluate_targets(res)
-    print("\n## targets (a benchmark, not a test)\n")
-    for status, text in res["targets"]:
-        print(f"[{status}] {text}")
-    with open(os.path.join(args.out, "bench_bwd.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    plot(res, os.path.join(args.out, "bench_bwd.png"))
-    print(f"\nwrote {os.path.join(args.out, 'bench_bwd.json')}")
+    save_report(res, "a benchmark, not a test", args.out, "bench_bwd", plot)
     return 0
 
 

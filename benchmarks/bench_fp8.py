@@ -373,6 +373,33 @@ def plot(res, path):
     plt.close(fig)
 
 
+def measure_rows(cases, measure, columns):
+    """measure(case) -> row for every case, printed as it comes; a case that raises (e.g. out of
+    memory making the inputs) gets the error's text in every column."""
+    rows = []
+    for case in cases:
+        try:
+            row = measure(case)
+        except Exception as e:  # noqa: BLE001
+            row = dict(case, **{k: err_text(e) for k, _ in columns})
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"d={row['hdim']:3d} causal={int(row['causal'])} s={row['seqlen']:5d}  "
+              + "  ".join(f"{t} {fmt(row.get(k))}" for k, t in columns[:4]), flush=True)
+    return rows
+
+
+def save_report(res, targets_title, out, name, plot_fn):
+    """Prints res["targets"] (PASS/MISS lines), writes <name>.json and <name>.png under out."""
+    print(f"\n## targets ({targets_title})\n")
+    for status, text in res["targets"]:
+        print(f"[{status}] {text}")
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    plot_fn(res, os.path.join(out, f"{name}.png"))
+    print(f"\nwrote {os.path.join(out, name + '.json')}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     reason = gpu_reason()
@@ -394,16 +421,8 @@ def main(argv=None):
     if sdpa_fp8[1]:
         print(f"SDPA fp8 skipped: {sdpa_fp8[1]}")
     res["sdpa_fp8"] = sdpa_fp8[1] or "measured"
-    res["rows"] = []
-    for case in bench_cases(args.hdims, args.seqlens, args.tokens, args.hidden):
-        try:
-            row = throughput_row(case, sdpa, sdpa_fp8)
-        except Exception as e:  # noqa: BLE001 (e.g. out of memory making the inputs)
-            row = dict(case, **{k: err_text(e) for k, _ in COLUMNS})
-            torch.cuda.empty_cache()
-        res["rows"].append(row)
-        print(f"d={row['hdim']:3d} causal={int(row['causal'])} s={row['seqlen']:5d}  "
-              + "  ".join(f"{t} {fmt(row[k])}" for k, t in COLUMNS[:4]), flush=True)
+    res["rows"] = measure_rows(bench_cases(args.hdims, args.seqlens, args.tokens, args.hidden),
+                               lambda case: throughput_row(case, sdpa, sdpa_fp8), COLUMNS)
     print(f"\n## FP8 forward TFLOP/s ({args.tokens} tokens per batch, hidden {args.hidden})\n\n"
           + throughput_table(res["rows"]))
 
@@ -420,13 +439,7 @@ def main(argv=None):
             res["accuracy"] = {"shape": list(args.acc_shape), "error": err_text(e)}
             print(f"\n## accuracy: {err_text(e)}")
     res["targets"] = evaluate_targets(res)
-    print("\n## targets (issue 8; a benchmark, not a test)\n")
-    for status, text in res["targets"]:
-        print(f"[{status}] {text}")
-    with open(os.path.join(args.out, "bench_fp8.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    plot(res, os.path.join(args.out, "bench_fp8.png"))
-    print(f"\nwrote {os.path.join(args.out, 'bench_fp8.json')}")
+    save_report(res, "issue 8; a benchmark, not a test", args.out, "bench_fp8", plot)
     return 0
 
 

@@ -63,6 +63,16 @@ def fake(tmp_path, monkeypatch):
     return setup
 
 
+def run_smoke_cli(cmd, kernels, out):
+    """tools/smoke.py on `kernels` with the fake worker `cmd`, 1 s per case, json to `out`:
+    (the finished process, the saved json)."""
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels", kernels,
+                        "--worker-cmd", " ".join(cmd), "--case-timeout", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p, json.loads(out.read_text())
+
+
 FWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bf16:64:64", f)]
 
 
@@ -152,12 +162,8 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     cmd = fake("bf16:128:128/causal=hang;fp16:192:128/full=wrong;bf16:64:64/varlen=segv")
     out = tmp_path / "smoke.json"
     kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels", kernels,
-                        "--worker-cmd", " ".join(cmd), "--case-timeout", "1", "--json", str(out)],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
+    p, saved = run_smoke_cli(cmd, kernels, out)
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
-    saved = json.loads(out.read_text())
     assert len(saved["cases"]) == 28 and "partial" not in saved
     sh = (f'eval "$({sys.executable} {ROOT}/tools/smoke.py --plan {out})"; '
           'printf "%s|" "$HANG_CASES" "$FAIL_CASES" "$BENCH_HDIMS" "$PYTEST_K"')
@@ -290,12 +296,8 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     real collection); the benchmark head dims come from bf16 only."""
     cmd = fake("e4m3:128:128/window=hang;e4m3:64:64/gqa=wrong")
     out = tmp_path / "smoke.json"
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels",
-                        "bf16:128:128,e4m3:64:64,e4m3:128:128", "--worker-cmd", " ".join(cmd),
-                        "--case-timeout", "1", "--json", str(out)],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    cases = json.loads(out.read_text())["cases"]
+    p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
+    cases = saved["cases"]
     assert len(cases) == 7 + 6 + 6
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] == "kvcache" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
@@ -386,16 +388,12 @@ def test_bwd_case_check_classifies_on_cpu(feature):
 def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     """bwd: kernels run every feature but kvcache ("n/a"), forward ones get "n/a" for determ; a
     hung one is rerun, and its head dim's tests in tests/test_bwd_gpu.py only are deselected
-    (checked against a real collection); failing bwd: cases go to the sanitizers only where
-    tools/sanitize_small.py can launch them (full, causal)."""
+    (checked against a real collection); failing bwd: cases go to the sanitizers like any other
+    (tools/sanitize_small.py launches every smoke feature)."""
     cmd = fake("bwd:bf16:128:128/window=hang;bwd:bf16:128:128/gqa=wrong;bwd:bf16:128:128/causal=nan")
     out = tmp_path / "smoke.json"
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels",
-                        "bf16:128:128,bwd:bf16:128:128", "--worker-cmd", " ".join(cmd),
-                        "--case-timeout", "1", "--json", str(out)],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    cases = json.loads(out.read_text())["cases"]
+    p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
+    cases = saved["cases"]
     assert len(cases) == 7 + 7
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ")}

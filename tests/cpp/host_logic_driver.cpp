@@ -11,6 +11,13 @@
 
 using namespace flash3;
 
+// The mask of a query line: "seqlen_q seqlen_k causal left right".
+Mask read_mask(std::istream& in) {
+  int sq, sk, causal, left, right;
+  in >> sq >> sk >> causal >> left >> right;
+  return Mask::make(sq, sk, causal != 0, left, right);
+}
+
 int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -18,20 +25,20 @@ int main() {
     std::string cmd;
     in >> cmd;
     if (cmd == "ranges") {  // seqlen_q seqlen_k causal left right block_m block_n
-      int sq, sk, causal, left, right, bm, bn;
-      in >> sq >> sk >> causal >> left >> right >> bm >> bn;
-      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
-      for (int m = 0; m < ceil_div(sq, bm); ++m) {
+      const Mask mask = read_mask(in);
+      int bm, bn;
+      in >> bm >> bn;
+      for (int m = 0; m < ceil_div(mask.seqlen_q, bm); ++m) {
         const BlockRange r = key_block_range(mask, m, bm, bn);
         const BlockRange u = unmasked_key_block_range(mask, m, bm, bn);
         std::printf("%d %d %d %d;", r.begin, r.end, u.begin, u.end);
       }
       std::printf("\n");
     } else if (cmd == "qranges") {  // seqlen_q seqlen_k causal left right block_m block_n
-      int sq, sk, causal, left, right, bm, bn;
-      in >> sq >> sk >> causal >> left >> right >> bm >> bn;
-      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
-      for (int n = 0; n < ceil_div(sk, bn); ++n) {
+      const Mask mask = read_mask(in);
+      int bm, bn;
+      in >> bm >> bn;
+      for (int n = 0; n < ceil_div(mask.seqlen_k, bn); ++n) {
         const BlockRange r = query_block_range(mask, n, bm, bn);
         const BlockRange u = unmasked_query_block_range(mask, n, bm, bn);
         std::printf("%d %d %d %d;", r.begin, r.end, u.begin, u.end);
@@ -47,25 +54,25 @@ int main() {
       in >> first_row >> batch >> align;
       std::printf("%lld\n", padded_seq_offset(first_row, batch, align));
     } else if (cmd == "queries") {  // seqlen_q seqlen_k causal left right key_begin key_end
-      int sq, sk, causal, left, right, k0, k1;
-      in >> sq >> sk >> causal >> left >> right >> k0 >> k1;
-      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
+      const Mask mask = read_mask(in);
+      int k0, k1;
+      in >> k0 >> k1;
       for (int j = k0; j < k1; ++j) std::printf("%d %d;", mask.first_query(j), mask.last_query(j));
       std::printf("\n");
     } else if (cmd == "bwd_ranges") {  // seqlen_q seqlen_k causal left right block_m block_n
       // Per query block: "begin end rank..." (key_block_range, bwd_dq_rank of each key block in
       // it); then "|" and per key block: "begin end" (query_block_range).
-      int sq, sk, causal, left, right, bm, bn;
-      in >> sq >> sk >> causal >> left >> right >> bm >> bn;
-      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
-      for (int m = 0; m < ceil_div(sq, bm); ++m) {
+      const Mask mask = read_mask(in);
+      int bm, bn;
+      in >> bm >> bn;
+      for (int m = 0; m < ceil_div(mask.seqlen_q, bm); ++m) {
         const BlockRange r = key_block_range(mask, m, bm, bn);
         std::printf("%d %d", r.begin, r.end);
         for (int n = r.begin; n < r.end; ++n) std::printf(" %d", bwd_dq_rank(mask, m, n, bm, bn));
         std::printf(";");
       }
       std::printf("|");
-      for (int n = 0; n < ceil_div(sk, bn); ++n) {
+      for (int n = 0; n < ceil_div(mask.seqlen_k, bn); ++n) {
         const BlockRange r = query_block_range(mask, n, bm, bn);
         std::printf("%d %d;", r.begin, r.end);
       }
@@ -77,11 +84,9 @@ int main() {
       std::printf("%d %d %d %d %d %d\n", s.block_m, s.block_n, s.stages_q, s.stages_do,
                   s.split_d ? 1 : 0, bwd_smem_bytes(d, dv));
     } else if (cmd == "visible") {  // seqlen_q seqlen_k causal left right
-      int sq, sk, causal, left, right;
-      in >> sq >> sk >> causal >> left >> right;
-      const Mask mask = Mask::make(sq, sk, causal != 0, left, right);
-      for (int i = 0; i < sq; ++i)
-        for (int j = 0; j < sk; ++j) std::putchar(mask.visible(i, j) ? '1' : '0');
+      const Mask mask = read_mask(in);
+      for (int i = 0; i < mask.seqlen_q; ++i)
+        for (int j = 0; j < mask.seqlen_k; ++j) std::putchar(mask.visible(i, j) ? '1' : '0');
       std::printf("\n");
     } else if (cmd == "tiles") {  // m_blocks heads batch seqlen_k d d_v heads_k l2 causal
       int nm, h, b, sk, d, dv, hk, l2, causal;
