@@ -73,6 +73,17 @@ def run_smoke_cli(cmd, kernels, out):
     return p, json.loads(out.read_text())
 
 
+def deselected(k, *files):
+    """A real pytest collection of `files`: (every test id, the ids `-k k` leaves out)."""
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files]
+    run = lambda *a: subprocess.run(collect + list(a), capture_output=True, text=True, cwd=ROOT,  # noqa: E731
+                                    env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    every, kept = run(), run("-k", k)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    ids = lambda r: {l for l in r.stdout.splitlines() if "::" in l}  # noqa: E731
+    return ids(every), ids(every) - ids(kept)
+
+
 FWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bf16:64:64", f)]
 
 
@@ -312,17 +323,10 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     assert k == "not (test_fp8_gpu and (-128] or [128] or no_host_sync_graph))"
     both = smoke.plan(cases + [{"kernel": "fp16:64:64", "feature": "full", "status": "hang"}])["PYTEST_K"]
     assert both == f"not (fp16 and d64_64) and {k}"
-    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-               "tests/test_fp8_gpu.py", "tests/test_kernel_gpu.py"]
-    run = lambda *a: subprocess.run(collect + list(a), capture_output=True, text=True, cwd=ROOT,  # noqa: E731
-                                    env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
-    every, kept = run(), run("-k", k)
-    assert kept.returncode == 0, kept.stdout + kept.stderr
-    ids = lambda r: {l for l in r.stdout.splitlines() if "::" in l}  # noqa: E731
-    gone = ids(every) - ids(kept)
+    every, gone = deselected(k, "tests/test_fp8_gpu.py", "tests/test_kernel_gpu.py")
     assert gone and all(t.startswith("tests/test_fp8_gpu.py::") for t in gone)
     assert all(t.endswith(("-128]", "[128]", "no_host_sync_graph")) for t in gone)
-    assert len(gone) == len([t for t in ids(every) if t.startswith("tests/test_fp8_gpu.py::") and
+    assert len(gone) == len([t for t in every if t.startswith("tests/test_fp8_gpu.py::") and
                              t.endswith(("-128]", "[128]", "no_host_sync_graph"))])
 
 
@@ -411,15 +415,8 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     assert k == "not (test_bwd_gpu and bf16 and d128_128)"
     both = smoke.plan(cases + [{"kernel": "bf16:128:128", "feature": "full", "status": "hang"}])
     assert both["PYTEST_K"] == "not (bf16 and d128_128)"  # the forward's deselection covers it
-    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-               "tests/test_bwd_gpu.py", "tests/test_kernel_gpu.py"]
-    run = lambda *a: subprocess.run(collect + list(a), capture_output=True, text=True, cwd=ROOT,  # noqa: E731
-                                    env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
-    every, kept = run(), run("-k", k)
-    assert kept.returncode == 0, kept.stdout + kept.stderr
-    ids = lambda r: {l for l in r.stdout.splitlines() if "::" in l}  # noqa: E731
-    gone = ids(every) - ids(kept)
-    assert gone == {t for t in ids(every) if t.startswith("tests/test_bwd_gpu.py::")
+    every, gone = deselected(k, "tests/test_bwd_gpu.py", "tests/test_kernel_gpu.py")
+    assert gone == {t for t in every if t.startswith("tests/test_bwd_gpu.py::")
                     and "bf16" in t and "d128_128" in t}
 
 
