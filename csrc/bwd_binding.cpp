@@ -30,9 +30,9 @@ namespace {
 constexpr const char* kOp = "flash3.bwd_sm90";
 
 // Element strides of a (b, s, h, d) or packed (total, h, d) tensor, as the kernel takes them.
-void rows_strides(const Tensor& t, bool varlen, int64_t& bs, int64_t& rs, int64_t& hs) {
+void rows_strides(const Tensor& t, const char* name, bool varlen, int64_t& bs, int64_t& rs, int64_t& hs) {
   const int dim = varlen ? 3 : 4;
-  check_tma_layout(t, "a gradient or input", kOp);
+  check_tma_layout(t, name, kOp);
   bs = varlen ? 0 : tma_stride(t, 0);
   rs = tma_stride(t, dim - 3);
   hs = tma_stride(t, dim - 2);
@@ -129,14 +129,14 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   p.dq = dq.data_ptr();
   p.dk = dk.data_ptr();
   p.dv = dv.data_ptr();
-  rows_strides(q, varlen, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  rows_strides(k, varlen, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  rows_strides(v, varlen, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  rows_strides(out, varlen, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  rows_strides(dout, varlen, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-  rows_strides(dq, varlen, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  rows_strides(dk, varlen, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-  rows_strides(dv, varlen, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  rows_strides(q, "q", varlen, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  rows_strides(k, "k", varlen, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  rows_strides(v, "v", varlen, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  rows_strides(out, "out", varlen, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  rows_strides(dout, "dout", varlen, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+  rows_strides(dq, "dq", varlen, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  rows_strides(dk, "dk", varlen, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  rows_strides(dv, "dv", varlen, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.lse = lse.data_ptr<float>();
   p.lse_batch_stride = varlen ? 0 : lse.stride(0);
   p.lse_head_stride = lse.stride(varlen ? 0 : 1);
