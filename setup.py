@@ -57,8 +57,8 @@ if PLAN.build_cuda:
         "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
     ] + fb.extra_nvcc_flags()  # FLASH3_NVCC_FLAGS, FLASH3_DEBUG_HANG
     sources = ["csrc/binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/decode_binding.cpp",
-               "csrc/flash3/decode/append_kv.cu", "csrc/fp8_quantize_binding.cpp", "csrc/flash3/fp8/quantize.cu",
-               "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp"] + [
+               "csrc/flash3/decode/append_kv.cu", "csrc/flash3/decode/combine.cu", "csrc/fp8_quantize_binding.cpp", "csrc/flash3/fp8/quantize.cu",
+               "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp", "csrc/kvcache_binding.cpp"] + [
         k.path.relative_to(ROOT).as_posix() for k in PLAN.kernels]  # generated fwd_*.cu and bwd_*.cu
     ext_modules.append(CUDAExtension(
         name="flash3._C",

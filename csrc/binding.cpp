@@ -10,7 +10,7 @@
 //                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k) -> ()
 //       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8.py), bf16 out.
 //   flash3::kernel_info() -> str
-//       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...],
+//       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...], "decode": [...],
 //       "arch": "sm_90a", "cutlass": "4.2.0"}.
 //
 // The Python layer (flash3/) validates and allocates first; the checks here are a defence.
@@ -55,84 +55,6 @@ namespace flash3 {
 namespace {
 
 using at::Tensor;
-
-// The mask and softmax fields of `p`, its launch resources, then the launch on the current stream,
-// shared by both forward ops. Errors name the call: "<op> (<dtype>, d=.., d_v=..)", the dtype left
-// out when null; the text is only built on an error.
-void set_mask_and_launch(FwdParams& p, FwdLauncher launch, const Tensor& q, const DeviceInfo& dev,
-                         double softmax_scale, double softcap, bool causal, int64_t window_left,
-                         int64_t window_right, const char* op, const char* dtype) {
-  auto tag = [&] {
-    std::ostringstream os;
-    os << op << " (";
-    if (dtype != nullptr) os << dtype << ", ";
-    os << "d=" << p.head_dim << ", d_v=" << p.head_dim_v << ")";
-    return os.str();
-  };
-  p.softmax_scale = static_cast<float>(softmax_scale);
-  p.softcap = static_cast<float>(softcap);
-  p.is_causal = causal;
-  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
-  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
-
-  p.num_sms = dev.num_sms;
-  p.l2_bytes = dev.l2_bytes;
-  // Causal, local and varlen tiles differ in cost: the kernel's dynamic scheduler takes them from
-  // an atomic counter (fwd/scheduler.cuh). A fresh zeroed int32 per call: a memset on the current
-  // stream, so calls on different streams never share it and CUDA graphs capture it.
-  Tensor tile_counter;
-  if (fwd_uses_dynamic_scheduler(p)) {
-    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
-    p.tile_counter = tile_counter.data_ptr<int>();
-  }
-
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  try {
-    launch(p, static_cast<void*>(stream));
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, tag(), ": kernel launch failed: ", e.what());
-  }
-  const cudaError_t err = cudaGetLastError();
-  TORCH_CHECK(err == cudaSuccess, tag(), ": CUDA error after launch: ", cudaGetErrorString(err));
-}
-
-// The fields both forward ops fill alike: q, k, out and lse (pointers, element strides) and the
-// sizes. Batched tensors are (b, s, h, d); packed (varlen, cu_seqlens given) ones (total, h, d),
-// with no batch stride and s_q/s_k the max lengths. Each op sets its own v.
-void set_q_k_out(FwdParams& p, const Tensor& q, const Tensor& k, const Tensor& out, const Tensor& lse,
-                 const std::optional<Tensor>& cu_seqlens_q, const std::optional<Tensor>& cu_seqlens_k,
-                 int64_t batch, int64_t s_q, int64_t s_k) {
-  const bool varlen = cu_seqlens_q.has_value();
-  const int dim = varlen ? 3 : 4;
-  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
-    bs = varlen ? 0 : tma_stride(t, 0);
-    rs = tma_stride(t, dim - 3);
-    hs = tma_stride(t, dim - 2);
-  };
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
-  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
-
-  p.batch = to_int(batch, "batch");
-  p.seqlen_q = to_int(s_q, "seqlen_q");
-  p.seqlen_k = to_int(s_k, "seqlen_k");
-  p.num_heads = to_int(q.size(-2), "num_heads");
-  p.num_heads_k = to_int(k.size(-2), "num_heads_k");
-  p.head_dim = static_cast<int>(q.size(-1));
-  p.head_dim_v = static_cast<int>(out.size(-1));
-  p.total_q = to_int(varlen ? q.size(0) : batch * s_q, "total_q");
-  p.total_k = to_int(varlen ? k.size(0) : batch * s_k, "total_k");
-  p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
-  p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
-}
 
 void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, const std::optional<Tensor>& cu_seqlens_q,
@@ -413,6 +335,14 @@ std::string kernel_info() {
   for (size_t i = 0; i < bwd.size(); ++i)
     os << (i ? ", " : "") << "[\"" << (std::get<0>(bwd[i]) == 0 ? "bf16" : "fp16") << "\", " << std::get<1>(bwd[i])
        << ", " << std::get<2>(bwd[i]) << "]";
+  std::vector<std::tuple<int, int, int>> dec;  // the decode (KV-cache) kernels: (dtype order, d, d_v)
+  for (const FwdKernelEntry& e : fwd_decode_kernels()) dec.emplace_back(e.is_bf16 ? 0 : 1, e.head_dim, e.head_dim_v);
+  std::sort(dec.begin(), dec.end());
+  dec.erase(std::unique(dec.begin(), dec.end()), dec.end());
+  os << "], \"decode\": [";
+  for (size_t i = 0; i < dec.size(); ++i)
+    os << (i ? ", " : "") << "[\"" << (std::get<0>(dec[i]) == 0 ? "bf16" : "fp16") << "\", " << std::get<1>(dec[i])
+       << ", " << std::get<2>(dec[i]) << "]";
   os << "], \"arch\": \"sm_90a\", \"cutlass\": \"" << FLASH3_CUTLASS_MAJOR << "."
      << FLASH3_CUTLASS_MINOR << "." << FLASH3_CUTLASS_PATCH << "\"}";
   return os.str();

@@ -89,13 +89,18 @@ def pick_kernel_config(dtype, d, d_v, configs=None):
     return min(fits) if fits else None
 
 
-def call_fwd_reason(dtype, d, d_v, softmax_scale, *, paged=False, configs=None) -> str | None:
-    """The device-independent part of kernel_fwd_reason: dtype, paging, scale and head dims
-    against the compiled configs (kernel_configs() unless given)."""
+@functools.lru_cache(maxsize=None)
+def kernel_decode_configs() -> frozenset:
+    """Compiled decode (KV-cache) configs as {(dtype, d, d_v)} (kernel_info()["decode"])."""
+    return frozenset((_DTYPE_NAMES[name], int(d), int(d_v))
+                     for name, d, d_v in kernel_info().get("decode", []) if name in _DTYPE_NAMES)
+
+
+def call_fwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
+    """The device-independent part of kernel_fwd_reason: dtype, scale and head dims against the
+    compiled configs (kernel_configs() unless given)."""
     if dtype not in _DTYPE_NAMES.values():
         return f"dtype {dtype} has no kernel (bf16/fp16 only)"
-    if paged:
-        return "paged KV cache has no kernel yet"
     if not softmax_scale > 0:  # also NaN
         return "the kernel's online softmax needs softmax_scale > 0"
     if d % 8 or d_v % 8:
@@ -112,7 +117,7 @@ def call_bwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None
                            configs=kernel_bwd_configs() if configs is None else configs)
 
 
-def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
+def kernel_fwd_reason(q, k, v, softmax_scale) -> str | None:
     """Why the Hopper forward kernel cannot run this call; None if it can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
@@ -121,11 +126,49 @@ def kernel_fwd_reason(q, k, v, softmax_scale, *, paged=False) -> str | None:
     cap = torch.cuda.get_device_capability(q.device)
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
-    reason = call_fwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale, paged=paged)
+    reason = call_fwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale)
     if reason is not None:
         return reason
     if any(t.stride(-1) != 1 for t in (q, k, v)):
         return "last dim of q/k/v is not contiguous"
+    return None
+
+
+def call_kvcache_reason(dtype, cache_dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
+    """The device-independent part of kernel_kvcache_reason (kernel_decode_configs() unless
+    given)."""
+    if cache_dtype == torch.float8_e4m3fn:
+        return "FP8 KV cache has no kernel yet"
+    if cache_dtype != dtype:
+        return f"cache dtype {cache_dtype} differs from q's {dtype}"
+    return call_fwd_reason(dtype, d, d_v, softmax_scale,
+                           configs=kernel_decode_configs() if configs is None else configs)
+
+
+def _addressable(x) -> bool:
+    """TMA and 16-byte cp.async can address x in place (see _tma_ready)."""
+    eb = x.element_size()
+    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(
+        st > 0 and st * eb % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+
+
+def kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale) -> str | None:
+    """Why the decode kernel cannot run this attention_with_kvcache call; None if it can. The
+    caches are never copied (they are the caller's state, and large): one the kernel cannot
+    address in place sends the call to the reference."""
+    if not q.is_cuda:
+        return "inputs are not CUDA tensors"
+    if not has_extension():
+        return "flash3._C (the CUDA extension) is not built"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        return f"device capability {cap} is not sm_90 (Hopper)"
+    reason = call_kvcache_reason(q.dtype, k_cache.dtype, q.shape[-1], v_cache.shape[-1],
+                                 softmax_scale)
+    if reason is not None:
+        return reason
+    if not (_addressable(k_cache) and _addressable(v_cache)):
+        return "k_cache/v_cache are not 16-byte aligned with 16-byte multiple strides"
     return None
 
 
@@ -189,6 +232,21 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
                               causal, int(left), -1 if causal else int(right), float(softcap))
+    return out, lse
+
+
+def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
+                       softcap, num_splits):
+    """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
+    device value on the host (capturable in a CUDA graph)."""
+    q = _tma_ready(q)
+    out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    causal = right == 0
+    torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
+                                      float(softmax_scale), causal, int(left),
+                                      -1 if causal else int(right), float(softcap),
+                                      int(num_splits))
     return out, lse
 
 

@@ -33,13 +33,23 @@ def _like(x: Tensor) -> Tensor:
     return x.new_empty(x.shape)
 
 
-def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, paged=False):
+def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
     """Kernel when possible; on CUDA, say (once per reason) why not."""
     if q.is_cuda:
-        reason = _backend.kernel_fwd_reason(q, k, v, softmax_scale, paged=paged)
+        reason = _backend.kernel_fwd_reason(q, k, v, softmax_scale)
         if reason is None:
             return run_kernel()
         _backend.warn_fallback(reason, "forward")
+    return run_reference()
+
+
+def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference):
+    """As _fwd_dispatch, for the decode (KV-cache) kernel."""
+    if q.is_cuda:
+        reason = _backend.kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale)
+        if reason is None:
+            return run_kernel()
+        _backend.warn_fallback(reason, "attention_with_kvcache")
     return run_reference()
 
 
@@ -206,10 +216,11 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
-        # cache skipped; the same with torch ops where that op cannot run: an extension
-        # without it, or the tests' forced kernel branch on CPU/fp32 tensors), then the
-        # forward kernel with seqused_k. num_splits is a speed knob only (no split-KV kernel).
+        # cache or behind a bad page id skipped; the same with torch ops where that op cannot
+        # run: an extension without it, or the tests' forced kernel branch on CPU tensors), then
+        # the decode kernel (paged or contiguous cache, packed GQA, split-KV; no host reads).
         qk = q
+        pt = None if page_table is None else page_table.to(torch.int32).contiguous()
         fused = (k is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
                  and _backend.has_append_kernel())
         if fused:
@@ -220,7 +231,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
             kk, vv = (x if x.stride(-1) == 1 else x.contiguous() for x in (k, v))
             # Without rotary q_out is q itself, which the kernel then never touches.
             torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv,
-                                            cache_seqlens.contiguous(), None, cos, sin,
+                                            cache_seqlens.contiguous(), pt, cos, sin,
                                             rotary_interleaved, local, qk)
         elif k is not None:
             kk = k
@@ -228,18 +239,12 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                 from .rotary import kvcache_rotary
                 qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
-            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, None)
-        # Clamped into the cache (no host read): whatever cache_seqlens holds, the kernel
-        # never walks past the capacity.
-        seqused = (cache_seqlens + s_new).clamp(0, k_cache.shape[1]).to(torch.int32)
-        return _backend.run_kernel_fwd(qk, k_cache, v_cache, *args, seqused_k=seqused,
-                                       max_seqlen_q=q.shape[1], max_seqlen_k=k_cache.shape[1])
+            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table)
+        # Each row's key count; the kernel clamps it into [0, capacity] (no host read).
+        seqused = (cache_seqlens + s_new).to(torch.int32)
+        return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits)
 
-    if k_descale is not None and q.is_cuda:  # FP8 cache: no kernel yet
-        _backend.warn_fallback("FP8 KV cache has no kernel yet", "forward")
-        return run_reference()
-    return _fwd_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference,
-                         paged=page_table is not None)
+    return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference)
 
 
 @attention_kvcache.register_fake

@@ -87,7 +87,6 @@ def test_call_reason_accepts_any_multiple_of_8_up_to_256(d, dv):
 
 @pytest.mark.parametrize("args,kw,fragment", [
     ((torch.float32, 64, 64, 0.1), {}, "bf16/fp16 only"),
-    ((torch.bfloat16, 64, 64, 0.1), {"paged": True}, "paged"),
     ((torch.bfloat16, 64, 64, 0.0), {}, "softmax_scale > 0"),
     ((torch.bfloat16, 64, 64, -0.5), {}, "softmax_scale > 0"),
     ((torch.bfloat16, 64, 64, float("nan")), {}, "softmax_scale > 0"),
@@ -97,6 +96,26 @@ def test_call_reason_accepts_any_multiple_of_8_up_to_256(d, dv):
 ])
 def test_call_reason_rejections(args, kw, fragment):
     assert fragment in _backend.call_fwd_reason(*args, configs=BUILT, **kw)
+
+
+@pytest.mark.parametrize("cache_dtype,fragment", [
+    (torch.float8_e4m3fn, "FP8 KV cache"), (torch.float16, "differs from q's")])
+def test_kvcache_reason_rejections(cache_dtype, fragment):
+    assert fragment in _backend.call_kvcache_reason(torch.bfloat16, cache_dtype, 64, 64, 0.1,
+                                                    configs=BUILT)
+
+
+def test_kvcache_reason_accepts_paged_and_contiguous_caches_alike():
+    # The page table is not an argument: every cache layout runs on the decode kernel.
+    assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 80, 80, 0.1,
+                                        configs=BUILT) is None
+    assert "no kernel compiled" in _backend.call_kvcache_reason(
+        torch.bfloat16, torch.bfloat16, 64, 64, 0.1, configs=frozenset())
+
+
+def test_kernel_kvcache_reason_on_cpu_tensors():
+    q = torch.randn(1, 1, 2, 64, dtype=torch.bfloat16)
+    assert _backend.kernel_kvcache_reason(q, q, q, 0.125) == "inputs are not CUDA tensors"
 
 
 def test_call_reason_without_a_build_has_no_kernel():

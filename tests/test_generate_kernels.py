@@ -25,11 +25,22 @@ def test_backward_tus_per_16bit_dtype_and_head_dim():
         f"bwd_{dt}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS)
     assert {(k.head_dim, k.head_dim_v) for k in bwd} == set(gk.HEAD_DIMS)
     assert not any(k.wide or k.is_fp8 for k in bwd)
-    # The forward list is unchanged by the backward's addition.
-    fwd = [k for k in gk.all_kernels() if not k.is_bwd]
+    # The forward list is unchanged by the backward's and the decode kernels' addition.
+    fwd = [k for k in gk.all_kernels() if k.kind == "fwd"]
     assert len(fwd) == 2 * len(gk.HEAD_DIMS) + 2 * len(gk.WIDE_HEAD_DIMS) + len(gk.FP8_HEAD_DIMS)
     assert all(k.filename.startswith("fwd_") for k in fwd)
     assert len({k.filename for k in gk.all_kernels()}) == len(gk.all_kernels())
+
+
+def test_decode_tus_per_16bit_dtype_and_head_dim():
+    dec = [k for k in gk.all_kernels() if k.kind == "decode"]
+    assert sorted(k.filename for k in dec) == sorted(
+        f"decode_{dt}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS)
+    k = gk.Kernel("fp16", 192, 128, kind="decode")
+    assert "template void flash3::run_fwd_decode<false, 192, 128>" in k.source()
+    assert "DecodeKernelRegistration reg(false, 192, 128," in k.source()
+    # compile_check holds them to the forward's checks plus LDGSTS (the gathered pages).
+    assert compile_check.kernel_checks(k) == (compile_check.REQUIRED + ("LDGSTS",), True)
 
 
 def test_backward_tu_source():
@@ -61,6 +72,7 @@ def test_backward_follows_the_knobs(hdims, dtypes):
              if not k.is_bwd and not k.is_fp8 and not k.wide}
     bwd = {(k.dtype, k.head_dim, k.head_dim_v) for k in sel if k.is_bwd}
     assert bwd == fwd16
+    assert {(k.dtype, k.head_dim, k.head_dim_v) for k in sel if k.kind == "decode"} == fwd16
     if dtypes in ("e4m3", "fp8"):
         assert not bwd
     if hdims == "192x128":
@@ -78,7 +90,7 @@ def run_py(args, **env):
 
 def test_list_shows_forward_and_backward():
     want = ["csrc/generated/fwd_bf16_hdim128_sm90.cu", "csrc/generated/fwd_bf16_hdim128_wide_sm90.cu",
-            "csrc/generated/bwd_bf16_hdim128_sm90.cu"]
+            "csrc/generated/bwd_bf16_hdim128_sm90.cu", "csrc/generated/decode_bf16_hdim128_sm90.cu"]
     p = run_py(["csrc/generate_kernels.py", "--list"], FLASH3_DTYPES="bf16", FLASH3_HDIMS="128")
     assert p.returncode == 0 and p.stdout.split() == want, p.stderr
     # compile_check --list: the same TUs, then the plain ones; no toolchain needed.

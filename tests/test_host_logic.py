@@ -83,6 +83,43 @@ def test_block_ranges_exact(driver, block_m, block_n):
             assert set(range(pub, pue)) == full
 
 
+@pytest.mark.parametrize("block_m,block_n,g,splits", [(128, 128, 8, 3), (192, 96, 4, 1), (128, 80, 16, 5),
+                                                      (128, 112, 1, 2), (64, 48, 3, 7)])
+def test_decode_tile_ranges_exact(driver, block_m, block_n, g, splits):
+    """Packed GQA tiles (row R = token * g + head) and split-KV: the visited key blocks are exactly
+    those a tile's tokens see within its split's share (decode_plan.split_key_range, in blocks);
+    every visible (row, key) pair lands in exactly one split."""
+    from flash3.decode_plan import split_key_range
+    cases = [c for c in random_masks(60, seed=block_m + g * 7 + splits) if c[0] * g <= 1200]
+    answers = driver([f"decode_ranges {sq} {sk} {int(c)} {l} {r} {block_m} {block_n} {g} {splits}"
+                      for sq, sk, c, l, r in cases])
+    for (sq, sk, causal, left, right), line in zip(cases, answers):
+        vis = brute_visible(sq, sk, causal, left, right)
+        parts = [tuple(map(int, part.split())) for part in line.split(";") if part]
+        m_blocks = -(-sq * g // block_m)
+        assert len(parts) == m_blocks * splits
+        seen = [[0] * sk for _ in range(sq)]
+        for idx, (t0, t1, b, e, ub, ue) in enumerate(parts):
+            m, s = divmod(idx, splits)
+            rows = range(m * block_m, min((m + 1) * block_m, sq * g))
+            tokens = sorted({r // g for r in rows})
+            assert (t0, t1) == ((tokens[0], tokens[-1] + 1) if tokens else (0, 0))
+            k0, k1 = split_key_range(s, splits, sk, block_n)
+            share = set(range(k0 // block_n, -(-k1 // block_n))) if k0 < k1 else set()
+            keys = lambda n: range(n * block_n, min((n + 1) * block_n, sk))
+            touched = {n for n in share if any(vis[i][j] for i in tokens for j in keys(n))}
+            full = {n for n in touched if (n + 1) * block_n <= sk
+                    and all(vis[i][j] for i in tokens for j in keys(n))}
+            assert set(range(b, e)) == touched, (sq, sk, causal, left, right, m, s)
+            assert set(range(ub, ue)) == full, (sq, sk, causal, left, right, m, s)
+            for i in tokens:
+                for n in range(b, e):
+                    for j in keys(n):
+                        seen[i][j] += 1
+        if block_m % g == 0:  # tiles hold whole tokens: each visible pair is computed once
+            assert all(seen[i][j] == 1 for i in range(sq) for j in range(sk) if vis[i][j])
+
+
 @pytest.mark.parametrize("block_m,block_n", [(64, 128), (128, 128), (64, 80), (128, 48), (48, 64)])
 def test_backward_query_block_ranges_exact(driver, block_m, block_n):
     """The backward's transpose: per key block, the query blocks that see it, and those of them

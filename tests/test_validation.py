@@ -1,6 +1,7 @@
 """Validation mode (flash3/validation.py) and the no-host-sync contract of the decode paths."""
 
 import contextlib
+import inspect
 
 import pytest
 import torch
@@ -100,9 +101,20 @@ def kernel_path(monkeypatch):
                     torch.zeros(q.shape[0], q.shape[2], q.shape[1]))
         return q.new_zeros(*q.shape[:-1], d_v), torch.zeros(q.shape[1], q.shape[0])
 
-    monkeypatch.setattr(ops, "_fwd_dispatch",
-                        lambda q, k, v, scale, run_kernel, run_reference, paged=False: run_kernel())
+    def fake_kvcache(*args, **kw):
+        # Bound to the real signature: the ops call it exactly as they would the kernel.
+        bound = inspect.signature(real_kvcache).bind(*args, **kw)
+        calls.append(dict(bound.arguments))
+        q, v_cache = bound.arguments["q"], bound.arguments["v_cache"]
+        return (q.new_zeros(*q.shape[:-1], v_cache.shape[-1]),
+                torch.zeros(q.shape[0], q.shape[2], q.shape[1]))
+
+    real_kvcache = _backend.run_kernel_kvcache
+    dispatch = lambda q, k, v, scale, run_kernel, run_reference: run_kernel()  # noqa: E731
+    monkeypatch.setattr(ops, "_fwd_dispatch", dispatch)
+    monkeypatch.setattr(ops, "_kvcache_dispatch", dispatch)
     monkeypatch.setattr(_backend, "run_kernel_fwd", fake_kernel)
+    monkeypatch.setattr(_backend, "run_kernel_kvcache", fake_kvcache)
     return calls
 
 

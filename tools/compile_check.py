@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make compile-check`: compile every kernel TU (csrc/generated/fwd_*.cu and bwd_*.cu, as
+"""`make compile-check`: compile every kernel TU (csrc/generated/{fwd,bwd,decode}_*.cu, as
 selected by FLASH3_HDIMS/FLASH3_DTYPES) for sm_90a, without a GPU, and check the machine code for
 real Hopper instructions. Plain memory-bound TUs (PLAIN_TUS: the decode append, the FP8 quantize)
 are checked for what applies to them (global loads/stores, no traps, no local memory, no stack
@@ -9,6 +9,7 @@ For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<n
 (nvcc's full output, with the ptxas -v resource report), and fails if
   - the compile fails;
   - the SASS lacks HGMMA (wgmma; QGMMA for the FP8 TUs, whose names contain "fp8"), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
+    a decode TU (decode_*) also LDGSTS (cp.async: the gathered K/V rows of small pages);
   - the SASS has BPT.TRAP (wgmma on plain sm_90, or a trap) or local-memory traffic (LDL/STL);
   - ptxas reported ANY C75xx advisory (C7510 asserts, C7508, C7512/C7513/C7519/C7520 serialized
     wgmma ...: each one means lost wgmma overlap) or a non-zero stack frame (an outlined call);
@@ -60,7 +61,9 @@ OUT_DIR = ROOT / "build" / "sass"
 REQUIRED = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
 # The FP8 kernels (names contain "fp8"): 8-bit WGMMA is QGMMA in SASS, not HGMMA.
 REQUIRED_FP8 = ("QGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
-COUNTED = ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDL", "STL", "LDG", "STG")
+# The decode kernels (decode_*) also gather K/V rows of small pages with cp.async: LDGSTS.
+REQUIRED_DECODE = REQUIRED + ("LDGSTS",)
+COUNTED = ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDGSTS", "LDL", "STL", "LDG", "STG")
 _GMMA = ("HGMMA", "QGMMA")
 
 
@@ -73,6 +76,8 @@ def kernel_checks(k) -> tuple[tuple, bool]:
         return k.required, k.mainloop
     if getattr(k, "is_bwd", False):
         return REQUIRED, False
+    if getattr(k, "kind", "") == "decode":
+        return REQUIRED_DECODE, True
     if "fp8" in k.name:
         return REQUIRED_FP8, k.head_dim_v <= 128
     return REQUIRED, True
@@ -90,6 +95,7 @@ class PlainTU:
 
 PLAIN_TUS = [PlainTU("decode_append_kv_sm90", ROOT / "csrc/flash3/decode/append_kv.cu",
                      ("LDG", "STG")),
+             PlainTU("decode_combine_sm90", ROOT / "csrc/flash3/decode/combine.cu", ("LDG", "STG")),
              PlainTU("fp8_quantize_sm90", ROOT / "csrc/flash3/fp8/quantize.cu", ("LDG", "STG"))]
 INSTALL_HINT = "python3 -m pip install nvidia-cutlass==4.2.0.0 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
 

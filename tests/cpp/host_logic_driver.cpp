@@ -34,6 +34,17 @@ int main() {
         std::printf("%d %d %d %d;", r.begin, r.end, u.begin, u.end);
       }
       std::printf("\n");
+    } else if (cmd == "decode_ranges") {  // seqlen_q seqlen_k causal left right block_m block_n g splits
+      const Mask mask = read_mask(in);
+      int bm, bn, g, splits;
+      in >> bm >> bn >> g >> splits;
+      for (int m = 0; m < ceil_div(mask.seqlen_q * g, bm); ++m)
+        for (int s = 0; s < splits; ++s) {
+          const DecodeRanges r = decode_block_ranges(mask, m, bm, bn, g, s, splits);
+          std::printf("%d %d %d %d %d %d;", r.tokens.begin, r.tokens.end, r.blocks.begin, r.blocks.end,
+                      r.unmasked.begin, r.unmasked.end);
+        }
+      std::printf("\n");
     } else if (cmd == "qranges") {  // seqlen_q seqlen_k causal left right block_m block_n
       const Mask mask = read_mask(in);
       int bm, bn;

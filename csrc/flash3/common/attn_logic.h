@@ -62,25 +62,22 @@ struct BlockRange {
   FLASH3_HD int size() const { return end > begin ? end - begin : 0; }
 };
 
-// Key blocks holding at least one key visible to at least one row of query block m_block.
-FLASH3_HD BlockRange key_block_range(const Mask& mask, int m_block, int block_m, int block_n) {
-  const int row_begin = m_block * block_m;
-  const int row_end = imin(row_begin + block_m, mask.seqlen_q);
+// Key blocks holding at least one key visible to at least one of the query rows [row_begin,
+// row_end) (empty when that is empty).
+FLASH3_HD BlockRange key_block_range_rows(const Mask& mask, int row_begin, int row_end, int block_n) {
   if (row_begin >= row_end || mask.seqlen_k <= 0) return {0, 0};
   const int k0 = mask.first_key(row_begin), k1 = mask.last_key(row_end);
   if (k0 >= k1) return {0, 0};
   return {k0 / block_n, ceil_div(k1, block_n)};
 }
 
-// Blocks of key_block_range in which every (row < seqlen_q, key) pair is visible and the block
-// is full, so the kernel can skip the mask there. The blocks of the outer range above `end` and
-// below `begin` need masking. Returned clamped into the outer range (possibly empty).
-FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int block_m,
-                                              int block_n) {
-  const BlockRange outer = key_block_range(mask, m_block, block_m, block_n);
+// Blocks of key_block_range_rows in which every (row, key) pair is visible and the block is full,
+// so the kernel can skip the mask there. The blocks of the outer range above `end` and below
+// `begin` need masking. Returned clamped into the outer range (possibly empty).
+FLASH3_HD BlockRange unmasked_key_block_range_rows(const Mask& mask, int row_begin, int row_end,
+                                                   int block_n) {
+  const BlockRange outer = key_block_range_rows(mask, row_begin, row_end, block_n);
   if (outer.empty()) return outer;
-  const int row_begin = m_block * block_m;
-  const int row_end = imin(row_begin + block_m, mask.seqlen_q);
   // The latest-starting row bounds the left edge; the earliest-ending row bounds the right edge.
   int lo = mask.left < 0 ? 0 : ceil_div(imax(0, row_end - 1 + mask.offset() - mask.left), block_n);
   int hi = mask.seqlen_k / block_n;  // full blocks only
@@ -89,6 +86,58 @@ FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int
   hi = imin(hi, outer.end);
   if (lo >= hi) return {outer.end, outer.end};
   return {lo, hi};
+}
+
+// The same for query block m_block of block_m rows.
+FLASH3_HD BlockRange key_block_range(const Mask& mask, int m_block, int block_m, int block_n) {
+  return key_block_range_rows(mask, m_block * block_m, imin(m_block * block_m + block_m, mask.seqlen_q),
+                              block_n);
+}
+FLASH3_HD BlockRange unmasked_key_block_range(const Mask& mask, int m_block, int block_m,
+                                              int block_n) {
+  return unmasked_key_block_range_rows(mask, m_block * block_m,
+                                       imin(m_block * block_m + block_m, mask.seqlen_q), block_n);
+}
+
+// Packed GQA (the decode kernels): the g query heads sharing a kv head are rows of one tile, packed
+// row R = token * g + j for head j of the group. Query block m_block of block_m packed rows holds
+// the tokens [first, last) (rows past s_q * g hold none).
+FLASH3_HD BlockRange packed_token_range(int m_block, int block_m, int g, int seqlen_q) {
+  const int r0 = m_block * block_m, r1 = imin(r0 + block_m, seqlen_q * g);
+  if (r0 >= r1) return {0, 0};
+  return {r0 / g, ceil_div(r1, g)};
+}
+
+// Split-KV: split `split` of `num_splits` takes the contiguous key blocks [split * per,
+// (split + 1) * per) of the row's n_blocks, per = ceil(n_blocks / num_splits), clipped (a split
+// past the end is empty). csrc/flash3/decode/split_heuristic.h split_key_range is the same in keys.
+FLASH3_HD BlockRange split_block_range(int split, int num_splits, int n_blocks) {
+  const int per = n_blocks > 0 ? ceil_div(n_blocks, num_splits) : 0;
+  return {imin(split * per, n_blocks), imin(split * per + per, n_blocks)};
+}
+
+// Intersection of two block ranges (empty ranges come out with begin >= end).
+FLASH3_HD BlockRange intersect(BlockRange a, BlockRange b) {
+  return {imax(a.begin, b.begin), imin(a.end, b.end)};
+}
+
+// A decode tile (packed query block m_block, split `split`): its tokens, the key blocks it visits
+// (those its tokens see, cut to the split's share of the row; {0, 0} when none) and the sub-range
+// that needs no mask ({end, end} when none), as fwd/scheduler.cuh decode_tile uses them.
+struct DecodeRanges {
+  BlockRange tokens, blocks, unmasked;
+};
+
+FLASH3_HD DecodeRanges decode_block_ranges(const Mask& mask, int m_block, int block_m, int block_n, int g,
+                                           int split, int num_splits) {
+  DecodeRanges r;
+  r.tokens = packed_token_range(m_block, block_m, g, mask.seqlen_q);
+  r.blocks = intersect(key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n),
+                       split_block_range(split, num_splits, ceil_div(imax(mask.seqlen_k, 0), block_n)));
+  if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
+  r.unmasked = intersect(unmasked_key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n), r.blocks);
+  if (r.unmasked.empty()) r.unmasked = BlockRange{r.blocks.end, r.blocks.end};
+  return r;
 }
 
 // The backward's transpose: query blocks with a row that sees key block n_block. Key j is seen by
@@ -164,6 +213,14 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
   return head_dim <= 64 && head_dim_v <= 64     ? TileShape{128, 128, 2, 2}
          : head_dim <= 128 && head_dim_v <= 128 ? TileShape{128, 64, 4, 2}
                                                 : TileShape{128, 64, 3, 2};
+}
+
+// Decode (KV-cache) kernel tiles: the plain tiles with 2 consumer warpgroups everywhere. A decode
+// step has few rows (s_q * g packed), so the 192-row tiles of d <= 96 would mostly compute padding,
+// and their 3 consumers at 152 registers (the decode producer keeps 56 for its gathered loads)
+// spilled P at d = 64; 128 rows with 2 consumers at 224 registers fit every head dim.
+FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v) {
+  return TileShape{128, fwd_tile_shape(head_dim, head_dim_v).block_n, 2, 2};
 }
 
 // A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose

@@ -36,6 +36,8 @@ enum class Wait : int {
   DsReady,     // consumers: both warpgroups stored this step's dS
   DqFull,      // dQ writer: the consumers staged a dQ tile
   DqEmpty,     // consumers: the dQ writer finished reading the staged tile
+  // Decode (fwd kernel, kDecode).
+  Gather,      // producer warpgroup: every thread's gathered K/V rows have landed
 };
 
 }  // namespace flash3

@@ -64,6 +64,7 @@ __device__ __forceinline__ const char* wait_name(int w) {
     case Wait::DsReady: return "DsReady";
     case Wait::DqFull: return "DqFull";
     case Wait::DqEmpty: return "DqEmpty";
+    case Wait::Gather: return "Gather";
   }
   return "named barrier id >= 16 (debug_hang.cuh kMaxIds)";
 }

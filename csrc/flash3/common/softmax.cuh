@@ -89,14 +89,14 @@ __device__ __forceinline__ void apply_softcap(Tensor& s, float softcap_in) {
 // A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible).
 template <class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
-                                           int row0, int col0) {
+                                           int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
   // Columns are compared as compile-time offsets from this thread's first column, against bounds
   // shifted once per row: no per-column register is needed.
   const int thread_col = get<1>(coord_rc(0, 0));
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
-    const int row = row0 + get<0>(coord_rc(mi, 0));
+    const int row = (row0 + get<0>(coord_rc(mi, 0))) / rows_per_token;  // packed GQA: the token
     const int lo = mask.first_key(row) - col0 - thread_col;
     const int hi = mask.last_key(row + 1) - col0 - thread_col;
     CUTE_UNROLL

@@ -57,10 +57,22 @@ struct Fp8KernelRegistration {
   }
 };
 
+// The decode (KV-cache) kernels: their own list, the same pick rule (never `wide`).
+std::vector<FwdKernelEntry>& fwd_decode_kernels();
+FwdLauncher find_fwd_decode_kernel(bool is_bf16, int head_dim, int head_dim_v);
+
+struct DecodeKernelRegistration {
+  DecodeKernelRegistration(bool is_bf16, int head_dim, int head_dim_v, FwdLauncher launch) {
+    fwd_decode_kernels().push_back({is_bf16, head_dim, head_dim_v, false, launch});
+  }
+};
+
 // Defined in fwd/launch.cuh and explicitly instantiated once per generated TU.
 template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
 void run_fwd(const FwdParams& params, void* cuda_stream);
 template <int kHeadDim, int kHeadDimV>
 void run_fwd_fp8(const FwdParams& params, void* cuda_stream);
+template <bool kIsBf16, int kHeadDim, int kHeadDimV>
+void run_fwd_decode(const FwdParams& params, void* cuda_stream);
 
 }  // namespace flash3

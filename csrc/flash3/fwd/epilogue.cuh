@@ -37,22 +37,99 @@ struct FwdEpilogue {
     return p.cu_seqlens_q != nullptr ? l + w.seq.offset_q : l + int64_t(w.coord.batch) * p.lse_batch_stride;
   }
 
+  // Decode (packed GQA): tile row `row` (m_block's rows counted from 0) is (token, query head);
+  // false past the last packed row.
+  struct PackedRow {
+    int token, head;
+  };
+  static __device__ __forceinline__ bool packed_row(const FwdParams& p, const WorkTile& w, int row, PackedRow& r) {
+    const int g = p.num_heads / p.num_heads_k, packed = w.coord.m_block * Tr::kBlockM + row;
+    if (packed >= p.seqlen_q * g) return false;
+    r.token = packed / g;
+    r.head = w.head_k * g + (packed - r.token * g);
+    return true;
+  }
+
+  // O row and LSE entry of tile row `row`, nullptr when the row is not stored.
+  static __device__ __forceinline__ Element* o_row(const FwdParams& p, const WorkTile& w, int row) {
+    if constexpr (Tr::kDecode) {
+      PackedRow r;
+      if (!packed_row(p, w, row, r)) return nullptr;
+      return static_cast<Element*>(p.o) + int64_t(w.coord.batch) * p.o_batch_stride +
+             int64_t(r.token) * p.o_row_stride + int64_t(r.head) * p.o_head_stride;
+    } else {
+      row += w.coord.m_block * Tr::kBlockM;
+      return row < w.seq.seqlen_q ? o_base(p, w) + int64_t(row) * p.o_row_stride : nullptr;
+    }
+  }
+  static __device__ __forceinline__ float* lse_entry(const FwdParams& p, const WorkTile& w, int row) {
+    if constexpr (Tr::kDecode) {
+      PackedRow r;
+      if (!packed_row(p, w, row, r)) return nullptr;
+      return p.lse + int64_t(w.coord.batch) * p.lse_batch_stride + int64_t(r.head) * p.lse_head_stride + r.token;
+    } else {
+      row += w.coord.m_block * Tr::kBlockM;
+      return row < w.seq.seqlen_q ? lse_base(p, w) + row : nullptr;
+    }
+  }
+
+  // Split-KV partials of tile row `row` (FwdParams: o_partial, lse_partial), nullptr past the rows.
+  static __device__ __forceinline__ float* o_partial_row(const FwdParams& p, const WorkTile& w, int row) {
+    PackedRow r;
+    if (!packed_row(p, w, row, r)) return nullptr;
+    const int64_t entry = (int64_t(w.split) * p.batch + w.coord.batch) * p.seqlen_q + r.token;
+    return p.o_partial + (entry * p.num_heads + r.head) * p.head_dim_v;
+  }
+  static __device__ __forceinline__ float* lse_partial_entry(const FwdParams& p, const WorkTile& w, int row) {
+    PackedRow r;
+    if (!packed_row(p, w, row, r)) return nullptr;
+    const int64_t entry = (int64_t(w.split) * p.batch + w.coord.batch) * p.num_heads + r.head;
+    return p.lse_partial + entry * p.seqlen_q + r.token;
+  }
+  static __device__ __forceinline__ bool split_output(const FwdParams& p) {
+    if constexpr (Tr::kDecode) return p.num_splits > 1;
+    else return false;
+  }
+
   // LSE: after the quad reduction the four threads of a quad agree; the one holding column 0 writes.
   template <int kRows>
   static __device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w,
                                                    const float (&lse)[kRows]) {
     const int tidx = consumer_thread_idx();
     using namespace cute;
-    if (p.lse == nullptr) return;
+    if (p.lse == nullptr && !split_output(p)) return;
     typename Tr::TiledMmaO mma_o;
     Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
     Tensor tOcO = mma_o.get_thread_slice(tidx).partition_C(cO);
     Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
-    float* lse_ptr = lse_base(p, w);
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
-      const int row = w.coord.m_block * Tr::kBlockM + get<0>(tOcO_rc(mi, 0));
-      if (get<1>(tOcO_rc(mi, 0)) == 0 && row < w.seq.seqlen_q) lse_ptr[row] = lse[mi];
+      const int row = get<0>(tOcO_rc(mi, 0));
+      float* l = split_output(p) ? lse_partial_entry(p, w, row) : lse_entry(p, w, row);
+      if (get<1>(tOcO_rc(mi, 0)) == 0 && l != nullptr) *l = lse[mi];
+    }
+  }
+
+  // Split-KV: O (normalized over the split's keys) straight from the accumulators as fp32 pairs;
+  // shared memory is not touched.
+  template <class TensorO>
+  static __device__ __forceinline__ void store_partial(const FwdParams& p, const WorkTile& w, TensorO const& tOrO) {
+    using namespace cute;
+    typename Tr::TiledMmaO mma_o;
+    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
+    Tensor tOcO = mma_o.get_thread_slice(consumer_thread_idx()).partition_C(cO);
+    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+    static_assert(decltype(size<1>(o_rc))::value % 2 == 0, "accumulator columns come in pairs");
+    CUTE_UNROLL
+    for (int mi = 0; mi < size<0>(o_rc); ++mi) {
+      float* o = o_partial_row(p, w, get<0>(tOcO_rc(mi, 0)));
+      if (o == nullptr) continue;
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o_rc); ni += 2) {
+        const int col = get<1>(tOcO_rc(mi, ni));  // even; col + 1 is the pair's second value
+        if (col < p.head_dim_v) *reinterpret_cast<float2*>(o + col) = make_float2(o_rc(mi, ni), o_rc(mi, ni + 1));
+      }
     }
   }
 
@@ -64,6 +141,11 @@ struct FwdEpilogue {
     const FwdParams& p = params.p;
     store_lse(p, w, lse);
     const int tidx = consumer_thread_idx();
+    if (split_output(p)) {
+      store_partial(p, w, tOrO);
+      cutlass::arch::ClusterBarrier::arrive(&smem.o_free);  // V's buffer was not used for O
+      return;
+    }
 
     Tensor sO = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.v.data())), typename Tr::SmemLayoutO{});
     Tensor rO = convert_fragment<Element>(tOrO);
@@ -78,7 +160,7 @@ struct FwdEpilogue {
     sync_consumers(w.index);  // every warpgroup's last P.V has finished reading V's buffer
     copy(smem_copy, src, dst);
 
-    if (p.cu_seqlens_q == nullptr) {
+    if (p.cu_seqlens_q == nullptr && !Tr::kDecode) {
       cutlass::arch::fence_view_async_shared();  // make the generic-proxy writes visible to TMA
       sync_consumers(w.index);
       if (tidx == 0) {
@@ -94,13 +176,11 @@ struct FwdEpilogue {
     } else {
       sync_consumers(w.index);
       constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks per row; unswizzled within a chunk
-      Element* o = o_base(p, w);
-      const int row0 = w.coord.m_block * Tr::kBlockM;
       for (int i = tidx; i < Tr::kBlockM * kChunks; i += Tr::kNumConsumerThreads) {
         const int r = i / kChunks, c = (i % kChunks) * 8;
-        if (row0 + r < w.seq.seqlen_q && c < p.head_dim_v)
-          *reinterpret_cast<uint4*>(o + int64_t(row0 + r) * p.o_row_stride + c) =
-              *reinterpret_cast<uint4 const*>(&sO(r, c));
+        Element* o = o_row(p, w, r);
+        if (o != nullptr && c < p.head_dim_v)
+          *reinterpret_cast<uint4*>(o + c) = *reinterpret_cast<uint4 const*>(&sO(r, c));
       }
     }
     // Our generic-proxy accesses of the buffer come before the producer's next TMA (async proxy) write.
@@ -112,18 +192,28 @@ struct FwdEpilogue {
   // producer loads nothing for it, so shared memory is not touched).
   static __device__ __forceinline__ void store_empty(const FwdParams& p, const WorkTile& w) {
     const int tidx = consumer_thread_idx();
+    if (split_output(p)) {  // this split saw no key of these rows: o = 0, lse = -inf
+      for (int i = tidx; i < Tr::kBlockM * p.head_dim_v; i += Tr::kNumConsumerThreads) {
+        float* o = o_partial_row(p, w, i / p.head_dim_v);
+        if (o != nullptr) o[i % p.head_dim_v] = 0.f;
+      }
+      for (int r = tidx; r < Tr::kBlockM; r += Tr::kNumConsumerThreads) {
+        float* l = lse_partial_entry(p, w, r);
+        if (l != nullptr) *l = -INFINITY;
+      }
+      return;
+    }
     constexpr int kChunks = Tr::kHeadDimV / 8;
-    Element* o = o_base(p, w);
-    const int row0 = w.coord.m_block * Tr::kBlockM;
     for (int i = tidx; i < Tr::kBlockM * kChunks; i += Tr::kNumConsumerThreads) {
       const int r = i / kChunks, c = (i % kChunks) * 8;
-      if (row0 + r < w.seq.seqlen_q && c < p.head_dim_v)
-        *reinterpret_cast<uint4*>(o + int64_t(row0 + r) * p.o_row_stride + c) = make_uint4(0, 0, 0, 0);
+      Element* o = o_row(p, w, r);
+      if (o != nullptr && c < p.head_dim_v) *reinterpret_cast<uint4*>(o + c) = make_uint4(0, 0, 0, 0);
     }
     if (p.lse != nullptr) {
-      float* l = lse_base(p, w);
-      for (int r = tidx; r < Tr::kBlockM; r += Tr::kNumConsumerThreads)
-        if (row0 + r < w.seq.seqlen_q) l[row0 + r] = -INFINITY;
+      for (int r = tidx; r < Tr::kBlockM; r += Tr::kNumConsumerThreads) {
+        float* l = lse_entry(p, w, r);
+        if (l != nullptr) *l = -INFINITY;
+      }
     }
   }
 };

@@ -11,6 +11,7 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "flash3/common/barriers.cuh"
+#include "flash3/decode/load.cuh"
 #include "flash3/fwd/epilogue.cuh"
 #include "flash3/fwd/mainloop.cuh"
 #include "flash3/fwd/scheduler.cuh"
@@ -59,11 +60,13 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();  // barrier initialization visible to every thread before first use
 
-  TileScheduler<Tr::kBlockM, Tr::kBlockN> sched{params.p, params.order};
+  TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode> sched{params.p, params.order};
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();
-    if (warp_idx != 0) return;  // one warp drives TMA and the scheduler; the others have nothing to do
+    // One warp drives TMA and the scheduler; the others have nothing to do, except in a decode
+    // kernel gathering K/V rows (static schedule: every producer warp walks the same tiles).
+    if (warp_idx != 0 && !(Tr::kDecode && params.gather_kv)) return;
     const bool leader = threadIdx.x == 0;  // the one thread that posts expected bytes and issues TMA
     PipelineState state_k = cutlass::make_producer_start_state<PipelineKV>();
     PipelineState state_v = cutlass::make_producer_start_state<PipelineKV>();
@@ -73,7 +76,10 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows && !w.blocks.empty()) {  // consumers write other tiles without shared memory
-        FwdProducer<Tr>::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        if constexpr (Tr::kDecode)
+          DecodeProducer<Tr>::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        else
+          FwdProducer<Tr>::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
         ++tile_count;
       }
       idx = sched.fetch_next(idx);

@@ -63,11 +63,23 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
             "num_heads must be a positive multiple of num_heads_k");
   fwd_check(p.seqlen_q >= 1 && p.seqlen_k >= 0, "seqlen_q must be >= 1");
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
+  if constexpr (Tr::kDecode) {
+    fwd_check(!varlen_q && !varlen_k && p.seqused_k != nullptr, "the decode kernel takes batched q and seqused_k");
+    fwd_check(p.slab_rows >= 1 && p.num_slabs >= 1 && (p.page_table != nullptr || p.num_slabs == p.batch),
+              "decode: slab_rows and num_slabs must be >= 1 (num_slabs = batch without a page table)");
+    fwd_check(p.num_splits >= 1 && p.num_splits <= 128 && (p.num_splits == 1 || (p.o_partial && p.lse_partial)),
+              "decode: num_splits must be in [1, 128], with o_partial and lse_partial when > 1");
+    fwd_check(int64_t(p.seqlen_q) * (p.num_heads / p.num_heads_k) < (int64_t(1) << 31),
+              "decode: seqlen_q * (num_heads / num_heads_k) must be < 2^31");
+  } else {
+    fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel");
+  }
   fwd_check(!varlen_q || p.total_q >= 1, "varlen: total_q must be >= 1");
   fwd_check(!varlen_k || p.total_k >= 1, "varlen: total_k must be >= 1");
   const int rows_q = varlen_q ? p.total_q : p.seqlen_q;
-  const int rows_k = varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
-  const int batch_q = varlen_q ? 1 : p.batch, batch_k = varlen_k ? 1 : p.batch;
+  // Decode: K/V are (slab_rows, d, h_k, num_slabs) (contiguous cache: slab = batch row).
+  const int rows_k = Tr::kDecode ? p.slab_rows : varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
+  const int batch_q = varlen_q ? 1 : p.batch, batch_k = Tr::kDecode ? p.num_slabs : varlen_k ? 1 : p.batch;
   // A packed tensor is one "batch" of total rows; its batch stride is never used, but TMA wants a
   // valid (non-zero, 16-byte multiple) one. Real batch strides are passed as they are: a zero one
   // (a broadcast batch) is rejected by the tensor-map checks below, never replaced.
@@ -135,16 +147,23 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       mVt.shape(),
       mO.shape(),
       p,
-      make_tile_order(p, Tr::kBlockM),
+      Tr::kDecode ? make_decode_tile_order(p, Tr::kBlockM) : make_tile_order(p, Tr::kBlockM),
       0.f,
       0.f,
       false};
+  if constexpr (Tr::kDecode) {
+    // TMA per key block where every block lies in one slab; else rows are gathered.
+    kp.gather_kv = p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0;
+    kp.slab_shift = -1;
+    for (int s = 0; s < 31; ++s)
+      if ((1 << s) == p.slab_rows) kp.slab_shift = s;
+  }
   constexpr float kLog2e = 1.4426950408889634f;
   kp.has_softcap = p.softcap > 0.f;
   kp.scale_log2 = kp.has_softcap ? p.softcap * kLog2e : p.softmax_scale * kLog2e;
   kp.softcap_in = kp.has_softcap ? p.softmax_scale / p.softcap : 0.f;
 
-  const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * p.num_heads * p.batch;
+  const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * kp.order.num_heads * kp.order.batch;
   fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");
   if (num_tiles == 0) return;
   const int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
@@ -162,6 +181,14 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
   launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, kWide>>(p, cuda_stream);
+}
+
+// The decode kernel: q against a contiguous or paged KV cache (FwdParams' KV-cache block).
+template <bool kIsBf16, int kHeadDim, int kHeadDimV>
+void run_fwd_decode(const FwdParams& p, void* cuda_stream) {
+  detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
+  using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
+  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, false, true>>(p, cuda_stream);
 }
 
 // The FP8 kernel: e4m3 q, k and Vt (FwdParams' comments), per-block descales, bf16 output.

@@ -184,7 +184,11 @@ struct FwdConsumer {
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
-    if constexpr (kMasked) apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
+    if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
+      apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN,
+                 params.p.num_heads / params.p.num_heads_k);
+    else if constexpr (kMasked)
+      apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
     fr.softmax.template rescale_max<kFirst>(s_rc, fr.scale_o);
     fr.softmax.exp_and_sum(s_rc);
   }

@@ -63,6 +63,23 @@ struct FwdParams {
   bool is_bf16 = true;  // else fp16 (the FP8 kernel: inputs e4m3, output bf16)
   Fp8Descales fp8;
 
+  // KV cache (the decode kernels, FwdTraits::kDecode). k and v are caches of num_slabs slabs of
+  // slab_rows rows: (b, capacity, h_k, d) without a page table (slab = batch row), else
+  // (num_pages, page_size, h_k, d) with key position pos of batch row b in slab
+  // page_table[b * page_table_stride + pos / slab_rows], row pos % slab_rows. seqused_k (required)
+  // holds each row's key count; seqlen_k is the most any row can hold (capacity, or max_pages *
+  // page_size), and seqused_k is clamped to it. A page id outside [0, num_slabs) reads as zeros.
+  const int* page_table = nullptr;
+  int64_t page_table_stride = 0;
+  int slab_rows = 0, num_slabs = 0;
+  // Packed GQA: the num_heads / num_heads_k query heads of a kv head are rows of one tile.
+  // Split-KV (num_splits > 1): split s of a row writes its O normalized over its own keys, fp32,
+  // to o_partial (num_splits, b, s_q, h, d_v) and its LSE to lse_partial (num_splits, b, h, s_q),
+  // both contiguous; combine.cu merges them into o and lse.
+  int num_splits = 1;
+  float* o_partial = nullptr;
+  float* lse_partial = nullptr;
+
   // Launch resources filled by the binding.
   int num_sms = 132;
   int l2_bytes = 50 << 20;
@@ -72,7 +89,10 @@ struct FwdParams {
 // Causal, local and varlen calls take their tiles from an atomic counter (tiles differ in cost, so a
 // static stride leaves SMs idle); the caller passes a zeroed int32 in device memory as tile_counter.
 // Uniform (full, batched) calls keep the static stride: no atomics, no hand-off between roles.
+// The decode kernels (a KV cache: slab_rows > 0) keep the static stride: their few tiles are one
+// wave, and the gathering producer warps walk the tile sequence without a hand-off.
 inline bool fwd_uses_dynamic_scheduler(const FwdParams& p) {
+  if (p.slab_rows > 0) return false;
   return p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.cu_seqlens_q != nullptr;
 }
 

@@ -17,6 +17,16 @@ FwdLauncher find_fwd_fp8_kernel(int head_dim, int head_dim_v) {
   return best != nullptr ? best->launch : nullptr;
 }
 
+std::vector<FwdKernelEntry>& fwd_decode_kernels() {
+  static std::vector<FwdKernelEntry> kernels;
+  return kernels;
+}
+
+FwdLauncher find_fwd_decode_kernel(bool is_bf16, int head_dim, int head_dim_v) {
+  const FwdKernelEntry* best = pick_fwd_kernel(fwd_decode_kernels(), is_bf16, head_dim, head_dim_v, false);
+  return best != nullptr ? best->launch : nullptr;
+}
+
 FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v, bool wide) {
   const FwdKernelEntry* best = pick_fwd_kernel(fwd_kernels(), is_bf16, head_dim, head_dim_v, wide);
   return best != nullptr ? best->launch : nullptr;

@@ -68,10 +68,12 @@ __device__ __forceinline__ int opaque_int(int x) {
 }
 
 // One unit of work: query block m_block of (head, batch), with its mask and key-block ranges.
+// Decode kernels: coord.head numbers (kv head, split) pairs, m_block counts packed GQA rows.
 struct WorkTile {
   int index;           // in the TileOrder numbering (printed by the hang-diagnosis build)
   TileCoord coord;
   int head_k;          // GQA/MQA: the KV head serving this query head
+  int split;           // decode: the split-KV index (0 without splits)
   SeqInfo seq;
   Mask mask;
   BlockRange blocks;   // key blocks to visit, iterated from end - 1 down to begin
@@ -79,7 +81,7 @@ struct WorkTile {
   bool has_rows;       // the query block holds at least one row < seqlen_q (else nothing to do)
 };
 
-template <int kBlockM, int kBlockN>
+template <int kBlockM, int kBlockN, bool kDecode = false>
 struct TileScheduler {
   const FwdParams& p;
   TileOrder order;
@@ -92,6 +94,9 @@ struct TileScheduler {
     const TileCoord c = order.at(idx);
     return c.m_block * kBlockM < seq_info(p, c.batch).seqlen_q;
   }
+
+  // Query heads per kv head: packed into the rows of one decode tile.
+  __device__ __forceinline__ int group() const { return p.num_heads / p.num_heads_k; }
 
   // Producer warp (all lanes): the tile after `idx` for this CTA. Dynamic: lane 0 takes indices from
   // the counter (offset by the grid, whose first tiles were taken by blockIdx) until one has rows.
@@ -107,8 +112,10 @@ struct TileScheduler {
   }
 
   __device__ __forceinline__ WorkTile tile(int idx) const {
+    if constexpr (kDecode) return decode_tile(idx);
     WorkTile w;
     w.index = idx;
+    w.split = 0;
     w.coord = order.at(idx);
     w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
     w.seq = seq_info(p, w.coord.batch);
@@ -123,9 +130,36 @@ struct TileScheduler {
     }
     return w;
   }
+
+  // Decode: tile (packed query block, kv head * num_splits + split, batch). The mask acts on
+  // tokens; the key blocks are those the tile's tokens see, cut to the split's share of the row.
+  __device__ __forceinline__ WorkTile decode_tile(int idx) const {
+    WorkTile w;
+    w.index = idx;
+    w.coord = order.at(idx);
+    w.head_k = w.coord.head / p.num_splits;
+    w.split = w.coord.head - w.head_k * p.num_splits;
+    w.seq = seq_info(p, w.coord.batch);
+    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
+    const DecodeRanges r =
+        decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
+    w.has_rows = !r.tokens.empty();
+    w.blocks = r.blocks;
+    w.unmasked = r.unmasked;
+    return w;
+  }
 };
 
 // Host side: the schedule for a call (same arguments on every launch of a given shape).
+// Decode: (packed query blocks, kv heads * splits, batch), no head grouping (one wave, mostly).
+inline TileOrder make_decode_tile_order(const FwdParams& p, int block_m) {
+  const int g = p.num_heads / p.num_heads_k;
+  const int num_m_blocks = ceil_div(p.seqlen_q * g, block_m);
+  const int heads = p.num_heads_k * p.num_splits;
+  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;
+  return TileOrder{num_m_blocks, heads, p.batch, heads, causal_or_local};
+}
+
 inline TileOrder make_tile_order(const FwdParams& p, int block_m) {
   const int num_m_blocks = ceil_div(p.seqlen_q, block_m);
   const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;

@@ -47,9 +47,11 @@ CUTE_HOST_DEVICE constexpr auto gmma_smem_atom() {
 
 // Element: bf16, fp16, or e4m3 (the FP8 kernel: output bf16, per-block descales, P in e4m3 and
 // two-level P.V accumulation; see mainloop.cuh step_fp8). kWide: the wider tile for calls without a
-// causal/local mask, where (d, d_v) has one.
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false>
+// causal/local mask, where (d, d_v) has one. kDecode: the KV-cache kernel (paged or contiguous
+// cache, packed GQA, split-KV; FwdParams' KV-cache block), same tiles as the plain kernel.
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false, bool kDecode_ = false>
 struct FwdTraits {
+  static constexpr bool kDecode = kDecode_;
   using Element = Element_;
   static constexpr bool kFp8 = sizeof(Element) == 1;
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
@@ -57,8 +59,9 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   // The tile shape and its reasons live in attn_logic.h (unit-tested on the CPU).
-  static constexpr TileShape kTile = kFp8 ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
-                                          : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
+  static constexpr TileShape kTile = kFp8      ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
+                                     : kDecode ? decode_tile_shape(kHeadDim, kHeadDimV)
+                                               : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
@@ -71,8 +74,13 @@ struct FwdTraits {
   // the producer keeps 40, not FA3's 24: its tile bookkeeping (dynamic scheduler, kv-cache tail)
   // spilled at 24 and 32 (d = 192); the consumers' 232 still hold the largest tile (128 x 176
   // uses 227). 3 consumers: 32 + 160 fill the 512-thread pool exactly.
-  static constexpr int kProducerRegs = kNumConsumers == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = kNumConsumers == 2 ? 232 : 160;
+  // The decode kernel's producer is the whole warpgroup (gathered K/V loads of small pages, the
+  // packed Q load) and needs more: 56 (at 40 it spilled), taken from the consumers (224; its tiles,
+  // decode_tile_shape, all have 2 consumers and at most the plain kernel's 128 x 80..128).
+  static constexpr int kProducerRegs = kDecode ? 56 : kNumConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kDecode ? 224 : 232) : 160;
+  static_assert(!kDecode || kNumConsumers == 2, "decode tiles have 2 consumer warpgroups");
+  static_assert(!kDecode || !kWide, "the decode kernel uses the plain tiles");
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
   static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= kRegPool, "register budget");
 
@@ -191,6 +199,7 @@ struct FwdTraits {
   static constexpr uint32_t kBarTileFull = kNumConsumers + 1;   // producer -> consumers: next tile posted
   static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
   static constexpr uint32_t kTileHandoffThreads = 32 + kNumConsumerThreads;  // producer warp + consumers
+  static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
 
   struct SharedStorage {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1 KB.
@@ -222,8 +231,13 @@ struct FwdTraits {
     float scale_log2;     // multiplies raw scores inside exp2 (softmax_scale*log2e, or cap*log2e)
     float softcap_in;     // softmax_scale / softcap when softcap is on
     bool has_softcap;
+    // Decode: K/V gathered row by row (a page table whose pages do not hold whole key blocks), and
+    // log2(slab_rows) when it is a power of two (else -1): page addressing without a division.
+    bool gather_kv = false;
+    int slab_shift = -1;
   };
   static_assert(!kFp8 || kNumConsumers == 2, "FP8: q descales are per 64-row slab = per consumer");
+  static_assert(!(kFp8 && kDecode), "the decode kernel takes 16-bit q and caches");
 };
 
 }  // namespace flash3

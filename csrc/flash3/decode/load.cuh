@@ -1,0 +1,237 @@
+// The decode kernel's producer (FwdTraits::kDecode): one tile's Q, K and V for the same consumers,
+// pipelines and barriers as the plain forward (fwd/mainloop.cuh), with
+//  - Q packed (GQA): the g query heads of the tile's kv head are its rows, row R = token * g + j,
+//    loaded by warp 0 with plain loads into the swizzled layout (a TMA box cannot span (token,
+//    head) pairs for every g), zero past the last row;
+//  - K/V from a KV cache: contiguous (slab = batch row) or paged (slab = page_table entry).
+//    TMA per key block when a block lies inside one slab (no page table, or page_size a multiple
+//    of block_n); otherwise gathered: the whole producer warpgroup copies 16-byte chunks of rows
+//    with cp.async, zero-filled past the row's keys and for page ids outside the cache.
+// Proxies: Q's stores and the gathered chunks are generic-proxy writes that the consumers' WGMMA
+// reads through the async proxy, so every writing thread completes its writes, fences
+// (fence.proxy.async), and the warp or warpgroup synchronizes before one thread arrives on the
+// full barrier (count 1, no transaction bytes). TMA needs none of this.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "flash3/common/barriers.cuh"
+#include "flash3/fwd/mainloop.cuh"
+#include "flash3/fwd/scheduler.cuh"
+#include "flash3/fwd/traits.cuh"
+
+namespace flash3 {
+
+// Slab and row of key position pos of batch row `batch` (FwdParams' KV-cache block). A page id
+// outside [0, num_slabs) becomes num_slabs: a TMA box there lies outside the tensor (zero-filled),
+// and the gathered path zero-fills it.
+struct KvSlot {
+  int slab, row;
+};
+
+__device__ __forceinline__ KvSlot kv_slot(const FwdParams& p, int batch, int pos, int slab_shift) {
+  if (p.page_table == nullptr) return {batch, pos};
+  int idx, row;
+  if (slab_shift >= 0) {
+    idx = pos >> slab_shift, row = pos & (p.slab_rows - 1);
+  } else {
+    idx = pos / p.slab_rows, row = pos - idx * p.slab_rows;
+  }
+  int page = p.page_table[int64_t(batch) * p.page_table_stride + idx];
+  if (page < 0 || page >= p.num_slabs) page = p.num_slabs;
+  return {page, row};
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+template <class Tr>
+struct DecodeProducer {
+  using Element = typename Tr::Element;
+  using PipelineState = typename Tr::PipelineState;
+  using SharedStorage = typename Tr::SharedStorage;
+  using Base = FwdProducer<Tr>;
+  static constexpr int kThreads = 128;  // the producer warpgroup (gathered loads)
+
+  // Warp 0: the tile's packed Q rows (after the previous tile released Q's buffer).
+  static __device__ __forceinline__ void load_q(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                const WorkTile& w, int tile_count) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    if (tile_count > 0) mbarrier_wait(&smem.q_free, (tile_count - 1) & 1, Wait::QFree, w.index);
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
+    const int g = p.num_heads / p.num_heads_k;
+    const int rows = p.seqlen_q * g, row0 = w.coord.m_block * Tr::kBlockM;
+    const Element* q = static_cast<const Element*>(p.q) + int64_t(w.coord.batch) * p.q_batch_stride;
+    constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks per row; the swizzle never splits one
+    const int lane = threadIdx.x % 32;
+    for (int i = lane; i < Tr::kBlockM * kChunks; i += 32) {
+      const int r = i / kChunks, c = (i % kChunks) * 8, packed = row0 + r;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (packed < rows && c < p.head_dim) {
+        const int t = packed / g, head = w.head_k * g + (packed - t * g);
+        val = *reinterpret_cast<const uint4*>(q + int64_t(t) * p.q_row_stride + int64_t(head) * p.q_head_stride + c);
+      }
+      *reinterpret_cast<uint4*>(&sQ(r, c)) = val;
+    }
+    cutlass::arch::fence_view_async_shared();  // generic stores -> the consumers' WGMMA
+    __syncwarp();
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.q_full);
+  }
+
+  // TMA path (warp 0, `leader` issues). Block n of the row lives in one slab.
+  static __device__ __forceinline__ void load_tma(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                  PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                                  int tile_count, uint32_t& tail_phase, bool leader) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);    // (slab_rows, d, h_k, slabs)
+    Tensor mVt = params.tma_v.get_tma_tensor(params.shape_vt);  // (d_v, slab_rows, h_k, slabs)
+    Tensor gK = local_tile(mK(_, _, w.head_k, _), Shape<typename Tr::BlkN, typename Tr::HD>{},
+                           make_coord(_, _0{}));  // (n, d, blocks, slabs)
+    Tensor gVt = local_tile(mVt(_, _, w.head_k, _), Shape<typename Tr::HDV, typename Tr::BlkN>{},
+                            make_coord(_0{}, _));  // (d_v, n, blocks, slabs)
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});
+    auto tk = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto tv = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    Tensor tKgK = get<0>(tk);  // (TMA, blocks, slabs)
+    Tensor tKsK = get<1>(tk);  // (TMA, stages)
+    Tensor tVgV = get<0>(tv);
+    Tensor tVsV = get<1>(tv);
+    const int tile = w.index;
+    auto slot = [&](int n) {
+      const KvSlot s = kv_slot(p, w.coord.batch, n * Tr::kBlockN, params.slab_shift);
+      return KvSlot{s.slab, s.row / Tr::kBlockN};  // .row: the block within the slab
+    };
+
+    int n = w.blocks.end - 1;
+    KvSlot s = slot(n);
+    Base::acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
+    if (leader)
+      copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, s.row, s.slab),
+           tKsK(_, state_k.index()));
+    ++state_k;
+    load_q(params, smem, w, tile_count);
+    if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+    const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
+    if (valid_rows < Tr::kBlockN) {  // the cache's rows past seqlen_k are not ours to trust
+      Base::load_v_zero_tail(params, smem, tVgV(_, s.row, s.slab), tVsV, state_v, valid_rows, tail_phase, leader,
+                             tile);
+    } else {
+      Base::acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
+      if (leader)
+        copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, s.row, s.slab),
+             tVsV(_, state_v.index()));
+    }
+    ++state_v;
+    for (--n; n >= w.blocks.begin; --n) {
+      s = slot(n);
+      Base::acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
+      if (leader)
+        copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, s.row, s.slab),
+             tKsK(_, state_k.index()));
+      ++state_k;
+      Base::acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
+      if (leader)
+        copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, s.row, s.slab),
+             tVsV(_, state_v.index()));
+      ++state_v;
+    }
+  }
+
+  // Gathered rows of key block n into a K stage (kIsV false) or a V stage: every thread copies
+  // 16-byte chunks i = tid, tid + 128, ... of the block's rows; rows past the row's keys and
+  // pages outside the cache are zero-filled (cp.async with source size 0 reads nothing).
+  template <bool kIsV>
+  static __device__ __forceinline__ void gather(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                const WorkTile& w, int n, int stage) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    constexpr int kCols = kIsV ? Tr::kHeadDimV : Tr::kHeadDim;
+    constexpr int kChunks = kCols / 8;
+    const int cols = kIsV ? p.head_dim_v : p.head_dim;
+    const Element* base = static_cast<const Element*>(kIsV ? p.v : p.k) +
+                          int64_t(w.head_k) * (kIsV ? p.v_head_stride : p.k_head_stride);
+    const int64_t slab_stride = kIsV ? p.v_batch_stride : p.k_batch_stride;
+    const int64_t row_stride = kIsV ? p.v_row_stride : p.k_row_stride;
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});    // (n, d, stage)
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
+    const int tid = threadIdx.x % kThreads;
+    CUTE_NO_UNROLL
+    for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8, pos = n * Tr::kBlockN + r;
+      const Element* src = base;
+      bool valid = pos < w.seq.seqlen_k && c < cols;
+      if (valid) {
+        const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
+        valid = s.slab < p.num_slabs;
+        if (valid) src = base + int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride + c;
+      }
+      Element* dst;
+      if constexpr (kIsV) dst = &sVt(c, r, stage);
+      else dst = &sK(r, c, stage);
+      cp_async_16(cast_smem_ptr_to_uint(dst), src, valid);
+    }
+    cp_async_commit();
+  }
+
+  // The gathered chunks of K and V stage `stage` landed for every thread of the warpgroup: fence
+  // them for the async proxy, then one arrival per full barrier.
+  template <int kPending>
+  static __device__ __forceinline__ void publish(SharedStorage& smem, int stage, int tile) {
+    cp_async_wait<kPending>();
+    cutlass::arch::fence_view_async_shared();
+    named_sync(kThreads, Tr::kBarProducer, Wait::Gather, tile);
+    if (threadIdx.x == 0) {
+      cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_k, stage));
+      cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_v, stage));
+    }
+  }
+
+  // Gathered path (all 128 producer threads). Block n's K and V are published once block n - 1's
+  // K is in flight (so two blocks' loads overlap), and before waiting for V's stage of block n - 1:
+  // that stage is freed by the consumers' P.V of block n + 1, which follows S of block n.
+  // K and V advance together here (one stage each per block), so one stage index serves both.
+  static __device__ __forceinline__ void load_gather(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                     PipelineState& state_k, PipelineState& state_v,
+                                                     const WorkTile& w, int tile_count) {
+    const int tile = w.index;
+    const bool warp0 = threadIdx.x < 32;
+    int prev = 0;  // the stage of block n + 1
+    for (int n = w.blocks.end - 1; n >= w.blocks.begin; --n) {
+      mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
+      gather<false>(params, smem, w, n, state_k.index());
+      if (n == w.blocks.end - 1) {
+        if (warp0) load_q(params, smem, w, tile_count);
+        if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+      } else {
+        publish<1>(smem, prev, tile);  // block n + 1: all but the K group just issued
+      }
+      mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
+      gather<true>(params, smem, w, n, state_v.index());
+      prev = state_k.index();
+      ++state_k;
+      ++state_v;
+    }
+    publish<0>(smem, prev, tile);
+  }
+
+  static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                              PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                              int tile_count, uint32_t& tail_phase, bool leader) {
+    if (params.gather_kv) load_gather(params, smem, state_k, state_v, w, tile_count);
+    else load_tma(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+  }
+};
+
+}  // namespace flash3

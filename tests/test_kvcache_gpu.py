@@ -1,0 +1,244 @@
+"""The decode (KV-cache) kernel on an sm_90 GPU: paged and contiguous caches, split-KV with its
+combine, packed GQA, masks, the fused append with rotary, bad index values and CUDA-graph replay.
+
+Every launch writes into NaN-poisoned out/lse; each batch row is checked against the fp64
+oracle on its own keys with the FlashAttention rule. Skipped without an sm_90 device or a
+flash3._C with the decode kernels.
+"""
+import json
+
+import pytest
+import torch
+
+import flash3
+from flash3 import reference
+from helpers import assert_close_fa, attention_naive, attention_ref64
+
+HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = [pytest.mark.requires_sm90,
+              pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")]
+
+
+def built_decode():
+    if not hasattr(torch.ops.flash3, "kernel_info"):
+        return set()
+    return {tuple(x) for x in json.loads(torch.ops.flash3.kernel_info()).get("decode", [])}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def require_extension():
+    if HAS_SM90 and not built_decode():
+        pytest.skip("flash3._C without the decode kernels (pip install --no-build-isolation .)")
+
+
+def need(dtype, d, dv):
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    if (name, d, dv) not in built_decode():
+        pytest.skip(f"decode kernel {name} d={d} d_v={dv} not built")
+
+
+def make_cache(b, cap, h_k, d, dv, page, dtype, gen):
+    """Random caches holding `cap` keys per row: contiguous (page None) or pages of `page` rows
+    in shuffled order (page_table int32 (b, max_pages))."""
+    dev = "cuda"
+    if page is None:
+        kc = torch.randn(b, cap, h_k, d, device=dev, dtype=dtype, generator=gen)
+        vc = torch.randn(b, cap, h_k, dv, device=dev, dtype=dtype, generator=gen)
+        return kc, vc, None
+    max_pages = -(-cap // page)
+    num_pages = b * max_pages + 3  # spare pages nobody uses
+    kc = torch.randn(num_pages, page, h_k, d, device=dev, dtype=dtype, generator=gen)
+    vc = torch.randn(num_pages, page, h_k, dv, device=dev, dtype=dtype, generator=gen)
+    perm = torch.randperm(num_pages, device=dev, generator=gen)[:b * max_pages]
+    return kc, vc, perm.view(b, max_pages).to(torch.int32)
+
+
+def run_decode(q, kc, vc, lens, page_table, *, causal=False, window=(-1, -1), softcap=0.0,
+               num_splits=0):
+    """One flash3::fwd_kvcache_sm90 call into NaN-poisoned out/lse."""
+    b, s_q, h, d = q.shape
+    out = torch.full((b, s_q, h, vc.shape[-1]), float("nan"), device=q.device, dtype=q.dtype)
+    lse = torch.full((b, h, s_q), float("nan"), device=q.device)
+    left, right = window
+    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, page_table, d ** -0.5, causal,
+                                      left, 0 if causal else right, softcap, num_splits)
+    return out, lse
+
+
+def check_rows(q, kc, vc, lens, page_table, out, lse, **mask):
+    """Each batch row against the oracle on its own first lens[i] keys."""
+    for i, n in enumerate(lens.tolist()):
+        n = max(0, min(n, kc.shape[1] * (page_table.shape[1] if page_table is not None else 1)))
+        k_i = reference.kvcache_gather(kc, i, n, page_table)[None]
+        v_i = reference.kvcache_gather(vc, i, n, page_table)[None]
+        kw = dict(causal=mask.get("causal", False), window_size=mask.get("window", (-1, -1)),
+                  softcap=mask.get("softcap", 0.0), softmax_scale=q.shape[-1] ** -0.5)
+        ref_out, ref_lse = attention_ref64(*(x.double() for x in (q[i:i + 1], k_i, v_i)), **kw)
+        naive_out, _ = attention_naive(q[i:i + 1], k_i, v_i, **kw)
+        assert_close_fa(out[i:i + 1], naive_out, ref_out, f"out[{i}] (n={n})")
+        assert torch.equal(torch.isinf(lse[i]), torch.isinf(ref_lse[0])), f"lse[{i}] -inf pattern"
+        fin = torch.isfinite(ref_lse[0])
+        if fin.any():
+            err = (lse[i][fin].double() - ref_lse[0][fin]).abs().max().item()
+            assert err <= 1e-4 * (1 + ref_lse[0][fin].abs().max().item()), f"lse[{i}] err {err}"
+
+
+@pytest.mark.parametrize("page", [None, 1, 16, 64, 256], ids=lambda p: f"page{p}")
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_page_sizes(page, d):
+    need(torch.bfloat16, d, d)
+    gen = torch.Generator(device="cuda").manual_seed(page or 0)
+    b, h, h_k, cap = 4, 8, 2, 700
+    kc, vc, pt = make_cache(b, cap, h_k, d, d, page, torch.bfloat16, gen)
+    q = torch.randn(b, 1, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.tensor([1, 129, 511, 700], device="cuda", dtype=torch.int32)
+    out, lse = run_decode(q, kc, vc, lens, pt, causal=True, num_splits=1)
+    check_rows(q, kc, vc, lens, pt, out, lse, causal=True)
+
+
+@pytest.mark.parametrize("num_splits", [0, 1, 2, 3, 5, 8, 16])
+@pytest.mark.parametrize("page", [None, 16, 256], ids=lambda p: f"page{p}")
+def test_splits(num_splits, page):
+    need(torch.bfloat16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(num_splits)
+    b, h, h_k, cap = 3, 8, 8, 3000
+    kc, vc, pt = make_cache(b, cap, h_k, 128, 128, page, torch.bfloat16, gen)
+    q = torch.randn(b, 2, h, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.tensor([0, 200, 3000], device="cuda", dtype=torch.int32)  # 0: every split empty
+    out, lse = run_decode(q, kc, vc, lens, pt, causal=True, num_splits=num_splits)
+    check_rows(q, kc, vc, lens, pt, out, lse, causal=True)
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 4, 8, 16])
+@pytest.mark.parametrize("s_q", [1, 5])
+def test_packed_gqa(g, s_q):
+    need(torch.float16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(g)
+    b, h_k, cap = 2, 2, 900
+    kc, vc, pt = make_cache(b, cap, h_k, 128, 128, 64, torch.float16, gen)
+    q = torch.randn(b, s_q, h_k * g, 128, device="cuda", dtype=torch.float16, generator=gen)
+    lens = torch.tensor([333, 900], device="cuda", dtype=torch.int32)
+    for num_splits in (1, 4):
+        out, lse = run_decode(q, kc, vc, lens, pt, causal=True, num_splits=num_splits)
+        check_rows(q, kc, vc, lens, pt, out, lse, causal=True)
+
+
+@pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256),
+                                  (80, 80)])
+@pytest.mark.parametrize("mode", ["full", "causal", "window", "softcap"])
+def test_head_dims_masks_and_chunked_prefill(d, dv, mode):
+    kd, kdv = {80: (96, 96)}.get(d, (d, dv))
+    need(torch.bfloat16, kd, kdv)
+    mask = {"full": {}, "causal": dict(causal=True), "window": dict(window=(100, 7)),
+            "softcap": dict(causal=True, softcap=20.0)}[mode]
+    gen = torch.Generator(device="cuda").manual_seed(d + dv)
+    b, h, h_k, cap = 2, 4, 2, 1200
+    kc, vc, pt = make_cache(b, cap, h_k, d, dv, 16, torch.bfloat16, gen)
+    for s_q in (1, 300):  # decode and a chunk of prefill against the cache
+        q = torch.randn(b, s_q, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        lens = torch.tensor([s_q + 17, 1200], device="cuda", dtype=torch.int32)
+        out, lse = run_decode(q, kc, vc, lens, pt, num_splits=0, **mask)
+        check_rows(q, kc, vc, lens, pt, out, lse, **mask)
+
+
+def test_bad_index_values_stay_in_bounds():
+    """Lengths beyond the cache are clamped, negative ones are 0, a page id outside the cache
+    reads zeros: the call completes, every other row is exact."""
+    need(torch.bfloat16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    kc, vc, pt = make_cache(3, 256, 2, 128, 128, 16, torch.bfloat16, gen)
+    q = torch.randn(3, 1, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    bad_pt = pt.clone()
+    bad_pt[1, 2] = 10**6
+    bad_pt[1, 3] = -5
+    lens = torch.tensor([10**8, 100, -40], device="cuda", dtype=torch.int32)
+    for num_splits in (1, 3):
+        out, lse = run_decode(q, kc, vc, lens, bad_pt, num_splits=num_splits)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all()
+        clean = torch.tensor([256, 0, 0], device="cuda", dtype=torch.int32)
+        check_rows(q[:1], kc, vc, clean[:1], pt[:1], out[:1], lse[:1])
+        assert (out[2] == 0).all() and torch.isinf(lse[2]).all()  # no keys
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("rotary", [None, "neox", "interleaved"])
+def test_append_then_attend_matches_reference(paged, rotary):
+    """attention_with_kvcache end to end (fused append, rotary, decode kernel) against the
+    reference backend on copies of the same caches."""
+    need(torch.bfloat16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    b, h, h_k, d, s_new = 3, 8, 2, 128, 2
+    kc, vc, pt = make_cache(b, 512, h_k, d, d, 16 if paged else None, torch.bfloat16, gen)
+    q = torch.randn(b, s_new, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, s_new, h_k, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, s_new, h_k, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.tensor([0, 77, 500], device="cuda", dtype=torch.int32)
+    kw = dict(cache_seqlens=lens, page_table=pt, causal=True, return_lse=True)
+    if rotary:
+        ang = torch.arange(600, device="cuda")[:, None] * 10000.0 ** (
+            -torch.arange(0, 64, 2, device="cuda") / 64)
+        kw.update(rotary_cos=ang.cos(), rotary_sin=ang.sin(), rotary_interleaved=rotary == "interleaved")
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    out, lse = flash3.attention_with_kvcache(q, kc, vc, k, v, **kw)
+    ref_out, ref_lse = reference.kvcache_forward(
+        q, kc_ref, vc_ref, k, v, lens, pt, d ** -0.5, -1, 0, 0.0, kw.get("rotary_cos"),
+        kw.get("rotary_sin"), kw.get("rotary_interleaved", False))
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)  # the same cache contents
+    assert (out.float() - ref_out.float()).abs().max().item() < 2e-2
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-3
+
+
+def test_cuda_graph_decode_steps_replay_like_eager():
+    """A paged, split decode step (append + attention) captured once and replayed for 5 steps
+    with new cache_seqlens and inputs gives what eager calls give."""
+    need(torch.bfloat16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    b, h, h_k, d = 4, 32, 8, 128
+    kc, vc, pt = make_cache(b, 2048, h_k, d, d, 64, torch.bfloat16, gen)
+    kc_eager, vc_eager = kc.clone(), vc.clone()
+    steps = [tuple(torch.randn(b, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for n in (h, h_k, h_k)) for _ in range(5)]
+    lens0 = torch.tensor([5, 300, 1000, 2000], device="cuda", dtype=torch.int32)
+    static = [torch.empty_like(x) for x in steps[0]]
+    lens = lens0.clone()
+
+    def step():
+        return flash3.attention_with_kvcache(*static[:1], kc, vc, *static[1:], cache_seqlens=lens,
+                                             page_table=pt, causal=True, num_splits=4)
+
+    for x, s in zip(static, steps[0]):
+        x.copy_(s)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up (allocations, lazy init) off the capture
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    kc.copy_(kc_eager), vc.copy_(vc_eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = step()
+    kc.copy_(kc_eager), vc.copy_(vc_eager)
+    for t, (qs, ks, vs) in enumerate(steps):
+        for x, src in zip(static, (qs, ks, vs)):
+            x.copy_(src)
+        lens.copy_(lens0 + t)
+        graph.replay()
+        eager = flash3.attention_with_kvcache(qs, kc_eager, vc_eager, ks, vs, cache_seqlens=lens0 + t,
+                                              page_table=pt, causal=True, num_splits=4)
+        torch.cuda.synchronize()
+        assert torch.equal(out_static, eager), f"step {t}"
+    assert torch.equal(kc, kc_eager) and torch.equal(vc, vc_eager)
+
+
+def test_repeated_calls_are_bitwise_equal():
+    need(torch.bfloat16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    kc, vc, pt = make_cache(8, 4096, 8, 128, 128, 16, torch.bfloat16, gen)
+    q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.randint(1, 4096, (8,), device="cuda", dtype=torch.int32, generator=gen)
+    a = run_decode(q, kc, vc, lens, pt, num_splits=0)
+    b = run_decode(q, kc, vc, lens, pt, num_splits=0)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
