@@ -488,12 +488,13 @@ def test_bench_lines():
 
 
 def test_bench_bwd_lines_and_summary(tmp_path):
-    assert device_summary.bench_bwd_lines(None) == ["  no backward benchmark results"]
+    assert device_summary.bench_target_lines(None) == ["  no backward benchmark results"]
     data = {"rows": [{"hdim": 128}], "targets": [["PASS", "bwd hdim 128 bf16 8k: 1.10x SDPA-cuDNN (>= 1.0)"],
                                                  ["MISS", "deterministic cost, hdim 128 8k: 12.0% (<= 10%)"]]}
-    assert device_summary.bench_bwd_lines(data) == [
+    assert device_summary.bench_target_lines(data) == [
         "  [PASS] bwd hdim 128 bf16 8k: 1.10x SDPA-cuDNN (>= 1.0)",
         "  [MISS] deterministic cost, hdim 128 8k: 12.0% (<= 10%)"]
+    assert device_summary.bench_target_lines({}, "decode") == ["  no decode benchmark results"]
     ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in FWD_FEATURES]
     write_run(tmp_path / "w", tmp_path / "o", ok_cases, PYTEST_DONE.replace("1 failed, ", ""),
               [("bench_bwd", "ok", 40, tmp_path / "o" / "device_check.log")])

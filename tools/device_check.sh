@@ -14,7 +14,7 @@
 #             on it: it prints which barrier each stuck warp waits on, then traps   left+45 s
 #   sanitize  only if a case failed: memcheck, racecheck, synccheck on the first failing
 #             case, memcheck on the second                                        45 s each
-#   pytest    tests/test_kernel_gpu.py, test_decode_gpu.py, test_fp8_gpu.py,
+#   pytest    tests/test_kernel_gpu.py, test_decode_gpu.py, test_kvcache_gpu.py, test_fp8_gpu.py,
 #             test_quantize_kernel.py, test_bwd_gpu.py (hanging kernels deselected,
 #             60 s per test)                                                         cap 150 s
 #   bench     benchmarks/bench_fwd.py, hdims that passed the smoke, 2k/8k/16k        cap 80 s
@@ -22,11 +22,13 @@
 #             2k/8k; quantize GB/s; accuracy through the kernel                      cap 60 s
 #   bench_bwd benchmarks/bench_bwd.py --quick: backward and fwd+bwd vs SDPA flash/cuDNN,
 #             deterministic cost, hdim 128 at 2k/8k (if hdim 128 passed the smoke)   cap 60 s
+#   bench_decode benchmarks/bench_decode.py --quick: decode step GB/s vs copy bandwidth,
+#             batch 8/64 x cache 8k/32k x pages none/16/64 (if hdim 128 passed)      cap 60 s
 #   sanitize  if nothing failed: the three tools on tools/sanitize_small.py (memcheck: its
 #             default set, a backward launch included)                             40 s each
 # then tools/device_summary.py prints ONE summary table, last. Files under $OUT (9):
 # summary.txt, results.json, device_check.log (every step's output), smoke.json, pytest.log,
-# sanitizer.log, bench_fwd.json, bench_fp8.json, bench_bwd.json.
+# sanitizer.log, bench_fwd.json, bench_fp8.json, bench_bwd.json, bench_decode.json.
 #
 #   here:    make device-prep     # the nvidia-cutlass wheel into .whl/ (pure Python)
 #   device:  make device-check    # device tool: carry [".whl"], timeout_s 600
@@ -162,8 +164,8 @@ PT=(-v -rfE --tb=line -p no:cacheprovider)
 $PY -c "import xdist" 2>/dev/null && PT+=(-n 4)
 $PY -c "import pytest_timeout" 2>/dev/null && PT+=(--timeout=60 -o timeout_method=thread)
 [ -n "$PYTEST_K" ] && PT+=(-k "$PYTEST_K")
-STEP_LOG=$OUT/pytest.log step pytest 150 $PY -m pytest "${PT[@]}" tests/test_kernel_gpu.py tests/test_decode_gpu.py \
-  tests/test_fp8_gpu.py tests/test_quantize_kernel.py tests/test_bwd_gpu.py
+STEP_LOG=$OUT/pytest.log step pytest 180 $PY -m pytest "${PT[@]}" tests/test_kernel_gpu.py tests/test_decode_gpu.py \
+  tests/test_kvcache_gpu.py tests/test_fp8_gpu.py tests/test_quantize_kernel.py tests/test_bwd_gpu.py
 STEP_LOG=$WORK/ring_sanity.log step ring_sanity 40 $PY tools/ring_sanity.py
 
 if [ -n "$BENCH_HDIMS" ]; then
@@ -174,6 +176,8 @@ if [ -n "$BENCH_HDIMS" ]; then
     --out "$WORK/bench" && cp "$WORK/bench/bench_fp8.json" "$OUT/" 2>/dev/null
   grep -qx 128 <<< "$(tr , '\n' <<< "$BENCH_HDIMS")" && step bench_bwd 60 $PY benchmarks/bench_bwd.py \
     --quick --out "$WORK/bench" && cp "$WORK/bench/bench_bwd.json" "$OUT/" 2>/dev/null
+  grep -qx 128 <<< "$(tr , '\n' <<< "$BENCH_HDIMS")" && step bench_decode 60 $PY benchmarks/bench_decode.py \
+    --quick --out "$WORK/bench" && cp "$WORK/bench/bench_decode.json" "$OUT/" 2>/dev/null
 fi
 
 if [ -z "$FAIL_CASES$HANG_CASES" ]; then

@@ -134,10 +134,10 @@ def bench_lines(bench: dict | None) -> list[str]:
     return out
 
 
-def bench_bwd_lines(data: dict | None) -> list[str]:
-    """benchmarks/bench_bwd.py's targets (PASS/MISS/n/a lines) from bench_bwd.json."""
+def bench_target_lines(data: dict | None, what: str = "backward") -> list[str]:
+    """A benchmark's targets (PASS/MISS/n/a lines) from its json (bench_bwd.json, bench_decode.json)."""
     if not data or not data.get("rows"):
-        return ["  no backward benchmark results"]
+        return [f"  no {what} benchmark results"]
     return [f"  [{status}] {text}" for status, text in data.get("targets", [])]
 
 
@@ -167,6 +167,7 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
     hang = load_json(work / "hang.json")
     bench = load_json(out / "bench_fwd.json")
     bench_bwd = load_json(out / "bench_bwd.json")
+    bench_decode = load_json(out / "bench_decode.json")
     pt = pytest_counts(read(out / "pytest.log")) if "pytest" in by else None
     problems = []
     L = []
@@ -241,17 +242,21 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
         L += bench_lines(bench)
     if "bench_bwd" in by:
         L.append("backward benchmark (bench_bwd --quick, hdim 128):")
-        L += bench_bwd_lines(bench_bwd)
+        L += bench_target_lines(bench_bwd)
+    if "bench_decode" in by:
+        L.append(f"decode benchmark (bench_decode --quick, hdim 128; copy "
+                 f"{(bench_decode or {}).get('copy_gbps', 0):.0f} GB/s):")
+        L += bench_target_lines(bench_decode, "decode")
     problems = list(dict.fromkeys(problems))
     ok = not problems
     head = f"======== flash3 device check: {'PASS' if ok else 'FAIL'}" + (
         "" if ok else f" ({'; '.join(problems)[:200]})") + " ========"
     L.append("under $OUT: summary.txt, results.json, device_check.log (every step), smoke.json, "
-             "pytest.log, sanitizer.log, bench_fwd.json, bench_fp8.json, bench_bwd.json")
+             "pytest.log, sanitizer.log, bench_fwd.json, bench_fp8.json, bench_bwd.json, bench_decode.json")
     text = "\n".join([head] + L)
     results = {"pass": ok, "problems": problems, "env": env, "steps": steps, "budget": budget,
                "elapsed": elapsed, "smoke": sm, "hang": hang, "sanitizers": sres, "pytest": pt,
-               "bench": bench, "bench_bwd": bench_bwd}
+               "bench": bench, "bench_bwd": bench_bwd, "bench_decode": bench_decode}
     return text, results, ok
 
 

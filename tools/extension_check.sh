@@ -169,9 +169,23 @@ torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** 
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
                           d ** -0.5, False, -1, -1, 0.0, False)
+# The decode (KV-cache) attention: schema, CUDA and Meta kernels, a Meta call contiguous and paged;
+# kernel_info lists its kernels ("decode").
+check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, "
+                              "Tensor(b!) lse, Tensor seqused_k, Tensor? page_table, float softmax_scale, "
+                              "bool causal, int window_left, int window_right, float softcap, int num_splits) -> ()"))
+assert ["bf16", 128, 128] in info["decode"], info
+qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
+cache = torch.empty(b, 300, 2, d, dtype=torch.bfloat16, device="meta")
+od, ld = torch.empty_like(qd), torch.empty(b, 4, 1, dtype=torch.float32, device="meta")
+used = torch.empty(b, dtype=torch.int32, device="meta")
+torch.ops.flash3.fwd_kvcache_sm90(qd, cache, cache, od, ld, used, None, d ** -0.5, True, -1, -1, 0.0, 0)
+pages = torch.empty(7, 16, 2, d, dtype=torch.bfloat16, device="meta")
+table = torch.empty(b, 3, dtype=torch.int32, device="meta")
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, False, 8, 0, 30.0, 4)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
 (cd /tmp && "$PY" -c 'import flash3; assert flash3.has_extension(), "import flash3 did not load flash3._C"; print("extension-check: import flash3 ->", sorted(flash3.kernel_info()["fwd"]))') \
   || die "plain 'import flash3' does not load the extension"
-say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + bwd_sm90 + fwd_fp8_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info"
+say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + bwd_sm90 + fwd_fp8_sm90 + fwd_kvcache_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info"
