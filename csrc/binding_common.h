@@ -175,7 +175,8 @@ inline void set_q_k_out(FwdParams& p, const Tensor& q, const Tensor& k, const Te
   p.head_dim = static_cast<int>(q.size(-1));
   p.head_dim_v = static_cast<int>(out.size(-1));
   p.total_q = to_int(varlen ? q.size(0) : batch * s_q, "total_q");
-  p.total_k = to_int(varlen ? k.size(0) : batch * s_k, "total_k");
+  // Batched calls never read total_k (a KV cache's b * capacity may pass 2^31): clamped there.
+  p.total_k = varlen ? to_int(k.size(0), "total_k") : static_cast<int>(std::min<int64_t>(batch * s_k, INT32_MAX));
   p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
   p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
 }

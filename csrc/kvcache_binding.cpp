@@ -80,7 +80,9 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   } else {
     TORCH_CHECK(slabs == b, kOp, ": a cache without page_table must have batch ", b, " rows, got ", slabs);
   }
-  TORCH_CHECK(capacity <= std::numeric_limits<int32_t>::max(), kOp, ": more than 2^31 keys per row");
+  // 2^30: key and packed-row indices plus a tile stay inside int32 on the device.
+  TORCH_CHECK(capacity <= (int64_t(1) << 30), kOp, ": more than 2^30 keys per row");
+  TORCH_CHECK(s_q * (h / h_k) <= (int64_t(1) << 30), kOp, ": s_q * (h / h_k) must be <= 2^30");
 
   const FwdKernelEntry* entry = pick_fwd_kernel(fwd_decode_kernels(), is_bf16, int(d), int(d_v), false);
   TORCH_CHECK(entry != nullptr, kOp, ": no ", dtype_name(is_bf16), " decode kernel for head dim (", d, ", ", d_v,

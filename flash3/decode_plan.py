@@ -36,9 +36,12 @@ Page addressing
 Key position ``pos`` of a row lives in page ``page_table[row, pos // page_size]``
 at offset ``pos % page_size``.  The kernels' contract for bad values (no host
 check in their call path): a key position outside ``[0, max_pages * page_size)``
-or a page id outside ``[0, num_pages)`` is *skipped*: a read contributes no key
-(as if masked), a write is dropped.  So a bad page id never touches another
-sequence's memory.  :func:`page_slot` states it.
+or a page id outside ``[0, num_pages)`` is never written (the append drops it) and
+never read outside the cache: the decode kernel attends to a key position past the
+capacity not at all (lengths are clamped) and to a key behind a bad page id as a
+zero key and value (that row's result is wrong, every other row's untouched).  So a
+bad page id never touches another sequence's memory.  :func:`page_slot` states the
+addressing.
 """
 
 from __future__ import annotations

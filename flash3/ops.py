@@ -240,8 +240,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                 qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
             reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table)
-        # Each row's key count; the kernel clamps it into [0, capacity] (no host read).
-        seqused = (cache_seqlens + s_new).to(torch.int32)
+        # Each row's key count (no host read); the kernel clamps it into [0, capacity].
+        seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits)
 
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference)

@@ -200,7 +200,8 @@ struct DecodeProducer {
 
   // Gathered path (all 128 producer threads). Block n's K and V are published once block n - 1's
   // K is in flight (so two blocks' loads overlap), and before waiting for V's stage of block n - 1:
-  // that stage is freed by the consumers' P.V of block n + 1, which follows S of block n.
+  // that stage held V(n + 1), released by the consumers' step n (S_n, then P_{n+1} V_{n+1}),
+  // which cannot start before K(n) is published.
   // K and V advance together here (one stage each per block), so one stage index serves both.
   static __device__ __forceinline__ void load_gather(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                      PipelineState& state_k, PipelineState& state_v,

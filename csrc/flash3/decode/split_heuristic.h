@@ -14,7 +14,8 @@
 //
 // Page addressing contract: key position pos of a row is page_table[row][pos / page_size] at
 // offset pos % page_size; a position outside [0, max_pages * page_size) or a page id outside
-// [0, num_pages) is skipped (not read, not written), whatever cache_seqlens/page_table hold.
+// [0, num_pages) is never written (the append skips it) and never read outside the cache: the
+// decode kernel reads such a key as zeros (in bounds; that row's result is then wrong).
 #pragma once
 
 #include <algorithm>

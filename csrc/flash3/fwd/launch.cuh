@@ -69,8 +69,10 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
               "decode: slab_rows and num_slabs must be >= 1 (num_slabs = batch without a page table)");
     fwd_check(p.num_splits >= 1 && p.num_splits <= 128 && (p.num_splits == 1 || (p.o_partial && p.lse_partial)),
               "decode: num_splits must be in [1, 128], with o_partial and lse_partial when > 1");
-    fwd_check(int64_t(p.seqlen_q) * (p.num_heads / p.num_heads_k) < (int64_t(1) << 31),
-              "decode: seqlen_q * (num_heads / num_heads_k) must be < 2^31");
+    // 2^30: packed-row and key indices plus a tile stay inside int32.
+    fwd_check(int64_t(p.seqlen_q) * (p.num_heads / p.num_heads_k) <= (int64_t(1) << 30) &&
+                  p.seqlen_k <= (1 << 30),
+              "decode: seqlen_q * (num_heads / num_heads_k) and the cache capacity must be <= 2^30");
   } else {
     fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel");
   }

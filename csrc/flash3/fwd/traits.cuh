@@ -75,10 +75,11 @@ struct FwdTraits {
   // spilled at 24 and 32 (d = 192); the consumers' 232 still hold the largest tile (128 x 176
   // uses 227). 3 consumers: 32 + 160 fill the 512-thread pool exactly.
   // The decode kernel's producer is the whole warpgroup (gathered K/V loads of small pages, the
-  // packed Q load) and needs more: 56 (at 40 it spilled), taken from the consumers (224; its tiles,
-  // decode_tile_shape, all have 2 consumers and at most the plain kernel's 128 x 80..128).
-  static constexpr int kProducerRegs = kDecode ? 56 : kNumConsumers == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kDecode ? 224 : 232) : 160;
+  // packed Q load) and needs more: 64 (at 40 it spilled, at 56 by 12 bytes for d = 96), taken
+  // from the consumers (216; its tiles, decode_tile_shape, all have 2 consumers and at most the
+  // plain kernel's 128 x 80..128: d = 256 holds O 128 + S 40 + P 20).
+  static constexpr int kProducerRegs = kDecode ? 64 : kNumConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kDecode ? 216 : 232) : 160;
   static_assert(!kDecode || kNumConsumers == 2, "decode tiles have 2 consumer warpgroups");
   static_assert(!kDecode || !kWide, "the decode kernel uses the plain tiles");
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
