@@ -217,8 +217,8 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
 
 // Decode (KV-cache) kernel tiles: the plain tiles with 2 consumer warpgroups everywhere. A decode
 // step has few rows (s_q * g packed), so the 192-row tiles of d <= 96 would mostly compute padding,
-// and their 3 consumers at 152 registers (the decode producer keeps 56 for its gathered loads)
-// spilled P at d = 64; 128 rows with 2 consumers at 224 registers fit every head dim.
+// and their 3 consumers at 152 registers (the decode producer needs more for its gathered loads)
+// spilled P at d = 64; 128 rows with 2 consumers at 216 registers (fwd/traits.cuh) fit every d.
 FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v) {
   return TileShape{128, fwd_tile_shape(head_dim, head_dim_v).block_n, 2, 2};
 }
