@@ -20,8 +20,8 @@ sys.path[:0] = [os.path.dirname(_HERE), _HERE]
 import flash3  # noqa: E402
 from flash3 import _backend  # noqa: E402
 import bench_fwd  # noqa: E402
-from bench_fp8 import (attn_flops, bench_cases, err_text, fmt, gpu_reason, is_num,  # noqa: E402
-                       markdown_table, measure_rows, parse_ints, ratio, save_report)
+from bench_fp8 import (attn_flops, bench_cases, err_text, fmt, is_num, markdown_table,  # noqa: E402
+                       measure_rows, parse_ints, pyplot, ratio, save_figure, save_report, start_report)
 
 BWD_FACTOR, FWD_BWD_FACTOR = 2.5, 3.5
 TARGET_CUDNN, TARGET_FLASH, TARGET_DET_COST = 1.0, 1.5, 10.0  # bwd d128 8k; deterministic cost in %
@@ -152,12 +152,8 @@ def measure_row(case, fns, dtype, reps):
 
 
 def plot(res, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     hdims = sorted({r["hdim"] for r in res["rows"]})
     panels = [(p, c) for p in ("bwd", "fb") for c in (False, True)]
@@ -177,21 +173,16 @@ def plot(res, path):
             ax.set_ylabel("TFLOP/s")
             if j == 0:
                 ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    reason = gpu_reason()
-    if reason:
-        print(f"bench_bwd: needs an sm_90 GPU with flash3._C ({reason}); nothing measured")
+    res = start_report("bench_bwd", args)
+    if res is None:
         return 0
-    os.makedirs(args.out, exist_ok=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "args": vars(args),
-           "bwd_kernels": sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_bwd_configs())}
+    res["bwd_kernels"] = sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_bwd_configs())
     print(f"device: {res['device']}  torch {res['torch']}  bwd kernels {res['bwd_kernels']}")
     fns = attention_fns()
     res["rows"] = measure_rows(bench_cases(args.hdims, args.seqlens, args.tokens, args.hidden),

@@ -18,7 +18,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_HERE), _HERE]
 import flash3  # noqa: E402
 from flash3 import _backend  # noqa: E402
-from bench_fp8 import err_text, fmt, gpu_reason, is_num, markdown_table, parse_ints, save_report  # noqa: E402
+from bench_fp8 import (err_text, fmt, is_num, markdown_table, parse_ints, pyplot, save_figure,  # noqa: E402
+                       save_report, start_report)
 
 TARGET_COPY_FRACTION = 0.80  # batch >= 8, cache >= 8k, page >= 16 (or contiguous)
 TARGET_FP8_SPEEDUP = 1.7     # FP8 cache step vs the bf16 cache step, same shape
@@ -159,12 +160,8 @@ def measure_row(case, reps):
 
 
 def plot(res, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     rows = [r for r in res["rows"] if is_num(r.get("gbps"))]
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -177,20 +174,15 @@ def plot(res, path):
     ax.set_ylabel("K/V GB/s")
     ax.set_xlabel("case (batch x cache, in table order)")
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    reason = gpu_reason()
-    if reason:
-        print(f"bench_decode: needs an sm_90 GPU with flash3._C ({reason}); nothing measured")
+    res = start_report("bench_decode", args)
+    if res is None:
         return 0
-    os.makedirs(args.out, exist_ok=True)
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "args": vars(args),
-           "decode_kernels": sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_decode_configs())}
+    res["decode_kernels"] = sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_decode_configs())
     res["copy_gbps"] = copy_gbps()
     print(f"device: {res['device']}  torch {res['torch']}  copy {fmt(res['copy_gbps'])} GB/s")
     res["rows"] = []

@@ -344,12 +344,8 @@ def accuracy_section(shape, seed, device="cuda"):
 
 
 def plot(res, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     hdims = sorted({r["hdim"] for r in res["rows"]})
     fig, axes = plt.subplots(2, len(hdims), figsize=(5 * len(hdims), 8), squeeze=False)
@@ -368,9 +364,36 @@ def plot(res, path):
             ax.set_xlabel("seqlen")
             ax.set_ylabel("TFLOP/s")
     axes[0][0].legend(fontsize=7)
+    save_figure(plt, fig, path)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (said once here) when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no plot)")
+        return None
+    return plt
+
+
+def save_figure(plt, fig, path):
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def start_report(name, args):
+    """The results dict (device, torch, args) with args.out created, or None after saying why this
+    machine cannot run benchmark `name`."""
+    reason = gpu_reason()
+    if reason:
+        print(f"{name}: needs an sm_90 GPU with flash3._C ({reason}); nothing measured")
+        return None
+    os.makedirs(args.out, exist_ok=True)
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "args": vars(args)}
 
 
 def measure_rows(cases, measure, columns):
@@ -402,12 +425,9 @@ def save_report(res, targets_title, out, name, plot_fn):
 
 def main(argv=None):
     args = parse_args(argv)
-    reason = gpu_reason()
-    if reason:
-        print(f"bench_fp8: needs an sm_90 GPU with flash3._C ({reason}); nothing measured")
+    res = start_report("bench_fp8", args)
+    if res is None:
         return 0
-    os.makedirs(args.out, exist_ok=True)
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "args": vars(args)}
     print(f"device: {res['device']}  torch {res['torch']}  fp8 kernels {sorted(_backend.kernel_fp8_configs())}")
     try:
         gemm = bench_fwd.gemm_tflops()

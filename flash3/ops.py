@@ -33,34 +33,29 @@ def _like(x: Tensor) -> Tensor:
     return x.new_empty(x.shape)
 
 
-def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
-    """Kernel when possible; on CUDA, say (once per reason) why not."""
+def _dispatch(q, why_not, what, run_kernel, run_reference):
+    """Kernel when possible; on CUDA, say (once per reason) why not. why_not() -> reason or None."""
     if q.is_cuda:
-        reason = _backend.kernel_fwd_reason(q, k, v, softmax_scale)
+        reason = why_not()
         if reason is None:
             return run_kernel()
-        _backend.warn_fallback(reason, "forward")
+        _backend.warn_fallback(reason, what)
     return run_reference()
+
+
+def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
+    return _dispatch(q, lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), "forward",
+                     run_kernel, run_reference)
 
 
 def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference):
-    """As _fwd_dispatch, for the decode (KV-cache) kernel."""
-    if q.is_cuda:
-        reason = _backend.kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale)
-        if reason is None:
-            return run_kernel()
-        _backend.warn_fallback(reason, "attention_with_kvcache")
-    return run_reference()
+    return _dispatch(q, lambda: _backend.kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale),
+                     "attention_with_kvcache", run_kernel, run_reference)
 
 
 def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
-    """As _fwd_dispatch, for the backward kernel."""
-    if q.is_cuda:
-        reason = _backend.kernel_bwd_reason(q, k, v, softmax_scale)
-        if reason is None:
-            return run_kernel()
-        _backend.warn_fallback(reason, "backward")
-    return run_reference()
+    return _dispatch(q, lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), "backward",
+                     run_kernel, run_reference)
 
 
 # ----------------------------------------------------------------- batched

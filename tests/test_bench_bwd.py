@@ -103,7 +103,8 @@ def test_main_assembles_table_json_and_plot(tmp_path, monkeypatch, capsys):
         if case["causal"] and case["seqlen"] == 2048:
             raise RuntimeError("CUDA out of memory\ndetails")
         return row(case["causal"], case["seqlen"])
-    monkeypatch.setattr(bench_bwd, "gpu_reason", lambda: None)
+    # The GPU check lives in bench_fp8.start_report, which bench_bwd calls.
+    monkeypatch.setattr(sys.modules["bench_fp8"], "gpu_reason", lambda: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake H100")
     monkeypatch.setattr(bench_bwd, "measure_row", fake_row)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)

@@ -7,6 +7,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import bench_decode as bd  # noqa: E402
+from bench_fp8 import gpu_reason  # noqa: E402
 
 
 def test_kv_bytes_and_cases():
@@ -49,7 +50,7 @@ def test_targets_and_table():
 
 
 def test_main_without_a_gpu(capsys, tmp_path):
-    if bd.gpu_reason() is None:
+    if gpu_reason() is None:
         return  # a real GPU: the device check runs it
     assert bd.main(["--quick", "--out", str(tmp_path)]) == 0
     assert "nothing measured" in capsys.readouterr().out
