@@ -117,16 +117,26 @@ def call_bwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None
                            configs=kernel_bwd_configs() if configs is None else configs)
 
 
-def kernel_fwd_reason(q, k, v, softmax_scale) -> str | None:
-    """Why the Hopper forward kernel cannot run this call; None if it can."""
+def _device_reason(q, missing_op=lambda: None) -> str | None:
+    """Why no flash3 kernel can run on q's device (CPU tensor, no extension, then missing_op(): an
+    op this build lacks, then not sm_90); None if one can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
     if not has_extension():
         return "flash3._C (the CUDA extension) is not built"
+    reason = missing_op()
+    if reason is not None:
+        return reason
     cap = torch.cuda.get_device_capability(q.device)
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
-    reason = call_fwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale)
+    return None
+
+
+def kernel_fwd_reason(q, k, v, softmax_scale) -> str | None:
+    """Why the Hopper forward kernel cannot run this call; None if it can."""
+    reason = (_device_reason(q)
+              or call_fwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale))
     if reason is not None:
         return reason
     if any(t.stride(-1) != 1 for t in (q, k, v)):
@@ -146,9 +156,10 @@ def call_kvcache_reason(dtype, cache_dtype, d, d_v, softmax_scale, *, configs=No
 
 
 def _addressable(x) -> bool:
-    """TMA and 16-byte cp.async can address x in place (see _tma_ready)."""
+    """TMA and 16-byte loads can address x in place: 16-byte aligned base, positive 16-byte
+    multiple strides on every dimension of size > 1 but the last (see _tma_ready)."""
     eb = x.element_size()
-    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(
+    return x.data_ptr() % 16 == 0 and all(
         st > 0 and st * eb % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
 
 
@@ -156,34 +167,23 @@ def kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale) -> str | None:
     """Why the decode kernel cannot run this attention_with_kvcache call; None if it can. The
     caches are never copied (they are the caller's state, and large): one the kernel cannot
     address in place sends the call to the reference."""
-    if not q.is_cuda:
-        return "inputs are not CUDA tensors"
-    if not has_extension():
-        return "flash3._C (the CUDA extension) is not built"
-    cap = torch.cuda.get_device_capability(q.device)
-    if cap != (9, 0):
-        return f"device capability {cap} is not sm_90 (Hopper)"
-    reason = call_kvcache_reason(q.dtype, k_cache.dtype, q.shape[-1], v_cache.shape[-1],
-                                 softmax_scale)
+    reason = _device_reason(q) or call_kvcache_reason(q.dtype, k_cache.dtype, q.shape[-1],
+                                                      v_cache.shape[-1], softmax_scale)
     if reason is not None:
         return reason
-    if not (_addressable(k_cache) and _addressable(v_cache)):
+    if not all(c.stride(-1) == 1 and _addressable(c) for c in (k_cache, v_cache)):
         return "k_cache/v_cache are not 16-byte aligned with 16-byte multiple strides"
     return None
 
 
+def _missing_bwd_op() -> str | None:
+    return None if has_bwd_kernel() else "flash3._C has no backward kernel (flash3::bwd_sm90)"
+
+
 def kernel_bwd_reason(q, k, v, softmax_scale) -> str | None:
     """Why the Hopper backward kernel cannot run this call; None if it can."""
-    if not q.is_cuda:
-        return "inputs are not CUDA tensors"
-    if not has_extension():
-        return "flash3._C (the CUDA extension) is not built"
-    if not has_bwd_kernel():
-        return "flash3._C has no backward kernel (flash3::bwd_sm90)"
-    cap = torch.cuda.get_device_capability(q.device)
-    if cap != (9, 0):
-        return f"device capability {cap} is not sm_90 (Hopper)"
-    reason = call_bwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale)
+    reason = (_device_reason(q, _missing_bwd_op)
+              or call_bwd_reason(q.dtype, q.shape[-1], v.shape[-1], softmax_scale))
     if reason is not None:
         return reason
     if any(t.stride(-1) != 1 for t in (q, k, v)):
@@ -197,10 +197,7 @@ def _tma_ready(x):
     reference. A zero stride on a dimension of size > 1 (an expanded/broadcast tensor) would make
     TMA read past a one-copy allocation, so such tensors are copied too; size-1 dims may keep any
     stride (the op never addresses memory through them)."""
-    eb = x.element_size()
-    aligned = x.data_ptr() % 16 == 0 and all(
-        st > 0 and st * eb % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
-    return x if aligned else x.clone(memory_format=torch.contiguous_format)
+    return x if _addressable(x) else x.clone(memory_format=torch.contiguous_format)
 
 
 _warned: set = set()
