@@ -183,6 +183,8 @@ def main(argv=None):
     if res is None:
         return 0
     res["decode_kernels"] = sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_decode_configs())
+    res["decode_fp8_cache_kernels"] = sorted([str(dt).split(".")[-1], d, dv]
+                                             for dt, d, dv in _backend.kernel_decode_configs(True))
     res["copy_gbps"] = copy_gbps()
     print(f"device: {res['device']}  torch {res['torch']}  copy {fmt(res['copy_gbps'])} GB/s")
     res["rows"] = []

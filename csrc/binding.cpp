@@ -11,7 +11,7 @@
 //       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8.py), bf16 out.
 //   flash3::kernel_info() -> str
 //       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...], "decode": [...],
-//       "arch": "sm_90a", "cutlass": "4.2.0"}.
+//       "decode_fp8_cache": [["bf16", 128, 128], ...] (16-bit q, FP8 cache), "arch": "sm_90a", "cutlass": "4.2.0"}.
 //
 // The Python layer (flash3/) validates and allocates first; the checks here are a defence.
 // Only light torch headers (no torch/extension.h, no pybind11) to keep this TU fast to compile;
@@ -335,14 +335,18 @@ std::string kernel_info() {
   for (size_t i = 0; i < bwd.size(); ++i)
     os << (i ? ", " : "") << "[\"" << (std::get<0>(bwd[i]) == 0 ? "bf16" : "fp16") << "\", " << std::get<1>(bwd[i])
        << ", " << std::get<2>(bwd[i]) << "]";
-  std::vector<std::tuple<int, int, int>> dec;  // the decode (KV-cache) kernels: (dtype order, d, d_v)
-  for (const FwdKernelEntry& e : fwd_decode_kernels()) dec.emplace_back(e.is_bf16 ? 0 : 1, e.head_dim, e.head_dim_v);
-  std::sort(dec.begin(), dec.end());
-  dec.erase(std::unique(dec.begin(), dec.end()), dec.end());
-  os << "], \"decode\": [";
-  for (size_t i = 0; i < dec.size(); ++i)
-    os << (i ? ", " : "") << "[\"" << (std::get<0>(dec[i]) == 0 ? "bf16" : "fp16") << "\", " << std::get<1>(dec[i])
-       << ", " << std::get<2>(dec[i]) << "]";
+  // The decode (KV-cache) kernels, caches of q's dtype then FP8 caches: (q dtype, d, d_v).
+  for (bool fp8_cache : {false, true}) {
+    std::vector<std::tuple<int, int, int>> dec;  // (dtype order, d, d_v)
+    for (const FwdKernelEntry& e : fwd_decode_kernels(fp8_cache))
+      dec.emplace_back(e.is_bf16 ? 0 : 1, e.head_dim, e.head_dim_v);
+    std::sort(dec.begin(), dec.end());
+    dec.erase(std::unique(dec.begin(), dec.end()), dec.end());
+    os << (fp8_cache ? "], \"decode_fp8_cache\": [" : "], \"decode\": [");
+    for (size_t i = 0; i < dec.size(); ++i)
+      os << (i ? ", " : "") << "[\"" << (std::get<0>(dec[i]) == 0 ? "bf16" : "fp16") << "\", "
+         << std::get<1>(dec[i]) << ", " << std::get<2>(dec[i]) << "]";
+  }
   os << "], \"arch\": \"sm_90a\", \"cutlass\": \"" << FLASH3_CUTLASS_MAJOR << "."
      << FLASH3_CUTLASS_MINOR << "." << FLASH3_CUTLASS_PATCH << "\"}";
   return os.str();

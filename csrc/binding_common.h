@@ -56,13 +56,15 @@ inline const DeviceInfo& device_info(int device) {
 
 inline const char* dtype_name(bool is_bf16) { return is_bf16 ? "bf16" : "fp16"; }
 
-// TMA needs 16-byte aligned base addresses and 16-byte multiple strides (8 elements of 16 bits).
-// The stride of a dimension of size 1 is never used to address memory; give it a harmless value.
+// TMA (and 16-byte cp.async) needs 16-byte aligned base addresses and 16-byte multiple strides
+// (8 elements of 16 bits, 16 of 8). The stride of a dimension of size 1 is never used to address
+// memory; give it a harmless value.
 inline int64_t tma_stride(const Tensor& t, int dim) {
   if (t.size(dim) > 1) return t.stride(dim);
-  int64_t s = 8;
+  const int64_t unit = 16 / t.element_size();
+  int64_t s = unit;
   for (int d = dim + 1; d < t.dim(); ++d) s = std::max(s, t.stride(d) * t.size(d));
-  return (s + 7) / 8 * 8;
+  return (s + unit - 1) / unit * unit;
 }
 
 inline void check_tma_layout(const Tensor& t, const char* name, const char* op = "flash3.fwd_sm90") {
@@ -73,8 +75,8 @@ inline void check_tma_layout(const Tensor& t, const char* name, const char* op =
     TORCH_CHECK(tma_stride(t, d) > 0, op, ": ", name, ".stride(", d, ") is ",
                 t.stride(d), " on a dimension of size ", t.size(d),
                 " (a broadcast/expanded tensor); pass a contiguous copy");
-    TORCH_CHECK(tma_stride(t, d) % 8 == 0, op, ": ", name, ".stride(", d, ") = ",
-                t.stride(d), " must be a multiple of 8 elements (16 bytes, for TMA)");
+    TORCH_CHECK(tma_stride(t, d) * t.element_size() % 16 == 0, op, ": ", name, ".stride(", d, ") = ",
+                t.stride(d), " must be a multiple of ", 16 / t.element_size(), " elements (16 bytes, for TMA)");
   }
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, op, ": ", name,
               " must be 16-byte aligned (for TMA)");

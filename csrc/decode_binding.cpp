@@ -1,10 +1,12 @@
 // torch side of the decode kernels (a fragment of the flash3 op library; binding.cpp defines it).
 //
 //   flash3::append_kv_sm90(q, k_cache!, v_cache!, k, v, cache_seqlens, page_table?, rotary_cos?,
-//                          rotary_sin?, rotary_interleaved, q_per_token, q_out!) -> ()
+//                          rotary_sin?, rotary_interleaved, q_per_token, q_out!, k_descale?,
+//                          v_descale?) -> ()
 //       CUDA: writes k/v (rotated when rotary tables are given) into the cache at
 //       cache_seqlens[b] + t, skipping slots outside the cache, and q rotated into q_out; no host
-//       synchronization (csrc/flash3/decode/append_kv.h). Meta: nothing.
+//       synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn caches take float32
+//       descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)). Meta: nothing.
 // flash3/ops.py validates first; these checks are a defence of the kernel's memory accesses.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
@@ -24,12 +26,14 @@ namespace {
 
 using at::Tensor;
 
+// `fp8`: a cache that may be float8_e4m3fn instead of q's dtype.
 void check_rows(const Tensor& t, const char* name, const Tensor& q, int64_t dim0, int64_t dim2,
-                int64_t dim3) {
+                int64_t dim3, bool fp8 = false) {
   TORCH_CHECK(t.device() == q.device(), "flash3.append_kv_sm90: ", name, " must be on ",
               q.device(), ", got ", t.device());
-  TORCH_CHECK(t.scalar_type() == q.scalar_type(), "flash3.append_kv_sm90: ", name,
-              " must have q's dtype ", q.scalar_type(), ", got ", t.scalar_type());
+  const auto dtype = fp8 ? at::kFloat8_e4m3fn : q.scalar_type();
+  TORCH_CHECK(t.scalar_type() == dtype, "flash3.append_kv_sm90: ", name, " must have dtype ", dtype,
+              ", got ", t.scalar_type());
   TORCH_CHECK(t.dim() == 4 && (dim0 < 0 || t.size(0) == dim0) && t.size(2) == dim2 &&
                   t.size(3) == dim3,
               "flash3.append_kv_sm90: ", name, " has shape ", t.sizes(), ", expected (",
@@ -49,7 +53,9 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
                          const std::optional<Tensor>& page_table,
                          const std::optional<Tensor>& rotary_cos,
                          const std::optional<Tensor>& rotary_sin, bool rotary_interleaved,
-                         bool q_per_token, const Tensor& q_out) {
+                         bool q_per_token, const Tensor& q_out,
+                         const std::optional<Tensor>& k_descale,
+                         const std::optional<Tensor>& v_descale) {
   TORCH_CHECK(q.is_cuda(), "flash3.append_kv_sm90: q must be a CUDA tensor");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
               "flash3.append_kv_sm90: q must be bfloat16 or float16, got ", q.scalar_type());
@@ -59,8 +65,17 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
   check_rows(q, "q", q, b, h, d);
   check_rows(q_out, "q_out", q, b, h, d);
   TORCH_CHECK(q_out.size(1) == s_q, "flash3.append_kv_sm90: q_out must have q's shape");
-  check_rows(k_cache, "k_cache", q, -1, h_k, d);
-  check_rows(v_cache, "v_cache", q, k_cache.size(0), h_k, d_v);
+  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  check_rows(k_cache, "k_cache", q, -1, h_k, d, fp8);
+  check_rows(v_cache, "v_cache", q, k_cache.size(0), h_k, d_v, fp8);
+  TORCH_CHECK(k_descale.has_value() == fp8 && v_descale.has_value() == fp8,
+              "flash3.append_kv_sm90: k_descale and v_descale go with (and only with) a float8_e4m3fn cache");
+  if (fp8)
+    for (const Tensor* t : {&*k_descale, &*v_descale})
+      TORCH_CHECK(t->device() == q.device() && t->scalar_type() == at::kFloat && t->dim() == 2 &&
+                      t->size(0) == k_cache.size(0) && t->size(1) == h_k,
+                  "flash3.append_kv_sm90: descales must be float32 (", k_cache.size(0), ", ", h_k, ") on ",
+                  q.device(), ", got ", t->scalar_type(), " ", t->sizes());
   TORCH_CHECK(v_cache.size(1) == k_cache.size(1), "flash3.append_kv_sm90: v_cache must match k_cache");
   check_rows(k, "k", q, b, h_k, d);
   check_rows(v, "v", q, b, h_k, d_v);
@@ -133,6 +148,11 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
   p.h = to_int(h, "q.size(2)"), p.h_k = to_int(h_k, "k_cache.size(2)");
   p.d = to_int(d, "q.size(3)"), p.d_v = to_int(d_v, "v_cache.size(3)");
   p.is_bf16 = q.scalar_type() == at::kBFloat16;
+  if (fp8) {
+    p.k_descale = k_descale->data_ptr<float>(), p.v_descale = v_descale->data_ptr<float>();
+    p.kd_slab_stride = k_descale->stride(0), p.kd_head_stride = k_descale->stride(1);
+    p.vd_slab_stride = v_descale->stride(0), p.vd_head_stride = v_descale->stride(1);
+  }
   const int err = run_append_kv(p, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == 0, "flash3.append_kv_sm90: launch failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(err)));
@@ -141,7 +161,7 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
 void append_kv_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          const Tensor&, const Tensor&, const std::optional<Tensor>&,
                          const std::optional<Tensor>&, const std::optional<Tensor>&, bool, bool,
-                         const Tensor&) {}
+                         const Tensor&, const std::optional<Tensor>&, const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -150,7 +170,8 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
   m.def(
       "append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
       "Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, Tensor? rotary_sin, "
-      "bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out) -> ()");
+      "bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out, Tensor? k_descale=None, "
+      "Tensor? v_descale=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("append_kv_sm90", &flash3::append_kv_sm90_cuda); }

@@ -2,11 +2,14 @@
 // binding.cpp defines it).
 //
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
-//                            causal, window_left, window_right, softcap, num_splits) -> ()
+//                            causal, window_left, window_right, softcap, num_splits, k_descale?,
+//                            v_descale?) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
 //       first seqused_k[i] keys (clamped to the cache). Packed GQA, split-KV (num_splits 0: the
 //       heuristic of decode/split_heuristic.h, from shapes only) merged by the combine kernel.
+//       Caches of q's dtype, or float8_e4m3fn with float32 k_descale/v_descale (num_slabs, h_k):
+//       the stored x8 of slab s, kv head j is x8 * descale[s, j].
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
 // flash3/ops.py validates first; these checks are a defence of the kernels' memory accesses.
 #include <ATen/core/Tensor.h>
@@ -36,7 +39,8 @@ constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
 void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& out,
                            const Tensor& lse, const Tensor& seqused_k, const std::optional<Tensor>& page_table,
                            double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-                           double softcap, int64_t num_splits) {
+                           double softcap, int64_t num_splits, const std::optional<Tensor>& k_descale,
+                           const std::optional<Tensor>& v_descale) {
   TORCH_CHECK(q.is_cuda(), kOp, ": q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
     TORCH_CHECK(t->device() == q.device(), kOp, ": all tensors must be on ", q.device(), ", got one on ",
@@ -47,8 +51,14 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
               dev.major, dev.minor);
   const auto dtype = q.scalar_type();
   TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf, kOp, ": q must be bfloat16 or float16, got ", dtype);
-  TORCH_CHECK(k_cache.scalar_type() == dtype && v_cache.scalar_type() == dtype && out.scalar_type() == dtype, kOp,
-              ": k_cache, v_cache and out must have q's dtype ", dtype);
+  TORCH_CHECK(out.scalar_type() == dtype, kOp, ": out must have q's dtype ", dtype);
+  const bool fp8_cache = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(fp8_cache ? v_cache.scalar_type() == at::kFloat8_e4m3fn
+                        : k_cache.scalar_type() == dtype && v_cache.scalar_type() == dtype,
+              kOp, ": k_cache and v_cache must both have q's dtype ", dtype, " or both be float8_e4m3fn, got ",
+              k_cache.scalar_type(), " and ", v_cache.scalar_type());
+  TORCH_CHECK(k_descale.has_value() == fp8_cache && v_descale.has_value() == fp8_cache, kOp,
+              fp8_cache ? ": an FP8 cache needs k_descale and v_descale" : ": descales go with an FP8 cache only");
   TORCH_CHECK(lse.scalar_type() == at::kFloat, kOp, ": lse must be float32");
   const bool is_bf16 = dtype == at::kBFloat16;
   for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k_cache, "k_cache"),
@@ -84,8 +94,16 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   TORCH_CHECK(capacity <= (int64_t(1) << 30), kOp, ": more than 2^30 keys per row");
   TORCH_CHECK(s_q * (h / h_k) <= (int64_t(1) << 30), kOp, ": s_q * (h / h_k) must be <= 2^30");
 
-  const FwdKernelEntry* entry = pick_fwd_kernel(fwd_decode_kernels(), is_bf16, int(d), int(d_v), false);
-  TORCH_CHECK(entry != nullptr, kOp, ": no ", dtype_name(is_bf16), " decode kernel for head dim (", d, ", ", d_v,
+  if (fp8_cache)
+    for (auto [t, name] : {std::make_pair(&*k_descale, "k_descale"), std::make_pair(&*v_descale, "v_descale")})
+      TORCH_CHECK(t->device() == q.device() && t->scalar_type() == at::kFloat && t->dim() == 2 &&
+                      t->size(0) == slabs && t->size(1) == h_k,
+                  kOp, ": ", name, " must be float32 (", slabs, ", ", h_k, ") on ", q.device(), ", got ",
+                  t->scalar_type(), " ", t->sizes());
+  const FwdKernelEntry* entry =
+      pick_fwd_kernel(fwd_decode_kernels(fp8_cache), is_bf16, int(d), int(d_v), false);
+  TORCH_CHECK(entry != nullptr, kOp, ": no ", dtype_name(is_bf16), fp8_cache ? " FP8-cache" : "",
+              " decode kernel for head dim (", d, ", ", d_v,
               ") or larger in this build of flash3._C; see torch.ops.flash3.kernel_info()");
   if (b == 0 || s_q == 0 || h == 0) return;
   if (slabs == 0 || slab_rows == 0 || capacity == 0) {  // no keys: out 0, lse -inf
@@ -113,9 +131,19 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
     p.page_table_stride = page_table->stride(0);
   }
   p.is_bf16 = is_bf16;
+  if (fp8_cache) {
+    auto descale = [](const Tensor& t) {
+      Descale ds;
+      ds.ptr = t.data_ptr<float>();
+      ds.batch_stride = t.stride(0), ds.head_stride = t.stride(1);
+      return ds;
+    };
+    p.k_cache_descale = descale(*k_descale);
+    p.v_cache_descale = descale(*v_descale);
+  }
 
   // Split count from shapes only (the lengths live on the device): the capacity bounds the keys.
-  const TileShape tile = decode_tile_shape(entry->head_dim, entry->head_dim_v);
+  const TileShape tile = decode_tile_shape(entry->head_dim, entry->head_dim_v, fp8_cache);
   const int tiles = decode::decode_tiles(int(b), int(s_q), int(h), int(h_k), tile.block_m);
   const int n_blocks = int(decode::ceil_div64(capacity, tile.block_n));
   p.num_splits = decode::resolve_num_splits(int(num_splits), tiles, dev.num_sms, n_blocks);
@@ -146,7 +174,8 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
 }
 
 void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t) {}
+                           const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t,
+                           const std::optional<Tensor>&, const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -155,7 +184,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
   m.def(
       "fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor seqused_k, Tensor? page_table, float softmax_scale, bool causal, int window_left, "
-      "int window_right, float softcap, int num_splits) -> ()");
+      "int window_right, float softcap, int num_splits, Tensor? k_descale=None, Tensor? v_descale=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("fwd_kvcache_sm90", &flash3::fwd_kvcache_sm90_cuda); }

@@ -90,10 +90,12 @@ def pick_kernel_config(dtype, d, d_v, configs=None):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_decode_configs() -> frozenset:
-    """Compiled decode (KV-cache) configs as {(dtype, d, d_v)} (kernel_info()["decode"])."""
+def kernel_decode_configs(fp8_cache: bool = False) -> frozenset:
+    """Compiled decode (KV-cache) configs as {(q dtype, d, d_v)}: kernel_info()["decode"] (caches of
+    q's dtype) or, with fp8_cache, kernel_info()["decode_fp8_cache"] (float8_e4m3fn caches)."""
+    key = "decode_fp8_cache" if fp8_cache else "decode"
     return frozenset((_DTYPE_NAMES[name], int(d), int(d_v))
-                     for name, d, d_v in kernel_info().get("decode", []) if name in _DTYPE_NAMES)
+                     for name, d, d_v in kernel_info().get(key, []) if name in _DTYPE_NAMES)
 
 
 def call_fwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
@@ -145,14 +147,13 @@ def kernel_fwd_reason(q, k, v, softmax_scale) -> str | None:
 
 
 def call_kvcache_reason(dtype, cache_dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
-    """The device-independent part of kernel_kvcache_reason (kernel_decode_configs() unless
-    given)."""
-    if cache_dtype == torch.float8_e4m3fn:
-        return "FP8 KV cache has no kernel yet"
-    if cache_dtype != dtype:
+    """The device-independent part of kernel_kvcache_reason (kernel_decode_configs(FP8 cache)
+    unless given). An FP8 (float8_e4m3fn) cache runs with bf16/fp16 q."""
+    fp8 = cache_dtype == torch.float8_e4m3fn
+    if cache_dtype != dtype and not fp8:
         return f"cache dtype {cache_dtype} differs from q's {dtype}"
     return call_fwd_reason(dtype, d, d_v, softmax_scale,
-                           configs=kernel_decode_configs() if configs is None else configs)
+                           configs=kernel_decode_configs(fp8) if configs is None else configs)
 
 
 def _addressable(x) -> bool:
@@ -233,9 +234,10 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
 
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
-                       softcap, num_splits):
+                       softcap, num_splits, k_descale=None, v_descale=None):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
-    device value on the host (capturable in a CUDA graph)."""
+    device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
+    (slabs, h_k)."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
@@ -243,7 +245,7 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), causal, int(left),
                                       -1 if causal else int(right), float(softcap),
-                                      int(num_splits))
+                                      int(num_splits), k_descale, v_descale)
     return out, lse
 
 

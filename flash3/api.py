@@ -95,7 +95,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``k_descale``/``v_descale`` of shape (k_cache.shape[0], h_k): per (batch row, kv head)
     for a contiguous cache, per (page, kv head) for a paged one.  A stored value x8 stands
     for x8 * descale; new k/v are stored as e4m3(clamp(x / descale, -448, 448)) with their
-    slab's descale.  The output has q's dtype.
+    slab's descale.  The output has q's dtype.  On Hopper with bf16/fp16 q the fused append
+    quantizes and the decode kernel reads the e4m3 bytes, computing with x8 * descale rounded
+    once to q's dtype.
 
     Value contract (no host synchronization).  Shapes, dtypes and devices are always
     checked.  The *values* of cache_seqlens, page_table (and descales, rotary range) are
@@ -107,15 +109,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     <= max_pages * page_size (paged), every page id among the first
     ceil((cache_seqlens[i] + s_new) / page_size) entries of page_table[i] in
     [0, num_pages), and for rotary cache_seqlens[i] + max(s_new, s_q) <= seqlen_ro.
-    What happens otherwise: the reference (CPU, and the CUDA fallback for paged and FP8
-    caches) uses PyTorch advanced indexing, so an out-of-range slot raises IndexError on
-    the CPU and a device-side assert on CUDA (the CUDA context is then unusable), and a
-    negative cache_seqlens or page id indexes from the end of the cache (Python
-    semantics), so it may overwrite another row's slots.  The kernels skip instead: the
-    fused append (the contiguous-cache CUDA path) writes no slot outside the cache and no
-    page id outside [0, num_pages), and the attention kernel reads at most
-    min(cache_seqlens[i] + s_new, capacity) keys.  Rotary positions are clamped to
-    [0, seqlen_ro - 1] everywhere.
+    What happens otherwise: the reference (CPU, and the CUDA fallback: fp32 q, caches the
+    kernel cannot address) uses PyTorch advanced indexing, so an out-of-range slot raises
+    IndexError on the CPU and a device-side assert on CUDA (the CUDA context is then
+    unusable), and a negative cache_seqlens or page id indexes from the end of the cache
+    (Python semantics), so it may overwrite another row's slots.  The kernels skip instead:
+    the fused append writes no slot outside the cache and no page id outside
+    [0, num_pages), and the attention kernel reads at most min(cache_seqlens[i] + s_new,
+    capacity) keys; a key behind a bad page id reads as zero.  Rotary positions are clamped
+    to [0, seqlen_ro - 1] everywhere.
     """
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)

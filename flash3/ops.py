@@ -216,8 +216,9 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         # the decode kernel (paged or contiguous cache, packed GQA, split-KV; no host reads).
         qk = q
         pt = None if page_table is None else page_table.to(torch.int32).contiguous()
+        kd, vd = (None if t is None else t.to(torch.float32) for t in (k_descale, v_descale))
         fused = (k is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
-                 and _backend.has_append_kernel())
+                 and k.dtype == q.dtype and v.dtype == q.dtype and _backend.has_append_kernel())
         if fused:
             cos = sin = None
             if rotary_cos is not None:
@@ -227,17 +228,18 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
             # Without rotary q_out is q itself, which the kernel then never touches.
             torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv,
                                             cache_seqlens.contiguous(), pt, cos, sin,
-                                            rotary_interleaved, local, qk)
+                                            rotary_interleaved, local, qk, kd, vd)
         elif k is not None:
             kk = k
             if rotary_cos is not None:
                 from .rotary import kvcache_rotary
                 qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
-            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table)
+            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, kd, vd)
         # Each row's key count (no host read); the kernel clamps it into [0, capacity].
         seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
-        return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits)
+        return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
+                                           kd, vd)
 
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference)
 

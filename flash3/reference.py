@@ -300,7 +300,9 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
 # * FP8 caches (float8_e4m3fn) read with descales of shape (k_cache.shape[0], h_k):
 #   per (batch row, kv head) for a contiguous cache, per (page, kv head) for a paged one.
 #   A stored value x8 means x8.float() * descale; an append stores
-#   round_e4m3(clamp(x / descale, -448, 448)) with the slab's existing descale;
+#   round_e4m3(clamp(x / descale, -448, 448)) with the slab's existing descale.
+#   (The Hopper decode kernel computes with x8 * descale rounded once to q's dtype, the
+#   precision of a 16-bit cache: its tests' same-precision baseline rounds the same way);
 # * split-KV: each row's keys dealt into num_splits ranges (decode_plan.split_key_range),
 #   a partial (O, lse) per range, merged by combine_splits.
 # --------------------------------------------------------------------------

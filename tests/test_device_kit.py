@@ -506,12 +506,15 @@ def test_bench_bwd_lines_and_summary(tmp_path):
 
 
 def test_sanitize_small_default_set_has_one_backward_case(capsys):
-    """Every default case names a smoke kernel and feature; the one bwd: case is skipped, not
-    failed, by a build without flash3::bwd_sm90."""
+    """Every default case names a smoke kernel and feature (decode: cases their cache layout); the
+    one bwd: case is skipped, not failed, by a build without flash3::bwd_sm90."""
     import sanitize_small
     bwd = [c for c in sanitize_small.DEFAULT if c.startswith("bwd:")]
-    assert bwd == ["bwd:bf16:128:128/causal"] and len(sanitize_small.DEFAULT) == 15
+    assert bwd == ["bwd:bf16:128:128/causal"] and len(sanitize_small.DEFAULT) == 19
     for case in sanitize_small.DEFAULT:
+        if case.startswith("decode:"):  # run_decode's own cases: contiguous or paged, FP8 or not
+            assert case.split("/")[1] in ("contig", "page16", "page16-fp8", "page256-fp8")
+            continue
         kernel, feature = case.removeprefix("bwd:").split("/")
         smoke.parse_kernel(kernel)
         assert feature in smoke.FEATURES

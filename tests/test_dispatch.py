@@ -98,11 +98,27 @@ def test_call_reason_rejections(args, kw, fragment):
     assert fragment in _backend.call_fwd_reason(*args, configs=BUILT, **kw)
 
 
-@pytest.mark.parametrize("cache_dtype,fragment", [
-    (torch.float8_e4m3fn, "FP8 KV cache"), (torch.float16, "differs from q's")])
-def test_kvcache_reason_rejections(cache_dtype, fragment):
-    assert fragment in _backend.call_kvcache_reason(torch.bfloat16, cache_dtype, 64, 64, 0.1,
+@pytest.mark.parametrize("dtype,cache_dtype,fragment", [
+    (torch.bfloat16, torch.float16, "differs from q's"),
+    (torch.float32, torch.float8_e4m3fn, "has no kernel (bf16/fp16 only)")])
+def test_kvcache_reason_rejections(dtype, cache_dtype, fragment):
+    assert fragment in _backend.call_kvcache_reason(dtype, cache_dtype, 64, 64, 0.1,
                                                     configs=BUILT)
+
+
+def test_kvcache_reason_fp8_cache_uses_its_own_kernel_list(monkeypatch):
+    """A float8_e4m3fn cache with 16-bit q runs on the FP8-cache decode kernels
+    (kernel_info()["decode_fp8_cache"]), whatever the 16-bit-cache list holds."""
+    info = {"decode": [["bf16", 128, 128]], "decode_fp8_cache": [["fp16", 64, 64]]}
+    monkeypatch.setattr(_backend, "kernel_info", lambda: info)
+    _backend.kernel_decode_configs.cache_clear()
+    try:
+        assert _backend.call_kvcache_reason(torch.float16, torch.float8_e4m3fn, 64, 64, 0.1) is None
+        assert "no kernel compiled" in _backend.call_kvcache_reason(
+            torch.bfloat16, torch.float8_e4m3fn, 128, 128, 0.1)
+        assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 128, 128, 0.1) is None
+    finally:
+        _backend.kernel_decode_configs.cache_clear()
 
 
 def test_kvcache_reason_accepts_paged_and_contiguous_caches_alike():

@@ -32,15 +32,22 @@ def test_backward_tus_per_16bit_dtype_and_head_dim():
     assert len({k.filename for k in gk.all_kernels()}) == len(gk.all_kernels())
 
 
-def test_decode_tus_per_16bit_dtype_and_head_dim():
+def test_decode_tus_per_16bit_dtype_head_dim_and_cache():
     dec = [k for k in gk.all_kernels() if k.kind == "decode"]
     assert sorted(k.filename for k in dec) == sorted(
-        f"decode_{dt}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS)
+        f"decode_{dt}{c}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS
+        for c in ("", "_kve4m3"))
     k = gk.Kernel("fp16", 192, 128, kind="decode")
-    assert "template void flash3::run_fwd_decode<false, 192, 128>" in k.source()
-    assert "DecodeKernelRegistration reg(false, 192, 128," in k.source()
+    assert "template void flash3::run_fwd_decode<false, 192, 128, false>" in k.source()
+    assert "DecodeKernelRegistration reg(false, 192, 128, false," in k.source()
     # compile_check holds them to the forward's checks plus LDGSTS (the gathered pages).
     assert compile_check.kernel_checks(k) == (compile_check.REQUIRED + ("LDGSTS",), True)
+    # FP8 caches: always gathered (no TMA load), converted from e4m3 in the producer.
+    k8 = gk.Kernel("bf16", 128, 128, kind="decode", cache="e4m3")
+    assert k8.filename == "decode_bf16_kve4m3_hdim128_sm90.cu"
+    assert "DecodeKernelRegistration reg(true, 128, 128, true," in k8.source()
+    assert compile_check.kernel_checks(k8) == (
+        ("HGMMA", "SYNCS", "USETMAXREG", "LDGSTS", "F2FP.E4M3"), True)
 
 
 def test_backward_tu_source():
@@ -90,7 +97,9 @@ def run_py(args, **env):
 
 def test_list_shows_forward_and_backward():
     want = ["csrc/generated/fwd_bf16_hdim128_sm90.cu", "csrc/generated/fwd_bf16_hdim128_wide_sm90.cu",
-            "csrc/generated/bwd_bf16_hdim128_sm90.cu", "csrc/generated/decode_bf16_hdim128_sm90.cu"]
+            "csrc/generated/bwd_bf16_hdim128_sm90.cu", "csrc/generated/decode_bf16_hdim128_sm90.cu",
+            # the FP8-cache decode kernel goes with its q dtype
+            "csrc/generated/decode_bf16_kve4m3_hdim128_sm90.cu"]
     p = run_py(["csrc/generate_kernels.py", "--list"], FLASH3_DTYPES="bf16", FLASH3_HDIMS="128")
     assert p.returncode == 0 and p.stdout.split() == want, p.stderr
     # compile_check --list: the same TUs, then the plain ones; no toolchain needed.

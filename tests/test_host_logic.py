@@ -279,6 +279,24 @@ def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
         assert len(runs) == len(set(runs))
 
 
+@pytest.mark.parametrize("d,dv,n16,n8", [(64, 64, 128, 128), (96, 96, 96, 96), (128, 128, 128, 112),
+                                         (192, 192, 112, 64), (192, 128, 128, 80), (256, 256, 80, 48)])
+def test_decode_tile_shapes_fit_the_hardware(driver, d, dv, n16, n8):
+    """Decode tiles: 128 rows, 2 consumers; a 16-bit cache keeps the forward's block_n, an FP8
+    cache the largest multiple of 16 whose raw stages also fit (its K/V, 2 blocks in flight)."""
+    for fp8, want_n in ((0, n16), (1, n8)):
+        block_m, block_n, stages, consumers, smem = map(
+            int, driver([f"decode_tile_shape {d} {dv} {fp8}"])[0].split())
+        assert (block_m, block_n, stages, consumers) == (128, want_n, 2, 2)
+        raw = 2 * (block_n * (d + dv) + 8 * block_n) if fp8 else 0
+        assert smem >= 2 * (128 * d + 2 * block_n * d + max(2 * block_n * dv, 128 * dv)) + raw
+        assert smem <= SMEM_LIMIT
+        if fp8 and block_n < n16:  # the next block_n up would not fit
+            bigger = 2 * (128 * d + 2 * (block_n + 16) * d + max(2 * (block_n + 16) * dv, 128 * dv)) \
+                + 2 * ((block_n + 16) * (d + dv) + 8 * (block_n + 16))
+            assert bigger > SMEM_LIMIT - 2048
+
+
 @pytest.mark.parametrize("wide", [0, 1])
 @pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
 def test_tile_shapes_fit_the_hardware(driver, d, dv, wide):

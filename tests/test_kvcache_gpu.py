@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.requires_sm90,
               pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")]
 
 
-def built_decode():
+def built_decode(key="decode"):
     if not hasattr(torch.ops.flash3, "kernel_info"):
         return set()
-    return {tuple(x) for x in json.loads(torch.ops.flash3.kernel_info()).get("decode", [])}
+    return {tuple(x) for x in json.loads(torch.ops.flash3.kernel_info()).get(key, [])}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -31,10 +31,21 @@ def require_extension():
         pytest.skip("flash3._C without the decode kernels (pip install --no-build-isolation .)")
 
 
-def need(dtype, d, dv):
+def need(dtype, d, dv, fp8_cache=False):
     name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-    if (name, d, dv) not in built_decode():
-        pytest.skip(f"decode kernel {name} d={d} d_v={dv} not built")
+    if (name, d, dv) not in built_decode("decode_fp8_cache" if fp8_cache else "decode"):
+        pytest.skip(f"decode kernel {name} d={d} d_v={dv}{' FP8 cache' if fp8_cache else ''} not built")
+
+
+def make_fp8_cache(b, cap, h_k, d, dv, page, gen):
+    """make_cache's layout with float8_e4m3fn contents: standard normal values quantized with
+    float32 descales (slabs, h_k) that differ per slab and head (0.01 .. 0.11: |x| / descale
+    reaches the e4m3 range, an outlier saturates)."""
+    kc, vc, pt = make_cache(b, cap, h_k, d, dv, page, torch.float32, gen)
+    slabs = kc.shape[0]
+    kd, vd = (torch.rand(slabs, h_k, device="cuda", generator=gen) * 0.1 + 0.01 for _ in range(2))
+    return (reference.quantize_fp8_cache(kc, kd[:, None, :]),
+            reference.quantize_fp8_cache(vc, vd[:, None, :]), pt, kd, vd)
 
 
 def make_cache(b, cap, h_k, d, dv, page, dtype, gen):
@@ -54,27 +65,29 @@ def make_cache(b, cap, h_k, d, dv, page, dtype, gen):
 
 
 def run_decode(q, kc, vc, lens, page_table, *, causal=False, window=(-1, -1), softcap=0.0,
-               num_splits=0):
+               num_splits=0, descales=(None, None)):
     """One flash3::fwd_kvcache_sm90 call into NaN-poisoned out/lse."""
     b, s_q, h, d = q.shape
     out = torch.full((b, s_q, h, vc.shape[-1]), float("nan"), device=q.device, dtype=q.dtype)
     lse = torch.full((b, h, s_q), float("nan"), device=q.device)
     left, right = window
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, page_table, d ** -0.5, causal,
-                                      left, 0 if causal else right, softcap, num_splits)
+                                      left, 0 if causal else right, softcap, num_splits, *descales)
     return out, lse
 
 
-def check_rows(q, kc, vc, lens, page_table, out, lse, **mask):
-    """Each batch row against the oracle on its own first lens[i] keys."""
+def check_rows(q, kc, vc, lens, page_table, out, lse, descales=(None, None), **mask):
+    """Each batch row against the oracle on its own first lens[i] keys. An FP8 cache: the oracle
+    takes the exact x8 * descale, the same-precision baseline those values rounded to q's dtype
+    (what the kernel computes with)."""
     for i, n in enumerate(lens.tolist()):
         n = max(0, min(n, kc.shape[1] * (page_table.shape[1] if page_table is not None else 1)))
-        k_i = reference.kvcache_gather(kc, i, n, page_table)[None]
-        v_i = reference.kvcache_gather(vc, i, n, page_table)[None]
+        k_i = reference.kvcache_gather(kc, i, n, page_table, descales[0])[None]
+        v_i = reference.kvcache_gather(vc, i, n, page_table, descales[1])[None]
         kw = dict(causal=mask.get("causal", False), window_size=mask.get("window", (-1, -1)),
                   softcap=mask.get("softcap", 0.0), softmax_scale=q.shape[-1] ** -0.5)
         ref_out, ref_lse = attention_ref64(*(x.double() for x in (q[i:i + 1], k_i, v_i)), **kw)
-        naive_out, _ = attention_naive(q[i:i + 1], k_i, v_i, **kw)
+        naive_out, _ = attention_naive(q[i:i + 1], k_i.to(q.dtype), v_i.to(q.dtype), **kw)
         assert_close_fa(out[i:i + 1], naive_out, ref_out, f"out[{i}] (n={n})")
         assert torch.equal(torch.isinf(lse[i]), torch.isinf(ref_lse[0])), f"lse[{i}] -inf pattern"
         fin = torch.isfinite(ref_lse[0])
@@ -242,3 +255,155 @@ def test_repeated_calls_are_bitwise_equal():
     a = run_decode(q, kc, vc, lens, pt, num_splits=0)
     b = run_decode(q, kc, vc, lens, pt, num_splits=0)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+# ------------------------------------------------------------------ FP8 (e4m3) caches
+@pytest.mark.parametrize("page", [None, 1, 16, 64, 256], ids=lambda p: f"page{p}")
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fp8_cache_page_sizes(page, d, dtype):
+    need(dtype, d, d, fp8_cache=True)
+    gen = torch.Generator(device="cuda").manual_seed(100 + (page or 0) + d)
+    b, h, h_k, cap = 4, 8, 2, 700
+    kc, vc, pt, kd, vd = make_fp8_cache(b, cap, h_k, d, d, page, gen)
+    q = torch.randn(b, 1, h, d, device="cuda", dtype=dtype, generator=gen)
+    lens = torch.tensor([1, 129, 511, 700], device="cuda", dtype=torch.int32)
+    for num_splits in (1, 0):
+        out, lse = run_decode(q, kc, vc, lens, pt, causal=True, num_splits=num_splits, descales=(kd, vd))
+        check_rows(q, kc, vc, lens, pt, out, lse, descales=(kd, vd), causal=True)
+
+
+@pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
+@pytest.mark.parametrize("mode", ["causal", "window", "softcap"])
+def test_fp8_cache_head_dims_masks_splits_gqa(d, dv, mode):
+    need(torch.bfloat16, d, dv, fp8_cache=True)
+    mask = {"causal": dict(causal=True), "window": dict(window=(100, 7)),
+            "softcap": dict(causal=True, softcap=20.0)}[mode]
+    gen = torch.Generator(device="cuda").manual_seed(d + dv + 1)
+    b, h, h_k, cap = 2, 8, 2, 1500
+    kc, vc, pt, kd, vd = make_fp8_cache(b, cap, h_k, d, dv, 16, gen)
+    for s_q, num_splits in ((1, 5), (37, 1)):
+        q = torch.randn(b, s_q, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        lens = torch.tensor([s_q + 17, 1500], device="cuda", dtype=torch.int32)
+        out, lse = run_decode(q, kc, vc, lens, pt, num_splits=num_splits, descales=(kd, vd), **mask)
+        check_rows(q, kc, vc, lens, pt, out, lse, descales=(kd, vd), **mask)
+
+
+def test_fp8_cache_many_tiles_per_cta():
+    """More tiles than SMs (each CTA runs several: Q/O/raw-stage reuse across tiles, the grown V
+    buffer of d 256 staging O), no splits."""
+    need(torch.bfloat16, 256, 256, fp8_cache=True)
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    b, h, h_k, cap = 40, 16, 8, 300  # 40 * 8 tiles of 64 tokens * 2 heads
+    kc, vc, pt, kd, vd = make_fp8_cache(b, cap, h_k, 256, 256, 64, gen)
+    q = torch.randn(b, 64, h, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.randint(64, cap + 1, (b,), device="cuda", dtype=torch.int32, generator=gen)
+    out, lse = run_decode(q, kc, vc, lens, pt, causal=True, num_splits=1, descales=(kd, vd))
+    check_rows(q, kc, vc, lens, pt, out, lse, descales=(kd, vd), causal=True)
+
+
+def test_fp8_cache_head_dim_below_the_kernels():
+    """d = 72 on the d 96 kernel, the cache a view of wider rows: the last 16-byte chunk of a row
+    holds 8 real bytes (the rest zero-filled, never the next head's)."""
+    need(torch.bfloat16, 96, 96, fp8_cache=True)
+    gen = torch.Generator(device="cuda").manual_seed(37)
+    kc, vc, pt, kd, vd = make_fp8_cache(2, 400, 2, 80, 80, 16, gen)
+    kc, vc = kc[..., :72], vc[..., :72]
+    q = torch.randn(2, 3, 4, 72, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.tensor([100, 400], device="cuda", dtype=torch.int32)
+    out, lse = run_decode(q, kc, vc, lens, pt, causal=True, num_splits=2, descales=(kd, vd))
+    check_rows(q, kc, vc, lens, pt, out, lse, descales=(kd, vd), causal=True)
+
+
+def test_fp8_cache_bad_index_values_stay_in_bounds():
+    need(torch.bfloat16, 128, 128, fp8_cache=True)
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    kc, vc, pt, kd, vd = make_fp8_cache(3, 256, 2, 128, 128, 16, gen)
+    q = torch.randn(3, 1, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    bad_pt = pt.clone()
+    bad_pt[1, 2] = 10**6
+    bad_pt[1, 3] = -5
+    lens = torch.tensor([10**8, 100, -40], device="cuda", dtype=torch.int32)
+    out, lse = run_decode(q, kc, vc, lens, bad_pt, num_splits=3, descales=(kd, vd))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    clean = torch.tensor([256], device="cuda", dtype=torch.int32)
+    check_rows(q[:1], kc, vc, clean, pt[:1], out[:1], lse[:1], descales=(kd, vd))
+    assert (out[2] == 0).all() and torch.isinf(lse[2]).all()
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("rotary", [None, "neox"])
+def test_fp8_cache_append_then_attend_matches_reference(paged, rotary):
+    """The fused append quantizes new k/v bit for bit as reference.quantize_fp8_cache; the
+    attention matches the reference on the same caches."""
+    need(torch.bfloat16, 128, 128, fp8_cache=True)
+    gen = torch.Generator(device="cuda").manual_seed(23)
+    b, h, h_k, d, s_new = 3, 8, 2, 128, 3
+    kc, vc, pt, kd, vd = make_fp8_cache(b, 512, h_k, d, d, 16 if paged else None, gen)
+    q = torch.randn(b, s_new, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, s_new, h_k, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, s_new, h_k, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k[0, 0, 0, :4] = torch.tensor([1e3, -1e3, 1e-4, 0.0])  # saturation, an e4m3 subnormal, zero
+    v[1, 1, 1, :2] = 1e4
+    # NaN of either sign (torch keeps the sign: 0x7F / 0xFF) in row 2's values: checked in the
+    # cache bytes; row 2's output (NaN) is left out of the comparison.
+    v[2, 2, 1, :2] = torch.tensor([float("nan"), -float("nan")])
+    lens = torch.tensor([0, 77, 500], device="cuda", dtype=torch.int32)
+    kw = dict(cache_seqlens=lens, page_table=pt, causal=True, return_lse=True, k_descale=kd, v_descale=vd)
+    if rotary:
+        ang = torch.arange(600, device="cuda")[:, None] * 10000.0 ** (
+            -torch.arange(0, 64, 2, device="cuda") / 64)
+        kw.update(rotary_cos=ang.cos(), rotary_sin=ang.sin())
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    out, lse = flash3.attention_with_kvcache(q, kc, vc, k, v, **kw)
+    ref_out, ref_lse = reference.kvcache_forward(
+        q, kc_ref, vc_ref, k, v, lens, pt, d ** -0.5, -1, 0, 0.0, kw.get("rotary_cos"),
+        kw.get("rotary_sin"), False, kd, vd)
+    assert torch.equal(kc.view(torch.uint8), kc_ref.view(torch.uint8))  # saturation, NaN, rounding alike
+    assert torch.equal(vc.view(torch.uint8), vc_ref.view(torch.uint8))
+    assert ((vc.view(torch.uint8) & 0x7F) == 0x7F).any()  # the NaNs made it into the cache
+    out, ref_out = out[:2], ref_out[:2]
+    assert (out.float() - ref_out.float()).abs().max().item() < 3e-2
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-3
+
+
+def test_fp8_cache_cuda_graph_replays_like_eager():
+    need(torch.bfloat16, 128, 128, fp8_cache=True)
+    gen = torch.Generator(device="cuda").manual_seed(29)
+    b, h, h_k, d = 4, 32, 8, 128
+    kc, vc, pt, kd, vd = make_fp8_cache(b, 2048, h_k, d, d, 16, gen)
+    kc_eager, vc_eager = kc.clone(), vc.clone()
+    steps = [tuple(torch.randn(b, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for n in (h, h_k, h_k)) for _ in range(5)]
+    lens0 = torch.tensor([5, 300, 1000, 2000], device="cuda", dtype=torch.int32)
+    static = [torch.empty_like(x) for x in steps[0]]
+    lens = lens0.clone()
+    kw = dict(page_table=pt, causal=True, num_splits=3, k_descale=kd, v_descale=vd)
+
+    def step():
+        return flash3.attention_with_kvcache(static[0], kc, vc, *static[1:], cache_seqlens=lens, **kw)
+
+    for x, src in zip(static, steps[0]):
+        x.copy_(src)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    kc.copy_(kc_eager), vc.copy_(vc_eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = step()
+    kc.copy_(kc_eager), vc.copy_(vc_eager)
+    for t, (qs, ks, vs) in enumerate(steps):
+        for x, src in zip(static, (qs, ks, vs)):
+            x.copy_(src)
+        lens.copy_(lens0 + t)
+        graph.replay()
+        eager = flash3.attention_with_kvcache(qs, kc_eager, vc_eager, ks, vs, cache_seqlens=lens0 + t, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(out_static, eager), f"step {t}"
+    assert torch.equal(kc.view(torch.uint8), kc_eager.view(torch.uint8))

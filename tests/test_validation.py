@@ -150,6 +150,33 @@ def test_kvcache_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path)
     assert torch.equal(kc, want_kc) and torch.equal(vc, want_vc)  # rotated k appended
 
 
+def test_fp8_paged_kvcache_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path):
+    """An FP8 paged cache takes the kernel path too: descales passed through as float32, the
+    new k/v quantized into their pages, nothing read on the host."""
+    gen = torch.Generator().manual_seed(4)
+    b, h_k, d, ps, pages = 2, 2, 16, 4, 9
+    q = torch.randn(b, 1, 4, d, generator=gen)
+    k, v = torch.randn(b, 1, h_k, d, generator=gen), torch.randn(b, 1, h_k, d, generator=gen)
+    kd = torch.rand(pages, h_k, generator=gen) * 0.1 + 0.01
+    vd = torch.rand(pages, h_k, generator=gen) * 0.1 + 0.01
+    kc = reference.quantize_fp8_cache(torch.randn(pages, ps, h_k, d, generator=gen), kd[:, None])
+    vc = reference.quantize_fp8_cache(torch.randn(pages, ps, h_k, d, generator=gen), vd[:, None])
+    pt = torch.tensor([[3, 0, 7], [8, 1, 2]], dtype=torch.int32)
+    seqlens = torch.tensor([5, 11], dtype=torch.int32)
+    want_kc, want_vc = kc.clone(), vc.clone()
+    reference.kvcache_write(want_kc, want_vc, k, v, seqlens, pt, kd, vd)
+    validation._FORCE = False
+    with no_host_reads(monkeypatch):
+        out = flash3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, page_table=pt,
+                                            k_descale=kd, v_descale=vd)
+    assert out.shape == (b, 1, 4, d)
+    (call,) = kernel_path
+    assert call["k_descale"].dtype == torch.float32 and torch.equal(call["k_descale"], kd)
+    assert torch.equal(call["v_descale"], vd) and torch.equal(call["seqused_k"], seqlens + 1)
+    assert torch.equal(kc.view(torch.uint8), want_kc.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), want_vc.view(torch.uint8))
+
+
 def reference_rotated_k(q, k, seqlens, cos, sin):
     from flash3.rotary import kvcache_rotary
     return kvcache_rotary(q, k, seqlens, cos, sin, False, True)[1:]

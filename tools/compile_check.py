@@ -63,7 +63,11 @@ REQUIRED = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
 REQUIRED_FP8 = ("QGMMA", "UTMALDG", "SYNCS", "USETMAXREG")
 # The decode kernels (decode_*) also gather K/V rows of small pages with cp.async: LDGSTS.
 REQUIRED_DECODE = REQUIRED + ("LDGSTS",)
-COUNTED = ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDGSTS", "LDL", "STL", "LDG", "STG")
+# With an FP8 cache (decode_*_kve4m3_*) K/V are always gathered (no TMA loads at all: Q is stored
+# by the producer) and converted from e4m3 in the producer: F2FP.E4M3 (F2FP.F16.E4M3.UNPACK_B).
+REQUIRED_DECODE_FP8_CACHE = ("HGMMA", "SYNCS", "USETMAXREG", "LDGSTS", "F2FP.E4M3")
+COUNTED = ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "LDGSTS", "F2FP.E4M3", "LDL", "STL",
+           "LDG", "STG")
 _GMMA = ("HGMMA", "QGMMA")
 
 
@@ -77,7 +81,7 @@ def kernel_checks(k) -> tuple[tuple, bool]:
     if getattr(k, "is_bwd", False):
         return REQUIRED, False
     if getattr(k, "kind", "") == "decode":
-        return REQUIRED_DECODE, True
+        return (REQUIRED_DECODE_FP8_CACHE if getattr(k, "cache", "") else REQUIRED_DECODE), True
     if "fp8" in k.name:
         return REQUIRED_FP8, k.head_dim_v <= 128
     return REQUIRED, True
@@ -206,6 +210,8 @@ def scan_sass(sass: str, r: Result, debug_hang: bool = False, required=REQUIRED,
         op, mods = m.group(1), m.group(2)
         if op in counts:
             counts[op] += 1
+        if op == "F2FP" and ".E4M3" in mods:
+            counts["F2FP.E4M3"] += 1
         if op == "BPT" and mods.startswith(".TRAP"):
             trap += 1
     r.counts = counts

@@ -123,11 +123,15 @@ except (NotImplementedError, RuntimeError) as e:
 # The fused KV-cache append: schema, CUDA and Meta kernels, a Meta call.
 check_op("append_kv_sm90", ("flash3::append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, "
             "Tensor v, Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, "
-            "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out) -> ()"))
+            "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out, "
+            "Tensor? k_descale=None, Tensor? v_descale=None) -> ()"))
 kc = torch.empty(b, 256, 2, d, dtype=torch.bfloat16, device="meta")
 kn = torch.empty(b, 1, 2, d, dtype=torch.bfloat16, device="meta")
 lens = torch.empty(b, dtype=torch.int32, device="meta")
 torch.ops.flash3.append_kv_sm90(q, kc, kc.clone(), kn, kn, lens, None, None, None, False, True, q)
+kc8 = torch.empty(b, 256, 2, d, dtype=torch.float8_e4m3fn, device="meta")  # an FP8 cache
+ds8 = torch.empty(b, 2, dtype=torch.float32, device="meta")
+torch.ops.flash3.append_kv_sm90(q, kc8, kc8.clone(), kn, kn, lens, None, None, None, False, True, q, ds8, ds8)
 
 # The fused FP8 rotate-and-quantize: schema, CUDA and Meta kernels, a Meta call per layout.
 check_op("quantize_fp8_sm90", ("flash3::quantize_fp8_sm90(Tensor x, Tensor? signs, Tensor? mean, "
@@ -169,12 +173,14 @@ torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** 
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
                           d ** -0.5, False, -1, -1, 0.0, False)
-# The decode (KV-cache) attention: schema, CUDA and Meta kernels, a Meta call contiguous and paged;
-# kernel_info lists its kernels ("decode").
+# The decode (KV-cache) attention: schema, CUDA and Meta kernels, a Meta call contiguous and paged
+# (16-bit and FP8 caches); kernel_info lists its kernels ("decode", "decode_fp8_cache").
 check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, "
                               "Tensor(b!) lse, Tensor seqused_k, Tensor? page_table, float softmax_scale, "
-                              "bool causal, int window_left, int window_right, float softcap, int num_splits) -> ()"))
+                              "bool causal, int window_left, int window_right, float softcap, int num_splits, "
+                              "Tensor? k_descale=None, Tensor? v_descale=None) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
+assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
 cache = torch.empty(b, 300, 2, d, dtype=torch.bfloat16, device="meta")
 od, ld = torch.empty_like(qd), torch.empty(b, 4, 1, dtype=torch.float32, device="meta")
@@ -183,6 +189,10 @@ torch.ops.flash3.fwd_kvcache_sm90(qd, cache, cache, od, ld, used, None, d ** -0.
 pages = torch.empty(7, 16, 2, d, dtype=torch.bfloat16, device="meta")
 table = torch.empty(b, 3, dtype=torch.int32, device="meta")
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, False, 8, 0, 30.0, 4)
+pages8 = torch.empty(7, 16, 2, d, dtype=torch.float8_e4m3fn, device="meta")  # an FP8 paged cache
+pd8 = torch.empty(7, 2, dtype=torch.float32, device="meta")
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 0,
+                                  pd8, pd8)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).

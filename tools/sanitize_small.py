@@ -1,8 +1,9 @@
 """Small kernel launches for compute-sanitizer (memcheck, racecheck, synccheck).
 
-    python tools/sanitize_small.py                          # every feature path once (15 cases)
+    python tools/sanitize_small.py                          # every feature path once (19 cases)
     python tools/sanitize_small.py bf16:128:128/causal ...  # just these smoke cases
     python tools/sanitize_small.py bwd:bf16:128:128/causal  # one backward launch (bwd_sm90)
+    python tools/sanitize_small.py decode:bf16:128:128/page16-fp8  # one decode launch (below)
 
 The cases are tools/smoke.py's (lengths that leave partial tiles); a bwd: case is its backward
 case (out/lse from the forward kernel, then flash3::bwd_sm90), skipped when the build has no
@@ -27,7 +28,47 @@ DEFAULT = ([f"bf16:{d}:{dv}/{f}" for d, dv in [(64, 64), (128, 128), (192, 128),
             for f in ("full", "causal")]
            + ["fp16:128:128/window", "fp16:128:128/softcap", "bf16:128:128/gqa",
               "bf16:128:128/varlen", "bf16:128:128/kvcache", "e4m3:128:128/causal",
-              "bwd:bf16:128:128/causal"])
+              "bwd:bf16:128:128/causal", "decode:bf16:128:128/contig", "decode:bf16:128:128/page16",
+              "decode:bf16:128:128/page16-fp8", "decode:bf16:128:128/page256-fp8"])
+
+
+def run_decode(case):
+    """decode:<dtype>:<d>:<d_v>/<contig|pageN>[-fp8]: one flash3::fwd_kvcache_sm90 launch (3
+    splits, packed GQA 4, a bad page id and a length past the cache) into NaN-poisoned out/lse;
+    False when that kernel is not built."""
+    kernel, feature = case.split("/")
+    _, dt, d, dv = kernel.split(":")
+    d, dv = int(d), int(dv)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    fp8 = feature.endswith("-fp8")
+    page = None if feature.startswith("contig") else int(feature.split("-")[0][4:])
+    if (dtype, d, dv) not in _backend.kernel_decode_configs(fp8):
+        print(f"sanitize_small: {case}: kernel not built, skipped")
+        return False
+    b, h, h_k, cap = 3, 8, 2, 600
+    if page is None:
+        shape, pt = (b, cap, h_k), None
+    else:
+        pages = b * (-(-cap // page)) + 2
+        shape = (pages, page, h_k)
+        pt = torch.randperm(pages, device="cuda")[:pages - 2].view(b, -1).to(torch.int32)
+        pt[1, 1] = pages + 5  # a bad page id: reads zeros, never outside the cache
+    kc, vc = torch.randn(*shape, d, device="cuda"), torch.randn(*shape, dv, device="cuda")
+    descales = (None, None)
+    if fp8:
+        descales = tuple(torch.full(shape[:1] + (h_k,), 0.05, device="cuda") for _ in range(2))
+        kc, vc = kc.div(0.05).to(torch.float8_e4m3fn), vc.div(0.05).to(torch.float8_e4m3fn)
+    else:
+        kc, vc = kc.to(dtype), vc.to(dtype)
+    q = torch.randn(b, 2, h, d, device="cuda", dtype=dtype)
+    lens = torch.tensor([1, 333, 10**6], device="cuda", dtype=torch.int32)
+    out = torch.full((b, 2, h, dv), float("nan"), device="cuda", dtype=dtype)
+    lse = torch.full((b, h, 2), float("nan"), device="cuda")
+    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, pt, d ** -0.5, True, -1, -1, 0.0, 3,
+                                      *descales)
+    assert torch.isfinite(out).all(), f"{case}: non-finite or unwritten output"
+    assert not torch.isnan(lse).any(), f"{case}: unwritten lse"
+    return True
 
 
 def run_bwd(case):
@@ -53,6 +94,9 @@ def main(cases):
     for case in cases:
         if case.startswith("bwd:"):
             ran += run_bwd(case)
+            continue
+        if case.startswith("decode:"):
+            ran += run_decode(case)
             continue
         kernel, feature = case.split("/")
         if kernel not in built:

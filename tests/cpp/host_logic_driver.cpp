@@ -115,6 +115,12 @@ int main() {
       const TileShape s = fwd_tile_shape(d, dv, wide != 0);
       std::printf("%d %d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers,
                   fwd_smem_bytes(d, dv, wide != 0), fwd_has_wide_tile(d, dv) ? 1 : 0);
+    } else if (cmd == "decode_tile_shape") {  // d d_v fp8_cache -> block_m block_n stages consumers smem
+      int d, dv, fp8;
+      in >> d >> dv >> fp8;
+      const TileShape s = decode_tile_shape(d, dv, fp8 != 0);
+      std::printf("%d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers,
+                  decode_smem_bytes(d, dv, s.block_n, fp8 != 0));
     } else if (cmd == "tma") {  // elem_bytes rank base_offset dims[rank] strides[rank] box[rank]
       int eb, rank;
       long long offset;

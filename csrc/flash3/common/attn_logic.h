@@ -219,8 +219,23 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
 // step has few rows (s_q * g packed), so the 192-row tiles of d <= 96 would mostly compute padding,
 // and their 3 consumers at 152 registers (the decode producer needs more for its gathered loads)
 // spilled P at d = 64; 128 rows with 2 consumers at 216 registers (fwd/traits.cuh) fit every d.
-FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v) {
-  return TileShape{128, fwd_tile_shape(head_dim, head_dim_v).block_n, 2, 2};
+// Shared memory of the decode kernel (an upper bound: fwd/traits.cuh asserts it): Q (128 rows), 2
+// stages of K and V (V's buffer also stages the 128 x d_v O tile, so it is at least that), 2 KB of
+// barriers and padding, and for an FP8 (e4m3) cache (fp8_cache) two raw stages: the gathered bytes
+// of a key block's K and V rows and their per-row descales, before the producer converts them into
+// K/V's 16-bit stages (decode/load.cuh). block_n drops in steps of 16 until it fits the 227 KB
+// opt-in limit: d 128 -> 112, (192, 192) -> 64, (192, 128) -> 80, 256 -> 48; d 64 and 96 keep
+// theirs. 16-bit caches keep the plain block_n.
+FLASH3_HD constexpr int decode_smem_bytes(int head_dim, int head_dim_v, int block_n, bool fp8_cache) {
+  const int raw = fp8_cache ? (2 * (block_n * (head_dim + head_dim_v) + 2 * 4 * block_n) + 1023) / 1024 * 1024 : 0;
+  const int v = 2 * block_n * head_dim_v > 128 * head_dim_v ? 2 * block_n * head_dim_v : 128 * head_dim_v;
+  return raw + 2 * (128 * head_dim + 2 * block_n * head_dim + v) + 2048;
+}
+FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bool fp8_cache = false) {
+  TileShape t{128, fwd_tile_shape(head_dim, head_dim_v).block_n, 2, 2};
+  while (fp8_cache && t.block_n > 16 && decode_smem_bytes(head_dim, head_dim_v, t.block_n, fp8_cache) > 227 * 1024)
+    t.block_n -= 16;
+  return t;
 }
 
 // A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose

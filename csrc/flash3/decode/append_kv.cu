@@ -5,6 +5,7 @@
 // pages (a bad page id is skipped, not clamped).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "flash3/common/fp32_rn.cuh"  // mul_rn, add_rn, sub_rn: no ftz, as torch
@@ -44,6 +45,16 @@ __device__ __forceinline__ T rotate(const T* x, int c, int pos, const AppendKvPa
   return from_float<T>(r);
 }
 
+// The e4m3 byte of x / descale: IEEE division (div_rn: no fast-math ftz), clamped to +-448,
+// rounded to nearest even; NaN keeps its sign (0x7F / 0xFF, as torch converts it):
+// reference.py quantize_fp8_cache.
+__device__ __forceinline__ __nv_fp8_storage_t quantize_e4m3(float x, float descale) {
+  float y = div_rn(x, descale);
+  if (isnan(y)) return signbit(y) ? 0xFF : 0x7F;
+  y = y > 448.f ? 448.f : (y < -448.f ? -448.f : y);
+  return __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
+}
+
 // Cache slot (dim-0 index, row) of key position pos of batch row b; slab < 0 when outside.
 struct Slot {
   int64_t slab, row;
@@ -62,8 +73,10 @@ __device__ __forceinline__ Slot cache_slot(const AppendKvParams& p, int b, int64
   return {page, off};
 }
 
-template <class T>
+// C: the cache element, T (q's dtype) or __nv_fp8_storage_t (an FP8 cache, quantized on the way in).
+template <class T, class C>
 __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParams p) {
+  constexpr bool kFp8 = sizeof(C) == 1;
   // 32-bit index arithmetic (the host caps the grid at 2^31 rows): a 64-bit division is a call.
   const int k_rows = p.batch * p.s_new * p.h_k;
   int r = blockIdx.x;
@@ -78,13 +91,20 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
                  hk * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + t * p.v_row_stride +
                  hk * p.v_head_stride;
-    T* kc = static_cast<T*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
+    C* kc = static_cast<C*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
             hk * p.kc_head_stride;
-    T* vc = static_cast<T*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
+    C* vc = static_cast<C*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
             hk * p.vc_head_stride;
     const int pos_ro = pos > 0x7fffffff ? 0x7fffffff : int(pos);
-    for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = rotate(k, c, pos_ro, p);
-    for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = v[c];
+    if constexpr (kFp8) {
+      const float kd = p.k_descale[slot.slab * p.kd_slab_stride + hk * p.kd_head_stride];
+      const float vd = p.v_descale[slot.slab * p.vd_slab_stride + hk * p.vd_head_stride];
+      for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = quantize_e4m3(to_float(rotate(k, c, pos_ro, p)), kd);
+      for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = quantize_e4m3(to_float(v[c]), vd);
+    } else {
+      for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = rotate(k, c, pos_ro, p);
+      for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = v[c];
+    }
     return;
   }
   r -= k_rows;  // one (batch, query token, head) row of q (rotary only)
@@ -111,8 +131,14 @@ int run_append_kv(const AppendKvParams& p, void* stream) {
     return int(cudaErrorInvalidConfiguration);
   const dim3 grid(static_cast<unsigned>(rows));
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.is_bf16) append_kv_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(p);
-  else append_kv_kernel<__half><<<grid, kThreads, 0, s>>>(p);
+  const bool fp8 = p.k_descale != nullptr;
+  if (p.is_bf16) {
+    if (fp8) append_kv_kernel<__nv_bfloat16, __nv_fp8_storage_t><<<grid, kThreads, 0, s>>>(p);
+    else append_kv_kernel<__nv_bfloat16, __nv_bfloat16><<<grid, kThreads, 0, s>>>(p);
+  } else {
+    if (fp8) append_kv_kernel<__half, __nv_fp8_storage_t><<<grid, kThreads, 0, s>>>(p);
+    else append_kv_kernel<__half, __half><<<grid, kThreads, 0, s>>>(p);
+  }
   return int(cudaGetLastError());
 }
 

@@ -10,7 +10,10 @@
 //  - rotary (rotary_dim > 0): pairs (c, c + rotary_dim / 2) (GPT-NeoX) or (2c, 2c + 1) (GPT-J,
 //    interleaved) of the first rotary_dim channels, computed in fp32 and rounded once; the
 //    table row is the position clamped to [0, seqlen_ro - 1]; k at its key position, q token t
-//    at cache_seqlens[b] + t (q_per_token) or cache_seqlens[b].
+//    at cache_seqlens[b] + t (q_per_token) or cache_seqlens[b];
+//  - FP8 (e4m3) caches (k_descale set): the (rotated) value x, rounded to q's dtype, is stored as
+//    e4m3(clamp(x / descale, -448, 448)) (IEEE division, nearest even, NaN kept) with the descale of
+//    its slab and kv head (reference.py quantize_fp8_cache).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +51,10 @@ struct AppendKvParams {
   bool q_per_token;
   int batch, s_new, s_q, h, h_k, d, d_v;
   bool is_bf16;
+  // FP8 caches: fp32 descales (slabs, h_k), element strides; nullptr: caches of q's dtype.
+  const float* k_descale;
+  const float* v_descale;
+  int64_t kd_slab_stride, kd_head_stride, vd_slab_stride, vd_head_stride;
 };
 
 // Launches the append (and the q rotation when rotary) on `stream` (a cudaStream_t).

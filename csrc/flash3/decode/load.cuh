@@ -11,12 +11,20 @@
 // reads through the async proxy, so every writing thread completes its writes, fences
 // (fence.proxy.async), and the warp or warpgroup synchronizes before one thread arrives on the
 // full barrier (count 1, no transaction bytes). TMA needs none of this.
+// FP8 cache (Tr::kFp8Cache): always gathered, into raw stages (the e4m3 bytes and each row's
+// descale, two blocks in flight), then converted by the whole warpgroup into K/V's 16-bit stages
+// (x8 * descale rounded once to q's dtype) and published as above.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "flash3/common/barriers.cuh"
+#include "flash3/common/fp32_rn.cuh"
 #include "flash3/fwd/mainloop.cuh"
 #include "flash3/fwd/scheduler.cuh"
 #include "flash3/fwd/traits.cuh"
@@ -43,15 +51,50 @@ __device__ __forceinline__ KvSlot kv_slot(const FwdParams& p, int batch, int pos
   return {page, row};
 }
 
+// Copies the first src_bytes (0..16) of a 16-byte chunk and zero-fills the rest.
+__device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(src), "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(src),
-               "r"(valid ? 16 : 0)
+  cp_async_16(smem_addr, src, valid ? 16 : 0);
+}
+__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(src), "r"(valid ? 4 : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// A 16-byte shared-memory store (a pointer taken from a CuTe smem tensor is generic to the compiler).
+__device__ __forceinline__ void st_shared_128(const void* smem_ptr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(cute::cast_smem_ptr_to_uint(smem_ptr)), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// 8 e4m3 values (x, little-endian bytes) times `scale`, rounded once to T (bf16 or fp16): 16 bytes.
+// e4m3 -> f16 is exact (hardware, two at a time), so the product is x8 * scale in fp32 (mul_rn:
+// products below 2^-126, which bf16 holds, are not flushed by fast math).
+template <class T>
+__device__ __forceinline__ uint4 e4m3x8_scaled(uint2 x, float scale) {
+  uint32_t in[2] = {x.x, x.y}, out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_fp8x2_storage_t pair = __nv_fp8x2_storage_t(in[i / 2] >> (16 * (i % 2)));
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+    if constexpr (std::is_same_v<T, cutlass::bfloat16_t>) {
+      const __nv_bfloat162 y = __floats2bfloat162_rn(mul_rn(f.x, scale), mul_rn(f.y, scale));
+      out[i] = *reinterpret_cast<const uint32_t*>(&y);
+    } else {
+      const __half2 y = __floats2half2_rn(mul_rn(f.x, scale), mul_rn(f.y, scale));
+      out[i] = *reinterpret_cast<const uint32_t*>(&y);
+    }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 template <class Tr>
@@ -81,7 +124,7 @@ struct DecodeProducer {
         const int t = packed / g, head = w.head_k * g + (packed - t * g);
         val = *reinterpret_cast<const uint4*>(q + int64_t(t) * p.q_row_stride + int64_t(head) * p.q_head_stride + c);
       }
-      *reinterpret_cast<uint4*>(&sQ(r, c)) = val;
+      st_shared_128(&sQ(r, c), val);
     }
     cutlass::arch::fence_view_async_shared();  // generic stores -> the consumers' WGMMA
     __syncwarp();
@@ -185,17 +228,23 @@ struct DecodeProducer {
     cp_async_commit();
   }
 
-  // The gathered chunks of K and V stage `stage` landed for every thread of the warpgroup: fence
-  // them for the async proxy, then one arrival per full barrier.
-  template <int kPending>
-  static __device__ __forceinline__ void publish(SharedStorage& smem, int stage, int tile) {
-    cp_async_wait<kPending>();
+  // K and/or V of stage `stage` are written by every thread of the warpgroup (generic proxy):
+  // fence them for the consumers' WGMMA (async proxy), then one arrival per full barrier.
+  template <bool kK = true, bool kV = true>
+  static __device__ __forceinline__ void publish_stage(SharedStorage& smem, int stage, int tile) {
     cutlass::arch::fence_view_async_shared();
     named_sync(kThreads, Tr::kBarProducer, Wait::Gather, tile);
     if (threadIdx.x == 0) {
-      cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_k, stage));
-      cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_v, stage));
+      if (kK) cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_k, stage));
+      if (kV) cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_v, stage));
     }
+  }
+
+  // The gathered chunks of K and V stage `stage` landed for every thread of the warpgroup.
+  template <int kPending>
+  static __device__ __forceinline__ void publish(SharedStorage& smem, int stage, int tile) {
+    cp_async_wait<kPending>();
+    publish_stage(smem, stage, tile);
   }
 
   // Gathered path (all 128 producer threads). Block n's K and V are published once block n - 1's
@@ -227,10 +276,127 @@ struct DecodeProducer {
     publish<0>(smem, prev, tile);
   }
 
+  // ---- FP8 cache ----
+  // Block n's e4m3 rows of K and V into raw stage `slot` (one cp.async group per call): 16-byte
+  // chunks, the bytes past the head dim, the row's keys or a bad page id zero-filled; each row's
+  // descale too (0 for such rows, so no descale is read outside its tensor).
+  static __device__ __forceinline__ void gather_raw(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                    const WorkTile& w, int n, int slot) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    auto& raw = smem.raw[slot];
+    const int tid = threadIdx.x % kThreads;
+    auto rows = [&](auto is_v) {
+      constexpr bool kIsV = decltype(is_v)::value;
+      constexpr int kCols = kIsV ? Tr::kHeadDimV : Tr::kHeadDim;
+      constexpr int kChunks = kCols / 16;
+      const int cols = kIsV ? p.head_dim_v : p.head_dim;
+      const uint8_t* base = static_cast<const uint8_t*>(kIsV ? p.v : p.k) +
+                            int64_t(w.head_k) * (kIsV ? p.v_head_stride : p.k_head_stride);
+      const int64_t slab_stride = kIsV ? p.v_batch_stride : p.k_batch_stride;
+      const int64_t row_stride = kIsV ? p.v_row_stride : p.k_row_stride;
+      uint8_t* dst = kIsV ? raw.v : raw.k;
+      CUTE_NO_UNROLL
+      for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
+        const int r = i / kChunks, c = (i % kChunks) * 16, pos = n * Tr::kBlockN + r;
+        const uint8_t* src = base;
+        int bytes = 0;
+        if (pos < w.seq.seqlen_k && c < cols) {
+          const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
+          if (s.slab < p.num_slabs) {
+            src = base + int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride + c;
+            bytes = cols - c < 16 ? cols - c : 16;
+          }
+        }
+        cp_async_16(cast_smem_ptr_to_uint(dst + r * kCols + c), src, bytes);
+      }
+      const Descale& ds = kIsV ? p.v_cache_descale : p.k_cache_descale;
+      float* scale = kIsV ? raw.v_scale : raw.k_scale;
+      for (int r = tid; r < Tr::kBlockN; r += kThreads) {
+        const int pos = n * Tr::kBlockN + r;
+        const float* src = ds.ptr;
+        bool valid = false;
+        if (pos < w.seq.seqlen_k) {
+          const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
+          valid = s.slab < p.num_slabs;
+          if (valid) src = ds.ptr + int64_t(s.slab) * ds.batch_stride + int64_t(w.head_k) * ds.head_stride;
+        }
+        cp_async_4(cast_smem_ptr_to_uint(&scale[r]), src, valid);
+      }
+    };
+    rows(cute::false_type{});
+    rows(cute::true_type{});
+    cp_async_commit();
+  }
+
+  // Raw stage `slot` -> K's (kIsV false) or V's 16-bit stage `stage`: 8 values a step (an 8-byte
+  // shared load, 16-byte store into the swizzled layout; consecutive threads take consecutive
+  // 16-byte chunks of a row, so neither side has bank conflicts for the 128-byte swizzle).
+  template <bool kIsV>
+  static __device__ __forceinline__ void convert(SharedStorage& smem, int slot, int stage) {
+    using namespace cute;
+    constexpr int kCols = kIsV ? Tr::kHeadDimV : Tr::kHeadDim;
+    constexpr int kUnits = kCols / 8;
+    const auto& raw = smem.raw[slot];
+    const uint8_t* src = kIsV ? raw.v : raw.k;
+    const float* scale = kIsV ? raw.v_scale : raw.k_scale;
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});    // (n, d, stage)
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
+    const int tid = threadIdx.x % kThreads;
+#pragma unroll 2
+    for (int i = tid; i < Tr::kBlockN * kUnits; i += kThreads) {
+      const int r = i / kUnits, c = (i % kUnits) * 8;
+      const uint4 y = e4m3x8_scaled<Element>(*reinterpret_cast<const uint2*>(src + r * kCols + c), scale[r]);
+      Element* dst;
+      if constexpr (kIsV) dst = &sVt(c, r, stage);
+      else dst = &sK(r, c, stage);
+      st_shared_128(dst, y);
+    }
+  }
+
+  // FP8 path (all 128 producer threads). Raw loads run two blocks ahead of the conversion: block
+  // n - 2 is gathered into block n's raw stage once every thread has converted it (V's publish
+  // barrier ends all reads of it). Waits, in order: block n's raw bytes (own cp.async groups, then
+  // the warpgroup barrier for everyone's), K's stage (released by the consumers' S of block
+  // n + 2), V's stage (their P.V of block n + 2, in step n + 1): each depends only on blocks
+  // published before, so the loop cannot deadlock. K(n) is published before the V wait, so the
+  // consumers' S of block n (and a new tile's first S, before o_free) runs meanwhile.
+  static __device__ __forceinline__ void load_fp8(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                  PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                                  int tile_count) {
+    const int tile = w.index;
+    const int first = w.blocks.end - 1;
+    gather_raw(params, smem, w, first, 0);
+    if (first - 1 >= w.blocks.begin) gather_raw(params, smem, w, first - 1, 1);
+    else cp_async_commit();  // an empty group keeps "all but the newest group" the right wait
+    int slot = 0;
+    for (int n = first; n >= w.blocks.begin; --n) {
+      cp_async_wait<1>();
+      named_sync(kThreads, Tr::kBarProducer, Wait::Gather, tile);
+      mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
+      convert<false>(smem, slot, state_k.index());
+      publish_stage<true, false>(smem, state_k.index(), tile);
+      if (n == first) {
+        if (threadIdx.x < 32) load_q(params, smem, w, tile_count);
+        if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+      }
+      mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
+      convert<true>(smem, slot, state_v.index());
+      publish_stage<false, true>(smem, state_v.index(), tile);
+      if (n - 2 >= w.blocks.begin) gather_raw(params, smem, w, n - 2, slot);
+      else cp_async_commit();
+      slot ^= 1;
+      ++state_k;
+      ++state_v;
+    }
+    cp_async_wait<0>();  // the empty groups: nothing in flight past the tile
+  }
+
   static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
                                               PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
                                               int tile_count, uint32_t& tail_phase, bool leader) {
-    if (params.gather_kv) load_gather(params, smem, state_k, state_v, w, tile_count);
+    if constexpr (Tr::kFp8Cache) load_fp8(params, smem, state_k, state_v, w, tile_count);
+    else if (params.gather_kv) load_gather(params, smem, state_k, state_v, w, tile_count);
     else load_tma(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
   }
 };

@@ -35,8 +35,10 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
 
   if (warp_idx == 0 && cute::elect_one_sync()) {
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    if constexpr (!Tr::kFp8Cache) {  // an FP8 cache is gathered: no K/V tensor maps
+      cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    }
     cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
     cutlass::arch::ClusterBarrier::init(&smem.q_free, Tr::kNumConsumerThreads);

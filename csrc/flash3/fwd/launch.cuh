@@ -73,6 +73,16 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     fwd_check(int64_t(p.seqlen_q) * (p.num_heads / p.num_heads_k) <= (int64_t(1) << 30) &&
                   p.seqlen_k <= (1 << 30),
               "decode: seqlen_q * (num_heads / num_heads_k) and the cache capacity must be <= 2^30");
+    fwd_check(!Tr::kFp8Cache || (p.k_cache_descale.ptr && p.v_cache_descale.ptr),
+              "decode: an FP8 cache needs k and v descales");
+    if constexpr (Tr::kFp8Cache) {  // 16-byte cp.async chunks (the TMA checks below do the rest)
+      auto aligned = [](const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
+        return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s0 % 16 == 0 && s1 % 16 == 0 && s2 % 16 == 0;
+      };
+      fwd_check(aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
+                    aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride),
+                "decode: an FP8 cache must be 16-byte aligned with 16-byte multiple strides");
+    }
   } else {
     fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel");
   }
@@ -102,8 +112,12 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   const int64_t bs_o = bstride(varlen_q, p.o_batch_stride, p.o_row_stride, rows_q);
   detail::check_tma("q", p.q, eb, p.head_dim, rows_q, p.num_heads, batch_q, p.q_row_stride, p.q_head_stride, bs_q,
                     kHeadDim, Tr::kBlockM);
-  detail::check_tma("k", p.k, eb, p.head_dim, rows_k, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride, bs_k,
-                    kHeadDim, Tr::kBlockN);
+  // An FP8 cache is gathered with 16-byte cp.async (the binding checks its alignment): no tensor
+  // maps for K and V, whose slots in KernelParams stay default (never read).
+  constexpr bool kKvMaps = !Tr::kFp8Cache;
+  if (kKvMaps)
+    detail::check_tma("k", p.k, eb, p.head_dim, rows_k, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride,
+                      bs_k, kHeadDim, Tr::kBlockN);
   // FP8 Vt: tokens contiguous (v_row_stride steps over d_v) and permuted within every 16, so the
   // tensor map spans the whole last group of 16 (the binding checks the allocation holds it; the
   // padding is finite): cut at seqlen_k, TMA would zero real tokens stored past it. Varlen: every
@@ -114,7 +128,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   if constexpr (Tr::kFp8)
     detail::check_tma("v", p.v, eb, rows_vt, p.head_dim_v, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
                       bs_v, Tr::kBlockN, kHeadDimV);
-  else
+  else if (kKvMaps)
     detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
                       bs_v, kHeadDimV, Tr::kBlockN);
   detail::check_tma("out", p.o, eb_out, p.head_dim_v, rows_q, p.num_heads, batch_q, p.o_row_stride, p.o_head_stride,
@@ -136,12 +150,22 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
                           make_shape(rows_q, p.head_dim_v, p.num_heads, batch_q),
                           make_stride(p.o_row_stride, _1{}, p.o_head_stride, bs_o));
 
+  auto tma_k = [&] {
+    if constexpr (kKvMaps)
+      return make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Tr::SmemLayoutK{}),
+                           Shape<typename Tr::BlkN, typename Tr::HD>{}, _1{});
+    else return typename Tr::TmaK{};
+  };
+  auto tma_v = [&] {
+    if constexpr (kKvMaps)
+      return make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(typename Tr::SmemLayoutVt{}),
+                           Shape<typename Tr::HDV, typename Tr::BlkN>{}, _1{});
+    else return typename Tr::TmaV{};
+  };
   typename Tr::KernelParams kp{
       make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Tr::SmemLayoutQ{}, Shape<typename Tr::BlkM, typename Tr::HD>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename Tr::SmemLayoutK{}),
-                    Shape<typename Tr::BlkN, typename Tr::HD>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(typename Tr::SmemLayoutVt{}),
-                    Shape<typename Tr::HDV, typename Tr::BlkN>{}, _1{}),
+      tma_k(),
+      tma_v(),
       make_tma_copy(SM90_TMA_STORE{}, mO, typename Tr::SmemLayoutO{}, Shape<typename Tr::BlkM, typename Tr::HDV>{},
                     _1{}),
       mQ.shape(),
@@ -155,7 +179,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       false};
   if constexpr (Tr::kDecode) {
     // TMA per key block where every block lies in one slab; else rows are gathered.
-    kp.gather_kv = p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0;
+    kp.gather_kv = Tr::kFp8Cache || (p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0);
     kp.slab_shift = -1;
     for (int s = 0; s < 31; ++s)
       if ((1 << s) == p.slab_rows) kp.slab_shift = s;
@@ -186,11 +210,13 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
 }
 
 // The decode kernel: q against a contiguous or paged KV cache (FwdParams' KV-cache block).
-template <bool kIsBf16, int kHeadDim, int kHeadDimV>
+// kFp8Cache: the caches hold e4m3 (FwdParams' k/v_cache_descale), q and out are 16-bit.
+template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kFp8Cache>
 void run_fwd_decode(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
-  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, false, true>>(p, cuda_stream);
+  using Cache = std::conditional_t<kFp8Cache, cutlass::float_e4m3_t, Element>;
+  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, false, true, Cache>>(p, cuda_stream);
 }
 
 // The FP8 kernel: e4m3 q, k and Vt (FwdParams' comments), per-block descales, bf16 output.

@@ -79,6 +79,10 @@ struct FwdParams {
   int num_splits = 1;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
+  // FP8 (e4m3) cache (FwdTraits::kFp8Cache; k/v point at e4m3 bytes, strides in bytes): the stored
+  // x8 at (slab, row, kv head) stands for x8 * descale[slab * batch_stride + head * head_stride]
+  // (fp32, one per slab and kv head), rounded once to q's dtype in shared memory.
+  Descale k_cache_descale, v_cache_descale;
 
   // Launch resources filled by the binding.
   int num_sms = 132;

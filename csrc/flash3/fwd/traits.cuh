@@ -49,18 +49,24 @@ CUTE_HOST_DEVICE constexpr auto gmma_smem_atom() {
 // two-level P.V accumulation; see mainloop.cuh step_fp8). kWide: the wider tile for calls without a
 // causal/local mask, where (d, d_v) has one. kDecode: the KV-cache kernel (paged or contiguous
 // cache, packed GQA, split-KV; FwdParams' KV-cache block), same tiles as the plain kernel.
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false, bool kDecode_ = false>
+// Cache: the decode kernel's KV-cache element, Element or e4m3 (kFp8Cache: 16-bit q against an FP8
+// cache; the producer converts the gathered bytes into K/V's 16-bit stages, decode/load.cuh).
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false, bool kDecode_ = false,
+          class Cache_ = Element_>
 struct FwdTraits {
   static constexpr bool kDecode = kDecode_;
   using Element = Element_;
+  using CacheElement = Cache_;
   static constexpr bool kFp8 = sizeof(Element) == 1;
+  static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
+  static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   // The tile shape and its reasons live in attn_logic.h (unit-tested on the CPU).
   static constexpr TileShape kTile = kFp8      ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
-                                     : kDecode ? decode_tile_shape(kHeadDim, kHeadDimV)
+                                     : kDecode ? decode_tile_shape(kHeadDim, kHeadDimV, kFp8Cache)
                                                : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -78,8 +84,10 @@ struct FwdTraits {
   // packed Q load) and needs more: 64 (at 40 it spilled, at 56 by 12 bytes for d = 96), taken
   // from the consumers (216; its tiles, decode_tile_shape, all have 2 consumers and at most the
   // plain kernel's 128 x 80..128: d = 256 holds O 128 + S 40 + P 20).
-  static constexpr int kProducerRegs = kDecode ? 64 : kNumConsumers == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kDecode ? 216 : 232) : 160;
+  // An FP8 cache's producer (gather, convert) fits in 56, and its consumers need the 224 that
+  // frees: at 216 the d = 256 tile (block_n 48) spilled 28 bytes.
+  static constexpr int kProducerRegs = kFp8Cache ? 56 : kDecode ? 64 : kNumConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kFp8Cache ? 224 : kDecode ? 216 : 232) : 160;
   static_assert(!kDecode || kNumConsumers == 2, "decode tiles have 2 consumer warpgroups");
   static_assert(!kDecode || !kWide, "the decode kernel uses the plain tiles");
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
@@ -118,12 +126,14 @@ struct FwdTraits {
   // (FA3's choice): Q's buffer is then free for the next tile while this one's epilogue runs.
   using SmemLayoutO = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<BlkM, HDV>{}));
-  // V's buffer, in elements: FP8 grows it where the 16-bit O tile is larger than the V stages.
+  // V's buffer, in elements: grown where the 16-bit O tile is larger than the V stages (FP8, and
+  // the FP8-cache decode tiles of d 256).
   static constexpr int kVBufferElems =
       cute::cosize_v<SmemLayoutVt> * int(sizeof(Element)) >= cute::cosize_v<SmemLayoutO> * int(sizeof(ElementOut))
           ? cute::cosize_v<SmemLayoutVt>
           : cute::cosize_v<SmemLayoutO> * int(sizeof(ElementOut)) / int(sizeof(Element));
-  static_assert(kFp8 || kVBufferElems == cute::cosize_v<SmemLayoutVt>, "16-bit O must fit in V's buffer");
+  static_assert(kFp8 || kFp8Cache || kVBufferElems == cute::cosize_v<SmemLayoutVt>,
+                "16-bit O must fit in V's buffer");
 
   // WGMMA: one 64 x N atom per consumer warpgroup, stacked along M.
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kNumConsumers>, cute::_1, cute::_1>>;
@@ -202,7 +212,21 @@ struct FwdTraits {
   static constexpr uint32_t kTileHandoffThreads = 32 + kNumConsumerThreads;  // producer warp + consumers
   static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
 
-  struct SharedStorage {
+  // FP8 cache: two raw stages, each the gathered e4m3 rows of one key block (row-major, d or d_v
+  // bytes a row) and every row's descale (0 for rows past the keys or behind a bad page id).
+  static constexpr int kRawStages = 2;
+  struct RawStage {
+    alignas(128) uint8_t k[kBlockN * kHeadDim];
+    alignas(128) uint8_t v[kBlockN * kHeadDimV];
+    alignas(16) float k_scale[kBlockN];
+    alignas(16) float v_scale[kBlockN];
+  };
+  struct RawStorage {
+    RawStage raw[kRawStages];
+  };
+  struct NoRawStorage {};  // an empty base: no bytes for the other kernels
+
+  struct SharedStorage : std::conditional_t<kFp8Cache, RawStorage, NoRawStorage> {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1 KB.
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
@@ -218,6 +242,8 @@ struct FwdTraits {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB opt-in limit");
+  static_assert(!kDecode || kSmemBytes <= decode_smem_bytes(kHeadDim, kHeadDimV, kBlockN, kFp8Cache),
+                "decode_smem_bytes (attn_logic.h) undercounts the decode kernel's shared memory");
 
   // Everything the kernel reads, passed as a __grid_constant__ (TMA descriptors must live in
   // param/const/global memory).
