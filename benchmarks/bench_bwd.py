@@ -20,8 +20,8 @@ sys.path[:0] = [os.path.dirname(_HERE), _HERE]
 import flash3  # noqa: E402
 from flash3 import _backend  # noqa: E402
 import bench_fwd  # noqa: E402
-from bench_fp8 import (attn_flops, bench_cases, err_text, fmt, is_num, markdown_table,  # noqa: E402
-                       measure_rows, parse_ints, pyplot, ratio, save_figure, save_report, start_report)
+from bench_fp8 import (attn_flops, bench_cases, err_text, fmt, is_num, kernel_list,  # noqa: E402
+                       markdown_table, measure_rows, parse_ints, pyplot, ratio, save_figure, save_report, start_report)
 
 BWD_FACTOR, FWD_BWD_FACTOR = 2.5, 3.5
 TARGET_CUDNN, TARGET_FLASH, TARGET_DET_COST = 1.0, 1.5, 10.0  # bwd d128 8k; deterministic cost in %
@@ -182,7 +182,7 @@ def main(argv=None):
     if res is None:
         return 0
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    res["bwd_kernels"] = sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_bwd_configs())
+    res["bwd_kernels"] = kernel_list(_backend.kernel_bwd_configs())
     print(f"device: {res['device']}  torch {res['torch']}  bwd kernels {res['bwd_kernels']}")
     fns = attention_fns()
     res["rows"] = measure_rows(bench_cases(args.hdims, args.seqlens, args.tokens, args.hidden),

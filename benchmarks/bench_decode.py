@@ -18,8 +18,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_HERE), _HERE]
 import flash3  # noqa: E402
 from flash3 import _backend  # noqa: E402
-from bench_fp8 import (err_text, fmt, is_num, markdown_table, parse_ints, pyplot, save_figure,  # noqa: E402
-                       save_report, start_report)
+from bench_fp8 import (err_text, fmt, is_num, kernel_list, markdown_table, parse_ints, pyplot,  # noqa: E402
+                       save_figure, save_report, start_report)
 
 TARGET_COPY_FRACTION = 0.80  # batch >= 8, cache >= 8k, page >= 16 (or contiguous)
 TARGET_FP8_SPEEDUP = 1.7     # FP8 cache step vs the bf16 cache step, same shape
@@ -182,9 +182,8 @@ def main(argv=None):
     res = start_report("bench_decode", args)
     if res is None:
         return 0
-    res["decode_kernels"] = sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in _backend.kernel_decode_configs())
-    res["decode_fp8_cache_kernels"] = sorted([str(dt).split(".")[-1], d, dv]
-                                             for dt, d, dv in _backend.kernel_decode_configs(True))
+    res["decode_kernels"] = kernel_list(_backend.kernel_decode_configs())
+    res["decode_fp8_cache_kernels"] = kernel_list(_backend.kernel_decode_configs(True))
     res["copy_gbps"] = copy_gbps()
     print(f"device: {res['device']}  torch {res['torch']}  copy {fmt(res['copy_gbps'])} GB/s")
     res["rows"] = []

@@ -385,6 +385,11 @@ def save_figure(plt, fig, path):
     plt.close(fig)
 
 
+def kernel_list(configs):
+    """Compiled (dtype, d, d_v) configs as sorted JSON-able ["bfloat16", d, d_v] rows."""
+    return sorted([str(dt).split(".")[-1], d, dv] for dt, d, dv in configs)
+
+
 def start_report(name, args):
     """The results dict (device, torch, args) with args.out created, or None after saying why this
     machine cannot run benchmark `name`."""

@@ -204,26 +204,19 @@ def test_append_then_attend_matches_reference(paged, rotary):
     assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-3
 
 
-def test_cuda_graph_decode_steps_replay_like_eager():
-    """A paged, split decode step (append + attention) captured once and replayed for 5 steps
-    with new cache_seqlens and inputs gives what eager calls give."""
-    need(torch.bfloat16, 128, 128)
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    b, h, h_k, d = 4, 32, 8, 128
-    kc, vc, pt = make_cache(b, 2048, h_k, d, d, 64, torch.bfloat16, gen)
+def assert_graph_replays_like_eager(kc, vc, steps, lens0, **kw):
+    """One decode step (append + attention) captured once in a CUDA graph, then replayed for each
+    of `steps` ((q, k, v) inputs) with cache_seqlens lens0 + t: every replay gives what an eager
+    call on a twin of the caches gives, and the caches end bitwise equal."""
     kc_eager, vc_eager = kc.clone(), vc.clone()
-    steps = [tuple(torch.randn(b, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-                   for n in (h, h_k, h_k)) for _ in range(5)]
-    lens0 = torch.tensor([5, 300, 1000, 2000], device="cuda", dtype=torch.int32)
     static = [torch.empty_like(x) for x in steps[0]]
     lens = lens0.clone()
 
     def step():
-        return flash3.attention_with_kvcache(*static[:1], kc, vc, *static[1:], cache_seqlens=lens,
-                                             page_table=pt, causal=True, num_splits=4)
+        return flash3.attention_with_kvcache(static[0], kc, vc, *static[1:], cache_seqlens=lens, **kw)
 
-    for x, s in zip(static, steps[0]):
-        x.copy_(s)
+    for x, src in zip(static, steps[0]):
+        x.copy_(src)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm-up (allocations, lazy init) off the capture
@@ -239,11 +232,24 @@ def test_cuda_graph_decode_steps_replay_like_eager():
             x.copy_(src)
         lens.copy_(lens0 + t)
         graph.replay()
-        eager = flash3.attention_with_kvcache(qs, kc_eager, vc_eager, ks, vs, cache_seqlens=lens0 + t,
-                                              page_table=pt, causal=True, num_splits=4)
+        eager = flash3.attention_with_kvcache(qs, kc_eager, vc_eager, ks, vs, cache_seqlens=lens0 + t, **kw)
         torch.cuda.synchronize()
         assert torch.equal(out_static, eager), f"step {t}"
-    assert torch.equal(kc, kc_eager) and torch.equal(vc, vc_eager)
+    assert torch.equal(kc.view(torch.uint8), kc_eager.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), vc_eager.view(torch.uint8))
+
+
+def test_cuda_graph_decode_steps_replay_like_eager():
+    """A paged, split decode step (append + attention) captured once and replayed for 5 steps
+    with new cache_seqlens and inputs gives what eager calls give."""
+    need(torch.bfloat16, 128, 128)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    b, h, h_k, d = 4, 32, 8, 128
+    kc, vc, pt = make_cache(b, 2048, h_k, d, d, 64, torch.bfloat16, gen)
+    steps = [tuple(torch.randn(b, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for n in (h, h_k, h_k)) for _ in range(5)]
+    lens0 = torch.tensor([5, 300, 1000, 2000], device="cuda", dtype=torch.int32)
+    assert_graph_replays_like_eager(kc, vc, steps, lens0, page_table=pt, causal=True, num_splits=4)
 
 
 def test_repeated_calls_are_bitwise_equal():
@@ -375,35 +381,8 @@ def test_fp8_cache_cuda_graph_replays_like_eager():
     gen = torch.Generator(device="cuda").manual_seed(29)
     b, h, h_k, d = 4, 32, 8, 128
     kc, vc, pt, kd, vd = make_fp8_cache(b, 2048, h_k, d, d, 16, gen)
-    kc_eager, vc_eager = kc.clone(), vc.clone()
     steps = [tuple(torch.randn(b, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
                    for n in (h, h_k, h_k)) for _ in range(5)]
     lens0 = torch.tensor([5, 300, 1000, 2000], device="cuda", dtype=torch.int32)
-    static = [torch.empty_like(x) for x in steps[0]]
-    lens = lens0.clone()
-    kw = dict(page_table=pt, causal=True, num_splits=3, k_descale=kd, v_descale=vd)
-
-    def step():
-        return flash3.attention_with_kvcache(static[0], kc, vc, *static[1:], cache_seqlens=lens, **kw)
-
-    for x, src in zip(static, steps[0]):
-        x.copy_(src)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    kc.copy_(kc_eager), vc.copy_(vc_eager)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_static = step()
-    kc.copy_(kc_eager), vc.copy_(vc_eager)
-    for t, (qs, ks, vs) in enumerate(steps):
-        for x, src in zip(static, (qs, ks, vs)):
-            x.copy_(src)
-        lens.copy_(lens0 + t)
-        graph.replay()
-        eager = flash3.attention_with_kvcache(qs, kc_eager, vc_eager, ks, vs, cache_seqlens=lens0 + t, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(out_static, eager), f"step {t}"
-    assert torch.equal(kc.view(torch.uint8), kc_eager.view(torch.uint8))
+    assert_graph_replays_like_eager(kc, vc, steps, lens0, page_table=pt, causal=True, num_splits=3,
+                                    k_descale=kd, v_descale=vd)
