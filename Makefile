@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 SELFTEST_FLAGS := -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
 
 .PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench bench-fp8 \
-        bench-bwd fp8-accuracy clean
+        bench-bwd fp8-accuracy clean sim sim-flags sim-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,25 @@ bench-bwd:
 
 fp8-accuracy: setup
 	$(PY) benchmarks/fp8_accuracy.py
+
+# The Hopper simulator (tools/hopper_sim): libcudart.so.13 replacement + unit tests. nvcc may be a
+# wrapper script, so ask it where its headers are instead of following its path.
+SIM_DIR      := tools/hopper_sim
+SIM_NVCC_TOP  = $(shell nvcc -dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP=//p' | head -1)
+SIM_CUDA_INC  = $(firstword $(wildcard $(SIM_NVCC_TOP)/targets/x86_64-linux/include $(SIM_NVCC_TOP)/include))
+SIM_PY        = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+sim:
+	$(MAKE) -C $(SIM_DIR) -j2 $(if $(SIM_CUDA_INC),CUDA_INC=$(SIM_CUDA_INC))
+
+# nvcc flags for programs to run under tools/hopper_sim/simrun: PTX for sm_90a kept uncompressed,
+# the shared runtime (so the simulator's libcudart is the one loaded).
+sim-flags:
+	@echo "-gencode=arch=compute_90a,code=[sm_90a,compute_90a] -cudart shared -no-compress"
+
+# Unit tests, then CUTLASS's own Hopper examples under the simulator (their own verification).
+sim-check: sim
+	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t"; done
+	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py
 
 clean:
 	rm -rf build dist *.egg-info $(VENV)

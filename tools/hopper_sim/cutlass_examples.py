@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Ground truth for the Hopper simulator: CUTLASS's own Hopper examples, built UNMODIFIED from the
+installed nvidia-cutlass wheel's sources with the sim flags, run under simrun with small problem
+sizes; each example's own verification line decides pass/fail.
+
+  python tools/hopper_sim/cutlass_examples.py [--only NAME] [--build-only] [--seeds N] [--jobs N]
+"""
+import argparse
+import concurrent.futures as cf
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+SIM_DIR = os.path.dirname(os.path.abspath(__file__))
+BUILD_DIR = os.path.join(SIM_DIR, "build", "examples")
+SIM_FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-cudart", "shared",
+             "-no-compress"]
+COMMON_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr"]
+CUTLASS_VERSION = "4.2.0.0"
+
+# name -> (source under examples/, extra nvcc flags,
+#          [(label, program args, pass regex, fail regex, extra simrun options)]).
+# Sizes are small (the simulator interprets every thread) but cover several output tiles: the GEMMs
+# use 128x128 (48/54/55: 128x128/128x256 tiles, 2x1 clusters) or 128x128x64 tiles, so m=n=256
+# gives 4 output tiles and k=128..256 several k-blocks through the TMA/mbarrier pipeline.
+EXAMPLES = {
+    "48_hopper_warp_specialized_gemm": (
+        "48_hopper_warp_specialized_gemm/48_hopper_warp_specialized_gemm.cu", [],
+        # 4x2 clusters: with fewer than 8 SMs CUTLASS's grid heuristic yields a grid the cluster
+        # shape does not divide, so simulate 8 SMs.
+        [("", "--m=256 --n=256 --k=128 --iterations=0",
+          r"Disposition: Passed", r"Disposition: Failed", ["--sms", "8"])]),
+    # 49 runs ~10 GEMM kernels (one per collective-builder config); each prints "<desc>: Passed".
+    "49_hopper_gemm_with_collective_builder": (
+        "49_hopper_gemm_with_collective_builder/49_collective_builder.cu", [],
+        [("", "--m=256 --n=256 --k=128 --l=1",
+          r": Passed", r": Failed", [])]),
+    "54_hopper_fp8_warp_specialized_gemm": (
+        "54_hopper_fp8_warp_specialized_gemm/54_hopper_fp8_warp_specialized_gemm.cu",
+        # 54 calls the driver API (cuMemsetD32Async, cuGetErrorString) directly, so it links
+        # libcuda.so.1. There may be no libcuda here: link against a stub of those two symbols;
+        # at run time simrun maps libcuda.so.1 to the sim's libcudart, which exports them.
+        ["@LIBCUDA_STUB@"],
+        [("", "--m=256 --n=256 --k=256 --l=1 --iterations=0",
+          r"Disposition: Passed", r"Disposition: Failed", [])]),
+    # mode 1 = scale-only with group size g=128 (so two k-groups); the RS (register-sourced A)
+    # wgmma form is what this example's kernel uses for the narrow type.
+    "55_hopper_mixed_dtype_gemm": (
+        "55_hopper_mixed_dtype_gemm/55_hopper_mixed_dtype_gemm.cu", [],
+        [("", "--m=256 --n=256 --k=256 --g=128 --l=1 --mode=1 --iterations=0",
+          r"Disposition: Passed", r"Disposition: Failed", [])]),
+    # One binary for forward and backward (--bwd selects); CUTLASS's CMake adds --use_fast_math.
+    # Each run prints " [OK]  <kernel> : ..." per kernel variant it tries, "[FAIL] ..." on mismatch.
+    "88_hopper_fmha": (
+        "88_hopper_fmha/88_hopper_fmha.cu", ["--use_fast_math"],
+        [("fwd", "--b=1 --h=1 --q=128 --k=128 --d=64 --iterations=0 --verify",
+          r"\[OK\]", r"\[FAIL\]", []),
+         ("bwd", "--b=1 --h=1 --q=128 --k=128 --d=64 --iterations=0 --verify --bwd",
+          r"\[OK\]", r"\[FAIL\]", [])]),
+}
+
+
+def cutlass_source():
+    import cutlass_library
+    src = os.path.join(os.path.dirname(os.path.abspath(cutlass_library.__file__)), "source")
+    if not os.path.isdir(os.path.join(src, "examples")):
+        sys.exit(f"cutlass_examples: no CUTLASS sources under {src}")
+    return src
+
+
+def wheel_version():
+    try:
+        from importlib.metadata import version
+        return version("nvidia-cutlass")
+    except Exception:
+        return "unknown"
+
+
+def curand_include():
+    """Directory with curand_kernel.h (CUTLASS's reference fills include it); pip-installs
+    nvidia-curand into this interpreter when missing."""
+    def find():
+        try:
+            import nvidia
+        except ImportError:
+            return None
+        for base in list(getattr(nvidia, "__path__", [])):
+            for sub in ("cu13/include", "curand/include"):
+                d = os.path.join(base, sub)
+                if os.path.isfile(os.path.join(d, "curand_kernel.h")):
+                    return d
+        return None
+    d = find()
+    if d is None:
+        print("cutlass_examples: installing nvidia-curand (curand_kernel.h)", flush=True)
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "nvidia-curand"])
+        import importlib
+        importlib.invalidate_caches()
+        for m in [m for m in sys.modules if m == "nvidia" or m.startswith("nvidia.")]:
+            del sys.modules[m]
+        d = find()
+    if d is None:
+        sys.exit("cutlass_examples: curand_kernel.h not found after installing nvidia-curand")
+    return d
+
+
+def libcuda_stub():
+    """A link-time-only libcuda.so.1 with the driver calls the examples use (no code runs)."""
+    d = os.path.join(BUILD_DIR, "libcuda_stub")
+    so = os.path.join(d, "libcuda.so")
+    if not os.path.isfile(so):
+        os.makedirs(d, exist_ok=True)
+        src = os.path.join(d, "stub.c")
+        with open(src, "w") as f:
+            for fn in ("cuMemsetD32Async", "cuMemsetD16Async", "cuMemsetD8Async", "cuGetErrorString",
+                       "cuGetErrorName", "cuTensorMapEncodeTiled", "cuDriverGetVersion", "cuInit"):
+                f.write(f"int {fn}(void) {{ return 999; }}\n")
+        subprocess.check_call(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", src, "-o", so])
+    return ["-L" + d, "-lcuda"]
+
+
+def nvcc_cmd(name, src_root, curand_dir):
+    rel, extra, _ = EXAMPLES[name]
+    extra = [x for e in extra for x in (libcuda_stub() if e == "@LIBCUDA_STUB@" else [e])]
+    flags = SIM_FLAGS + COMMON_FLAGS + extra + [
+        "-I" + os.path.join(src_root, "include"),
+        "-I" + os.path.join(src_root, "tools", "util", "include"),
+        "-I" + os.path.join(src_root, "examples", "common"),
+        # idirafter: the wheel's curand headers must not shadow the toolkit's own headers.
+        "-Xcompiler", "-idirafter," + curand_dir]
+    nvcc = os.environ.get("NVCC", "nvcc")
+    return nvcc, flags, os.path.join(src_root, "examples", rel)
+
+
+def binary_path(name, flags, nvcc):
+    # Keyed by flags + wheel + nvcc version: a change to any of them rebuilds.
+    try:
+        nv = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        nv = ""
+    key = hashlib.sha1("\0".join(flags + [wheel_version(), nv]).encode()).hexdigest()[:12]
+    return os.path.join(BUILD_DIR, f"{name}-{key}")
+
+
+def build(name, src_root, curand_dir):
+    nvcc, flags, src = nvcc_cmd(name, src_root, curand_dir)
+    out = binary_path(name, flags, nvcc)
+    if os.path.isfile(out):
+        return name, out, 0.0, True, ""
+    os.makedirs(BUILD_DIR, exist_ok=True)
+    tmp = out + ".tmp"
+    t0 = time.time()
+    p = subprocess.run([nvcc] + flags + [src, "-o", tmp], capture_output=True, text=True)
+    dt = time.time() - t0
+    if p.returncode != 0:
+        return name, None, dt, False, p.stdout + p.stderr
+    os.replace(tmp, out)
+    return name, out, dt, False, ""
+
+
+def run_one(binary, args, seed, timeout, simrun_opts):
+    simrun = os.path.join(SIM_DIR, "simrun")
+    cmd = [simrun, "--seed", str(seed)] + simrun_opts + [binary] + args.split()
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out += f"\n(timeout after {timeout} s)"
+        rc = 124
+    return rc, out, time.time() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", action="append", default=[],
+                    help="example name (or unique prefix such as 48); repeatable")
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--seeds", type=int, default=1, help="run each example under seeds 1..N")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel nvcc builds (default 2)")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    ap.add_argument("--verbose", "-v", action="store_true", help="print each run's output")
+    a = ap.parse_args()
+
+    names = list(EXAMPLES)
+    if a.only:
+        sel = []
+        for o in a.only:
+            m = [n for n in names if n == o or n.startswith(o)]
+            if len(m) != 1:
+                sys.exit(f"cutlass_examples: --only {o} matches {m or 'nothing'}; names: {names}")
+            sel += m
+        names = sel
+
+    src_root = cutlass_source()
+    curand_dir = curand_include()
+    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+        sys.exit("cutlass_examples: nvcc not on PATH")
+
+    binaries, failed = {}, False
+    with cf.ThreadPoolExecutor(max_workers=max(1, min(a.jobs, 2))) as ex:
+        futs = [ex.submit(build, n, src_root, curand_dir) for n in names]
+        for f in cf.as_completed(futs):
+            name, out, dt, cached, log = f.result()
+            if out is None:
+                failed = True
+                print(f"build {name}: FAILED after {dt:.0f} s\n{log[-4000:]}", flush=True)
+            else:
+                binaries[name] = out
+                print(f"build {name}: {'cached' if cached else f'{dt:.0f} s'} -> {out}", flush=True)
+    if a.build_only:
+        return 1 if failed else 0
+
+    rows = []
+    for name in names:
+        if name not in binaries:
+            rows.append((name, "", "BUILD FAILED", 0.0))
+            continue
+        for label, args, ok_re, fail_re, opts in EXAMPLES[name][2]:
+            for seed in range(1, a.seeds + 1):
+                rc, out, dt = run_one(binaries[name], args, seed, a.timeout, opts)
+                ok = rc == 0 and re.search(ok_re, out) and not re.search(fail_re, out)
+                if ok:
+                    res = "passed"
+                elif rc == 86:
+                    res = "STRICT CHECK (86)"
+                elif rc == 87:
+                    res = "UNSUPPORTED (87)"
+                elif rc == 124:
+                    res = "TIMEOUT"
+                else:
+                    res = f"FAILED (rc {rc})"
+                if a.verbose or not ok:
+                    print(f"---- {name} {label} seed {seed}: {res}\n{out[-6000:]}", flush=True)
+                tag = name + (f" [{label}]" if label else "") + (f" seed {seed}" if a.seeds > 1 else "")
+                rows.append((tag, " ".join(opts + [args]), res, dt))
+                failed |= not ok
+
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    print(f"\n{'example':<{w0}}  {'args':<{w1}}  {'result':<18}  seconds")
+    for tag, args, res, dt in rows:
+        print(f"{tag:<{w0}}  {args:<{w1}}  {res:<18}  {dt:7.1f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1067 @@
+// The device (modules, memory registry, launches) and the engine that runs one launch: residency,
+// the seeded scheduler, memory windows and their checks, barriers, mbarriers, asynchronous copies.
+#include "engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <unistd.h>
+
+#include "tma.h"
+
+namespace hsim {
+
+void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Thread*>& th);
+
+[[noreturn]] void fail_check(const std::string& check, const std::string& details) {
+  fflush(stdout);
+  fprintf(stderr, "hopper_sim: %s: %s\n", check.c_str(), details.c_str());
+  fflush(stderr);
+  _exit(kStrictExit);
+}
+
+[[noreturn]] void fail_unsupported(const std::string& what) {
+  fflush(stdout);
+  fprintf(stderr, "hopper_sim: %s\n", what.c_str());
+  fflush(stderr);
+  _exit(87);
+}
+
+// =============================================================================================
+// Device
+
+static uint64_t env_u64(const char* name, uint64_t def) {
+  const char* v = getenv(name);
+  return v && *v ? strtoull(v, nullptr, 0) : def;
+}
+
+Device::Device() : impl_(new Impl) {
+  Options& o = impl_->opt;
+  o.seed = env_u64("HSIM_SEED", 1);
+  o.sms = (int)env_u64("HSIM_SMS", 4);
+  o.strict = env_u64("HSIM_STRICT", 1) != 0;
+  o.check_uninit = env_u64("HSIM_UNINIT", 0) != 0;
+  o.verbose = (int)env_u64("HSIM_VERBOSE", 0);
+  if (o.sms < 1) o.sms = 1;
+}
+
+Device& Device::instance() {
+  static Device* d = new Device;   // never destroyed: programs call the runtime from atexit handlers
+  return *d;
+}
+
+Options& Device::options() { return impl_->opt; }
+uint64_t Device::instructions() const { return impl_->instructions; }
+double Device::launch_seconds() const { return impl_->seconds; }
+
+bool Device::Impl::check_global(uint64_t p, uint64_t n) const {
+  auto it = allocs.upper_bound(p);
+  if (it == allocs.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second.first;
+}
+
+const char* Device::Impl::alloc_name(uint64_t p) const {
+  auto it = allocs.upper_bound(p);
+  if (it == allocs.begin()) return nullptr;
+  --it;
+  return p < it->first + it->second.first ? it->second.second.c_str() : nullptr;
+}
+
+void Device::add_allocation(const void* p, size_t n, const char* what) {
+  impl_->allocs[(uint64_t)p] = {n, what ? what : "allocation"};
+}
+bool Device::remove_allocation(const void* p) { return impl_->allocs.erase((uint64_t)p) > 0; }
+bool Device::is_allocation(const void* p, size_t n) const { return impl_->check_global((uint64_t)p, n); }
+
+static uint32_t align_up(uint32_t v, uint32_t a) { return a ? (v + a - 1) / a * a : v; }
+
+// The shared variables a kernel names (directly or in the functions it calls), laid out from
+// offset 0 in declaration order; dynamic shared memory (`.extern .shared x[]`) starts after them at
+// the largest alignment any extern declaration asks for (at least 16).
+static void layout_shared(const Module& m, int entry, LoadedFunction* lf) {
+  std::vector<char> used(m.symbols.size(), 0), seen(m.functions.size(), 0);
+  std::vector<int> todo{entry};
+  auto mark = [&](const Operand& o) {
+    if (o.sym < 0) return;
+    const Symbol& s = m.symbols[o.sym];
+    if (s.space == Symbol::kShared) used[o.sym] = 1;
+    if (s.space == Symbol::kFunc && s.func >= 0 && !seen[s.func]) { seen[s.func] = 1; todo.push_back(s.func); }
+  };
+  seen[entry] = 1;
+  while (!todo.empty()) {
+    const Function& f = m.functions[todo.back()];
+    todo.pop_back();
+    for (const Instr& in : f.code) for (const Operand& o : in.ops) mark(o);
+    for (const Operand& o : f.vec_elems) mark(o);
+  }
+  // initializers holding shared addresses count too (rare)
+  uint32_t off = 0, dyn_align = 16;
+  for (size_t i = 0; i < m.symbols.size(); ++i) {
+    const Symbol& s = m.symbols[i];
+    if (s.space != Symbol::kShared) continue;
+    if (s.is_extern) { if (used[i]) dyn_align = std::max(dyn_align, s.align); continue; }
+    if (!used[i]) continue;
+    off = align_up(off, std::max<uint32_t>(s.align, 1));
+    lf->shared_offset[(int32_t)i] = off;
+    off += (uint32_t)s.size;
+  }
+  lf->static_shared_bytes = off;
+  lf->dyn_base = align_up(off, dyn_align);
+  for (size_t i = 0; i < m.symbols.size(); ++i)
+    if (m.symbols[i].space == Symbol::kShared && m.symbols[i].is_extern) lf->shared_offset[(int32_t)i] = lf->dyn_base;
+}
+
+int Device::add_module(const std::string& ptx, const std::string& name) {
+  auto lm = std::make_unique<LoadedModule>();
+  lm->mod = std::make_unique<Module>(parse_ptx(ptx, name));
+  Module& m = *lm->mod;
+  int mi = (int)impl_->modules.size();
+  lm->sym_addr.assign(m.symbols.size(), nullptr);
+  // module-scope .global/.const variables get host memory (registered as allocations); shared
+  // variables are laid out per kernel below
+  for (size_t i = 0; i < m.symbols.size(); ++i) {
+    Symbol& s = m.symbols[i];
+    if (s.space == Symbol::kGlobal || s.space == Symbol::kConst) {
+      if (s.is_extern && s.size == 0) continue;
+      size_t n = std::max<uint64_t>(s.size, 1);
+      void* p = nullptr;
+      if (posix_memalign(&p, std::max<uint32_t>(s.align, 256), n)) throw std::runtime_error("out of memory");
+      memset(p, 0, n);
+      if (!s.init.empty()) memcpy(p, s.init.data(), std::min<size_t>(n, s.init.size()));
+      lm->sym_addr[i] = (uint8_t*)p;
+      add_allocation(p, n, s.name.c_str());
+    }
+  }
+  // relocations (symbol addresses in initializers)
+  for (size_t i = 0; i < m.symbols.size(); ++i)
+    for (auto& r : m.symbols[i].relocs) {
+      if (!lm->sym_addr[i]) continue;
+      uint64_t v = 0;
+      const Symbol& t = m.symbols[r.sym];
+      if (t.space == Symbol::kGlobal || t.space == Symbol::kConst) v = (uint64_t)lm->sym_addr[r.sym];
+      else if (t.space == Symbol::kFunc) v = (uint64_t)r.sym;
+      v += r.addend;
+      memcpy(lm->sym_addr[i] + r.offset, &v, 8);
+    }
+  // functions
+  lm->funcs.resize(m.functions.size());
+  for (size_t fi = 0; fi < m.functions.size(); ++fi) {
+    const Function& f = m.functions[fi];
+    LoadedFunction& lf = lm->funcs[fi];
+    if (!f.has_body) { lf.fn = &f; continue; }
+    decode_function(m, f, &lf);
+    uint32_t off = 0;
+    for (int32_t p : f.params) {
+      const Symbol& s = m.symbols[p];
+      off = align_up(off, std::max<uint32_t>(s.align, 1));
+      lf.param_offset[p] = off;
+      off += (uint32_t)s.size;
+    }
+    for (int32_t p : f.rets) {
+      const Symbol& s = m.symbols[p];
+      off = align_up(off, std::max<uint32_t>(s.align, 1));
+      lf.param_offset[p] = off;
+      off += (uint32_t)s.size;
+    }
+    uint32_t boff = 0;
+    for (int32_t p : f.body_params) {
+      const Symbol& s = m.symbols[p];
+      boff = align_up(boff, std::max<uint32_t>(s.align, 8));
+      lf.param_offset[p] = boff;
+      boff += (uint32_t)s.size;
+    }
+    lf.call_param_bytes = boff + 8;
+    uint32_t loff = 0;
+    for (int32_t l : f.locals) {
+      const Symbol& s = m.symbols[l];
+      loff = align_up(loff, std::max<uint32_t>(s.align, 8));
+      lf.local_offsets.push_back(loff);
+      loff += (uint32_t)s.size;
+    }
+    lf.local_bytes = align_up(loff, 16);
+    if (f.is_entry) {
+      layout_shared(m, (int)fi, &lf);
+      auto k = std::make_unique<KernelInfo>();
+      k->name = f.name;
+      k->module = mi;
+      k->function = (int)fi;
+      for (int32_t p : f.params) {
+        k->param_offsets.push_back(lf.param_offset[p]);
+        k->param_sizes.push_back((uint32_t)m.symbols[p].size);
+      }
+      k->param_bytes = off;
+      k->static_smem = lf.static_shared_bytes;
+      uint32_t mt = f.maxntid[0] ? f.maxntid[0] * std::max(1u, f.maxntid[1]) * std::max(1u, f.maxntid[2]) : 0;
+      uint32_t rt = f.reqntid[0] ? f.reqntid[0] * std::max(1u, f.reqntid[1]) * std::max(1u, f.reqntid[2]) : 0;
+      k->max_threads = rt ? rt : mt ? mt : 1024;
+      // registers per thread at launch: ptxas spreads the register file over the declared
+      // threads x CTAs per SM (multiple of 8, at most 255); without directives assume 64
+      uint32_t regs = 64;
+      if (f.maxnreg) regs = f.maxnreg;
+      else if (mt || rt) {
+        uint32_t blocks = f.minnctapersm ? f.minnctapersm : 1;
+        regs = std::min<uint32_t>(255, 65536 / (k->max_threads * blocks)) / 8 * 8;
+        regs = std::min<uint32_t>(regs, 255 / 8 * 8);
+      }
+      k->num_regs = regs;
+      for (int i = 0; i < 3; ++i) k->req_cluster[i] = f.reqnctapercluster[i];
+      impl_->kernels[f.name] = std::move(k);
+    }
+  }
+  impl_->modules.push_back(std::move(lm));
+  return mi;
+}
+
+KernelInfo* Device::kernel(const std::string& name) {
+  auto it = impl_->kernels.find(name);
+  return it == impl_->kernels.end() ? nullptr : it->second.get();
+}
+
+void* Device::symbol_address(const std::string& name, size_t* size) {
+  for (auto& lm : impl_->modules) {
+    auto it = lm->mod->global_names.find(name);
+    if (it == lm->mod->global_names.end()) continue;
+    if (lm->sym_addr[it->second]) {
+      if (size) *size = lm->mod->symbols[it->second].size;
+      return lm->sym_addr[it->second];
+    }
+  }
+  return nullptr;
+}
+
+int Device::occupancy(const KernelInfo* k, uint32_t threads, size_t dyn_smem) const {
+  if (!threads) return 0;
+  uint32_t warps = (threads + 31) / 32;
+  int by_threads = 2048 / (warps * 32);
+  size_t smem = k->static_smem + dyn_smem + kReservedSmemPerBlock;
+  int by_smem = (int)(kSmemPerSM / smem);
+  uint32_t regs_per_cta = warps * 32 * std::max<uint32_t>(k->num_regs, 1);
+  int by_regs = (int)(65536 / regs_per_cta);
+  return std::max(0, std::min({by_threads, by_smem, by_regs, 32}));
+}
+
+int Device::launch(KernelInfo* k, const LaunchParams& lp0, void** args) {
+  LaunchParams lp = lp0;
+  Impl& I = *impl_;
+  // the kernel's declared cluster shape applies when the launch gives none
+  if (lp.cluster.x * lp.cluster.y * lp.cluster.z == 1 && k->req_cluster[0])
+    lp.cluster = Dim3{k->req_cluster[0], std::max(1u, k->req_cluster[1]), std::max(1u, k->req_cluster[2])};
+  uint64_t threads = (uint64_t)lp.block.x * lp.block.y * lp.block.z;
+  if (threads == 0 || threads > 1024 || lp.block.z > 64 || threads > k->max_threads) return 9;   // cudaErrorInvalidConfiguration
+  if (lp.grid.x == 0 || lp.grid.y == 0 || lp.grid.z == 0 || lp.grid.y > 65535 || lp.grid.z > 65535) return 9;
+  if (lp.dyn_smem > (size_t)k->max_dynamic_smem && lp.dyn_smem > 48 * 1024) return 1;    // cudaErrorInvalidValue
+  if (k->static_smem + lp.dyn_smem > kMaxSmemPerBlockOptin) return 1;
+  uint32_t csize = lp.cluster.x * lp.cluster.y * lp.cluster.z;
+  if (lp.grid.x % lp.cluster.x || lp.grid.y % lp.cluster.y || lp.grid.z % lp.cluster.z) return 1;
+  if (csize > 16 || (csize > 8 && !k->non_portable_cluster_ok)) return 1;
+  if (occupancy(k, (uint32_t)threads, lp.dyn_smem) == 0) return 701;                   // cudaErrorLaunchOutOfResources
+  const LoadedModule* lm = I.modules[k->module].get();
+  const LoadedFunction* lf = &lm->funcs[k->function];
+  std::vector<uint8_t> params(k->param_bytes + 16, 0);
+  for (size_t i = 0; i < k->param_sizes.size(); ++i)
+    if (k->param_sizes[i]) memcpy(params.data() + k->param_offsets[i], args[i], k->param_sizes[i]);
+  auto t0 = std::chrono::steady_clock::now();
+  Engine e(&I, lm, lf, k, lp, params, I.opt);
+  e.run();
+  I.instructions += e.instructions();
+  I.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (I.opt.verbose)
+    fprintf(stderr, "hopper_sim: %s grid (%u,%u,%u) block (%u,%u,%u) cluster (%u,%u,%u) smem %zu: %llu instructions\n",
+            k->name.c_str(), lp.grid.x, lp.grid.y, lp.grid.z, lp.block.x, lp.block.y, lp.block.z, lp.cluster.x,
+            lp.cluster.y, lp.cluster.z, lp.dyn_smem, (unsigned long long)e.instructions());
+  return 0;
+}
+
+// =============================================================================================
+// Engine
+
+Engine::Engine(Device::Impl* dev, const LoadedModule* lm, const LoadedFunction* lf, KernelInfo* k,
+               const LaunchParams& lp, const std::vector<uint8_t>& params, const Options& opt)
+    : dev_(dev), lm_(lm), lf_(lf), k_(k), lp_(lp), params_(params), opt_(opt), rng_(opt.seed * 0x9E3779B97F4A7C15ull + 1) {
+  ncl_[0] = lp.grid.x / lp.cluster.x;
+  ncl_[1] = lp.grid.y / lp.cluster.y;
+  ncl_[2] = lp.grid.z / lp.cluster.z;
+  total_clusters_ = (uint64_t)ncl_[0] * ncl_[1] * ncl_[2];
+  uint32_t csize = lp.cluster.x * lp.cluster.y * lp.cluster.z;
+  uint32_t threads = lp.block.x * lp.block.y * lp.block.z;
+  int occ = dev_->opt.sms * 0 + 0;
+  (void)occ;
+  Device& D = Device::instance();
+  uint64_t slots = (uint64_t)opt.sms * std::max(1, D.occupancy(k, threads, lp.dyn_smem));
+  max_resident_clusters_ = (uint32_t)std::max<uint64_t>(1, slots / csize);
+}
+
+std::string Engine::where(const Thread* t, const DInstr* d) const {
+  char buf[512];
+  std::string s = "kernel " + k_->name;
+  if (s.size() > 120) s = s.substr(0, 117) + "...";
+  if (t) {
+    snprintf(buf, sizeof buf, ", CTA (%u,%u,%u), warp %u, lane %u (thread %u)", t->cta->id[0], t->cta->id[1],
+             t->cta->id[2], t->linear / 32, t->lane, t->linear);
+    s += buf;
+  }
+  if (d && d->src) {
+    std::string txt = d->src->opcode;
+    for (auto& m : d->src->mods) txt += "." + m;
+    s += ", PTX line " + std::to_string(d->src->line) + " (" + txt + ")";
+  }
+  return s;
+}
+
+void Engine::fail(const std::string& check, const Thread* t, const DInstr* d, const std::string& details) {
+  if (check == "unsupported") fail_unsupported("unsupported: " + details + " at " + where(t, d));
+  fail_check(check, details + " at " + where(t, d));
+}
+
+void Engine::dispatch_clusters() {
+  uint32_t csize = lp_.cluster.x * lp_.cluster.y * lp_.cluster.z;
+  uint32_t bx = lp_.block.x, by = lp_.block.y, bz = lp_.block.z;
+  uint32_t nthreads = bx * by * bz;
+  while (clusters_.size() < max_resident_clusters_ && next_cluster_ < total_clusters_) {
+    uint64_t ci = next_cluster_++;
+    auto cl = std::make_unique<Cluster>();
+    cl->id[0] = (uint32_t)(ci % ncl_[0]);
+    cl->id[1] = (uint32_t)((ci / ncl_[0]) % ncl_[1]);
+    cl->id[2] = (uint32_t)(ci / ((uint64_t)ncl_[0] * ncl_[1]));
+    for (uint32_t r = 0; r < csize; ++r) {
+      auto c = std::make_unique<Cta>();
+      uint32_t rx = r % lp_.cluster.x, ry = (r / lp_.cluster.x) % lp_.cluster.y, rz = r / (lp_.cluster.x * lp_.cluster.y);
+      c->id[0] = cl->id[0] * lp_.cluster.x + rx;
+      c->id[1] = cl->id[1] * lp_.cluster.y + ry;
+      c->id[2] = cl->id[2] * lp_.cluster.z + rz;
+      c->linear = c->id[0] + lp_.grid.x * (c->id[1] + lp_.grid.y * c->id[2]);
+      c->rank = r;
+      c->cluster = cl.get();
+      c->dyn_smem = (uint32_t)lp_.dyn_smem;
+      size_t total = lf_->dyn_base + lp_.dyn_smem;
+      // Unused shared memory holds a recognisable garbage pattern, never zeros.
+      c->smem.assign(total, 0xA5);
+      c->shadow.assign(total, 0);
+      c->dirty_owner.assign(total, 0);
+      uint32_t nwarps = (nthreads + 31) / 32;
+      for (uint32_t w = 0; w < nwarps; ++w) {
+        auto wp = std::make_unique<Warp>();
+        wp->id = w;
+        wp->cta = c.get();
+        wp->regs_budget = k_->num_regs;
+        c->warps.push_back(std::move(wp));
+      }
+      c->regs_in_use = nwarps * 32 * k_->num_regs;
+      c->regs_pool = c->regs_in_use;
+      const Function& fn = *lf_->fn;
+      for (uint32_t i = 0; i < nthreads; ++i) {
+        auto t = std::make_unique<Thread>();
+        t->linear = i;
+        t->tid[0] = i % bx;
+        t->tid[1] = (i / bx) % by;
+        t->tid[2] = i / (bx * by);
+        t->lane = i % 32;
+        t->cta = c.get();
+        t->warp = c->warps[i / 32].get();
+        t->warp->lanes[t->lane] = t.get();
+        t->warp->live_mask |= 1u << t->lane;
+        Frame f;
+        f.lf = lf_;
+        f.regs.assign(fn.regs.size(), 0);
+        f.call_params.assign(lf_->call_param_bytes, 0);
+        t->frames.push_back(std::move(f));
+        t->local.assign(lf_->local_bytes + 256, 0);
+        t->wg_pending.assign(fn.regs.size(), 0);
+        t->wg_written.assign(fn.regs.size(), 0);
+        runnable_.push_back(t.get());
+        c->threads.push_back(std::move(t));
+      }
+      c->live = nthreads;
+      cl->live += nthreads;
+      cl->ctas.push_back(c.get());
+      ctas_.push_back(std::move(c));
+    }
+    clusters_.push_back(std::move(cl));
+  }
+}
+
+void Engine::run() {
+  dispatch_clusters();
+  Thread* current = nullptr;
+  (void)current;
+  for (;;) {
+    if (runnable_.empty()) {
+      if (!async_.empty()) { complete_one_async(true); continue; }
+      // retire finished clusters, dispatch more
+      bool any_live = false;
+      for (auto& cl : clusters_) if (cl->live) any_live = true;
+      if (any_live) deadlock();
+      for (auto& cl : clusters_) for (Cta* c : cl->ctas) retire_cta(c);
+      clusters_.clear();
+      ctas_.clear();
+      if (next_cluster_ >= total_clusters_) break;
+      dispatch_clusters();
+      continue;
+    }
+    size_t i = (size_t)(rng_() % runnable_.size());
+    Thread* t = runnable_[i];
+    int budget = 1 + (int)(rng_() % 64);
+    step(t, budget);
+    if (t->state != TS::Runnable) {
+      // t may have been moved by wakes pushed during its step: find it again
+      if (i < runnable_.size() && runnable_[i] == t) {
+        runnable_[i] = runnable_.back();
+        runnable_.pop_back();
+      } else {
+        auto it = std::find(runnable_.begin(), runnable_.end(), t);
+        if (it != runnable_.end()) { *it = runnable_.back(); runnable_.pop_back(); }
+      }
+    }
+    if (!async_.empty() && (rng_() & 7) == 0) complete_one_async(true);
+    // finished clusters free their slots for the next ones
+    if (next_cluster_ < total_clusters_) {
+      bool freed = false;
+      for (size_t ci = 0; ci < clusters_.size();) {
+        Cluster* cl = clusters_[ci].get();
+        bool busy = cl->live != 0;
+        if (!busy)
+          for (auto& op : async_) {
+            for (Cta* c : op.dst_ctas) if (c->cluster == cl) busy = true;
+            if (op.src_cta && op.src_cta->cluster == cl) busy = true;
+          }
+        if (!busy) {
+          for (Cta* c : cl->ctas) {
+            retire_cta(c);
+            for (size_t k = 0; k < ctas_.size(); ++k)
+              if (ctas_[k].get() == c) { ctas_.erase(ctas_.begin() + k); break; }
+          }
+          clusters_.erase(clusters_.begin() + ci);
+          freed = true;
+        } else ++ci;
+      }
+      if (freed) dispatch_clusters();
+    }
+    if (instr_total_ - last_progress_ > 400000000ull) {
+      std::string s = "no store, arrive or barrier for 400M instructions (a spin loop that never ends?):";
+      int shown = 0;
+      for (Thread* r : runnable_) {
+        if (shown++ > 8) break;
+        const Frame& f = r->frames.back();
+        s += "\n  " + where(r, &f.lf->code[f.pc]);
+      }
+      fail_check("livelock", s);
+    }
+  }
+}
+
+void Engine::retire_cta(Cta* c) {
+  for (auto& t : c->threads) {
+    if (!t->cp_uncommitted.empty() || !t->cp_groups.empty()) complete_thread_cp_async(t.get(), 0);
+  }
+  // TMA loads still writing an exited CTA's shared memory mean the kernel never waited for them
+  for (auto& op : async_)
+    for (Cta* d : op.dst_ctas)
+      if (d == c)
+        fail("async-at-exit", op.issuer, op.instr, "the CTA exited while a copy into its shared memory was in flight");
+}
+
+void Engine::deadlock() {
+  std::string s = "every live thread is blocked:";
+  for (auto& cl : clusters_)
+    for (Cta* c : cl->ctas)
+      for (auto& w : c->warps) {
+        // one line per warp, lanes with the same wait grouped
+        std::map<std::string, uint32_t> waits;
+        for (int l = 0; l < 32; ++l) {
+          Thread* t = w->lanes[l];
+          if (!t || t->state == TS::Exited) continue;
+          std::string what;
+          const DInstr* d = t->wait_instr;
+          std::string line = d && d->src ? "PTX line " + std::to_string(d->src->line) : "?";
+          char buf[256];
+          switch (t->state) {
+            case TS::Mbar: {
+              uint32_t off = (uint32_t)t->wait_addr;
+              auto it = t->cta->mbars.find(off);
+              if (it != t->cta->mbars.end())
+                snprintf(buf, sizeof buf, "mbarrier at shared 0x%x (phase %u, parity %u, pending %u of %u, tx %lld)", off,
+                         it->second.phase, it->second.phase & 1, it->second.pending, it->second.expected,
+                         (long long)it->second.tx);
+              else snprintf(buf, sizeof buf, "mbarrier at shared 0x%x", off);
+              what = buf;
+              break;
+            }
+            case TS::Bar: {
+              NamedBarrier& b = c->bars[t->wait_addr];
+              snprintf(buf, sizeof buf, "named barrier %llu (%u of %u arrived)", (unsigned long long)t->wait_addr,
+                       b.arrived, b.counted ? b.expected : c->live);
+              what = buf;
+              break;
+            }
+            case TS::Coll: what = "warp collective (waiting for the other lanes)"; break;
+            case TS::ClusterBar: what = "barrier.cluster.wait"; break;
+            default: what = "blocked"; break;
+          }
+          waits[what + " at " + line] |= 1u << l;
+        }
+        for (auto& kv : waits) {
+          char buf[160];
+          snprintf(buf, sizeof buf, "\n  CTA (%u,%u,%u) warp %u lanes 0x%08x: ", c->id[0], c->id[1], c->id[2], w->id, kv.second);
+          s += buf + kv.first;
+        }
+      }
+  fail_check("deadlock", s + "\n  in kernel " + k_->name);
+}
+
+void Engine::block(Thread* t, TS state, const DInstr* d) {
+  t->state = state;
+  if (d) t->wait_instr = d;
+}
+
+void Engine::wake(Thread* t) {
+  if (t->state == TS::Runnable || t->state == TS::Exited) return;
+  t->state = TS::Runnable;
+  runnable_.push_back(t);
+}
+
+void Engine::thread_exited(Thread* t) {
+  t->state = TS::Exited;
+  Warp* w = t->warp;
+  Cta* c = t->cta;
+  w->live_mask &= ~(1u << t->lane);
+  --c->live;
+  --c->cluster->live;
+  progress();
+  // barriers and collectives that counted on this thread
+  for (uint32_t id = 0; id < 16; ++id)
+    if (c->bars[id].arrived && !c->bars[id].counted) check_bar_complete(c, id);
+  if (w->arrived) recheck_warp_collective(w);
+  uint32_t wg = w->id / 4;
+  if (c->warpgroup_arrived[wg]) warpgroup_rendezvous(nullptr, nullptr), (void)wg;
+  check_cluster_bar(c->cluster);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+Cta* Engine::cluster_cta(Thread* t, const DInstr* d, uint32_t a, uint32_t* off) {
+  uint32_t hi = a >> kClusterRankShift;
+  Cta* c = t->cta;
+  if (hi) {
+    uint32_t r = hi - 1;
+    if (r >= c->cluster->ctas.size())
+      fail("shared-bounds", t, d, "shared::cluster address 0x" + std::to_string(a) + " names rank " + std::to_string(r) +
+           " outside the cluster");
+    c = c->cluster->ctas[r];
+  }
+  *off = a & ((1u << kClusterRankShift) - 1);
+  return c;
+}
+
+uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, bool write, Cta** cta_out,
+                     uint32_t* smem_off) {
+  if (sp == Sp::Generic) {
+    uint64_t w = a & kWindowMask;
+    if (w == 0) sp = Sp::Global;
+    else if (w == kSharedWindow) { sp = Sp::SharedCluster; a -= kSharedWindow; }
+    else if (w == kLocalWindow) { sp = Sp::Local; a -= kLocalWindow; }
+    else if (w == kParamWindow) { sp = Sp::Param; a -= kParamWindow; }
+    else fail("global-bounds", t, d, "generic address 0x" + std::to_string(a) + " is in no window");
+  }
+  char buf[200];
+  if (n > 1 && (a % std::min<uint32_t>(n, 16)) != 0 && sp != Sp::Param) {
+    snprintf(buf, sizeof buf, "misaligned %u-byte access at 0x%llx", n, (unsigned long long)a);
+    fail(sp == Sp::Global ? "global-misaligned" : "shared-misaligned", t, d, buf);
+  }
+  switch (sp) {
+    case Sp::Global: case Sp::Const: {
+      if (!dev_->check_global(a, n)) {
+        const char* nm = dev_->alloc_name(a);
+        snprintf(buf, sizeof buf, "%s of %u bytes at 0x%llx is outside every allocation%s%s", write ? "write" : "read", n,
+                 (unsigned long long)a, nm ? " (it starts inside " : "", nm ? nm : "");
+        fail("global-bounds", t, d, std::string(buf) + (nm ? ")" : ""));
+      }
+      if (write && sp == Sp::Const) fail("global-bounds", t, d, "write to constant memory");
+      return (uint8_t*)a;
+    }
+    case Sp::Shared: case Sp::SharedCluster: {
+      uint32_t off;
+      Cta* c;
+      if (sp == Sp::Shared) {
+        if (a >= (1ull << kClusterRankShift)) {
+          snprintf(buf, sizeof buf, "shared::cta address 0x%llx is not in this CTA's window", (unsigned long long)a);
+          fail("shared-bounds", t, d, buf);
+        }
+        c = t->cta;
+        off = (uint32_t)a;
+      } else {
+        if (a >> 32) fail("shared-bounds", t, d, "shared::cluster address above 32 bits");
+        c = cluster_cta(t, d, (uint32_t)a, &off);
+      }
+      if ((uint64_t)off + n > c->smem.size()) {
+        snprintf(buf, sizeof buf, "%s of %u bytes at shared offset 0x%x past the launch's %zu bytes of shared memory",
+                 write ? "write" : "read", n, off, c->smem.size());
+        fail("shared-bounds", t, d, buf);
+      }
+      if (c->live == 0 && c != t->cta) fail("shared-bounds", t, d, "access to an exited CTA's shared memory");
+      if (opt_.strict) {
+        for (uint32_t b = 0; b < n; ++b) {
+          uint8_t s = c->shadow[off + b];
+          if (!s) continue;
+          if (s & kShadowInflight) {
+            snprintf(buf, sizeof buf, "%s of shared offset 0x%x while an asynchronous copy is still writing it",
+                     write ? "write" : "read", off + b);
+            fail("async-inflight", t, d, buf);
+          }
+          if (write && (s & kShadowAsyncRead)) {
+            snprintf(buf, sizeof buf, "write to shared offset 0x%x while a bulk/TMA store is still reading it "
+                     "(missing cp.async.bulk.wait_group.read)", off + b);
+            fail("async-inflight", t, d, buf);
+          }
+          if (write && (s & 8)) {
+            snprintf(buf, sizeof buf, "ordinary store to shared offset 0x%x overwrites a live mbarrier", off + b);
+            fail("mbarrier", t, d, buf);
+          }
+        }
+      }
+      if (write) note_generic_smem_write(t, c, off, n);
+      if (cta_out) *cta_out = c;
+      if (smem_off) *smem_off = off;
+      return c->smem.data() + off;
+    }
+    case Sp::Local: {
+      if (a + n > t->local.size()) {
+        snprintf(buf, sizeof buf, "local access at 0x%llx past the thread's %zu bytes", (unsigned long long)a, t->local.size());
+        fail("local-bounds", t, d, buf);
+      }
+      return t->local.data() + a;
+    }
+    case Sp::Param: {
+      if (a >= 2 * kCallParamBase) {
+        Frame& f = t->frames.back();
+        uint64_t o = a - 2 * kCallParamBase;
+        if (o + n > f.in_params.size()) fail("param-bounds", t, d, "function parameter access out of range");
+        return f.in_params.data() + o;
+      }
+      if (a >= kCallParamBase) {
+        Frame& f = t->frames.back();
+        uint64_t o = a - kCallParamBase;
+        if (o + n > f.call_params.size()) fail("param-bounds", t, d, "call parameter access out of range");
+        return f.call_params.data() + o;
+      }
+      if (write) fail("param-bounds", t, d, "write to kernel parameters");
+      if (a + n > params_.size()) fail("param-bounds", t, d, "kernel parameter access past the parameters");
+      return const_cast<uint8_t*>(params_.data()) + a;
+    }
+    default: break;
+  }
+  fail("unsupported", t, d, "memory space");
+}
+
+void Engine::note_generic_smem_write(Thread* t, Cta* c, uint32_t off, uint32_t n) {
+  if (!opt_.strict) return;
+  uint16_t id = (uint16_t)(t->linear + 1);
+  // only a thread of the owning CTA can fence its writes; remote (DSMEM) writes are tagged too
+  for (uint32_t b = 0; b < n; ++b) c->dirty_owner[off + b] = id;
+  if (c != t->cta) return;
+  if (!t->dirty.empty() && t->dirty.back().first + t->dirty.back().second == off) t->dirty.back().second += n;
+  else t->dirty.push_back({off, n});
+}
+
+void Engine::fence_proxy_async(Thread* t) {
+  Cta* c = t->cta;
+  uint16_t id = (uint16_t)(t->linear + 1);
+  for (auto& r : t->dirty)
+    for (uint32_t b = 0; b < r.second; ++b)
+      if (c->dirty_owner[r.first + b] == id) c->dirty_owner[r.first + b] = 0;
+  t->dirty.clear();
+}
+
+void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n) {
+  if (!opt_.strict) return;
+  for (uint32_t b = 0; b < n; ++b) {
+    if (c->shadow[off + b] & kShadowInflight) {
+      char buf[160];
+      snprintf(buf, sizeof buf, "async-proxy read of shared offset 0x%x while a copy is still writing it", off + b);
+      fail("async-inflight", t, d, buf);
+    }
+    if (c->dirty_owner[off + b]) {
+      char buf[200];
+      snprintf(buf, sizeof buf, "shared offset 0x%x was written through the generic proxy by thread %u and read by the "
+               "async proxy (TMA/bulk store, wgmma) with no fence.proxy.async in between", off + b, c->dirty_owner[off + b] - 1);
+      fail("proxy-fence", t, d, buf);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarriers
+
+MBar& Engine::mbar(Thread* t, const DInstr* d, Cta* c, uint32_t off, bool must_be_valid) {
+  MBar& m = c->mbars[off];
+  if (must_be_valid && !m.valid) {
+    char buf[120];
+    snprintf(buf, sizeof buf, "mbarrier at shared offset 0x%x used before mbarrier.init (or after inval)", off);
+    fail("mbarrier", t, d, buf);
+  }
+  return m;
+}
+
+static void mbar_maybe_complete(Engine* e, MBar& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.expected;
+    std::vector<Thread*> w;
+    w.swap(m.waiters);
+    for (Thread* t : w) e->wake(t);
+    e->progress();
+  }
+}
+
+void Engine::mbar_arrive(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t count, bool no_complete) {
+  MBar& m = mbar(t, d, c, off);
+  if (count == 0 || count > m.pending) {
+    char buf[200];
+    snprintf(buf, sizeof buf, "arrive with count %u on the mbarrier at shared offset 0x%x with %u arrivals pending "
+             "(phase %u, expected %u)", count, off, m.pending, m.phase, m.expected);
+    fail("mbarrier-overarrive", t, d, buf);
+  }
+  m.pending -= count;
+  if (no_complete && m.pending == 0 && m.tx == 0) fail("mbarrier", t, d, "arrive.noComplete completed the phase");
+  mbar_maybe_complete(this, m);
+}
+
+void Engine::mbar_tx(Thread* t, const DInstr* d, Cta* c, uint32_t off, int64_t delta) {
+  MBar& m = mbar(t, d, c, off);
+  m.tx += delta;
+  const int64_t lim = (1 << 20) - 1;
+  if (m.tx > lim || m.tx < -lim) {
+    char buf[200];
+    snprintf(buf, sizeof buf, "transaction count %lld of the mbarrier at shared offset 0x%x is outside +-(2^20-1)",
+             (long long)m.tx, off);
+    fail("mbarrier-tx", t, d, buf);
+  }
+  if (m.pending == 0) {
+    // tx reached zero with no arrivals pending: the phase completes
+    mbar_maybe_complete(this, m);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barriers and rendezvous
+
+void Engine::bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count, bool has_count, bool wait) {
+  Cta* c = t->cta;
+  NamedBarrier& b = c->bars[id];
+  if (has_count && (count == 0 || count % 32))
+    fail("named-barrier", t, d, "thread count " + std::to_string(count) + " is not a positive multiple of 32");
+  if (b.arrived == 0) {
+    b.counted = has_count;
+    b.expected = has_count ? count : 0;
+  } else if (b.counted != has_count || (has_count && b.expected != count)) {
+    fail("named-barrier", t, d, "barrier " + std::to_string(id) + " used with " +
+         (has_count ? std::to_string(count) : std::string("all")) + " threads while " + std::to_string(b.arrived) +
+         " threads already arrived expecting " + (b.counted ? std::to_string(b.expected) : std::string("all")));
+  }
+  ++b.arrived;
+  if (wait) {
+    b.waiters.push_back(t);
+    t->wait_addr = id;
+    block(t, TS::Bar, d);
+  }
+  check_bar_complete(c, id);
+}
+
+void Engine::check_bar_complete(Cta* c, uint32_t id) {
+  NamedBarrier& b = c->bars[id];
+  uint32_t need = b.counted ? b.expected : c->live;
+  if (b.arrived == 0 || b.arrived < need) return;
+  if (b.arrived > need)
+    fail("named-barrier", b.waiters.empty() ? nullptr : b.waiters[0], nullptr,
+         "barrier " + std::to_string(id) + " got " + std::to_string(b.arrived) + " arrivals for " + std::to_string(need));
+  std::vector<Thread*> w;
+  w.swap(b.waiters);
+  b.arrived = 0;
+  for (Thread* t : w) wake(t);
+}
+
+void Engine::cluster_arrive(Thread* t) {
+  Cluster* cl = t->cta->cluster;
+  t->wait_value = (uint32_t)cl->arrive_gen;   // the generation this arrival belongs to
+  t->wait_addr = 1;                           // arrived, not yet waited
+  ++cl->arrived;
+  check_cluster_bar(cl);
+}
+
+void Engine::cluster_wait(Thread* t, const DInstr* d) {
+  Cluster* cl = t->cta->cluster;
+  if (t->wait_addr != 1) fail("cluster-barrier", t, d, "barrier.cluster.wait without a preceding barrier.cluster.arrive");
+  t->wait_addr = 0;
+  if (cl->arrive_gen != t->wait_value) return;   // that generation already completed
+  cl->waiters.push_back(t);
+  block(t, TS::ClusterBar, d);
+}
+
+void Engine::check_cluster_bar(Cluster* cl) {
+  if (!cl->arrived || cl->arrived < cl->live) return;
+  ++cl->arrive_gen;
+  cl->arrived = 0;
+  std::vector<Thread*> w;
+  w.swap(cl->waiters);
+  for (Thread* t : w) wake(t);
+}
+
+bool Engine::warp_rendezvous(Thread* t, const DInstr* d, uint32_t need) {
+  Warp* w = t->warp;
+  if (w->arrived == 0) {
+    w->coll = d;
+    w->coll_mask = need;
+  } else if (w->coll != d) {
+    bool aligned = (d->flags & F_ALIGNED) || (w->coll->flags & F_ALIGNED);
+    if (aligned || w->coll->op != d->op || w->coll_mask != need)
+      fail("warp-divergence", t, d, "lanes of the warp wait at different collective instructions (other: PTX line " +
+           std::to_string(w->coll->src ? w->coll->src->line : 0) + ")");
+  }
+  if (need & ~w->live_mask) fail("warp-sync", t, d, "membermask names lanes that have exited");
+  w->arrived |= 1u << t->lane;
+  if ((w->arrived & w->coll_mask) != w->coll_mask) {
+    block(t, TS::Coll, d);
+    return false;
+  }
+  // setmaxnreg.inc waits until the CTA's pool (its launch allocation) has the registers
+  if (w->coll->op == Op::Setmaxnreg && (w->coll->flags & F_INC)) {
+    uint32_t n = (uint32_t)w->coll->ops[0].imm;
+    Cta* c = w->cta;
+    if (n > w->regs_budget && c->regs_in_use - w->regs_budget * 32 + n * 32 > c->regs_pool) {
+      block(t, TS::Coll, d);
+      c->regs_waiters.push_back(w);
+      return false;
+    }
+  }
+  finish_warp_collective(w, t);
+  if (d->op == Op::Setmaxnreg && !(d->flags & F_INC)) retry_setmaxnreg(t->cta);
+  return true;
+}
+
+// Executes the collective the warp's lanes wait at, then releases them (but `except`, the caller).
+void Engine::finish_warp_collective(Warp* w, Thread* except) {
+  uint32_t lanes = w->arrived;
+  extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t);
+  exec_warp_collective_entry(this, w, lanes);
+  w->arrived = 0;
+  w->coll = nullptr;
+  for (int l = 0; l < 32; ++l)
+    if ((lanes >> l & 1) && w->lanes[l] != except) {
+      Thread* o = w->lanes[l];
+      o->frames.back().pc++;
+      wake(o);
+    }
+}
+
+void Engine::retry_setmaxnreg(Cta* c) {
+  for (size_t i = 0; i < c->regs_waiters.size();) {
+    Warp* w = c->regs_waiters[i];
+    uint32_t n = (uint32_t)w->coll->ops[0].imm;
+    if (c->regs_in_use - w->regs_budget * 32 + n * 32 <= c->regs_pool) {
+      c->regs_waiters.erase(c->regs_waiters.begin() + i);
+      finish_warp_collective(w, nullptr);
+      i = 0;
+    } else ++i;
+  }
+}
+
+void Engine::recheck_warp_collective(Warp* w) {
+  // an exited lane no longer counts for .aligned collectives that need the live lanes
+  if (!w->coll) return;
+  if (w->coll->flags & F_ALIGNED) w->coll_mask &= w->live_mask;
+  if (w->coll_mask & ~w->live_mask)
+    fail("warp-sync", w->lanes[__builtin_ctz(w->arrived)], w->coll, "a lane named in membermask exited");
+  if ((w->arrived & w->coll_mask) == w->coll_mask && w->arrived) finish_warp_collective(w, nullptr);
+}
+
+bool Engine::warpgroup_rendezvous(Thread* t, const DInstr* d) {
+  if (!t) return false;   // (exit recheck: wgmma needs all 128 threads anyway)
+  Cta* c = t->cta;
+  uint32_t wg = t->linear / 128;
+  if (c->warpgroup_arrived[wg] == 0) c->warpgroup_coll[wg] = d;
+  else if (c->warpgroup_coll[wg] != d)
+    fail("warp-divergence", t, d, "threads of the warpgroup wait at different wgmma.mma_async instructions (other: PTX line " +
+         std::to_string(c->warpgroup_coll[wg]->src->line) + ")");
+  ++c->warpgroup_arrived[wg];
+  uint32_t members = 0;
+  for (uint32_t w = wg * 4; w < wg * 4 + 4 && w < c->warps.size(); ++w) members += __builtin_popcount(c->warps[w]->live_mask);
+  if (members != 128 && c->warpgroup_arrived[wg] == 1) {
+    if (c->threads.size() < (wg + 1) * 128) fail("wgmma", t, d, "wgmma in a CTA whose last warpgroup is incomplete");
+  }
+  if (c->warpgroup_arrived[wg] < 128) {
+    block(t, TS::Coll, d);
+    return false;
+  }
+  std::vector<Thread*> th;
+  for (uint32_t i = wg * 128; i < wg * 128 + 128; ++i) th.push_back(c->threads[i].get());
+  for (Thread* x : th)
+    if (x->state == TS::Exited) fail("wgmma", t, d, "a thread of the warpgroup exited before wgmma.mma_async");
+  exec_warpgroup_wgmma(this, c, wg, th);
+  c->warpgroup_arrived[wg] = 0;
+  c->warpgroup_coll[wg] = nullptr;
+  for (Thread* x : th)
+    if (x != t) {
+      x->frames.back().pc++;
+      wake(x);
+    }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous copies
+
+void Engine::enqueue(AsyncOp op) { async_.push_back(std::move(op)); }
+
+bool Engine::complete_one_async(bool random_pick) {
+  if (async_.empty()) return false;
+  size_t i = random_pick ? (size_t)(rng_() % async_.size()) : 0;
+  AsyncOp op = std::move(async_[i]);
+  async_.erase(async_.begin() + i);
+  complete(op);
+  return true;
+}
+
+static void reduce_bytes(uint8_t* dst, const uint8_t* src, uint32_t n, T ty, AtomOp aop) {
+  auto red32f = [&](float a, float b) {
+    switch (aop) { case AtomOp::Add: return a + b; case AtomOp::Min: return std::min(a, b); case AtomOp::Max: return std::max(a, b); default: return b; }
+  };
+  if (ty == T::F32) {
+    for (uint32_t i = 0; i + 4 <= n; i += 4) {
+      float a, b;
+      memcpy(&a, dst + i, 4); memcpy(&b, src + i, 4);
+      float r = red32f(a, b);
+      memcpy(dst + i, &r, 4);
+    }
+  } else if (ty == T::S32 || ty == T::U32 || ty == T::B32) {
+    for (uint32_t i = 0; i + 4 <= n; i += 4) {
+      uint32_t a, b;
+      memcpy(&a, dst + i, 4); memcpy(&b, src + i, 4);
+      uint32_t r = aop == AtomOp::Add ? a + b : aop == AtomOp::And ? (a & b) : aop == AtomOp::Or ? (a | b) : aop == AtomOp::Xor ? (a ^ b)
+                   : aop == AtomOp::Min ? (ty == T::S32 ? (uint32_t)std::min((int32_t)a, (int32_t)b) : std::min(a, b))
+                   : (ty == T::S32 ? (uint32_t)std::max((int32_t)a, (int32_t)b) : std::max(a, b));
+      memcpy(dst + i, &r, 4);
+    }
+  } else {
+    fail_unsupported("unsupported: bulk reduction element type");
+  }
+}
+
+void Engine::complete(AsyncOp& op) {
+  progress();
+  switch (op.kind) {
+    case AsyncOp::kTmaLoad: {
+      tma::TensorMap m;
+      std::string err;
+      tma::decode(op.tmap, &m, &err);
+      std::vector<uint8_t> box(op.bytes + 1024, 0);
+      uint8_t fill[16];
+      tma::oob_value(m, fill);
+      // gather the box once (global reads at completion time), then write every destination
+      std::vector<std::tuple<uint32_t, uint64_t, uint32_t, bool>> runs;
+      tma::walk_box(m, op.coords, op.smem, [&](uint32_t so, uint64_t ga, uint32_t nb, bool in) {
+        runs.emplace_back(so, ga, nb, in);
+      });
+      for (Cta* c : op.dst_ctas) {
+        for (auto& r : runs) {
+          uint32_t so = std::get<0>(r), nb = std::get<2>(r);
+          uint8_t* dst = c->smem.data() + op.smem + so;
+          if (op.smem + so + nb > c->smem.size()) fail("tma", op.issuer, op.instr, "box write past shared memory");
+          if (std::get<3>(r)) {
+            if (!dev_->check_global(std::get<1>(r), nb)) {
+              char buf[160];
+              snprintf(buf, sizeof buf, "TMA load reads 0x%llx (%u bytes), outside every allocation: the tensor map's "
+                       "extent is larger than its buffer", (unsigned long long)std::get<1>(r), nb);
+              fail("global-bounds", op.issuer, op.instr, buf);
+            }
+            memcpy(dst, (const void*)std::get<1>(r), nb);
+          } else {
+            for (uint32_t b = 0; b < nb; ++b) dst[b] = fill[b % m.elem_bytes];
+          }
+        }
+        for (uint32_t b = 0; b < op.bytes; ++b) {
+          c->shadow[op.smem + b] &= ~kShadowInflight;
+          c->dirty_owner[op.smem + b] = 0;
+        }
+        // swizzled boxes may touch bytes past op.bytes only within the footprint: clear those too
+        for (auto& r : runs)
+          for (uint32_t b = 0; b < std::get<2>(r); ++b) {
+            c->shadow[op.smem + std::get<0>(r) + b] &= ~kShadowInflight;
+            c->dirty_owner[op.smem + std::get<0>(r) + b] = 0;
+          }
+        mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
+      }
+      break;
+    }
+    case AsyncOp::kTmaStore: case AsyncOp::kTmaReduce: {
+      tma::TensorMap m;
+      std::string err;
+      tma::decode(op.tmap, &m, &err);
+      Cta* c = op.src_cta;
+      tma::walk_box(m, op.coords, op.src_smem, [&](uint32_t so, uint64_t ga, uint32_t nb, bool in) {
+        if (!in) return;
+        if (!dev_->check_global(ga, nb)) fail("global-bounds", op.issuer, op.instr, "TMA store outside every allocation");
+        const uint8_t* src = c->smem.data() + op.src_smem + so;
+        if (op.kind == AsyncOp::kTmaStore) memcpy((void*)ga, src, nb);
+        else {
+          T ty = m.dtype == 7 ? T::F32 : m.dtype == 4 ? T::S32 : m.dtype == 3 ? T::U32 : T::None;
+          reduce_bytes((uint8_t*)ga, src, nb, ty, (AtomOp)op.red_op);
+        }
+      });
+      for (uint32_t b = 0; b < op.bytes; ++b) c->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
+      break;
+    }
+    case AsyncOp::kBulkG2S: case AsyncOp::kBulkS2S: {
+      Cta* c = op.dst_ctas[0];
+      const uint8_t* src = op.kind == AsyncOp::kBulkG2S ? (const uint8_t*)op.gaddr : op.src_cta->smem.data() + op.src_smem;
+      memcpy(c->smem.data() + op.smem, src, op.bytes);
+      for (uint32_t b = 0; b < op.bytes; ++b) {
+        c->shadow[op.smem + b] &= ~kShadowInflight;
+        c->dirty_owner[op.smem + b] = 0;
+      }
+      mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
+      break;
+    }
+    case AsyncOp::kBulkS2G: case AsyncOp::kBulkReduceS2G: {
+      Cta* c = op.src_cta;
+      const uint8_t* src = c->smem.data() + op.src_smem;
+      if (op.kind == AsyncOp::kBulkS2G) memcpy((void*)op.gaddr, src, op.bytes);
+      else reduce_bytes((uint8_t*)op.gaddr, src, op.bytes, (T)op.red_type, (AtomOp)op.red_op);
+      for (uint32_t b = 0; b < op.bytes; ++b) c->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
+      break;
+    }
+    default: break;
+  }
+  if (op.counts_bulk_group) {
+    Thread* t = op.issuer;
+    // the oldest group with pending ops owns this one (ops complete in any order; count per group)
+    auto dec = [](std::deque<uint32_t>& q, uint32_t& unc) {
+      for (auto& x : q) if (x) { --x; return; }
+      if (unc) --unc;
+    };
+    dec(t->bulk_groups, t->bulk_uncommitted);
+    dec(t->bulk_groups_unread, t->bulk_uncommitted_unread);
+  }
+}
+
+void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
+  while (t->cp_groups.size() > keep) {
+    for (CpAsyncOp& op : t->cp_groups.front()) {
+      Cta* c = t->cta;
+      uint8_t* dst = c->smem.data() + op.dst;
+      if (op.src_bytes) memcpy(dst, (const void*)op.src, op.src_bytes);
+      if (op.bytes > op.src_bytes) memset(dst + op.src_bytes, 0, op.bytes - op.src_bytes);
+      for (uint32_t b = 0; b < op.bytes; ++b) {
+        c->shadow[op.dst + b] &= ~kShadowInflight;
+        c->dirty_owner[op.dst + b] = 0;
+      }
+    }
+    t->cp_groups.erase(t->cp_groups.begin());
+    progress();
+  }
+}
+
+}  // namespace hsim

@@ -1,0 +1,126 @@
+// The engine: one launch's CTAs, the scheduler that interleaves their threads (seeded), global
+// memory checks, the asynchronous operations in flight (TMA, bulk copies, cp.async) and the strict
+// checks. exec.cpp executes instructions; engine.cpp owns everything else.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "interp.h"
+
+namespace hsim {
+
+struct AsyncOp {
+  enum Kind : uint8_t { kTmaLoad, kTmaStore, kTmaReduce, kBulkG2S, kBulkS2G, kBulkReduceS2G, kBulkS2S, kCpAsync };
+  Kind kind;
+  Thread* issuer = nullptr;
+  std::vector<Cta*> dst_ctas;        // loads: destination CTAs (multicast)
+  uint32_t smem = 0;                 // shared::cta offset in each destination (or the source)
+  uint32_t mbar = 0;                 // shared::cta offset of the mbarrier in each destination
+  bool has_mbar = false;
+  uint64_t gaddr = 0;                // bulk: global address
+  uint32_t bytes = 0;
+  uint8_t tmap[128];                 // tensor ops: the map (copied at issue)
+  int32_t coords[5] = {0, 0, 0, 0, 0};
+  uint8_t red_type = 0, red_op = 0;  // reductions: T and AtomOp
+  Cta* src_cta = nullptr;            // stores/s2s: source CTA
+  uint32_t src_smem = 0;
+  const DInstr* instr = nullptr;
+  bool counts_bulk_group = false;    // completes a bulk group entry of the issuer
+};
+
+class Engine {
+ public:
+  Engine(Device::Impl* dev, const LoadedModule* lm, const LoadedFunction* lf, KernelInfo* k,
+         const LaunchParams& lp, const std::vector<uint8_t>& params, const Options& opt);
+  void run();
+
+  // ---- used by exec.cpp ----
+  void step(Thread* t, int budget);   // runs up to `budget` instructions of t
+  [[noreturn]] void fail(const std::string& check, const Thread* t, const DInstr* d, const std::string& details);
+  std::string where(const Thread* t, const DInstr* d) const;
+  // Memory: host pointer for `bytes` at `addr` in space `sp` (Generic resolved), checked.
+  uint8_t* mem(Thread* t, const DInstr* d, Sp sp, uint64_t addr, uint32_t bytes, bool write, Cta** cta_out = nullptr,
+               uint32_t* smem_off = nullptr);
+  void note_generic_smem_write(Thread* t, Cta* c, uint32_t off, uint32_t bytes);
+  void check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t bytes);
+  Cta* cluster_cta(Thread* t, const DInstr* d, uint32_t cluster_addr, uint32_t* off);
+  MBar& mbar(Thread* t, const DInstr* d, Cta* c, uint32_t off, bool must_be_valid = true);
+  void mbar_arrive(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t count, bool no_complete = false);
+  void mbar_tx(Thread* t, const DInstr* d, Cta* c, uint32_t off, int64_t delta);
+  void block(Thread* t, TS state, const DInstr* d);
+  void wake(Thread* t);
+  void thread_exited(Thread* t);
+  void enqueue(AsyncOp op);
+  void complete_thread_cp_async(Thread* t, size_t keep_groups);   // wait_group
+  void fence_proxy_async(Thread* t);
+  uint64_t clock() const { return instr_total_; }
+  uint64_t param_window_base() const { return kParamWindow; }
+  const std::vector<uint8_t>& params() const { return params_; }
+  const LoadedModule* module() const { return lm_; }
+  const LoadedFunction* kernel_function() const { return lf_; }
+  Device::Impl* device() const { return dev_; }
+  const KernelInfo* kernel() const { return k_; }
+  const LaunchParams& launch() const { return lp_; }
+  const Options& opt() const { return opt_; }
+  uint32_t nclusters(int i) const { return ncl_[i]; }
+  void progress() { last_progress_ = instr_total_; }
+  uint64_t instructions() const { return instr_total_; }
+
+  // Collective rendezvous: returns true when this thread's arrival completed the collective (the
+  // caller then executes it for all participants); false when the thread must wait.
+  bool warp_rendezvous(Thread* t, const DInstr* d, uint32_t need_mask);
+  bool warpgroup_rendezvous(Thread* t, const DInstr* d);
+  void release_warp(Warp* w);
+  void release_warpgroup(Cta* c, uint32_t wg);
+  void bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count, bool has_count, bool wait);
+  void cluster_arrive(Thread* t);
+  void cluster_wait(Thread* t, const DInstr* d);
+
+ private:
+  void dispatch_clusters();
+  void retire_cta(Cta* c);
+  bool complete_one_async(bool random_pick);
+  void complete(AsyncOp& op);
+  void deadlock();
+  void check_bar_complete(Cta* c, uint32_t id);
+  void check_cluster_bar(Cluster* cl);
+  void recheck_warp_collective(Warp* w);
+  void finish_warp_collective(Warp* w, Thread* except);
+  void retry_setmaxnreg(Cta* c);
+
+  Device::Impl* dev_;
+  const LoadedModule* lm_;
+  const LoadedFunction* lf_;
+  KernelInfo* k_;
+  LaunchParams lp_;
+  std::vector<uint8_t> params_;
+  Options opt_;
+  std::mt19937_64 rng_;
+  uint32_t ncl_[3] = {1, 1, 1};        // clusters per grid dim
+  uint64_t next_cluster_ = 0, total_clusters_ = 0;
+  uint32_t max_resident_clusters_ = 1;
+  std::vector<std::unique_ptr<Cluster>> clusters_;   // resident
+  std::vector<std::unique_ptr<Cta>> ctas_;            // resident
+  std::vector<Thread*> runnable_;
+  std::vector<AsyncOp> async_;
+  uint64_t instr_total_ = 0, last_progress_ = 0;
+};
+
+// Device internals shared by engine.cpp and device.cpp.
+struct Device::Impl {
+  Options opt;
+  std::vector<std::unique_ptr<LoadedModule>> modules;
+  std::map<std::string, std::unique_ptr<KernelInfo>> kernels;
+  std::map<uint64_t, std::pair<uint64_t, std::string>> allocs;   // base -> (size, what)
+  uint64_t instructions = 0;
+  double seconds = 0;
+  // Finds the allocation holding [p, p+n); nullptr if none.
+  bool check_global(uint64_t p, uint64_t n) const;
+  const char* alloc_name(uint64_t p) const;
+};
+
+// Decoding (exec.cpp).
+void decode_function(const Module& m, const Function& f, LoadedFunction* out);
+
+}  // namespace hsim
