@@ -308,6 +308,9 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
 void decode_function(const Module& m, const Function& f, LoadedFunction* out) {
   out->fn = &f;
   out->code.resize(f.code.size());
+  out->regmask.resize(f.regs.size());
+  for (size_t r = 0; r < f.regs.size(); ++r)
+    out->regmask[r] = f.regs[r].is_pred ? 1 : f.regs[r].bits >= 64 ? ~0ull : ((1ull << f.regs[r].bits) - 1);
   for (size_t i = 0; i < f.code.size(); ++i) {
     const Instr& in = f.code[i];
     DInstr& d = out->code[i];

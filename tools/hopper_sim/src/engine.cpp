@@ -483,8 +483,9 @@ void Engine::deadlock() {
               uint32_t off = (uint32_t)t->wait_addr;
               auto it = t->cta->mbars.find(off);
               if (it != t->cta->mbars.end())
-                snprintf(buf, sizeof buf, "mbarrier at shared 0x%x (phase %u, parity %u, pending %u of %u, tx %lld)", off,
-                         it->second.phase, it->second.phase & 1, it->second.pending, it->second.expected,
+                snprintf(buf, sizeof buf, "mbarrier at shared 0x%x waiting for %s %u (barrier: phase %u, parity %u, "
+                         "pending %u of %u, tx %lld)", off, (t->wait_instr->flags & F_PARITY) ? "parity" : "phase",
+                         t->wait_value, it->second.phase, it->second.phase & 1, it->second.pending, it->second.expected,
                          (long long)it->second.tx);
               else snprintf(buf, sizeof buf, "mbarrier at shared 0x%x", off);
               what = buf;
@@ -538,6 +539,12 @@ void Engine::thread_exited(Thread* t) {
   uint32_t wg = w->id / 4;
   if (c->warpgroup_arrived[wg]) warpgroup_rendezvous(nullptr, nullptr), (void)wg;
   check_cluster_bar(c->cluster);
+  // a CTA must not exit while a copy still writes its shared memory (the mbarrier was never waited)
+  if (c->live == 0)
+    for (auto& op : async_)
+      for (Cta* dc : op.dst_ctas)
+        if (dc == c)
+          fail("async-at-exit", op.issuer, op.instr, "the CTA exited while a copy into its shared memory was in flight");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -96,7 +96,17 @@ class Engine {
   LaunchParams lp_;
   std::vector<uint8_t> params_;
   Options opt_;
-  std::mt19937_64 rng_;
+  // splitmix64: cheap, and the whole interleaving is a function of the seed
+  struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed) {}
+    uint64_t operator()() {
+      uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    }
+  } rng_;
   uint32_t ncl_[3] = {1, 1, 1};        // clusters per grid dim
   uint64_t next_cluster_ = 0, total_clusters_ = 0;
   uint32_t max_resident_clusters_ = 1;

@@ -130,7 +130,14 @@ static inline void check_reg_read(Ctx& c, int32_t r) {
               "the wgmma.wait_group that covers it");
 }
 
-static inline uint64_t val(Ctx& c, const Operand& o) {
+static uint64_t val_slow(Ctx& c, const Operand& o);
+static inline __attribute__((always_inline)) uint64_t val(Ctx& c, const Operand& o) {
+  if (__builtin_expect(o.kind == Operand::kReg && !c.t->wg_pending_total, 1)) return o.neg ? (c.R[o.reg] ^ 1) : c.R[o.reg];
+  if (o.kind == Operand::kImm || o.kind == Operand::kF32 || o.kind == Operand::kF64) return (uint64_t)o.imm;
+  return val_slow(c, o);
+}
+
+static uint64_t val_slow(Ctx& c, const Operand& o) {
   switch (o.kind) {
     case Operand::kReg: check_reg_read(c, o.reg); return o.neg ? (c.R[o.reg] ^ 1) : c.R[o.reg];
     case Operand::kImm: case Operand::kF32: case Operand::kF64: return (uint64_t)o.imm;
@@ -151,19 +158,21 @@ static inline double vald(Ctx& c, const Operand& o) {
   return f64(val(c, o));
 }
 
-static inline void setreg(Ctx& c, int32_t r, uint64_t v) {
-  Thread* t = c.t;
-  if (c.f == &t->frames[0]) {
-    if (t->wg_pending_total && t->wg_pending[r])
-      c.e->fail("wgmma-register-race", t, c.d,
-                "register " + c.f->lf->fn->regs[r].name + " written while an in-flight wgmma.mma_async uses it");
-    t->wg_written[r] = 1;
-  }
-  const RegInfo& ri = c.f->lf->fn->regs[r];
-  c.R[r] = ri.is_pred ? (v & 1) : maskb(v, ri.bits);
+static void setreg_race(Ctx& c, int32_t r) {
+  c.e->fail("wgmma-register-race", c.t, c.d,
+            "register " + c.f->lf->fn->regs[r].name + " written while an in-flight wgmma.mma_async uses it");
 }
 
-static inline void dst(Ctx& c, const Operand& o, uint64_t v) {
+static inline __attribute__((always_inline)) void setreg(Ctx& c, int32_t r, uint64_t v) {
+  Thread* t = c.t;
+  if (c.f == &t->frames[0]) {
+    if (__builtin_expect(t->wg_pending_total != 0, 0) && t->wg_pending[r]) setreg_race(c, r);
+    t->wg_written[r] = 1;
+  }
+  c.R[r] = v & c.f->lf->regmask[r];
+}
+
+static inline __attribute__((always_inline)) void dst(Ctx& c, const Operand& o, uint64_t v) {
   if (o.kind == Operand::kReg) setreg(c, o.reg, v);
   else if (o.kind == Operand::kSink) {}
   else c.e->fail("unsupported", c.t, c.d, "destination operand kind");
@@ -697,7 +706,8 @@ static void exec_warp_collective(Engine* e, Warp* w, uint32_t lanes) {
       }
       std::string err;
       if (ld) {
-        tc::Smem sm{cta->smem.data(), (uint32_t)cta->smem.size(), cta->shadow.data()};
+        // mem() checked each row for in-flight copies; bytes a bulk store is reading may be read
+        tc::Smem sm{cta->smem.data(), (uint32_t)cta->smem.size(), nullptr};
         if (!tc::ldmatrix(num, d0.flags & F_TRANS, rows, regs, sm, &err)) e->fail("ldmatrix", w->lanes[0], &d0, err);
         for (int l = 0; l < 32; ++l) {
           if (!(lanes >> l & 1)) continue;
@@ -1472,7 +1482,11 @@ void Engine::step(Thread* t, int budget) {
         else if (d.op == Op::BarWarpSync) mask = (uint32_t)val(c, o[0]);
         else mask = (uint32_t)val(c, mo);
         if (!(mask >> t->lane & 1))
-          fail("warp-sync", t, &d, "the executing lane is not in membermask 0x" + std::to_string(mask));
+          {
+          char mb[64];
+          snprintf(mb, sizeof mb, "the executing lane is not in membermask 0x%08x", mask);
+          fail("warp-sync", t, &d, mb);
+        }
         t->wait_instr = &d;
         if (!warp_rendezvous(t, &d, mask)) return;
         f = &t->frames.back();
@@ -1564,7 +1578,8 @@ void Engine::step(Thread* t, int budget) {
           if (!done) {
             // Block until the barrier changes (a spinning test_wait/try_wait loop would get the same
             // answer meanwhile), then execute the wait again.
-            t->wait_addr = (uint64_t)(uintptr_t)owner * 0 + off;
+            t->wait_addr = off;
+            t->wait_value = (uint32_t)s;
             t->wait_instr = &d;
             m.waiters.push_back(t);
             block(t, TS::Mbar, &d);

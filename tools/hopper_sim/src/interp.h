@@ -97,6 +97,7 @@ struct DInstr {
 struct LoadedFunction {
   const Function* fn = nullptr;
   std::vector<DInstr> code;
+  std::vector<uint64_t> regmask;     // per register slot: the bits a write keeps (1 for predicates)
   uint32_t local_bytes = 0;          // its .local variables (frame size)
   std::vector<uint32_t> local_offsets;   // per Function::locals
   uint32_t call_param_bytes = 0;     // its body .param variables (per-thread frame)
