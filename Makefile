@@ -68,24 +68,27 @@ bench-bwd:
 fp8-accuracy: setup
 	$(PY) benchmarks/fp8_accuracy.py
 
-# The Hopper simulator (tools/hopper_sim): libcudart.so.13 replacement + unit tests. nvcc may be a
-# wrapper script, so ask it where its headers are instead of following its path.
-SIM_DIR      := tools/hopper_sim
-SIM_NVCC_TOP  = $(shell nvcc -dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP=//p' | head -1)
-SIM_CUDA_INC  = $(firstword $(wildcard $(SIM_NVCC_TOP)/targets/x86_64-linux/include $(SIM_NVCC_TOP)/include))
-SIM_PY        = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+# The Hopper simulator (tools/hopper_sim): parser, interpreter, the libcudart.so.13 replacement that
+# programs load under tools/hopper_sim/simrun, and its unit tests.
+SIM_DIR := tools/hopper_sim
+SIM_PY   = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 sim:
-	$(MAKE) -C $(SIM_DIR) -j2 $(if $(SIM_CUDA_INC),CUDA_INC=$(SIM_CUDA_INC))
+	$(MAKE) -C $(SIM_DIR) -j2
 
 # nvcc flags for programs to run under tools/hopper_sim/simrun: PTX for sm_90a kept uncompressed,
 # the shared runtime (so the simulator's libcudart is the one loaded).
 sim-flags:
 	@echo "-gencode=arch=compute_90a,code=[sm_90a,compute_90a] -cudart shared -no-compress"
 
-# Unit tests, then CUTLASS's own Hopper examples under the simulator (their own verification).
+# Unit tests (numerics, tensor cores, TMA, parser), instruction semantics from the PTX ISA, every
+# strict check tripped on purpose, CUTLASS's own Hopper examples under the simulator with their own
+# verification, then flash3's bf16 d128 forward kernels (plain and wide) against an fp64 reference.
 sim-check: sim
-	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t"; done
+	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t" | tail -3; done
+	@set -e; for r in $(SIM_DIR)/tests/run_isa.py $(SIM_DIR)/tests/run_checks.py; do \
+	  [ -f "$$r" ] || continue; echo "== $$r"; $(SIM_PY) "$$r"; done
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py
+	CUTLASS="$$($(SIM_PY) tools/flash3_build.py --cutlass)" bash $(SIM_DIR)/flash3/run_fwd.sh --quick
 
 clean:
 	rm -rf build dist *.egg-info $(VENV)

@@ -1698,7 +1698,10 @@ void Engine::step(Thread* t, int budget) {
               mbar(t, &d, dc, moff);
               for (uint32_t b = 0; b < op.bytes; ++b) {
                 if (dc->shadow[off + b] & kShadowInflight)
-                  fail("tma", t, &d, "destination overlaps another in-flight copy at shared address " + std::to_string(off + b));
+                  fail("async-inflight", t, &d, "TMA destination overlaps another in-flight copy at shared address " + std::to_string(off + b));
+                if (dc->shadow[off + b] & kShadowAsyncRead)
+                  fail("async-inflight", t, &d, "TMA destination overlaps a bulk/TMA store still reading shared address " +
+                       std::to_string(off + b) + " (missing cp.async.bulk.wait_group.read)");
                 dc->shadow[off + b] |= kShadowInflight;
               }
             }
@@ -1769,8 +1772,9 @@ void Engine::step(Thread* t, int budget) {
               op.gaddr = sa;
             }
             for (uint32_t b = 0; b < n; ++b) {
-              if (owner->shadow[off + b] & kShadowInflight)
-                fail("bulk-copy", t, &d, "destination overlaps another in-flight copy");
+              if (owner->shadow[off + b] & (kShadowInflight | kShadowAsyncRead))
+                fail("async-inflight", t, &d, "bulk copy destination overlaps another in-flight copy or a store still "
+                     "reading shared address " + std::to_string(off + b));
               owner->shadow[off + b] |= kShadowInflight;
             }
           }

@@ -29,9 +29,22 @@ enum class T : uint8_t {
   None, B8, B16, B32, B64, B128, U8, U16, U32, U64, S8, S16, S32, S64,
   F16, F16x2, BF16, BF16x2, F32, F64, TF32, E4M3, E5M2, E4M3x2, E5M2x2, Pred,
 };
-int tbits(T t);
-bool tsigned(T t);
-bool tfloat(T t);
+inline int tbits(T t) {
+  switch (t) {
+    case T::B8: case T::U8: case T::S8: case T::E4M3: case T::E5M2: return 8;
+    case T::B16: case T::U16: case T::S16: case T::F16: case T::BF16: case T::E4M3x2: case T::E5M2x2: return 16;
+    case T::B32: case T::U32: case T::S32: case T::F32: case T::F16x2: case T::BF16x2: case T::TF32: return 32;
+    case T::B64: case T::U64: case T::S64: case T::F64: return 64;
+    case T::B128: return 128;
+    case T::Pred: return 1;
+    default: return 0;
+  }
+}
+inline bool tsigned(T t) { return t == T::S8 || t == T::S16 || t == T::S32 || t == T::S64; }
+inline bool tfloat(T t) {
+  return t == T::F16 || t == T::F16x2 || t == T::BF16 || t == T::BF16x2 || t == T::F32 || t == T::F64 ||
+         t == T::TF32 || t == T::E4M3 || t == T::E5M2 || t == T::E4M3x2 || t == T::E5M2x2;
+}
 
 enum class Sp : uint8_t { None, Generic, Global, Shared, SharedCluster, Local, Param, Const };
 
