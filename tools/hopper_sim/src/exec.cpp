@@ -803,14 +803,34 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
   if (!w.a_regs && d.nops > i + 3) w.a_k_major = d.ops[i + 3].imm == 0;
   if (d.nops > i + (w.a_regs ? 3 : 4)) w.b_k_major = d.ops[i + (w.a_regs ? 3 : 4)].imm == 0;
   // The async proxy reads the operands: unfenced generic writes and in-flight copies are errors.
-  std::vector<uint8_t> shadow(cta->smem.size());
-  for (size_t b = 0; b < shadow.size(); ++b)
-    shadow[b] = (cta->shadow[b] & (kShadowInflight)) | (cta->dirty_owner[b] ? 4 : 0);
-  tc::Smem sm{cta->smem.data(), (uint32_t)cta->smem.size(), shadow.data()};
+  // Check exactly the bytes the descriptors name (a whole-memory shadow per wgmma would be slow).
+  if (e->opt().strict) {
+    auto check = [&](uint64_t desc, int rows, tc::EType et, bool k_major, const char* which) {
+      tc::Desc dsc = tc::decode_desc(desc);
+      int eb = tc::ebits(et), nb = eb / 8;
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < w.k; ++k) {
+          uint32_t a = tc::element_addr(dsc, r, k, eb, k_major);
+          for (int b = 0; b < nb; ++b) {
+            if (a + b >= cta->smem.size()) continue;   // tc::wgmma reports the bounds error
+            if ((cta->shadow[a + b] & kShadowInflight) || cta->dirty_owner[a + b]) {
+              char buf[300];
+              snprintf(buf, sizeof buf, "wgmma operand %s element (%d, %d) at shared 0x%x %s", which, r, k, a + b,
+                       (cta->shadow[a + b] & kShadowInflight)
+                           ? "is still being written by an asynchronous copy"
+                           : "was written through the generic proxy with no fence.proxy.async before this wgmma");
+              e->fail("async-proxy-read", lead, &d, buf);
+            }
+          }
+        }
+    };
+    if (!w.a_regs) check(da, w.m, w.a, w.a_k_major, "A");
+    check(db, w.n, w.b, w.b_k_major, "B");
+  }
+  tc::Smem sm{cta->smem.data(), (uint32_t)cta->smem.size(), nullptr};
   std::string err;
   if (!tc::wgmma(w, da, db, w.a_regs ? afrag.data() : nullptr, dfrag.data(), scale_d, sm, &err))
-    e->fail(err.find("shadow") != std::string::npos ? "async-proxy-read" : "wgmma", lead, &d, err +
-            " (shadow 1: in-flight copy destination; 4: generic-proxy write without fence.proxy.async)");
+    e->fail("wgmma", lead, &d, err);
   for (Thread* t : th) {
     Ctx c = lane_ctx(e, t);
     uint32_t tw = t->linear % 128;

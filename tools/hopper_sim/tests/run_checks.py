@@ -78,7 +78,7 @@ CASES = [
     ("mem", "pipeline", None, [], ["--schedules", "3"], None),
     ("wgmma", "wgmma_register_race", "wgmma-register-race", ["read before the wgmma.wait_group", "mov.b32"], [], None),
     ("wgmma", "wgmma_fence", "wgmma-fence", ["after the last wgmma.fence"], [], None),
-    ("wgmma", "wgmma_proxy", "async-proxy-read", ["operand A", "shadow is 4"], [], None),
+    ("wgmma", "wgmma_proxy", "async-proxy-read", ["operand A", "no fence.proxy.async before this wgmma"], [], None),
     ("setmaxnreg", "setmaxnreg_dec", "setmaxnreg", [".dec to 48 from a budget of 40"], [], None),
     ("setmaxnreg", "setmaxnreg_mult8", "setmaxnreg", ["register count 52"], [], None),
 ]
