@@ -342,6 +342,8 @@ void Engine::dispatch_clusters() {
       c->smem.assign(total, 0xA5);
       c->shadow.assign(total, 0);
       c->dirty_owner.assign(total, 0);
+      c->deliv_id.assign(total, 0);
+      c->deliv_phase.assign(total, 0);
       uint32_t nwarps = (nthreads + 31) / 32;
       for (uint32_t w = 0; w < nwarps; ++w) {
         auto wp = std::make_unique<Warp>();
@@ -630,6 +632,7 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
           }
         }
       }
+      if (opt_.strict) check_delivered(t, d, c, off, n, write);
       if (write) note_generic_smem_write(t, c, off, n);
       if (cta_out) *cta_out = c;
       if (smem_off) *smem_off = off;
@@ -713,8 +716,38 @@ MBar& Engine::mbar(Thread* t, const DInstr* d, Cta* c, uint32_t off, bool must_b
   return m;
 }
 
+void merge_knowledge(Knowledge& into, const Knowledge& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] > into[i]) into[i] = from[i];
+}
+
+void Engine::observe(Thread* t, MBar& m) {
+  merge_knowledge(t->know, m.completed_carry);
+  if (t->know.size() <= m.id) t->know.resize(m.id + 1, 0);
+  if (t->know[m.id] < m.phase) t->know[m.id] = m.phase;
+}
+
+void Engine::check_delivered(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write) {
+  for (uint32_t b = 0; b < n; ++b) {
+    uint32_t id1 = c->deliv_id[off + b];
+    if (!id1) continue;
+    uint32_t ph = c->deliv_phase[off + b];
+    if (t->know.size() < id1 || t->know[id1 - 1] < ph + 1) {
+      char buf[400];
+      snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which an asynchronous copy filled in phase %u of mbarrier "
+               "#%u, but this thread has not observed that phase (no wait on the mbarrier, and no barrier with a "
+               "thread that waited): the access races with the copy", write ? "write" : "read", off + b, ph, id1 - 1);
+      fail("async-unobserved", t, d, buf);
+    }
+    if (write) c->deliv_id[off + b] = 0;   // now ordinary data
+  }
+}
+
 static void mbar_maybe_complete(Engine* e, MBar& m) {
   if (m.pending == 0 && m.tx == 0) {
+    merge_knowledge(m.completed_carry, m.carry);
+    m.carry.clear();
     ++m.phase;
     m.pending = m.expected;
     std::vector<Thread*> w;
@@ -732,6 +765,7 @@ void Engine::mbar_arrive(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint3
              "(phase %u, expected %u)", count, off, m.pending, m.phase, m.expected);
     fail("mbarrier-overarrive", t, d, buf);
   }
+  merge_knowledge(m.carry, t->know);
   m.pending -= count;
   if (no_complete && m.pending == 0 && m.tx == 0) fail("mbarrier", t, d, "arrive.noComplete completed the phase");
   mbar_maybe_complete(this, m);
@@ -770,6 +804,7 @@ void Engine::bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count,
          " threads already arrived expecting " + (b.counted ? std::to_string(b.expected) : std::string("all")));
   }
   ++b.arrived;
+  merge_knowledge(b.carry, t->know);
   if (wait) {
     b.waiters.push_back(t);
     t->wait_addr = id;
@@ -788,7 +823,11 @@ void Engine::check_bar_complete(Cta* c, uint32_t id) {
   std::vector<Thread*> w;
   w.swap(b.waiters);
   b.arrived = 0;
-  for (Thread* t : w) wake(t);
+  for (Thread* t : w) {
+    merge_knowledge(t->know, b.carry);
+    wake(t);
+  }
+  b.carry.clear();
 }
 
 void Engine::cluster_arrive(Thread* t) {
@@ -796,6 +835,7 @@ void Engine::cluster_arrive(Thread* t) {
   t->wait_value = (uint32_t)cl->arrive_gen;   // the generation this arrival belongs to
   t->wait_addr = 1;                           // arrived, not yet waited
   ++cl->arrived;
+  merge_knowledge(cl->carry, t->know);
   check_cluster_bar(cl);
 }
 
@@ -803,7 +843,7 @@ void Engine::cluster_wait(Thread* t, const DInstr* d) {
   Cluster* cl = t->cta->cluster;
   if (t->wait_addr != 1) fail("cluster-barrier", t, d, "barrier.cluster.wait without a preceding barrier.cluster.arrive");
   t->wait_addr = 0;
-  if (cl->arrive_gen != t->wait_value) return;   // that generation already completed
+  if (cl->arrive_gen != t->wait_value) { merge_knowledge(t->know, cl->carry); return; }   // already completed
   cl->waiters.push_back(t);
   block(t, TS::ClusterBar, d);
 }
@@ -814,7 +854,10 @@ void Engine::check_cluster_bar(Cluster* cl) {
   cl->arrived = 0;
   std::vector<Thread*> w;
   w.swap(cl->waiters);
-  for (Thread* t : w) wake(t);
+  for (Thread* t : w) {
+    merge_knowledge(t->know, cl->carry);
+    wake(t);
+  }
 }
 
 bool Engine::warp_rendezvous(Thread* t, const DInstr* d, uint32_t need) {
@@ -852,6 +895,13 @@ bool Engine::warp_rendezvous(Thread* t, const DInstr* d, uint32_t need) {
 // Executes the collective the warp's lanes wait at, then releases them (but `except`, the caller).
 void Engine::finish_warp_collective(Warp* w, Thread* except) {
   uint32_t lanes = w->arrived;
+  // lanes that synchronize share what they know (bar.warp.sync orders memory; the other warp
+  // collectives are treated the same way, the lenient choice)
+  {
+    Knowledge k;
+    for (int l = 0; l < 32; ++l) if (lanes >> l & 1) merge_knowledge(k, w->lanes[l]->know);
+    if (!k.empty()) for (int l = 0; l < 32; ++l) if (lanes >> l & 1) w->lanes[l]->know = k;
+  }
   extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t);
   exec_warp_collective_entry(this, w, lanes);
   w->arrived = 0;
@@ -989,9 +1039,12 @@ void Engine::complete(AsyncOp& op) {
             for (uint32_t b = 0; b < nb; ++b) dst[b] = fill[b % m.elem_bytes];
           }
         }
+        MBar& mb = mbar(op.issuer, op.instr, c, op.mbar);
         for (uint32_t b = 0; b < op.bytes; ++b) {
           c->shadow[op.smem + b] &= ~kShadowInflight;
           c->dirty_owner[op.smem + b] = 0;
+          c->deliv_id[op.smem + b] = mb.id + 1;
+          c->deliv_phase[op.smem + b] = mb.phase;
         }
         // swizzled boxes may touch bytes past op.bytes only within the footprint: clear those too
         for (auto& r : runs)
@@ -1025,9 +1078,12 @@ void Engine::complete(AsyncOp& op) {
       Cta* c = op.dst_ctas[0];
       const uint8_t* src = op.kind == AsyncOp::kBulkG2S ? (const uint8_t*)op.gaddr : op.src_cta->smem.data() + op.src_smem;
       memcpy(c->smem.data() + op.smem, src, op.bytes);
+      MBar& mb = mbar(op.issuer, op.instr, c, op.mbar);
       for (uint32_t b = 0; b < op.bytes; ++b) {
         c->shadow[op.smem + b] &= ~kShadowInflight;
         c->dirty_owner[op.smem + b] = 0;
+        c->deliv_id[op.smem + b] = mb.id + 1;
+        c->deliv_phase[op.smem + b] = mb.phase;
       }
       mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       break;
@@ -1064,6 +1120,7 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
       for (uint32_t b = 0; b < op.bytes; ++b) {
         c->shadow[op.dst + b] &= ~kShadowInflight;
         c->dirty_owner[op.dst + b] = 0;
+        c->deliv_id[op.dst + b] = 0;
       }
     }
     t->cp_groups.erase(t->cp_groups.begin());

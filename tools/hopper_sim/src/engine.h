@@ -65,6 +65,9 @@ class Engine {
   const Options& opt() const { return opt_; }
   uint32_t nclusters(int i) const { return ncl_[i]; }
   void progress() { last_progress_ = instr_total_; }
+  void observe(Thread* t, MBar& m);   // t saw m's completed phases (a successful wait)
+  void check_delivered(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
+  uint32_t next_mbar_id() { return mbar_ids_++; }
   uint64_t instructions() const { return instr_total_; }
 
   // Collective rendezvous: returns true when this thread's arrival completed the collective (the
@@ -115,6 +118,7 @@ class Engine {
   std::vector<Thread*> runnable_;
   std::vector<AsyncOp> async_;
   uint64_t instr_total_ = 0, last_progress_ = 0;
+  uint32_t mbar_ids_ = 0;
 };
 
 // Device internals shared by engine.cpp and device.cpp.

@@ -1565,6 +1565,7 @@ void Engine::step(Thread* t, int budget) {
           MBar& m = mbar(t, &d, owner, off, false);
           m = MBar();
           m.valid = true; m.expected = m.pending = cnt;
+          m.id = next_mbar_id();
           for (int b = 0; b < 8; ++b) owner->shadow[off + b] |= 8;
         } else if (d.op == Op::MbarInval) {
           MBar& m = mbar(t, &d, owner, off);
@@ -1605,6 +1606,7 @@ void Engine::step(Thread* t, int budget) {
             block(t, TS::Mbar, &d);
             return;
           }
+          observe(t, m);
           dst(c, o[0], 1);
         }
         break;

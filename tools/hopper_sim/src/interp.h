@@ -127,6 +127,12 @@ struct LoadedModule {
   std::vector<uint8_t*> sym_addr;     // global/const variables: host memory; else nullptr
 };
 
+// What a thread knows has completed: per mbarrier id (Engine-wide), the number of its phases the
+// thread has observed, directly (a successful wait) or through synchronization with a thread that
+// had (named/cluster barriers, warp collectives, mbarrier arrive -> wait).
+using Knowledge = std::vector<uint32_t>;
+void merge_knowledge(Knowledge& into, const Knowledge& from);
+
 struct Cta;
 struct Warp;
 
@@ -172,6 +178,7 @@ struct Thread {
   // proxy-fence tracking: shared ranges this thread wrote through the generic proxy since its last
   // fence.proxy.async
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
+  Knowledge know;
   uint64_t instructions = 0;
 };
 
@@ -190,6 +197,7 @@ struct NamedBarrier {
   uint32_t arrived = 0, expected = 0;
   bool counted = false;         // expected came from an explicit count
   std::vector<Thread*> waiters;
+  Knowledge carry;              // merged knowledge of this round's arrivals
   uint32_t red_value = 0;       // bar.red accumulator
   int red_kind = -1;
 };
@@ -200,6 +208,9 @@ struct MBar {
   uint32_t expected = 0, pending = 0;
   int64_t tx = 0;
   std::vector<Thread*> waiters;
+  uint32_t id = 0;              // Engine-wide id (knowledge index), new at each init
+  Knowledge carry;              // knowledge released by this phase's arrivals
+  Knowledge completed_carry;    // released by every completed phase (what a waiter acquires)
 };
 
 struct Cluster;
@@ -212,6 +223,9 @@ struct Cta {
   std::vector<uint8_t> smem;
   std::vector<uint8_t> shadow;  // per byte: kShadow* flags
   std::vector<uint16_t> dirty_owner;   // per byte: thread linear + 1 that wrote without proxy fence
+  // per byte: the mbarrier (id + 1, 0: none) and phase whose completion made an asynchronous copy's
+  // data visible; a generic access needs the accessing thread to have observed that phase
+  std::vector<uint32_t> deliv_id, deliv_phase;
   std::vector<std::unique_ptr<Thread>> threads;
   std::vector<std::unique_ptr<Warp>> warps;
   NamedBarrier bars[16];
@@ -233,6 +247,7 @@ struct Cluster {
   uint32_t live = 0;
   uint64_t arrive_gen = 0;      // barrier.cluster
   uint32_t arrived = 0;
+  Knowledge carry;
   std::vector<Thread*> waiters;
 };
 

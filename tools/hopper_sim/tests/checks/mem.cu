@@ -106,6 +106,35 @@ static void proxy_fence_bulk(bool bad) {
   k_pfence<<<1, 1>>>(g, bad);
 }
 
+// async_unobserved: warp 1 reads bytes a cp.async.bulk delivered, knowing only through a relaxed
+// (volatile) global flag that warp 0 saw the mbarrier phase complete. PTX: the copy's writes become
+// visible to a thread through the mbarrier phase it observes (or synchronization with a thread that
+// did); a relaxed flag is no such synchronization. The good twin also waits on the mbarrier.
+__global__ void k_aunobs(const uint32_t* g, volatile uint32_t* flag, uint32_t* out, int bad) {
+  __shared__ alignas(128) uint32_t buf[16];
+  __shared__ alignas(8) uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_tx(&bar, 64);
+    bulk_g2s(buf, g, 64, &bar);
+    mbar_wait(&bar, 0);
+    *flag = 1;
+  } else if (threadIdx.x == 32) {
+    while (*flag == 0) {}
+    if (!bad) mbar_wait(&bar, 0);
+    out[0] = ld_shared_u32(&buf[3]);
+  }
+}
+static void async_unobserved(bool bad) {
+  uint32_t *g, *f, *o; CK(cudaMalloc(&g, 64)); CK(cudaMalloc(&f, 4)); CK(cudaMalloc(&o, 4));
+  CK(cudaMemset(f, 0, 4));
+  k_aunobs<<<1, 64>>>(g, f, o, bad);
+}
+
 // async_at_exit: the CTA exits while a cp.async.bulk into its shared memory is in flight (never
 // waits on the mbarrier).
 __global__ void k_aexit(const uint32_t* g, int bad) {
@@ -227,6 +256,6 @@ static void pipeline(bool bad) {
 
 CASES({"global_oob_read", global_oob_read}, {"global_oob_write", global_oob_write},
       {"global_misaligned", global_misaligned}, {"shared_oob", shared_oob}, {"shared_misaligned", shared_misaligned},
-      {"async_inflight_load", async_inflight_load}, {"async_inflight_store", async_inflight_store},
+      {"async_inflight_load", async_inflight_load}, {"async_unobserved", async_unobserved}, {"async_inflight_store", async_inflight_store},
       {"proxy_fence_bulk", proxy_fence_bulk}, {"async_at_exit", async_at_exit}, {"bulk_copy_size", bulk_copy_size},
       {"address_space", address_space}, {"ldmatrix_during_store", ldmatrix_during_store}, {"pipeline", pipeline})
