@@ -12,7 +12,7 @@ static T parse_type(const std::string& s) {
   static const std::pair<const char*, T> kTypes[] = {
       {"b8", T::B8}, {"b16", T::B16}, {"b32", T::B32}, {"b64", T::B64}, {"b128", T::B128},
       {"u8", T::U8}, {"u16", T::U16}, {"u32", T::U32}, {"u64", T::U64},
-      {"s8", T::S8}, {"s16", T::S16}, {"s32", T::S32}, {"s64", T::S64},
+      {"s8", T::S8}, {"s16", T::S16}, {"s32", T::S32}, {"s64", T::S64}, {"s16x2", T::S16x2}, {"u16x2", T::U16x2},
       {"f16", T::F16}, {"f16x2", T::F16x2}, {"bf16", T::BF16}, {"bf16x2", T::BF16x2},
       {"f32", T::F32}, {"f64", T::F64}, {"tf32", T::TF32}, {"e4m3", T::E4M3}, {"e5m2", T::E5M2},
       {"e4m3x2", T::E4M3x2}, {"e5m2x2", T::E5M2x2}, {"pred", T::Pred}};
@@ -115,6 +115,7 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
     else if (x == "volatile") d.flags |= F_VOLATILE;
     else if (x == "clamp") d.flags |= F_CLAMP;
     else if (x == "wrap") d.flags |= F_WRAP;
+    else if (x == "shiftamt") d.flags |= F_SHIFTAMT;
   }
   if (types.size() > 0) d.t = types[0];
   if (types.size() > 1) d.t2 = types[1];

@@ -393,6 +393,29 @@ void Engine::run() {
   for (;;) {
     if (runnable_.empty()) {
       if (!async_.empty()) { complete_one_async(true); continue; }
+      // mbarrier.try_wait may return false at a time limit: grant that once to every thread blocked
+      // in one (the program then decides); if they block again with nothing else moving, deadlock
+      if (timeouts_ < 2) {
+        bool any = false;
+        for (auto& c : ctas_)
+          for (auto& th : c->threads)
+            if (th->state == TS::Mbar && th->wait_instr && th->wait_instr->op == Op::MbarTryWait) {
+              for (auto& kv : c->mbars) {
+                auto& wv = kv.second.waiters;
+                wv.erase(std::remove(wv.begin(), wv.end(), th.get()), wv.end());
+              }
+              for (auto& cl : clusters_)
+                for (Cta* oc : cl->ctas)
+                  for (auto& kv : oc->mbars) {
+                    auto& wv = kv.second.waiters;
+                    wv.erase(std::remove(wv.begin(), wv.end(), th.get()), wv.end());
+                  }
+              th->try_timeout = true;
+              wake(th.get());
+              any = true;
+            }
+        if (any) { ++timeouts_; continue; }
+      }
       // retire finished clusters, dispatch more
       bool any_live = false;
       for (auto& cl : clusters_) if (cl->live) any_live = true;
@@ -825,9 +848,15 @@ void Engine::check_bar_complete(Cta* c, uint32_t id) {
   b.arrived = 0;
   for (Thread* t : w) {
     merge_knowledge(t->know, b.carry);
+    if (t->wait_instr && t->wait_instr->op == Op::BarRed) {   // bar.red: every waiter gets the reduction
+      extern void bar_red_result(Engine*, Thread*, uint32_t);
+      bar_red_result(this, t, b.red_kind == 0 ? b.red_value : (b.red_value ? 1 : 0));
+    }
     wake(t);
   }
   b.carry.clear();
+  b.red_kind = -1;
+  b.red_value = 0;
 }
 
 void Engine::cluster_arrive(Thread* t) {
@@ -862,24 +891,30 @@ void Engine::check_cluster_bar(Cluster* cl) {
 
 bool Engine::warp_rendezvous(Thread* t, const DInstr* d, uint32_t need) {
   Warp* w = t->warp;
-  if (w->arrived == 0) {
-    w->coll = d;
-    w->coll_mask = need;
-  } else if (w->coll != d) {
-    bool aligned = (d->flags & F_ALIGNED) || (w->coll->flags & F_ALIGNED);
-    if (aligned || w->coll->op != d->op || w->coll_mask != need)
-      fail("warp-divergence", t, d, "lanes of the warp wait at different collective instructions (other: PTX line " +
-           std::to_string(w->coll->src ? w->coll->src->line : 0) + ")");
-  }
+  bool aligned = d->flags & F_ALIGNED;
   if (need & ~w->live_mask) fail("warp-sync", t, d, "membermask names lanes that have exited");
+  size_t si = w->slots.size();
+  for (size_t i = 0; i < w->slots.size(); ++i) {
+    Warp::CollSlot& s = w->slots[i];
+    if (s.coll == d || (!aligned && !(s.coll->flags & F_ALIGNED) && s.coll->op == d->op && s.mask == need)) {
+      si = i;
+      break;
+    }
+    if ((s.mask & need) || aligned || (s.coll->flags & F_ALIGNED))
+      fail("warp-divergence", t, d, "lanes of the warp wait at different collective instructions with overlapping "
+           "lanes (other: PTX line " + std::to_string(s.coll->src ? s.coll->src->line : 0) + ")");
+  }
+  if (si == w->slots.size()) w->slots.push_back(Warp::CollSlot{d, need, 0});
+  Warp::CollSlot& s = w->slots[si];
+  s.arrived |= 1u << t->lane;
   w->arrived |= 1u << t->lane;
-  if ((w->arrived & w->coll_mask) != w->coll_mask) {
+  if ((s.arrived & s.mask) != s.mask) {
     block(t, TS::Coll, d);
     return false;
   }
   // setmaxnreg.inc waits until the CTA's pool (its launch allocation) has the registers
-  if (w->coll->op == Op::Setmaxnreg && (w->coll->flags & F_INC)) {
-    uint32_t n = (uint32_t)w->coll->ops[0].imm;
+  if (s.coll->op == Op::Setmaxnreg && (s.coll->flags & F_INC)) {
+    uint32_t n = (uint32_t)s.coll->ops[0].imm;
     Cta* c = w->cta;
     if (n > w->regs_budget && c->regs_in_use - w->regs_budget * 32 + n * 32 > c->regs_pool) {
       block(t, TS::Coll, d);
@@ -887,14 +922,17 @@ bool Engine::warp_rendezvous(Thread* t, const DInstr* d, uint32_t need) {
       return false;
     }
   }
-  finish_warp_collective(w, t);
+  finish_warp_collective(w, si, t);
   if (d->op == Op::Setmaxnreg && !(d->flags & F_INC)) retry_setmaxnreg(t->cta);
   return true;
 }
 
-// Executes the collective the warp's lanes wait at, then releases them (but `except`, the caller).
-void Engine::finish_warp_collective(Warp* w, Thread* except) {
-  uint32_t lanes = w->arrived;
+// Executes the collective of slot `si`, then releases its lanes (but `except`, the caller).
+void Engine::finish_warp_collective(Warp* w, size_t si, Thread* except) {
+  Warp::CollSlot s = w->slots[si];
+  w->slots.erase(w->slots.begin() + si);
+  uint32_t lanes = s.arrived;
+  w->arrived &= ~lanes;
   // lanes that synchronize share what they know (bar.warp.sync orders memory; the other warp
   // collectives are treated the same way, the lenient choice)
   {
@@ -902,10 +940,8 @@ void Engine::finish_warp_collective(Warp* w, Thread* except) {
     for (int l = 0; l < 32; ++l) if (lanes >> l & 1) merge_knowledge(k, w->lanes[l]->know);
     if (!k.empty()) for (int l = 0; l < 32; ++l) if (lanes >> l & 1) w->lanes[l]->know = k;
   }
-  extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t);
-  exec_warp_collective_entry(this, w, lanes);
-  w->arrived = 0;
-  w->coll = nullptr;
+  extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t, const DInstr*);
+  exec_warp_collective_entry(this, w, lanes, s.coll);
   for (int l = 0; l < 32; ++l)
     if ((lanes >> l & 1) && w->lanes[l] != except) {
       Thread* o = w->lanes[l];
@@ -917,22 +953,27 @@ void Engine::finish_warp_collective(Warp* w, Thread* except) {
 void Engine::retry_setmaxnreg(Cta* c) {
   for (size_t i = 0; i < c->regs_waiters.size();) {
     Warp* w = c->regs_waiters[i];
-    uint32_t n = (uint32_t)w->coll->ops[0].imm;
+    size_t si = 0;
+    while (si < w->slots.size() && w->slots[si].coll->op != Op::Setmaxnreg) ++si;
+    uint32_t n = (uint32_t)w->slots[si].coll->ops[0].imm;
     if (c->regs_in_use - w->regs_budget * 32 + n * 32 <= c->regs_pool) {
       c->regs_waiters.erase(c->regs_waiters.begin() + i);
-      finish_warp_collective(w, nullptr);
+      finish_warp_collective(w, si, nullptr);
       i = 0;
     } else ++i;
   }
 }
 
 void Engine::recheck_warp_collective(Warp* w) {
-  // an exited lane no longer counts for .aligned collectives that need the live lanes
-  if (!w->coll) return;
-  if (w->coll->flags & F_ALIGNED) w->coll_mask &= w->live_mask;
-  if (w->coll_mask & ~w->live_mask)
-    fail("warp-sync", w->lanes[__builtin_ctz(w->arrived)], w->coll, "a lane named in membermask exited");
-  if ((w->arrived & w->coll_mask) == w->coll_mask && w->arrived) finish_warp_collective(w, nullptr);
+  // an exited lane no longer counts for .aligned collectives (and activemask), which need the live lanes
+  for (size_t i = 0; i < w->slots.size();) {
+    Warp::CollSlot& s = w->slots[i];
+    if ((s.coll->flags & F_ALIGNED) || s.coll->op == Op::Activemask) s.mask &= w->live_mask;
+    if (s.mask & ~w->live_mask)
+      fail("warp-sync", w->lanes[__builtin_ctz(s.arrived)], s.coll, "a lane named in membermask exited");
+    if (s.arrived && (s.arrived & s.mask) == s.mask) finish_warp_collective(w, i, nullptr);
+    else ++i;
+  }
 }
 
 bool Engine::warpgroup_rendezvous(Thread* t, const DInstr* d) {

@@ -64,7 +64,7 @@ class Engine {
   const LaunchParams& launch() const { return lp_; }
   const Options& opt() const { return opt_; }
   uint32_t nclusters(int i) const { return ncl_[i]; }
-  void progress() { last_progress_ = instr_total_; }
+  void progress() { last_progress_ = instr_total_; timeouts_ = 0; }
   void observe(Thread* t, MBar& m);   // t saw m's completed phases (a successful wait)
   void check_delivered(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
   uint32_t next_mbar_id() { return mbar_ids_++; }
@@ -89,7 +89,7 @@ class Engine {
   void check_bar_complete(Cta* c, uint32_t id);
   void check_cluster_bar(Cluster* cl);
   void recheck_warp_collective(Warp* w);
-  void finish_warp_collective(Warp* w, Thread* except);
+  void finish_warp_collective(Warp* w, size_t slot, Thread* except);
   void retry_setmaxnreg(Cta* c);
 
   Device::Impl* dev_;
@@ -119,6 +119,7 @@ class Engine {
   std::vector<AsyncOp> async_;
   uint64_t instr_total_ = 0, last_progress_ = 0;
   uint32_t mbar_ids_ = 0;
+  uint32_t timeouts_ = 0;        // try_wait time limits granted since the last progress
 };
 
 // Device internals shared by engine.cpp and device.cpp.

@@ -253,12 +253,30 @@ static uint64_t int_binop(Ctx& c, Op op, T t, uint64_t a, uint64_t b) {
       }
       return maskb(maskb(a, n) % maskb(b, n), n);
     }
-    case Op::Min:
+    case Op::Min: case Op::Max:
+      if (t == T::S16x2 || t == T::U16x2) {   // per 16-bit lane
+        uint64_t r = 0;
+        for (int i = 0; i < 2; ++i) {
+          uint64_t x = (a >> (16 * i)) & 0xffff, y = (b >> (16 * i)) & 0xffff;
+          bool sg = t == T::S16x2;
+          bool lt = sg ? sext(x, 16) < sext(y, 16) : x < y;
+          uint64_t v = (op == Op::Min) == lt ? x : y;
+          if ((d.flags & F_RELU) && sg && sext(v, 16) < 0) v = 0;
+          r |= v << (16 * i);
+        }
+        return r;
+      }
+      if (d.flags & F_RELU) {   // max.relu / min.relu (.s32): clamp the result at 0
+        int64_t x = sext(a, n), y = sext(b, n);
+        int64_t v = op == Op::Min ? std::min(x, y) : std::max(x, y);
+        return maskb((uint64_t)std::max<int64_t>(v, 0), n);
+      }
+      if (op == Op::Max) {
+        if (s) return sext(a, n) > sext(b, n) ? maskb(a, n) : maskb(b, n);
+        return maskb(a, n) > maskb(b, n) ? maskb(a, n) : maskb(b, n);
+      }
       if (s) return sext(a, n) < sext(b, n) ? maskb(a, n) : maskb(b, n);
       return maskb(a, n) < maskb(b, n) ? maskb(a, n) : maskb(b, n);
-    case Op::Max:
-      if (s) return sext(a, n) > sext(b, n) ? maskb(a, n) : maskb(b, n);
-      return maskb(a, n) > maskb(b, n) ? maskb(a, n) : maskb(b, n);
     case Op::And: return a & b;
     case Op::Or: return a | b;
     case Op::Xor: return a ^ b;
@@ -369,7 +387,8 @@ static uint64_t convert(Ctx& c, T dt, T st, uint64_t v) {
         else if ((uint64_t)sv > hi) sv = (int64_t)hi;
       }
     }
-    return maskb((uint64_t)sv, dn);
+    // a signed result is sign-extended into a wider register (PTX ISA: operand size rules)
+    return tsigned(dt) ? (uint64_t)sext((uint64_t)sv, dn) : maskb((uint64_t)sv, dn);
   }
   if (dfl && !sfl) {   // integer -> float
     Rnd r = rnd(d);
@@ -543,9 +562,14 @@ static Ctx lane_ctx(Engine* e, Thread* t) {
   return Ctx{e, t, f, f->regs.data(), t->wait_instr};
 }
 
-static void exec_warp_collective(Engine* e, Warp* w, uint32_t lanes) {
-  const DInstr& d0 = *w->coll;
+static void exec_warp_collective(Engine* e, Warp* w, uint32_t lanes, const DInstr* coll) {
+  const DInstr& d0 = *coll;
   switch (d0.op) {
+    case Op::Activemask:
+      // the lanes that executed it together: every live lane (lanes that exit first drop out)
+      for (int l = 0; l < 32; ++l)
+        if (lanes >> l & 1) { Ctx c = lane_ctx(e, w->lanes[l]); dst(c, c.d->ops[0], lanes); }
+      break;
     case Op::Shfl: {
       uint64_t a[32] = {};
       uint32_t mask = lanes;
@@ -948,7 +972,11 @@ void Engine::step(Thread* t, int budget) {
             dst(c, o[0], maskb(p + cc, 2 * n));
           } else if (d.flags & F_HI) {
             p = int_binop(c, Op::Mul, ty, a, b);
-            dst(c, o[0], maskb(p + cc, n));
+            if ((d.flags & F_SAT) && ty == T::S32) {   // mad.hi.sat.s32: the sum saturates
+              int64_t r = sext(p, 32) + sext(cc, 32);
+              r = r > INT32_MAX ? INT32_MAX : r < INT32_MIN ? INT32_MIN : r;
+              dst(c, o[0], maskb((uint64_t)r, 32));
+            } else dst(c, o[0], maskb(p + cc, n));
           } else {
             dst(c, o[0], maskb(a * b + cc, n));
           }
@@ -1059,7 +1087,21 @@ void Engine::step(Thread* t, int budget) {
         uint32_t a = val(c, o[1]), b = val(c, o[2]), sel = val(c, o[3]);
         uint64_t x = ((uint64_t)b << 32) | a;
         uint32_t r = 0;
-        if (d.mode != 0) fail("unsupported", t, &d, "prmt mode");
+        if (d.mode != 0) {
+          // prmt.b32.{f4e,b4e,rc8,ecl,ecr,rc16}: c[1:0] picks a row of the ISA's table; each row
+          // lists the source bytes of d.b0..d.b3
+          static const uint8_t tab[6][4][4] = {
+              {{0, 1, 2, 3}, {1, 2, 3, 4}, {2, 3, 4, 5}, {3, 4, 5, 6}},   // f4e
+              {{0, 7, 6, 5}, {1, 0, 7, 6}, {2, 1, 0, 7}, {3, 2, 1, 0}},   // b4e
+              {{0, 0, 0, 0}, {1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}},   // rc8
+              {{0, 1, 2, 3}, {1, 1, 2, 3}, {2, 2, 2, 3}, {3, 3, 3, 3}},   // ecl
+              {{0, 0, 0, 0}, {0, 1, 1, 1}, {0, 1, 2, 2}, {0, 1, 2, 3}},   // ecr
+              {{0, 1, 0, 1}, {2, 3, 2, 3}, {0, 1, 0, 1}, {2, 3, 2, 3}}};  // rc16
+          const uint8_t* row = tab[d.mode - 1][sel & 3];
+          for (int i = 0; i < 4; ++i) r |= (uint32_t)((x >> (8 * row[i])) & 0xff) << (8 * i);
+          dst(c, o[0], r);
+          break;
+        }
         for (int i = 0; i < 4; ++i) {
           uint32_t s = (sel >> (4 * i)) & 0xf;
           uint32_t byte = (x >> (8 * (s & 7))) & 0xff;
@@ -1165,7 +1207,12 @@ void Engine::step(Thread* t, int budget) {
       case Op::Selp: dst(c, o[0], (val(c, o[3]) & 1) ? val(c, o[1]) : val(c, o[2])); break;
       case Op::Slct: {
         uint64_t cv = val(c, o[3]);
-        bool ge = d.t2 == T::F32 ? !(f32(cv) < 0.0f) : sext(cv, 32) >= 0;
+        bool ge;
+        if (d.t2 == T::F32) {   // NaN compares ordered and selects b; .ftz flushes a subnormal c
+          float x = f32(cv);
+          if (d.flags & F_FTZ) x = num::ftz_f32(x);
+          ge = x >= 0.0f;
+        } else ge = sext(cv, 32) >= 0;
         dst(c, o[0], ge ? val(c, o[1]) : val(c, o[2]));
         break;
       }
@@ -1493,7 +1540,11 @@ void Engine::step(Thread* t, int budget) {
       case Op::Nanosleep: case Op::Pmevent: case Op::Membar: case Op::Fence: case Op::Griddep: case Op::Nop:
         break;
       case Op::FenceProxyAsync: fence_proxy_async(t); break;
-      case Op::Activemask: dst(c, o[0], t->warp->live_mask); break;
+      case Op::Activemask: {
+        t->wait_instr = &d;
+        if (!warp_rendezvous(t, &d, t->warp->live_mask)) return;
+        break;
+      }
       // ---------------- warp collectives ----------------
       case Op::Shfl: case Op::Vote: case Op::Match: case Op::Redux: case Op::Elect: case Op::BarWarpSync: {
         uint32_t mask;
@@ -1528,10 +1579,19 @@ void Engine::step(Thread* t, int budget) {
         uint32_t id = d.nops > 0 && o[0].kind != Operand::kNone ? (uint32_t)val(c, o[0]) : 0;
         bool has_count = false;
         uint32_t count = 0;
-        if (d.op == Op::BarRed) {   // bar.red.popc.u32 d, a{, b}, {!}c
-          fail("unsupported", t, &d, "bar.red");
-        }
-        if (d.nops > 1) { has_count = true; count = (uint32_t)val(c, o[1]); }
+        if (d.op == Op::BarRed) {   // bar.red.popc.u32 d, a{, b}, {!}c  /  bar.red.and|or.pred p, a{, b}, {!}c
+          id = (uint32_t)val(c, o[1]);
+          if (d.nops == 4) { has_count = true; count = (uint32_t)val(c, o[2]); }
+          if (id > 15) fail("named-barrier", t, &d, "barrier id " + std::to_string(id) + " > 15");
+          bool pv = val(c, o[d.nops - 1]) & 1;
+          NamedBarrier& nb = t->cta->bars[id];
+          int kind = d.aop == AtomOp::Add ? 0 : d.aop == AtomOp::And ? 1 : 2;
+          if (nb.arrived == 0) { nb.red_kind = kind; nb.red_value = kind == 1 ? 1 : 0; }
+          else if (nb.red_kind != kind) fail("named-barrier", t, &d, "bar.red with a different operation in the same round");
+          if (kind == 0) nb.red_value += pv;
+          else if (kind == 1) nb.red_value &= pv;
+          else nb.red_value |= pv;
+        } else if (d.nops > 1) { has_count = true; count = (uint32_t)val(c, o[1]); }
         if (id > 15) fail("named-barrier", t, &d, "barrier id " + std::to_string(id) + " > 15");
         t->wait_instr = &d;
         f->pc = pcnext;
@@ -1552,6 +1612,7 @@ void Engine::step(Thread* t, int budget) {
       case Op::MbarTestWait: case Op::MbarTryWait: case Op::MbarPendingCount: {
         // operand layout: init [a], count | inval [a] | arrive state, [a]{, count} | expect_tx [a], tx |
         // test/try_wait p, [a], state|parity{, hint}
+        if (d.op == Op::MbarPendingCount) fail("unsupported", t, &d, "mbarrier.pending_count");
         int ai = (d.op == Op::MbarInit || d.op == Op::MbarInval || d.op == Op::MbarExpectTx || d.op == Op::MbarCompleteTx) ? 0 : 1;
         uint64_t a = addr(c, o[ai]);
         Sp sp = d.sp == Sp::None ? Sp::Generic : d.sp;
@@ -1596,9 +1657,20 @@ void Engine::step(Thread* t, int budget) {
           bool done;
           if (d.flags & F_PARITY) done = (m.phase & 1) != (s & 1);
           else done = m.phase != (uint32_t)s;
+          if (!done && d.op == Op::MbarTestWait) {   // non-blocking: report, and let others run
+            dst(c, o[0], 0);
+            budget = 0;
+            break;
+          }
+          if (!done && t->try_timeout) {   // try_wait's time limit expired (granted by the scheduler)
+            t->try_timeout = false;
+            dst(c, o[0], 0);
+            break;
+          }
+          t->try_timeout = false;
           if (!done) {
-            // Block until the barrier changes (a spinning test_wait/try_wait loop would get the same
-            // answer meanwhile), then execute the wait again.
+            // try_wait blocks until the phase completes (a legal choice of its time limit); the
+            // scheduler grants the time limit when every thread is blocked.
             t->wait_addr = off;
             t->wait_value = (uint32_t)s;
             t->wait_instr = &d;
@@ -1844,6 +1916,16 @@ void Engine::step(Thread* t, int budget) {
   }
 }
 
-void exec_warp_collective_entry(Engine* e, Warp* w, uint32_t lanes) { exec_warp_collective(e, w, lanes); }
+void exec_warp_collective_entry(Engine* e, Warp* w, uint32_t lanes, const DInstr* coll) {
+  exec_warp_collective(e, w, lanes, coll);
+}
+
+// bar.red: the reduction goes to each participant's destination when the barrier completes.
+void bar_red_result(Engine* e, Thread* t, uint32_t v) {
+  Frame& f = t->frames.back();
+  const Operand& o = t->wait_instr->ops[0];
+  if (o.kind == Operand::kReg) f.regs[o.reg] = v & f.lf->regmask[o.reg];
+  (void)e;
+}
 
 }  // namespace hsim

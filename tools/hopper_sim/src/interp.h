@@ -26,14 +26,15 @@ constexpr uint32_t kClusterRankShift = 24;
 constexpr uint64_t kCallParamBase = 0x10000000ull;
 
 enum class T : uint8_t {
-  None, B8, B16, B32, B64, B128, U8, U16, U32, U64, S8, S16, S32, S64,
+  None, B8, B16, B32, B64, B128, U8, U16, U32, U64, S8, S16, S32, S64, S16x2, U16x2,
   F16, F16x2, BF16, BF16x2, F32, F64, TF32, E4M3, E5M2, E4M3x2, E5M2x2, Pred,
 };
 inline int tbits(T t) {
   switch (t) {
     case T::B8: case T::U8: case T::S8: case T::E4M3: case T::E5M2: return 8;
     case T::B16: case T::U16: case T::S16: case T::F16: case T::BF16: case T::E4M3x2: case T::E5M2x2: return 16;
-    case T::B32: case T::U32: case T::S32: case T::F32: case T::F16x2: case T::BF16x2: case T::TF32: return 32;
+    case T::B32: case T::U32: case T::S32: case T::F32: case T::F16x2: case T::BF16x2: case T::TF32:
+    case T::S16x2: case T::U16x2: return 32;
     case T::B64: case T::U64: case T::S64: case T::F64: return 64;
     case T::B128: return 128;
     case T::Pred: return 1;
@@ -160,6 +161,7 @@ struct Thread {
   const DInstr* wait_instr = nullptr;      // blocking instruction (for messages)
   uint64_t wait_addr = 0;                  // mbarrier / barrier id
   uint32_t wait_value = 0;
+  bool try_timeout = false;                // the next mbarrier.try_wait returns false (time limit)
   std::vector<uint8_t> local;              // local memory
   // wgmma bookkeeping (per thread, as each thread's registers are involved)
   std::vector<uint16_t> wg_pending;        // per register slot of frame 0: in-flight wgmma count
@@ -187,9 +189,11 @@ struct Warp {
   Cta* cta = nullptr;
   Thread* lanes[32] = {};
   uint32_t live_mask = 0;       // lanes that exist and have not exited
-  uint32_t arrived = 0;         // collective rendezvous: lanes waiting
-  const DInstr* coll = nullptr; // the collective they wait at
-  uint32_t coll_mask = 0;       // lanes the collective needs
+  // Collective rendezvous in progress: one slot per disjoint membermask (lanes of a warp may run
+  // separate collectives at once on sm_70+); an .aligned collective needs all live lanes.
+  struct CollSlot { const DInstr* coll = nullptr; uint32_t mask = 0, arrived = 0; };
+  std::vector<CollSlot> slots;
+  uint32_t arrived = 0;         // union of the slots' waiting lanes
   uint32_t regs_budget = 0;     // setmaxnreg: registers per thread
 };
 
@@ -236,7 +240,7 @@ struct Cta {
   const DInstr* warpgroup_coll[32] = {};
   uint32_t regs_in_use = 0;
   uint32_t regs_pool = 0;        // registers the CTA got at launch: setmaxnreg moves them between warps
-  std::vector<Warp*> regs_waiters;   // warps blocked in setmaxnreg.inc until the pool has room
+  std::vector<Warp*> regs_waiters;   // warps blocked in setmaxnreg.inc until the pool has room (slot 0)
 };
 
 enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2 };
