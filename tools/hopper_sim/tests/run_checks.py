@@ -16,21 +16,19 @@ count; if one passes (XPASS) it counts as a failure so the mark gets removed.
 """
 import argparse
 import concurrent.futures as cf
-import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 
+import simbuild
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIM = os.path.dirname(HERE)
+SIM = simbuild.SIM
 SRC = os.path.join(HERE, "checks")
 OUT = os.path.join(SIM, "build", "checks")
-SIMRUN = os.path.join(SIM, "simrun")
-FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-cudart", "shared", "-no-compress", "-O3",
-         "-std=c++17"]
+SIMRUN = simbuild.SIMRUN
 
 # program -> byte replacements applied to the built binary (the PTX is embedded uncompressed).
 # setmaxnreg: ptxas rejects a count that is not a multiple of 8, so the source says 56 and the PTX
@@ -85,46 +83,8 @@ CASES = [
 ]
 
 
-def nvcc_version():
-    try:
-        return subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
-    except OSError:
-        return ""
-
-
 def build(prog, nvver):
-    src = os.path.join(SRC, prog + ".cu")
-    h = hashlib.sha256()
-    for p in (src, os.path.join(SRC, "common.h")):
-        with open(p, "rb") as f:
-            h.update(f.read())
-    h.update(repr((FLAGS, PROGRAMS[prog], nvver)).encode())
-    exe = os.path.join(OUT, "%s-%s" % (prog, h.hexdigest()[:12]))
-    if os.path.exists(exe):
-        return exe, None, False
-    tmp = exe + ".tmp%d" % os.getpid()
-    r = subprocess.run(["nvcc", *FLAGS, "-I", SRC, src, "-o", tmp], capture_output=True, text=True)
-    if r.returncode != 0:
-        return None, r.stdout + r.stderr, True
-    if PROGRAMS[prog]:
-        with open(tmp, "rb") as f:
-            data = f.read()
-        for old, new in PROGRAMS[prog]:
-            assert len(old) == len(new)
-            if data.count(old) != 1:
-                return None, "patch %r found %d times in the binary (want 1)" % (old, data.count(old)), True
-            data = data.replace(old, new)
-        with open(tmp, "wb") as f:
-            f.write(data)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, exe)
-    for old in os.listdir(OUT):   # drop stale builds of this program
-        if re.fullmatch(re.escape(prog) + r"-[0-9a-f]{12}", old) and os.path.join(OUT, old) != exe:
-            try:
-                os.remove(os.path.join(OUT, old))
-            except OSError:
-                pass
-    return exe, None, True
+    return simbuild.build(prog, SRC, 'common.h', OUT, nvver, PROGRAMS[prog])
 
 
 def simrun(exe, args, opts):
@@ -170,19 +130,14 @@ def main():
     ap.add_argument("-v", action="store_true", help="print the check message of passing trip cases")
     a = ap.parse_args()
     t0 = time.time()
-    if not shutil.which("nvcc"):
-        print("nvcc not on PATH")
+    err = simbuild.prepare(a.no_make)
+    if err:
+        print(err)
         return 2
-    if not a.no_make:
-        r = subprocess.run(["make", "-s", "-C", SIM, "lib"], capture_output=True, text=True)
-        if r.returncode:
-            print(r.stdout + r.stderr)
-            print("building the simulator library failed")
-            return 2
     os.makedirs(OUT, exist_ok=True)
     cases = [c for c in CASES if a.k in "%s/%s" % (c[0], c[1])]
     progs = sorted({c[0] for c in cases})
-    nvver = nvcc_version()
+    nvver = simbuild.nvcc_version()
     exes, build_err = {}, {}
     with cf.ThreadPoolExecutor(max(1, a.j)) as ex:
         for prog, (exe, err, built) in zip(progs, ex.map(lambda p: build(p, nvver), progs)):

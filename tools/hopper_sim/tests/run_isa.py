@@ -15,21 +15,19 @@ XFAIL_CASES (case-name prefixes): their failures are reported as XFAIL and do no
 """
 import argparse
 import concurrent.futures as cf
-import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 
+import simbuild
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIM = os.path.dirname(HERE)
+SIM = simbuild.SIM
 SRC = os.path.join(HERE, "isa")
 OUT = os.path.join(SIM, "build", "isa")
-SIMRUN = os.path.join(SIM, "simrun")
-FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-cudart", "shared", "-no-compress", "-O3",
-         "-std=c++17"]
+SIMRUN = simbuild.SIMRUN
 
 PROGRAMS = {
     "int": ["arith", "mad", "mul24", "divrem", "minmax", "minmax_x2", "absneg", "bits", "bfe", "bfi", "shift",
@@ -50,35 +48,8 @@ XFAIL = {
 XFAIL_CASES = {}
 
 
-def nvcc_version():
-    try:
-        return subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
-    except OSError:
-        return ""
-
-
 def build(prog, nvver):
-    src = os.path.join(SRC, prog + ".cu")
-    h = hashlib.sha256()
-    for p in (src, os.path.join(SRC, "isa.h")):
-        with open(p, "rb") as f:
-            h.update(f.read())
-    h.update(repr((FLAGS, nvver)).encode())
-    exe = os.path.join(OUT, "%s-%s" % (prog, h.hexdigest()[:12]))
-    if os.path.exists(exe):
-        return exe, None, False
-    tmp = exe + ".tmp%d" % os.getpid()
-    r = subprocess.run(["nvcc", *FLAGS, "-I", SRC, src, "-o", tmp], capture_output=True, text=True)
-    if r.returncode != 0:
-        return None, r.stdout + r.stderr, True
-    os.replace(tmp, exe)
-    for old in os.listdir(OUT):   # drop stale builds of this program
-        if re.fullmatch(re.escape(prog) + r"-[0-9a-f]{12}", old) and os.path.join(OUT, old) != exe:
-            try:
-                os.remove(os.path.join(OUT, old))
-            except OSError:
-                pass
-    return exe, None, True
+    return simbuild.build(prog, SRC, 'isa.h', OUT, nvver, ())
 
 
 def run_family(exe, fam):
@@ -116,19 +87,14 @@ def main():
     ap.add_argument("-v", action="store_true", help="print every failing case, not only the first few")
     a = ap.parse_args()
     t0 = time.time()
-    if not shutil.which("nvcc"):
-        print("nvcc not on PATH")
+    err = simbuild.prepare(a.no_make)
+    if err:
+        print(err)
         return 2
-    if not a.no_make:
-        r = subprocess.run(["make", "-s", "-C", SIM, "lib"], capture_output=True, text=True)
-        if r.returncode:
-            print(r.stdout + r.stderr)
-            print("building the simulator library failed")
-            return 2
     os.makedirs(OUT, exist_ok=True)
     fams = [(p, f) for p, fl in PROGRAMS.items() for f in fl if a.k in "%s/%s" % (p, f)]
     progs = sorted({p for p, _ in fams})
-    nvver = nvcc_version()
+    nvver = simbuild.nvcc_version()
     exes = {}
     passed = failed = xfailed = 0
     with cf.ThreadPoolExecutor(max(1, a.j)) as ex:
