@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 SELFTEST_FLAGS := -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
 
 .PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench bench-fp8 \
-        bench-bwd fp8-accuracy clean sim sim-flags sim-check
+        bench-bwd fp8-accuracy clean sim sim-flags sim-check sim-smoke
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -82,13 +82,20 @@ sim-flags:
 
 # Unit tests (numerics, tensor cores, TMA, parser), instruction semantics from the PTX ISA, every
 # strict check tripped on purpose, CUTLASS's own Hopper examples under the simulator with their own
-# verification, then flash3's bf16 d128 forward kernels (plain and wide) against an fp64 reference.
+# verification, then flash3's bf16 d128 forward kernels (plain and wide) and backward against fp64.
 sim-check: sim
 	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t" | tail -3; done
 	@set -e; for r in $(SIM_DIR)/tests/run_isa.py $(SIM_DIR)/tests/run_checks.py; do \
 	  [ -f "$$r" ] || continue; echo "== $$r"; $(SIM_PY) "$$r"; done
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py
 	CUTLASS="$$($(SIM_PY) tools/flash3_build.py --cutlass)" bash $(SIM_DIR)/flash3/run_fwd.sh --quick
+	CUTLASS="$$($(SIM_PY) tools/flash3_build.py --cutlass)" bash $(SIM_DIR)/flash3/run_bwd.sh --quick
+
+# tools/smoke.py's kernel x feature matrix with every launch under the simulator (no GPU): the forward
+# kernels FLASH3_HDIMS / FLASH3_DTYPES select, each TU compiled once (cached in
+# tools/hopper_sim/build/flash3, ~1 min and 3 GB each, 2 at a time). Exit 1 unless every case is ok.
+sim-smoke: sim setup
+	$(PY) tools/smoke.py --backend sim
 
 clean:
 	rm -rf build dist *.egg-info $(VENV)
