@@ -191,7 +191,10 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
     d.mode = has("finite") ? 0 : has("infinite") ? 1 : has("number") ? 2 : has("notanumber") ? 3 : has("normal") ? 4 : 5;
   } else if (op == "bar" || op == "barrier") {
     if (has("warp")) d.op = Op::BarWarpSync;
-    else if (has("cluster")) d.op = has("arrive") ? Op::ClusterArrive : Op::ClusterWait;
+    else if (has("cluster")) {
+      d.op = has("arrive") ? Op::ClusterArrive : Op::ClusterWait;
+      if (has("relaxed")) d.mode = 1;
+    }
     else if (has("arrive")) d.op = Op::BarArrive;
     else if (has("red")) {
       d.op = Op::BarRed;
@@ -201,9 +204,9 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
     if (has("proxy")) {
       // fence.proxy.async{.shared::cta,.global,...}: generic <-> async proxy ordering.
       // fence.proxy.tensormap::generic.* orders tensormap writes: no effect here.
-      bool async = false;
+      bool async = false, global_only = has("global");
       for (auto& x : mods) if (x.rfind("async", 0) == 0) async = true;
-      d.op = async ? Op::FenceProxyAsync : Op::Fence;
+      d.op = async && !global_only ? Op::FenceProxyAsync : Op::Fence;
     } else d.op = Op::Fence;   // fence.sc/acq_rel, fence.mbarrier_init
   } else if (op == "mbarrier") {
     if (has("init")) d.op = Op::MbarInit;
@@ -273,6 +276,7 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
     if (!has("m8n8")) bad(m, in, "only m8n8 ldmatrix/stmatrix shapes are simulated");
   }
   if (op == "st" && has("async")) d.op = Op::StAsync;
+  if (op == "cp" && has("L2::cache_hint")) d.flags |= F_CACHEHINT;
   if (op == "setmaxnreg") d.flags |= has("inc") ? F_INC : 0;
   if (op == "elect" || op == "activemask" || op == "griddepcontrol") {}
   if (op == "cp" && (has("reduce"))) {}
@@ -298,7 +302,12 @@ void decode_function(const Module& m, const Function& f, LoadedFunction* out) {
   for (size_t i = 0; i < f.code.size(); ++i) {
     const Instr& in = f.code[i];
     DInstr& d = out->code[i];
-    decode_one(m, in, d);
+    try {
+      decode_one(m, in, d);
+    } catch (const std::runtime_error&) {
+      d = DInstr();   // not simulated: an error only if a thread executes it (exec.cpp default case)
+      d.op = Op::Invalid;
+    }
     d.guard = in.guard;
     d.guard_neg = in.guard_neg;
     d.ops = in.ops.data();

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "numeric.h"
 #include "tma.h"
 
 namespace hsim {
@@ -563,6 +564,9 @@ void Engine::thread_exited(Thread* t) {
   if (w->arrived) recheck_warp_collective(w);
   uint32_t wg = w->id / 4;
   if (c->warpgroup_arrived[wg]) warpgroup_rendezvous(nullptr, nullptr), (void)wg;
+  // a thread that arrived and exits no longer holds the cluster barrier up, nor counts for it
+  if (t->cluster_arrived && t->cluster_gen == c->cluster->arrive_gen) --c->cluster->arrived;
+  t->cluster_arrived = false;
   check_cluster_bar(c->cluster);
   // a CTA must not exit while a copy still writes its shared memory (the mbarrier was never waited)
   if (c->live == 0)
@@ -859,20 +863,20 @@ void Engine::check_bar_complete(Cta* c, uint32_t id) {
   b.red_value = 0;
 }
 
-void Engine::cluster_arrive(Thread* t) {
+void Engine::cluster_arrive(Thread* t, bool release) {
   Cluster* cl = t->cta->cluster;
-  t->wait_value = (uint32_t)cl->arrive_gen;   // the generation this arrival belongs to
-  t->wait_addr = 1;                           // arrived, not yet waited
+  t->cluster_gen = cl->arrive_gen;   // the generation this arrival belongs to
+  t->cluster_arrived = true;
   ++cl->arrived;
-  merge_knowledge(cl->carry, t->know);
+  if (release) merge_knowledge(cl->carry, t->know);
   check_cluster_bar(cl);
 }
 
 void Engine::cluster_wait(Thread* t, const DInstr* d) {
   Cluster* cl = t->cta->cluster;
-  if (t->wait_addr != 1) fail("cluster-barrier", t, d, "barrier.cluster.wait without a preceding barrier.cluster.arrive");
-  t->wait_addr = 0;
-  if (cl->arrive_gen != t->wait_value) { merge_knowledge(t->know, cl->carry); return; }   // already completed
+  if (!t->cluster_arrived) fail("cluster-barrier", t, d, "barrier.cluster.wait without a preceding barrier.cluster.arrive");
+  t->cluster_arrived = false;
+  if (cl->arrive_gen != t->cluster_gen) { merge_knowledge(t->know, cl->carry); return; }   // already completed
   cl->waiters.push_back(t);
   block(t, TS::ClusterBar, d);
 }
@@ -1024,8 +1028,14 @@ bool Engine::complete_one_async(bool random_pick) {
 }
 
 static void reduce_bytes(uint8_t* dst, const uint8_t* src, uint32_t n, T ty, AtomOp aop) {
+  if (aop == AtomOp::Inc || aop == AtomOp::Dec) fail_unsupported("unsupported: bulk reduction .inc/.dec");
   auto red32f = [&](float a, float b) {
-    switch (aop) { case AtomOp::Add: return a + b; case AtomOp::Min: return std::min(a, b); case AtomOp::Max: return std::max(a, b); default: return b; }
+    switch (aop) {
+      case AtomOp::Add: return a + b;
+      case AtomOp::Min: return std::min(a, b);
+      case AtomOp::Max: return std::max(a, b);
+      default: fail_unsupported("unsupported: bulk reduction of f32 with a bitwise operation");
+    }
   };
   if (ty == T::F32) {
     for (uint32_t i = 0; i + 4 <= n; i += 4) {
@@ -1043,8 +1053,16 @@ static void reduce_bytes(uint8_t* dst, const uint8_t* src, uint32_t n, T ty, Ato
                    : (ty == T::S32 ? (uint32_t)std::max((int32_t)a, (int32_t)b) : std::max(a, b));
       memcpy(dst + i, &r, 4);
     }
+  } else if ((ty == T::F16 || ty == T::BF16 || ty == T::F16x2 || ty == T::BF16x2) && aop == AtomOp::Add) {
+    bool bf = ty == T::BF16 || ty == T::BF16x2;
+    for (uint32_t i = 0; i + 2 <= n; i += 2) {
+      uint16_t a, b;
+      memcpy(&a, dst + i, 2); memcpy(&b, src + i, 2);
+      uint16_t r = num::hadd(a, b, bf, num::Rnd::kRN, false, false);
+      memcpy(dst + i, &r, 2);
+    }
   } else {
-    fail_unsupported("unsupported: bulk reduction element type");
+    fail_unsupported("unsupported: bulk reduction element type or operation");
   }
 }
 
@@ -1108,7 +1126,9 @@ void Engine::complete(AsyncOp& op) {
         const uint8_t* src = c->smem.data() + op.src_smem + so;
         if (op.kind == AsyncOp::kTmaStore) memcpy((void*)ga, src, nb);
         else {
-          T ty = m.dtype == 7 ? T::F32 : m.dtype == 4 ? T::S32 : m.dtype == 3 ? T::U32 : T::None;
+          // CUtensorMapDataType: 2 UINT32, 3 INT32, 6 FLOAT16, 7 FLOAT32, 9 BFLOAT16, 10 FLOAT32_FTZ
+          T ty = m.dtype == 7 || m.dtype == 10 ? T::F32 : m.dtype == 3 ? T::S32 : m.dtype == 2 ? T::U32
+                 : m.dtype == 6 ? T::F16 : m.dtype == 9 ? T::BF16 : T::None;
           reduce_bytes((uint8_t*)ga, src, nb, ty, (AtomOp)op.red_op);
         }
       });
@@ -1116,17 +1136,24 @@ void Engine::complete(AsyncOp& op) {
       break;
     }
     case AsyncOp::kBulkG2S: case AsyncOp::kBulkS2S: {
-      Cta* c = op.dst_ctas[0];
       const uint8_t* src = op.kind == AsyncOp::kBulkG2S ? (const uint8_t*)op.gaddr : op.src_cta->smem.data() + op.src_smem;
-      memcpy(c->smem.data() + op.smem, src, op.bytes);
-      MBar& mb = mbar(op.issuer, op.instr, c, op.mbar);
-      for (uint32_t b = 0; b < op.bytes; ++b) {
-        c->shadow[op.smem + b] &= ~kShadowInflight;
-        c->dirty_owner[op.smem + b] = 0;
-        c->deliv_id[op.smem + b] = mb.id + 1;
-        c->deliv_phase[op.smem + b] = mb.phase;
+      if (op.kind == AsyncOp::kBulkS2S) {
+        for (uint32_t b = 0; b < op.bytes; ++b) op.src_cta->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
       }
-      mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
+      for (Cta* c : op.dst_ctas) {   // (several with .multicast::cluster)
+        if ((AtomOp)op.red_op != AtomOp::None)   // cp.reduce.async.bulk into shared memory
+          reduce_bytes(c->smem.data() + op.smem, src, op.bytes, (T)op.red_type, (AtomOp)op.red_op);
+        else
+          memcpy(c->smem.data() + op.smem, src, op.bytes);
+        MBar& mb = mbar(op.issuer, op.instr, c, op.mbar);
+        for (uint32_t b = 0; b < op.bytes; ++b) {
+          c->shadow[op.smem + b] &= ~kShadowInflight;
+          c->dirty_owner[op.smem + b] = 0;
+          c->deliv_id[op.smem + b] = mb.id + 1;
+          c->deliv_phase[op.smem + b] = mb.phase;
+        }
+        mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
+      }
       break;
     }
     case AsyncOp::kBulkS2G: case AsyncOp::kBulkReduceS2G: {
@@ -1138,16 +1165,6 @@ void Engine::complete(AsyncOp& op) {
       break;
     }
     default: break;
-  }
-  if (op.counts_bulk_group) {
-    Thread* t = op.issuer;
-    // the oldest group with pending ops owns this one (ops complete in any order; count per group)
-    auto dec = [](std::deque<uint32_t>& q, uint32_t& unc) {
-      for (auto& x : q) if (x) { --x; return; }
-      if (unc) --unc;
-    };
-    dec(t->bulk_groups, t->bulk_uncommitted);
-    dec(t->bulk_groups_unread, t->bulk_uncommitted_unread);
   }
 }
 

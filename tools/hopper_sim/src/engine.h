@@ -26,7 +26,8 @@ struct AsyncOp {
   Cta* src_cta = nullptr;            // stores/s2s: source CTA
   uint32_t src_smem = 0;
   const DInstr* instr = nullptr;
-  bool counts_bulk_group = false;    // completes a bulk group entry of the issuer
+  bool counts_bulk_group = false;    // belongs to the issuer's bulk async-group `group`
+  uint64_t group = 0;
 };
 
 class Engine {
@@ -77,7 +78,7 @@ class Engine {
   void release_warp(Warp* w);
   void release_warpgroup(Cta* c, uint32_t wg);
   void bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count, bool has_count, bool wait);
-  void cluster_arrive(Thread* t);
+  void cluster_arrive(Thread* t, bool release);
   void cluster_wait(Thread* t, const DInstr* d);
 
  private:

@@ -72,7 +72,9 @@ static uint64_t sreg(Ctx& c, int64_t code) {
     case kSregLanemaskGt: return ~(uint32_t)((2ull << t->lane) - 1) & 0xffffffffu;
     case kSregClock: case kSregClockHi: case kSregClock64:
     case kSregGlobaltimer: case kSregGlobaltimerLo: case kSregGlobaltimerHi: {
-      uint64_t v = c.e->clock();   // monotonic: the count of executed thread-instructions
+      // %clock*: the CTA's executed thread-instructions (monotonic, per SM as on hardware);
+      // %globaltimer*: the whole launch's
+      uint64_t v = (code == kSregClock || code == kSregClockHi || code == kSregClock64) ? cta->clock : c.e->clock();
       if (code == kSregClock || code == kSregGlobaltimerLo) return (uint32_t)v;
       if (code == kSregClockHi || code == kSregGlobaltimerHi) return (uint32_t)(v >> 32);
       return v;
@@ -202,7 +204,22 @@ static uint64_t int_binop(Ctx& c, Op op, T t, uint64_t a, uint64_t b) {
   bool s = tsigned(t);
   const DInstr& d = *c.d;
   switch (op) {
-    case Op::Add: {
+    case Op::Add: case Op::Sub:
+      if (t == T::U16x2 || t == T::S16x2) {
+        uint64_t r = 0;
+        for (int i = 0; i < 2; ++i) {
+          int64_t x = (a >> (16 * i)) & 0xffff, y = (b >> (16 * i)) & 0xffff;
+          if (t == T::S16x2) { x = sext(x, 16); y = sext(y, 16); }
+          int64_t v = op == Op::Add ? x + y : x - y;
+          if (d.flags & F_SAT) {
+            int64_t lo = t == T::S16x2 ? -32768 : 0, hi = t == T::S16x2 ? 32767 : 65535;
+            v = v < lo ? lo : v > hi ? hi : v;
+          }
+          r |= (uint64_t)(v & 0xffff) << (16 * i);
+        }
+        return r;
+      }
+      if (op == Op::Sub) goto sub;
       if (d.flags & F_SAT) {   // add.sat.s32
         int64_t r = sext(a, 32) + sext(b, 32);
         if (r > INT32_MAX) r = INT32_MAX;
@@ -210,8 +227,7 @@ static uint64_t int_binop(Ctx& c, Op op, T t, uint64_t a, uint64_t b) {
         return maskb((uint64_t)r, 32);
       }
       return maskb(a + b, n);
-    }
-    case Op::Sub: {
+    sub: {
       if (d.flags & F_SAT) {
         int64_t r = sext(a, 32) - sext(b, 32);
         if (r > INT32_MAX) r = INT32_MAX;
@@ -309,8 +325,13 @@ static uint64_t half_op(Ctx& c, Op op, T t, uint64_t a, uint64_t b, uint64_t cc)
       case Op::Sub: v = num::hsub(x, y, bf, r, ftz, sat); break;
       case Op::Mul: v = num::hmul(x, y, bf, r, ftz, sat); break;
       case Op::Fma: case Op::Mad: v = num::hfma(x, y, z, bf, r, ftz, sat, d.flags & F_RELU); break;
-      case Op::Min: v = num::hmin(x, y, bf, ftz, d.flags & F_NAN); break;
-      case Op::Max: v = num::hmax(x, y, bf, ftz, d.flags & F_NAN); break;
+      case Op::Min: case Op::Max: {
+        bool xs = d.flags & F_XORSIGN;   // .xorsign.abs: min/max of |a|, |b| with sign(a) ^ sign(b)
+        uint16_t xa = xs ? (x & 0x7fff) : x, ya = xs ? (y & 0x7fff) : y;
+        v = op == Op::Min ? num::hmin(xa, ya, bf, ftz, d.flags & F_NAN) : num::hmax(xa, ya, bf, ftz, d.flags & F_NAN);
+        if (xs && !num::is_nan_f16(v, bf)) v = (v & 0x7fff) | ((x ^ y) & 0x8000);
+        break;
+      }
       case Op::Neg: v = x ^ 0x8000; break;
       case Op::Abs: v = x & 0x7fff; break;
       case Op::Ex2: v = bf ? num::ex2_approx_bf16(x) : num::ex2_approx_f16(x); break;
@@ -486,6 +507,8 @@ static uint64_t atomic_apply(Ctx& c, AtomOp op, T t, uint64_t old, uint64_t b, u
       return maskb(old + b, n);
     case AtomOp::Min: case AtomOp::Max: {
       bool mn = op == AtomOp::Min;
+      if (t == T::F16 || t == T::BF16 || t == T::F16x2 || t == T::BF16x2)
+        return half_op(c, mn ? Op::Min : Op::Max, t, old, b, 0);
       if (t == T::F32) { float x = f32(old), y = f32(b); return bits(mn ? std::fmin(x, y) : std::fmax(x, y)); }
       if (tsigned(t)) { int64_t x = sext(old, n), y = sext(b, n); return maskb((uint64_t)(mn ? std::min(x, y) : std::max(x, y)), n); }
       uint64_t x = maskb(old, n), y = maskb(b, n);
@@ -886,6 +909,7 @@ void Engine::step(Thread* t, int budget) {
     const DInstr& d = f->lf->code[f->pc];
     Ctx c{this, t, f, f->regs.data(), &d};
     ++t->instructions;
+    ++t->cta->clock;
     ++instr_total_;
     if (d.guard >= 0) {
       check_reg_read(c, d.guard);
@@ -913,8 +937,13 @@ void Engine::step(Thread* t, int budget) {
             case Op::Add: r = num::add_f32(a, b, rr); break;
             case Op::Sub: r = num::sub_f32(a, b, rr); break;
             case Op::Mul: r = num::mul_f32(a, b, rr); break;
-            case Op::Min: r = num::fmin_f32(a, b, ftz, d.flags & F_NAN); break;
-            case Op::Max: r = num::fmax_f32(a, b, ftz, d.flags & F_NAN); break;
+            case Op::Min: case Op::Max: {
+              bool xs = d.flags & F_XORSIGN;
+              float xa = xs ? std::fabs(a) : a, ya = xs ? std::fabs(b) : b;
+              r = d.op == Op::Min ? num::fmin_f32(xa, ya, ftz, d.flags & F_NAN) : num::fmax_f32(xa, ya, ftz, d.flags & F_NAN);
+              if (xs && !std::isnan(r)) r = std::copysign(r, (std::signbit(a) != std::signbit(b)) ? -1.0f : 1.0f);
+              break;
+            }
             case Op::Div:
               if (d.flags & F_APPROX) r = num::div_approx(a, b, ftz);
               else if (d.flags & F_FULL) r = num::div_full(a, b, ftz);
@@ -1218,6 +1247,21 @@ void Engine::step(Thread* t, int budget) {
       }
       case Op::Setp: case Op::Set: {
         T ty = d.op == Op::Setp ? d.t : d.t2;
+        if (d.op == Op::Setp && (ty == T::F16x2 || ty == T::BF16x2)) {
+          T h = ty == T::F16x2 ? T::F16 : T::BF16;
+          uint64_t a = val(c, o[1]), b = val(c, o[2]);
+          bool lo = compare(d.cmp, h, a & 0xffff, b & 0xffff, d.flags & F_FTZ);
+          bool hi = compare(d.cmp, h, (a >> 16) & 0xffff, (b >> 16) & 0xffff, d.flags & F_FTZ);
+          if (d.bop != BoolOp::None) {
+            bool q = val(c, o[3]) & 1;
+            auto comb = [&](bool x) { return d.bop == BoolOp::And ? (x && q) : d.bop == BoolOp::Or ? (x || q) : (x != q); };
+            lo = comb(lo);
+            hi = comb(hi);
+          }
+          if (o[0].kind == Operand::kVec) { dst(c, vel(c, o[0], 0), lo); dst(c, vel(c, o[0], 1), hi); }
+          else dst(c, o[0], lo);
+          break;
+        }
         bool r = compare(d.cmp, ty, val(c, o[1]), val(c, o[2]), d.flags & F_FTZ);
         bool r2 = !r;
         if (d.bop != BoolOp::None) {
@@ -1410,6 +1454,7 @@ void Engine::step(Thread* t, int budget) {
         uint64_t a = addr(c, ao);
         T ty = d.t;
         int n = tbits(ty);
+        if (n > 64) fail("unsupported", t, &d, "128-bit atomics");
         Sp sp = space_of(d);
         if (d.vec > 1) {   // red/atom .v2/.v4 .f32/.f16x2 ... (sm_90)
           const Operand& vo = is_red ? o[1] : o[2];
@@ -1600,7 +1645,7 @@ void Engine::step(Thread* t, int budget) {
         if (t->state != TS::Runnable) return;
         continue;
       }
-      case Op::ClusterArrive: cluster_arrive(t); progress(); break;
+      case Op::ClusterArrive: cluster_arrive(t, d.mode != 1); progress(); break;   // .relaxed: no release
       case Op::ClusterWait: {
         f->pc = pcnext;
         cluster_wait(t, &d);
@@ -1643,7 +1688,11 @@ void Engine::step(Thread* t, int budget) {
           int ci = 2;
           if (d.flags & F_EXPECT_TX) { mbar_tx(t, &d, owner, off, (int64_t)val(c, o[2])); ci = 3; }
           if ((int)d.nops > ci) cnt = (uint32_t)val(c, o[ci]);
-          if (d.flags & F_DROP) { MBar& mm = mbar(t, &d, owner, off); if (mm.expected == 0) fail("mbarrier", t, &d, "arrive_drop below zero"); --mm.expected; }
+          if (d.flags & F_DROP) {   // the expected count of later phases drops by the arrival count
+            MBar& mm = mbar(t, &d, owner, off);
+            if (mm.expected < cnt) fail("mbarrier", t, &d, "arrive_drop below zero");
+            mm.expected -= cnt;
+          }
           mbar_arrive(t, &d, owner, off, cnt, d.flags & F_NOCOMPLETE);
           if (owner != t->cta && o[0].kind != Operand::kSink)
             fail("mbarrier", t, &d, "remote arrive must use the sink `_` as its state");
@@ -1688,7 +1737,12 @@ void Engine::step(Thread* t, int budget) {
         uint64_t da = addr(c, o[0]), sa = addr(c, o[1]);
         uint32_t n = (uint32_t)val(c, o[2]);
         uint32_t srcn = n;
-        if (d.nops > 3 && o[3].kind != Operand::kNone && !(d.flags & F_CACHEHINT && d.nops == 4)) srcn = (uint32_t)val(c, o[3]);
+        uint32_t extra = d.nops - ((d.flags & F_CACHEHINT) ? 4 : 3);   // src-size or ignore-src present?
+        if (extra && o[3].kind != Operand::kNone) {
+          bool is_pred = o[3].kind == Operand::kReg && c.f->lf->fn->regs[o[3].reg].is_pred;
+          if (is_pred) srcn = (val(c, o[3]) & 1) ? 0 : n;   // ignore-src: true means zero-fill
+          else srcn = (uint32_t)val(c, o[3]);
+        }
         if (n != 4 && n != 8 && n != 16) fail("cp.async", t, &d, "cp-size must be 4, 8 or 16");
         if (srcn > n) fail("cp.async", t, &d, "src-size larger than cp-size");
         uint32_t off;
@@ -1811,8 +1865,7 @@ void Engine::step(Thread* t, int budget) {
             op.src_cta = owner;
             op.src_smem = off;
             op.counts_bulk_group = true;
-            ++t->bulk_uncommitted;
-            ++t->bulk_uncommitted_unread;
+            op.group = t->bulk_group;
           }
         } else {
           // cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
@@ -1838,8 +1891,7 @@ void Engine::step(Thread* t, int budget) {
             op.src_cta = owner;
             op.src_smem = off;
             op.counts_bulk_group = true;
-            ++t->bulk_uncommitted;
-            ++t->bulk_uncommitted_unread;
+            op.group = t->bulk_group;
           } else {
             uint32_t off, moff;
             Cta* owner = cluster_cta(t, &d, (uint32_t)da, &off);
@@ -1849,9 +1901,23 @@ void Engine::step(Thread* t, int budget) {
             if (off + n > owner->smem.size()) fail("bulk-copy", t, &d, "destination past the end of shared memory");
             mbar(t, &d, owner, moff);
             op.dst_ctas.push_back(owner);
+            if (d.flags & F_MULTICAST) {   // [dst], [src], size, [mbar], ctaMask: every CTA in the mask
+              if (s2s) fail("bulk-copy", t, &d, "multicast needs a global source");
+              uint16_t mask = (uint16_t)val(c, o[4]);
+              Cluster* cl = t->cta->cluster;
+              op.dst_ctas.clear();
+              for (uint32_t r = 0; r < cl->ctas.size(); ++r)
+                if (mask >> r & 1) {
+                  op.dst_ctas.push_back(cl->ctas[r]);
+                  mbar(t, &d, cl->ctas[r], moff);
+                }
+              if (op.dst_ctas.empty()) fail("bulk-copy", t, &d, "multicast with an empty CTA mask");
+            }
             op.smem = off;
             op.mbar = moff;
             op.has_mbar = true;
+            op.red_op = (uint8_t)d.aop;
+            op.red_type = (uint8_t)d.t;
             if (s2s) {
               op.kind = AsyncOp::kBulkS2S;
               uint32_t soff;
@@ -1865,45 +1931,33 @@ void Engine::step(Thread* t, int budget) {
               mem(t, &d, Sp::Global, sa, n, false);
               op.gaddr = sa;
             }
-            for (uint32_t b = 0; b < n; ++b) {
-              if (owner->shadow[off + b] & (kShadowInflight | kShadowAsyncRead))
-                fail("async-inflight", t, &d, "bulk copy destination overlaps another in-flight copy or a store still "
-                     "reading shared address " + std::to_string(off + b));
-              owner->shadow[off + b] |= kShadowInflight;
-            }
+            for (Cta* dc : op.dst_ctas)
+              for (uint32_t b = 0; b < n; ++b) {
+                if (dc->shadow[off + b] & (kShadowInflight | kShadowAsyncRead))
+                  fail("async-inflight", t, &d, "bulk copy destination overlaps another in-flight copy or a store still "
+                       "reading shared address " + std::to_string(off + b));
+                dc->shadow[off + b] |= kShadowInflight;
+              }
           }
         }
         enqueue(std::move(op));
         progress();
         break;
       }
-      case Op::BulkCommit:
-        t->bulk_groups.push_back(t->bulk_uncommitted);
-        t->bulk_groups_unread.push_back(t->bulk_uncommitted_unread);
-        t->bulk_uncommitted = t->bulk_uncommitted_unread = 0;
-        break;
+      case Op::BulkCommit: ++t->bulk_group; break;   // (an empty group is complete at once)
       case Op::BulkWait: {
-        size_t keep = (size_t)val(c, o[0]);
-        auto& q = (d.flags & F_READ) ? t->bulk_groups_unread : t->bulk_groups;
-        // complete the oldest groups' operations until at most `keep` groups are pending
-        auto pending = [&]() {
-          size_t n = 0;
-          for (uint32_t x : q) if (x) ++n;
-          return n;
-        };
-        while (pending() > keep) {
-          bool any = false;
-          for (size_t i = 0; i < async_.size(); ++i)
-            if (async_[i].issuer == t && async_[i].counts_bulk_group) {
-              AsyncOp op = std::move(async_[i]);
-              async_.erase(async_.begin() + i);
-              complete(op);
-              any = true;
-              break;
-            }
-          if (!any) fail("bulk-copy", t, &d, "internal: bulk group accounting");
+        // all but the `keep` most recent committed groups must be complete (for .read, their source
+        // reads; a completed operation has done both): complete this thread's older operations
+        uint64_t keep = val(c, o[0]);
+        for (size_t i = 0; i < async_.size();) {
+          AsyncOp& q = async_[i];
+          if (q.issuer == t && q.counts_bulk_group && q.group + keep < t->bulk_group) {
+            AsyncOp op = std::move(q);
+            async_.erase(async_.begin() + i);
+            complete(op);
+            i = 0;
+          } else ++i;
         }
-        while (!q.empty() && q.front() == 0 && q.size() > keep) q.pop_front();
         break;
       }
       case Op::StAsync: case Op::RedAsync:

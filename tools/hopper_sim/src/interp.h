@@ -174,9 +174,10 @@ struct Thread {
   std::vector<CpAsyncOp> cp_uncommitted;
   std::vector<uint64_t> cp_mbar_arrives;           // mbarriers to arrive on when all prior complete (cluster addr)
   // bulk async groups: counts of ops per group not yet completed
-  std::deque<uint32_t> bulk_groups;                // pending ops per committed group (oldest first)
-  std::deque<uint32_t> bulk_groups_unread;         // ops whose source reads are not done
-  uint32_t bulk_uncommitted = 0, bulk_uncommitted_unread = 0;
+  uint64_t bulk_group = 0;                         // the bulk async-group new operations join
+  // barrier.cluster: arrived (and not yet waited) in generation cluster_gen
+  bool cluster_arrived = false;
+  uint64_t cluster_gen = 0;
   // proxy-fence tracking: shared ranges this thread wrote through the generic proxy since its last
   // fence.proxy.async
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
@@ -239,6 +240,7 @@ struct Cta {
   uint32_t warpgroup_arrived[32] = {};   // wgmma.mma_async rendezvous per warpgroup (lane bits per warp folded)
   const DInstr* warpgroup_coll[32] = {};
   uint32_t regs_in_use = 0;
+  uint64_t clock = 0;            // thread-instructions this CTA executed: its %clock
   uint32_t regs_pool = 0;        // registers the CTA got at launch: setmaxnreg moves them between warps
   std::vector<Warp*> regs_waiters;   // warps blocked in setmaxnreg.inc until the pool has room (slot 0)
 };

@@ -35,6 +35,7 @@ PROGRAMS = {
     "fp": ["cvt_fi", "cvt_half", "cvt_half_rmrp", "cvt_packed", "f32arith", "fdiv", "half2", "copysign_testp"],
     "warp": ["shfl", "warpcoll", "warp_partial", "warp_partial_concurrent", "atom", "ldst"],
     "sync": ["mbarrier", "mbarrier_done", "mbar_pc", "bar", "bar_red", "cluster"],
+    "review": ["bulkgroup", "clusterexit", "ignoresrc", "packed", "s2sreduce"],
 }
 
 # Whole families that fail because of a known simulator bug: "prog/family" -> reason.
