@@ -27,6 +27,15 @@ kernel family has no path for (kvcache for e4m3 and bwd, determ for forward kern
 never run, "n/a" in the matrix.
 
 --plan FILE prints shell assignments for tools/device_check.sh (which cases to diagnose next).
+
+--backend sim: no GPU. The forward kernels the knobs select (FLASH3_HDIMS, FLASH3_DTYPES) are built
+into tools/hopper_sim/flash3/sim_driver.cu (tools/smoke_sim.py; cached, rebuilt when sources or
+flags change) and every case's launch runs under tools/hopper_sim/simrun (strict checks, --uninit)
+instead of torch.ops.flash3.*: the same make_case on the CPU, NaN-poisoned out/lse, the same
+check(). The first case of each kernel runs once per --seeds seed (schedules; the outputs must also
+be bitwise equal), the others with the first seed (--seeds-all: every case with every seed). A
+strict-check failure is a crash (deadlock/livelock: hang), an unsupported feature or a refused call
+an error. Backward kernels are not in the sim backend. Exits 1 unless every case is ok.
 """
 from __future__ import annotations
 
@@ -374,6 +383,43 @@ def worker(kernel: str, features: list[str]) -> int:
     return 0
 
 
+def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], seeds_all: bool,
+               sms: int | None = None) -> int:
+    """The worker of --backend sim: like worker(), each launch through smoke_sim.sim_launch."""
+    import torch
+    import smoke_sim
+    _emit({"ready": True, "flash3": "hopper_sim:" + driver})
+    first = next((f for f in FEATURES if applies(kernel, f)), None)
+    for f in features:
+        _emit({"begin": f})
+        t0 = time.monotonic()
+        runs = seeds if (seeds_all or f == first) else seeds[:1]
+        try:
+            if family(kernel) == "bwd":
+                raise smoke_sim.SimFailure("error", "backward kernels are not in the sim backend")
+            c = make_case(f, *parse_kernel(kernel), device="cpu")
+            res, prev = None, None
+            for seed in runs:
+                out, lse = smoke_sim.sim_launch(c, Path(driver), seed=seed, sms=sms)
+                r = check(c, out, lse)
+                if prev is not None and not (torch.equal(out.view(-1).view(torch.uint8), prev[0])
+                                             and torch.equal(lse.view(torch.uint8), prev[1])):
+                    r.update(status="wrong" if r["status"] == "ok" else r["status"],
+                             detail=f"seed {seed}'s out/lse differ bitwise from seed {runs[0]}'s"
+                             + (f"; {r['detail']}" if r.get("detail") else ""))
+                prev = (out.view(-1).view(torch.uint8), lse.view(torch.uint8))
+                if res is None or res["status"] == "ok":
+                    res = dict(r, seed=seed) if r["status"] != "ok" else r
+            res["seeds"] = runs
+        except smoke_sim.SimFailure as e:
+            res = {"status": e.status, "detail": e.detail, "seeds": runs}
+        except Exception as e:  # noqa: BLE001
+            res = {"status": "error", "detail": (str(e).strip().splitlines() or [type(e).__name__])[0][:300]}
+        res.update(kernel=kernel, feature=f, seconds=round(time.monotonic() - t0, 2))
+        _emit(res)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Driver
 
@@ -583,6 +629,25 @@ def render_matrix(cases, max_details=16) -> str:
     return "\n".join(lines)
 
 
+def render_times(cases) -> str:
+    """The matrix's grid with each case's wall time in seconds (sim backend)."""
+    kernels = list(dict.fromkeys(c["kernel"] for c in cases))
+    feats = [f for f in FEATURES if any(c["feature"] == f for c in cases)]
+    by = {(c["kernel"], c["feature"]): c for c in cases}
+    w = max([7] + [len(f) for f in feats])
+    lw = max([13] + [len(kernel_label(k)) for k in kernels])
+    lines = ["seconds".ljust(lw + 1) + " ".join(f.ljust(w) for f in feats)]
+    for k in kernels:
+        cells = []
+        for f in feats:
+            c = by.get((k, f))
+            cells.append(NA if c is None and not applies(k, f) else "" if c is None or "seconds" not in c
+                         else f"{c['seconds']:.1f}" + ("*" if len(c.get("seeds", [])) > 1 else ""))
+        lines.append(f"{kernel_label(k):{lw}s} " + " ".join(x.ljust(w) for x in cells).rstrip())
+    lines.append("(* = run once per schedule seed)")
+    return "\n".join(lines)
+
+
 def hang_lines(cases) -> list[str]:
     """The debug build's 'flash3 hang:' lines, grouped by warpgroup and barrier (block and thread
     dropped): 'warpgroup 1 waits on KFull phase 0 tile 3  x8 (2 blocks)'."""
@@ -645,17 +710,31 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", help="driver: comma-separated kernels (default: every built one)")
     ap.add_argument("--features", default=",".join(FEATURES))
     ap.add_argument("--cases", help="driver: explicit kernel/feature list, e.g. bf16:128:128/causal")
-    ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--case-timeout", type=float, default=15.0)
-    ap.add_argument("--start-timeout", type=float, default=60.0)
-    ap.add_argument("--budget", type=float, default=150.0, help="seconds; no work starts after it")
+    ap.add_argument("--parallel", type=int, help="workers at once (4; sim: 2)")
+    ap.add_argument("--case-timeout", type=float, help="seconds (15; sim: 1800)")
+    ap.add_argument("--start-timeout", type=float, help="seconds (60; sim: 120)")
+    ap.add_argument("--budget", type=float, help="seconds; no work starts after it (150; sim: 14400)")
     ap.add_argument("--json", help="write the cases here")
     ap.add_argument("--worker-cmd", help="driver: the worker command (tests use a fake one)")
     ap.add_argument("--plan", metavar="SMOKE_JSON", help="print shell assignments for device_check.sh")
+    ap.add_argument("--backend", choices=("gpu", "sim"), default="gpu",
+                    help="gpu (torch.ops.flash3) or sim (the Hopper simulator, no GPU)")
+    ap.add_argument("--seeds", default="1,2", help="sim: schedule seeds of each kernel's first case")
+    ap.add_argument("--seeds-all", action="store_true", help="sim: every case with every seed")
+    ap.add_argument("--sms", type=int, help="sim: simulated SM count (simrun's default otherwise)")
+    ap.add_argument("--sim-driver", help="sim worker: the driver binary (internal)")
     args = ap.parse_args(argv)
     features = [f for f in args.features.split(",") if f]
+    sim = args.backend == "sim"
+    for name, gpu_default, sim_default in (("parallel", 4, 2), ("case_timeout", 15.0, 1800.0),
+                                           ("start_timeout", 60.0, 120.0), ("budget", 150.0, 14400.0)):
+        if getattr(args, name) is None:
+            setattr(args, name, sim_default if sim else gpu_default)
+    seeds = [int(x) for x in args.seeds.split(",") if x]
 
     if args.worker:
+        if sim:
+            return sim_worker(args.kernel, features, args.sim_driver, seeds, args.seeds_all, args.sms)
         return worker(args.kernel, features)
     if args.plan:
         with open(args.plan) as f:
@@ -669,12 +748,21 @@ def main(argv=None) -> int:
             k, f = item.split("/")
             jobs.setdefault(k, []).append(f)
         jobs = list(jobs.items())
-    else:
-        kernels = args.kernels.split(",") if args.kernels else built_kernel_ids()
+    driver = None
+    if sim and not args.worker_cmd:
+        import smoke_sim
+        driver = smoke_sim.build_driver()
+        print(f"smoke: sim backend, driver {driver}", flush=True)
+    if not args.cases:
+        kernels = (args.kernels.split(",") if args.kernels
+                   else kernel_ids(smoke_sim.driver_info(driver)) if driver else built_kernel_ids())
         jobs = [(k, features) for k in kernels]
     jobs = [(k, [f for f in fs if applies(k, f)]) for k, fs in jobs]
     cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
            else [sys.executable, os.path.abspath(__file__), "--worker"])
+    if sim:
+        cmd += ["--backend", "sim", "--seeds", args.seeds] + (["--seeds-all"] if args.seeds_all else [])
+        cmd += (["--sms", str(args.sms)] if args.sms else []) + (["--sim-driver", str(driver)] if driver else [])
     n = sum(len(fs) for _, fs in jobs)
     signal.signal(signal.SIGTERM, _on_term)  # timeout(1) must not leave hung GPU workers behind
     print(f"smoke: {n} cases over {len(jobs)} kernels, {args.parallel} workers, "
@@ -693,6 +781,9 @@ def main(argv=None) -> int:
     print(f"\nsmoke matrix ({res['elapsed']:.0f} s):\n" + render_matrix(res["cases"]))
     for l in hang_lines(res["cases"]):
         print("  hang: " + l)
+    if sim:
+        print("\n" + render_times(res["cases"]))
+        return 0 if all(c["status"] == "ok" for c in res["cases"]) else 1
     return 0  # the matrix ran; its verdict is in the cases
 
 

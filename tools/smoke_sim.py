@@ -1,0 +1,337 @@
+"""The Hopper-simulator backend of tools/smoke.py (`smoke.py --backend sim`): the same forward cases
+(make_case) launched through tools/hopper_sim/flash3/sim_driver.cu under tools/hopper_sim/simrun
+instead of torch.ops.flash3.*, read back into CPU tensors and checked by smoke.py's own check().
+
+Pieces:
+  build_driver()   compiles the forward kernel TUs the knobs select (FLASH3_HDIMS, FLASH3_DTYPES, as
+                   csrc/generate_kernels.py selects them for the real build) with the real kernel
+                   flags (tools/flash3_build.py NVCC_KERNEL_FLAGS and setup.py's additions) plus the
+                   simulator's -gencode/-no-compress, each TU once, cached under
+                   tools/hopper_sim/build/flash3/ keyed by a hash of its sources and flags; then links
+                   sim_driver with fwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
+  op_call(c, out, lse)  the case -> the op's arguments (what smoke._launch_fwd/_launch_fp8 pass).
+  write_case / read_case  the case directory format (sim_driver.cu documents it).
+  sim_launch(c, driver, seed)  one launch under simrun; (out, lse) or SimFailure(status, detail).
+
+The kernel sources come from csrc/, or from FLASH3_SIM_CSRC (a copy of csrc: e.g. a deliberately
+broken kernel; the hash keeps its objects apart from the real ones).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_DIR = ROOT / "tools" / "hopper_sim"
+BUILD_DIR = SIM_DIR / "build" / "flash3"
+DRIVER_SRC = SIM_DIR / "flash3" / "sim_driver.cu"
+SIMRUN = SIM_DIR / "simrun"
+SIM_GENCODE = "-gencode=arch=compute_90a,code=[sm_90a,compute_90a]"
+FORMAT = "flash3-sim-case 1"
+EXIT_CHECK, EXIT_UNSUPPORTED, EXIT_REFUSED = 86, 87, 3
+
+# torch dtype name <-> file dtype
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "e4m3", "float32": "f32", "int32": "i32"}
+
+
+def _log(msg: str) -> None:
+    print(f"smoke-sim: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Case files
+
+
+def _torch_dtype(name: str):
+    import torch
+    return {v: getattr(torch, k) for k, v in _DTYPES.items()}[name]
+
+
+def write_tensor(path: Path, t) -> tuple[str, list[int], list[int]]:
+    """t's elements (contiguous, row-major) to path; (dtype, sizes, strides) for the header."""
+    import torch
+    name = _DTYPES.get(str(t.dtype).removeprefix("torch."))
+    if name is None:
+        raise ValueError(f"no case-file dtype for {t.dtype}")
+    t = t.detach().cpu().contiguous()
+    raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+    raw.numpy().tofile(path)
+    return name, list(t.shape), list(t.stride())
+
+
+def read_tensor(path: Path, dtype: str, sizes: list[int]):
+    """A contiguous tensor of `sizes` from path (the driver's NAME.out.bin, or a written NAME.bin)."""
+    import numpy as np
+    import torch
+    raw = torch.from_numpy(np.fromfile(path, dtype=np.uint8).copy())
+    if raw.numel() == 0:
+        return torch.empty(sizes, dtype=_torch_dtype(dtype))
+    return raw.view(_torch_dtype(dtype)).reshape(sizes)
+
+
+def write_case(d: Path, op: str, tensors: dict, scalars: dict) -> None:
+    """d/case.txt plus d/NAME.bin per tensor (None: left out)."""
+    d.mkdir(parents=True, exist_ok=True)
+    lines = [FORMAT, f"op {op}"]
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        dt, sizes, strides = write_tensor(d / f"{name}.bin", t)
+        lines.append(" ".join(["tensor", name, dt, str(len(sizes))] + [str(x) for x in sizes + strides]))
+    for k, v in scalars.items():
+        if isinstance(v, bool):
+            v = int(v)
+        lines.append(f"{k} {float(v).hex() if isinstance(v, float) else int(v)}")
+    (d / "case.txt").write_text("\n".join(lines) + "\n")
+
+
+def read_case(d: Path) -> tuple[str, dict, dict]:
+    """(op, tensors, scalars) of a case directory: write_case's inverse (tests, debugging)."""
+    op, tensors, scalars = None, {}, {}
+    text = (d / "case.txt").read_text().splitlines()
+    if not text or text[0].strip() != FORMAT:
+        raise ValueError(f"{d}/case.txt does not start with {FORMAT!r}")
+    for line in text[1:]:
+        parts = line.split("#")[0].split()
+        if not parts:
+            continue
+        if parts[0] == "op":
+            op = parts[1]
+        elif parts[0] == "tensor":
+            name, dt, nd = parts[1], parts[2], int(parts[3])
+            sizes = [int(x) for x in parts[4:4 + nd]]
+            tensors[name] = read_tensor(d / f"{name}.bin", dt, sizes)
+        else:
+            v = parts[1]
+            scalars[parts[0]] = float.fromhex(v) if ("p" in v or "." in v or "x" in v) else int(v)
+    return op, tensors, scalars
+
+
+def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
+    """(op, tensors, scalars) of one smoke case: the arguments smoke._launch_fwd / _launch_fp8 give
+    torch.ops.flash3.fwd_sm90 / fwd_fp8_sm90 (v is the packed vt for fwd_fp8)."""
+    from smoke import FP8_BLOCK
+    scalars = dict(softmax_scale=float(c["q"].shape[-1] ** -0.5), causal=bool(c["causal"]),
+                   window_left=int(c["window"][0]), window_right=int(c["window"][1]),
+                   softcap=float(c["softcap"]), max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]))
+    tensors = dict(q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, cu_seqlens_q=c["cu_q"],
+                   cu_seqlens_k=c["cu_k"])
+    if c["dtype"] != "e4m3":
+        tensors["seqused_k"] = c["seqused_k"]
+        return "fwd", tensors, scalars
+    from flash3 import fp8
+    if c["cu_q"] is not None:
+        tensors["v"] = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"])
+    else:  # the op takes max_seqlen_* only with cu_seqlens (0 otherwise)
+        tensors["v"] = fp8.pack_v_fp8(c["v"])
+        scalars.update(max_seqlen_q=0, max_seqlen_k=0)
+    qd, kd, vd, vcd = c["descales"]
+    tensors.update(q_descale=qd, k_descale=kd, v_descale=vd, v_channel_descale=vcd)
+    scalars.update(q_block=FP8_BLOCK[0], kv_block=FP8_BLOCK[1])
+    return "fwd_fp8", tensors, scalars
+
+
+def poisoned_outputs(c: dict):
+    """NaN out/lse shaped as smoke.launch makes them."""
+    import torch
+    q, v = c["q"], c["v"]
+    out_dtype = torch.bfloat16 if c["dtype"] == "e4m3" else q.dtype
+    out = torch.full((*q.shape[:-1], v.shape[-1]), float("nan"), dtype=out_dtype)
+    lse_shape = (q.shape[1], q.shape[0]) if c["cu_q"] is not None else (q.shape[0], q.shape[2], q.shape[1])
+    return out, torch.full(lse_shape, float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+class SimFailure(Exception):
+    """A launch that produced no outputs: status (smoke's vocabulary) and detail."""
+
+    def __init__(self, status: str, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def classify(rc: int, log: str) -> tuple[str, str]:
+    """simrun's exit status and output -> (status, detail) for a failed run."""
+    lines = [l.strip() for l in log.splitlines() if l.strip()]
+    sim = [l for l in lines if l.startswith("hopper_sim:")]
+    if rc == EXIT_CHECK:
+        first = sim[0] if sim else "strict check (no message)"
+        kind = re.match(r"hopper_sim: ([\w-]+)", first)
+        status = "hang" if kind and kind.group(1) in ("deadlock", "livelock") else "crash"
+        return status, first[:400]
+    if rc == EXIT_UNSUPPORTED:
+        return "error", ("simulator: unsupported: " + (sim[0] if sim else lines[-1] if lines else ""))[:400]
+    if rc == EXIT_REFUSED:
+        err = [l for l in lines if l.startswith("sim_driver: error:")]
+        return "error", (err[-1] if err else lines[-1] if lines else "refused")[:400]
+    if rc in (124, -9, 137):
+        return "hang", "simulator run timed out"
+    return "crash", f"exit {rc}: " + (lines[-1] if lines else "")[:300]
+
+
+def sim_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
+               keep: Path | None = None):
+    """One launch of case c under simrun (strict checks, --uninit) -> (out, lse) CPU tensors.
+    Raises SimFailure when the run did not finish cleanly. keep: leave the case directory there."""
+    out, lse = poisoned_outputs(c)
+    op, tensors, scalars = op_call(c, out, lse)
+    tmp = tempfile.mkdtemp(prefix="flash3-sim-") if keep is None else None
+    d = Path(tmp) if tmp else keep
+    try:
+        write_case(d, op, tensors, scalars)
+        cmd = [str(SIMRUN), "--seed", str(seed), "--uninit"] + (["--sms", str(sms)] if sms else [])
+        cmd += [str(driver), str(d)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SimFailure("hang", f"simulator run exceeded {timeout:.0f} s") from None
+        log = r.stdout + r.stderr
+        (d / "run.log").write_text(log)
+        if r.returncode != 0:
+            raise SimFailure(*classify(r.returncode, log))
+        res = read_tensor(d / "out.out.bin", _DTYPES[str(out.dtype)[6:]], list(out.shape)), \
+            read_tensor(d / "lse.out.bin", "f32", list(lse.shape))
+        return res
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Build
+
+
+def _fb():
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
+    import flash3_build
+    return flash3_build
+
+
+def csrc_root() -> Path:
+    return Path(os.environ.get("FLASH3_SIM_CSRC") or ROOT / "csrc").resolve()
+
+
+def selected_fwd_tus(csrc: Path | None = None) -> list[Path]:
+    """The forward kernel TUs (16-bit and FP8) FLASH3_HDIMS / FLASH3_DTYPES select, in csrc."""
+    csrc = csrc or csrc_root()
+    return [csrc / "generated" / f"{k.name}.cu" for k in _fb().generate_kernels().selected_kernels()
+            if k.kind == "fwd"]
+
+
+def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
+    """setup.py's nvcc flags for the kernel TUs with the simulator's -gencode (PTX kept,
+    uncompressed), and its include dirs and defines."""
+    fb = _fb()
+    ver = fb.cutlass_version(cutlass_inc).split(".")
+    ver = ver if len(ver) == 3 else ["0", "0", "0"]
+    flags = [f for f in fb.NVCC_KERNEL_FLAGS if f not in fb.NVCC_ARCH_FLAGS]
+    flags = [SIM_GENCODE, "-no-compress"] + flags + [
+        "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+        "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
+    ] + fb.extra_nvcc_flags()
+    flags += [f"-DFLASH3_CUTLASS_{k}={v}" for k, v in zip(("MAJOR", "MINOR", "PATCH"), ver)]
+    incs = fb.extra_include_dirs() + [str(csrc)] + fb.cutlass_include_dirs(cutlass_inc)
+    return flags + [f"-I{d}" for d in incs]
+
+
+def _source_hash(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> str:
+    """Of the TU, every header under csrc/flash3 (any of them may be included), the flags and the
+    nvcc path; CUTLASS enters through its include dir in the flags (a pinned wheel version)."""
+    h = hashlib.sha256()
+    h.update(("\0".join(flags) + "\0" + nvcc).encode())
+    files = [tu] + sorted(p for p in (csrc / "flash3").rglob("*") if p.suffix in (".h", ".cuh", ".hpp"))
+    for p in files:
+        h.update(str(p.relative_to(csrc)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _nvcc() -> str:
+    fb = _fb()
+    home, how = fb.find_cuda_home()
+    if home is None:
+        raise RuntimeError(f"no CUDA toolkit: {how}")
+    return os.path.join(home, "bin", "nvcc")
+
+
+def _compile(cmd: list[str], target: Path, what: str) -> None:
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    t0 = time.monotonic()
+    r = subprocess.run(cmd + ["-o", str(tmp)], capture_output=True, text=True, errors="replace")
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"nvcc failed for {what}:\n{(r.stdout + r.stderr)[-4000:]}")
+    os.replace(tmp, target)
+    _log(f"built {target.name} ({time.monotonic() - t0:.0f} s)")
+
+
+def build_driver(jobs: int = 2) -> Path:
+    """The sim_driver binary for the selected kernels, building what is missing. Returns its path."""
+    fb = _fb()
+    csrc = csrc_root()
+    nvcc = _nvcc()
+    cutlass, how = fb.find_cutlass(search_project_venvs=True)
+    if cutlass is None:  # the venv lacks the wheel: ask the system python3 (as `make sim-check` does)
+        r = subprocess.run(["python3", str(ROOT / "tools" / "flash3_build.py"), "--cutlass"],
+                           capture_output=True, text=True)
+        cutlass = r.stdout.strip() or None
+    if cutlass is None:
+        raise RuntimeError(f"CUTLASS {how}")
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    if not (SIM_DIR / "build" / "lib" / "libcudart.so.13").exists():
+        subprocess.run(["make", "-s", "-C", str(SIM_DIR), "lib"], check=True)
+    tus = selected_fwd_tus(csrc)
+    if not tus:
+        raise RuntimeError("FLASH3_HDIMS/FLASH3_DTYPES select no forward kernel")
+    kflags = kernel_flags(cutlass, csrc)
+    objs, todo = [], []
+    for tu in tus:
+        if not tu.exists():
+            raise RuntimeError(f"missing {tu} (python3 csrc/generate_kernels.py)")
+        obj = BUILD_DIR / f"{tu.stem}-{_source_hash(csrc, tu, kflags, nvcc)}.o"
+        objs.append(obj)
+        if not obj.exists():
+            todo.append((tu, obj))
+    if todo:
+        _log(f"compiling {len(todo)} kernel TU(s), {jobs} at a time (about a minute each)")
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, 2))) as ex:
+            futs = [ex.submit(_compile, [nvcc] + kflags + ["-c", str(tu)], obj, tu.name) for tu, obj in todo]
+            for f in futs:
+                f.result()
+    # The host side: the driver and the registry, with the same include dirs.
+    hflags = [SIM_GENCODE, "-no-compress", "-std=c++17", "-O2"] + [f for f in kflags if f.startswith("-I")]
+    host = []
+    for src, name in ((DRIVER_SRC, "sim_driver"), (csrc / "flash3" / "fwd" / "registry.cpp", "registry")):
+        key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes()
+                             + (csrc / "flash3" / "fwd" / "api.h").read_bytes()
+                             + (csrc / "flash3" / "fwd" / "params.h").read_bytes()
+                             + (csrc / "flash3" / "common" / "attn_logic.h").read_bytes()).hexdigest()[:16]
+        obj = BUILD_DIR / f"{name}-{key}.o"
+        if not obj.exists():
+            _compile([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name)
+        host.append(obj)
+    link = host + objs
+    exe = BUILD_DIR / ("sim_driver-" + hashlib.sha256("\0".join(map(str, link)).encode()).hexdigest()[:16])
+    if not exe.exists():
+        _compile([nvcc, SIM_GENCODE, "-cudart", "shared", "-no-compress"] + [str(o) for o in link], exe, "link")
+    return exe
+
+
+def driver_info(driver: Path) -> dict:
+    """kernel_info()'s JSON of the driver's kernels (no simulation: --info launches nothing)."""
+    r = subprocess.run([str(SIMRUN), str(driver), "--info"], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
