@@ -147,3 +147,157 @@ def test_render_times():
     lines = smoke.render_times(cases).splitlines()
     assert lines[0].split() == ["seconds", "full", "causal"]
     assert lines[1].split() == ["bf16", "64", "3.2*", "1.0"]  # * = once per seed
+
+
+# ------------------------------------------------------------------ decode (KV-cache) family
+
+def test_decode_kernel_ids_labels_and_features():
+    info = {"fwd": [["bf16", 128, 128]], "decode": [["bf16", 128, 128], ["fp16", 192, 128]],
+            "decode_fp8_cache": [["bf16", 128, 128]]}
+    ids = smoke.kernel_ids(info)
+    assert ids == ["bf16:128:128", "dec:bf16:128:128", "dec:fp16:192:128", "dec:kve4m3:bf16:128:128"]
+    assert smoke.parse_kernel("dec:kve4m3:bf16:128:128") == ("bf16", 128, 128)
+    assert smoke.parse_kernel("dec:fp16:192:128") == ("fp16", 192, 128)
+    assert smoke.family("dec:kve4m3:bf16:128:128") == "dec" and smoke.dec_fp8_cache("dec:kve4m3:bf16:128:128")
+    assert not smoke.dec_fp8_cache("dec:bf16:128:128")
+    assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
+    assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
+    assert smoke.kernel_features("dec:bf16:128:128") == smoke.DEC_FEATURES
+    assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
+    assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
+    with pytest.raises(ValueError, match="does not apply"):
+        smoke.make_dec_case("full", "dec:bf16:128:128", device="cpu")
+
+
+@pytest.mark.parametrize("kid", ["dec:bf16:128:128", "dec:kve4m3:bf16:128:128"])
+@pytest.mark.parametrize("feature", smoke.DEC_FEATURES)
+def test_make_dec_case_and_op_call(kid, feature):
+    """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
+    arguments as sim_driver.cu's kvcache op reads them."""
+    parts = smoke.make_dec_case(feature, kid, device="cpu")
+    assert parts
+    fp8 = smoke.dec_fp8_cache(kid)
+    for p in parts:
+        q, kc, vc, pt = p["q"], p["kc"], p["vc"], p["pt"]
+        b, s_q, h, d = q.shape
+        assert kc.dtype == (torch.float8_e4m3fn if fp8 else q.dtype) and vc.dtype == kc.dtype
+        assert (p["descales"] is not None) == fp8
+        if pt is None:
+            assert kc.shape[0] == b
+        else:
+            assert pt.dtype == torch.int32 and pt.shape[0] == b
+            if feature.startswith("page"):
+                assert kc.shape[1] == int(feature[4:])
+        assert p["seqused"].dtype == torch.int32 and p["seqused"].shape == (b,)
+        out, lse, q_out = smoke.dec_poisoned_outputs(p)
+        assert out.shape == (b, s_q, h, vc.shape[-1]) and lse.shape == (b, h, s_q)
+        assert torch.isnan(out).all() and torch.isnan(lse).all()
+        assert (q_out is not None) == (feature == "rotary")
+        op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+        assert op == "kvcache" and t["q"] is q and t["k_cache"] is kc and t["seqused_k"] is p["seqused"]
+        assert t["page_table"] is pt and (t["k_descale"] is not None) == fp8
+        assert sc["num_splits"] == p["num_splits"] and sc["causal"] == p["causal"]
+        assert sc["window_right"] == (0 if p["causal"] else p["window"][1])
+        assert ("k" in t) == (feature in ("append", "rotary"))
+    if feature == "split":
+        assert parts[0]["num_splits"] > 1 and 0 in parts[0]["seqused"].tolist()
+    if feature in ("causal", "window", "softcap"):
+        assert sorted(p["q"].shape[1] for p in parts) == [1, 70]
+    if feature == "page48":
+        assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
+    if feature == "badidx":
+        p = parts[0]
+        assert p["seqused"].tolist()[0] > p["kc"].shape[1] * p["pt"].shape[1] and p["seqused"].tolist()[2] < 0
+        assert (p["pt"] >= p["kc"].shape[0]).any() and (p["pt"] < 0).any() and p["unchecked"] == {1}
+
+
+def _reference_result(p):
+    """What a correct decode step returns: flash3.reference on copies of the caches."""
+    from flash3 import reference
+    kc, vc = p["kc"].clone(), p["vc"].clone()
+    a = p["append"]
+    kd, vd = p["descales"] or (None, None)
+    q = p["q"]
+    k = v = cos = sin = None
+    lens = p["seqused"]
+    if a is not None:
+        k, v, cos, sin, lens = a["k"], a["v"], a["cos"], a["sin"], a["cache_seqlens"]
+    left, right = (-1, 0) if p["causal"] else p["window"]
+    pt = p["pt"]
+    if pt is not None:  # the reference reads page ids as they are: only for in-range tables
+        assert ((pt >= 0) & (pt < kc.shape[0])).all()
+    out, lse = reference.kvcache_forward(q, kc, vc, k, v, lens.clamp(0, kc.shape[1] * (1 if pt is None else pt.shape[1]))
+                                         if a is None else lens, pt, q.shape[-1] ** -0.5, left, right, p["softcap"],
+                                         cos, sin, False, kd, vd)
+    q_out = None
+    if a is not None and cos is not None:
+        from flash3.rotary import kvcache_rotary
+        q_out = kvcache_rotary(q, k, lens, cos, sin, False, True)[0]
+    return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
+
+
+@pytest.mark.parametrize("feature", ["contig", "page48", "split", "gqa", "window", "append", "rotary"])
+def test_check_dec_accepts_the_reference_and_catches_errors(feature):
+    for p in smoke.make_dec_case(feature, "dec:bf16:128:128", device="cpu"):
+        r = _reference_result(p)
+        res = smoke.check_dec(p, r)
+        assert res["status"] == "ok", res
+        i = max(range(len(p["seqused"])), key=lambda j: int(p["seqused"][j]))
+        bad = dict(r, out=r["out"].clone())
+        bad["out"][i, -1, 0, :8] += 0.25
+        assert smoke.check_dec(p, bad)["status"] == "wrong"
+        nan = dict(r, lse=r["lse"].clone())
+        nan["lse"][i, 0, 0] = float("nan")
+        assert smoke.check_dec(p, nan)["status"] == "nan"
+        if p["append"] is not None:  # one flipped cache byte is wrong
+            kc = r["kc"].clone()
+            kc.view(torch.uint8).view(-1)[5] ^= 1
+            res = smoke.check_dec(p, dict(r, kc=kc))
+            assert res["status"] == "wrong" and "k_cache" in res["detail"]
+
+
+def test_check_dec_fp8_append_is_bitwise():
+    """The FP8 append is checked byte for byte against reference.quantize_fp8_cache."""
+    p = smoke.make_dec_case("append", "dec:kve4m3:bf16:128:128", device="cpu")[0]
+    r = _reference_result(p)
+    vc = r["vc"].clone()
+    idx = (vc.view(torch.uint8) != p["vc"].view(torch.uint8)).nonzero()[0]  # a written slot
+    vc.view(torch.uint8)[tuple(idx)] ^= 1
+    res = smoke.check_dec(p, dict(r, vc=vc))
+    assert res["status"] == "wrong" and "v_cache" in res["detail"]
+
+
+def test_check_dec_bad_index_contract():
+    p = smoke.make_dec_case("badidx", "dec:bf16:128:128", device="cpu")[0]
+    from flash3 import reference
+    cap = p["kc"].shape[1] * p["pt"].shape[1]
+    out, lse = reference.kvcache_forward(p["q"][:1], p["kc"].clone(), p["vc"].clone(), None, None,
+                                         torch.tensor([cap], dtype=torch.int32), p["pt"][:1],
+                                         p["q"].shape[-1] ** -0.5, -1, -1)
+    full_out = torch.zeros(3, *out.shape[1:], dtype=out.dtype)
+    full_lse = torch.full((3, *lse.shape[1:]), float("-inf"))
+    full_out[0], full_lse[0] = out[0], lse[0]
+    full_out[1], full_lse[1] = 1.0, 0.5  # row 1 (bad page ids): anything finite
+    r = {"out": full_out, "lse": full_lse, "kc": p["kc"], "vc": p["vc"], "q_out": None}
+    assert smoke.check_dec(p, r)["status"] == "ok"
+    r1 = dict(r, out=full_out.clone())
+    r1["out"][1, 0, 0, 0] = float("inf")
+    assert smoke.check_dec(p, r1)["status"] == "wrong"
+    r2 = dict(r, out=full_out.clone())
+    r2["out"][2] = 1e-3  # a row of no keys must be exactly 0
+    assert smoke.check_dec(p, r2)["status"] == "wrong"
+
+
+def test_render_matrix_groups_decode_kernels():
+    cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok", "seconds": 1.0} for f in ("full", "causal")]
+    cases += [{"kernel": "dec:bf16:128:128", "feature": f, "status": "ok", "seconds": 2.0} for f in ("contig", "split")]
+    cases += [{"kernel": "dec:kve4m3:bf16:128:128", "feature": "contig", "status": "wrong", "detail": "x"}]
+    lines = smoke.render_matrix(cases).splitlines()
+    assert lines[0].split() == ["kernel", "full", "causal"]
+    assert lines[1].split() == ["bf16", "128", "ok", "ok"]
+    assert lines[2].split() == ["kernel", "contig", "split"]
+    assert lines[3].split() == ["dec", "bf16", "128", "ok", "ok"]
+    assert lines[4].split() == ["dec", "kve4m3", "bf16", "128", "WRONG"]  # its split: not run here
+    assert lines[5].startswith("5 cases: 4 ok, 1 wrong")
+    t = smoke.render_times(cases).splitlines()
+    assert t[2].split() == ["seconds", "contig", "split"] and t[3].split() == ["dec", "bf16", "128", "2.0", "2.0"]

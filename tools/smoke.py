@@ -18,7 +18,12 @@ varlen test). Backward kernels (bwd:bf16:128:128, from kernel_info()["bwd"], lis
 forward kernel of the same triple is built): out/lse from fwd_sm90, then one flash3::bwd_sm90 launch
 into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_backward) in fp32 on
 the same inputs (check_bwd); their "determ" feature is the gqa case with deterministic=True, launched
-twice (bitwise equal). Lines it cannot parse (device printf of the FLASH3_DEBUG_HANG build) are kept with
+twice (bitwise equal). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
+make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
+(append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with
+tests/test_kvcache_gpu.py's rules (per row against the fp64 oracle; FP8 caches on the exact
+x8*descale) and the append bit for bit against flash3.reference (tests/test_decode_gpu.py). Lines it cannot parse (device printf of the FLASH3_DEBUG_HANG build) are kept with
 the case they interrupted.
 
 Statuses: ok, wrong (error over the FA tolerance, or lse off), nan (NaN in out/lse: unwritten or
@@ -35,7 +40,7 @@ instead of torch.ops.flash3.*: the same make_case on the CPU, NaN-poisoned out/l
 check(). The first case of each kernel runs once per --seeds seed (schedules; the outputs must also
 be bitwise equal), the others with the first seed (--seeds-all: every case with every seed). A
 strict-check failure is a crash (deadlock/livelock: hang), an unsupported feature or a refused call
-an error. Backward kernels are not in the sim backend. Exits 1 unless every case is ok.
+an error. Backward kernels are not in the sim backend; decode kernels are. Exits 1 unless every case is ok.
 """
 from __future__ import annotations
 
@@ -56,6 +61,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ"]
+# The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
+# q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
+# caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
+# combine); packed GQA (s_q 5, 1 and 4 splits); causal / window / softcap each at s_q 1 and 70;
+# bad page ids and seqused past the capacity; the fused append (FP8: quantizing, with descales)
+# without and with rotary.
+DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
+                "causal", "window", "softcap", "badidx", "append", "rotary"]
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
@@ -74,33 +87,51 @@ FP8_TEST_WITHOUT_D = {128: "no_host_sync_graph"}
 
 
 def parse_kernel(kid: str) -> tuple[str, int, int]:
-    """'bf16:192:128' (or 'bwd:bf16:192:128') -> ('bf16', 192, 128)."""
-    dt, d, dv = kid.removeprefix("bwd:").split(":")
+    """'bf16:192:128' (or 'bwd:bf16:192:128', 'dec:bf16:192:128', 'dec:kve4m3:bf16:192:128') ->
+    ('bf16', 192, 128): q's dtype for a decode kernel (dec_fp8_cache says which cache)."""
+    dt, d, dv = kid.removeprefix("bwd:").removeprefix("dec:").removeprefix("kve4m3:").split(":")
     return dt, int(d), int(dv)
 
 
+def dec_fp8_cache(kid: str) -> bool:
+    """A decode kernel for an FP8 (e4m3) cache."""
+    return kid.startswith("dec:kve4m3:")
+
+
 def family(kid: str) -> str:
-    """NOT_APPLICABLE's key: 'bwd' for a backward kernel, else the dtype."""
-    return "bwd" if kid.startswith("bwd:") else parse_kernel(kid)[0]
+    """NOT_APPLICABLE's key: 'bwd' for a backward kernel, 'dec' for a decode one, else the dtype."""
+    return "bwd" if kid.startswith("bwd:") else "dec" if kid.startswith("dec:") else parse_kernel(kid)[0]
 
 
 def kernel_label(kid: str) -> str:
     dt, d, dv = parse_kernel(kid)
-    return ("bwd " if family(kid) == "bwd" else "") + (f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}")
+    fam = family(kid)
+    prefix = {"bwd": "bwd ", "dec": "dec kve4m3 " if dec_fp8_cache(kid) else "dec "}.get(fam, "")
+    return prefix + (f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}")
 
 
 def applies(kid: str, feature: str) -> bool:
-    return feature not in NOT_APPLICABLE.get(family(kid), ())
+    if family(kid) == "dec":
+        return feature in DEC_FEATURES
+    return feature in FEATURES and feature not in NOT_APPLICABLE.get(family(kid), ())
+
+
+def kernel_features(kid: str) -> list[str]:
+    """Every feature of the kernel's family, in matrix order."""
+    return [f for f in (DEC_FEATURES if family(kid) == "dec" else FEATURES) if applies(kid, f)]
 
 
 def kernel_ids(info: dict) -> list[str]:
     """Kernel ids from kernel_info()'s JSON: 'bf16:128:128' per "fwd" (dtype, d, d_v) triple
     (variants of one triple share a row: the op picks one), then 'e4m3:128:128' per "fwd_fp8"
     (d, d_v) pair, then 'bwd:bf16:128:128' per "bwd" triple whose forward is built (its cases
-    take out/lse from that forward)."""
+    take out/lse from that forward), then 'dec:bf16:128:128' per "decode" triple and
+    'dec:kve4m3:bf16:128:128' per "decode_fp8_cache" triple."""
     ids = [f"{x[0]}:{x[1]}:{x[2]}" for x in info.get("fwd", [])]
     ids += [f"e4m3:{x[0]}:{x[1]}" for x in info.get("fwd_fp8", [])]
     ids += [f"bwd:{x[0]}:{x[1]}:{x[2]}" for x in info.get("bwd", []) if f"{x[0]}:{x[1]}:{x[2]}" in ids]
+    ids += [f"dec:{x[0]}:{x[1]}:{x[2]}" for x in info.get("decode", [])]
+    ids += [f"dec:kve4m3:{x[0]}:{x[1]}:{x[2]}" for x in info.get("decode_fp8_cache", [])]
     return list(dict.fromkeys(ids))
 
 
@@ -165,6 +196,219 @@ def _quantize_case(c: dict, g) -> dict:
         qd, kd, vd, vcd = rand(b, h, nq), rand(b, hk, nk), rand(b, hk, nk), rand(b, hk, dv)
     c["descales"] = (qd, kd, vd, vcd)
     return c
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode (KV-cache) cases: the checks of tests/test_kvcache_gpu.py (check_rows) and
+# tests/test_decode_gpu.py (the append bit for bit against flash3.reference.kvcache_write and
+# flash3.rotary.kvcache_rotary).
+
+
+def _dec_cache(b, cap, h_k, d, dv, page, dtype, g, device):
+    """test_kvcache_gpu.make_cache: contiguous (page None) or pages of `page` rows in shuffled
+    order, 3 spare pages nobody uses; (kc, vc, page_table int32 (b, max_pages) or None)."""
+    import torch
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(dtype).to(device)  # noqa: E731
+    if page is None:
+        return rnd(b, cap, h_k, d), rnd(b, cap, h_k, dv), None
+    max_pages = -(-cap // page)
+    num_pages = b * max_pages + 3
+    kc, vc = rnd(num_pages, page, h_k, d), rnd(num_pages, page, h_k, dv)
+    perm = torch.randperm(num_pages, generator=g)[:b * max_pages]
+    return kc, vc, perm.view(b, max_pages).to(torch.int32).to(device)
+
+
+def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
+    """The launches ("parts") of one decode feature: each the arguments of fwd_kvcache_sm90 (q, kc,
+    vc, pt, seqused, num_splits, mask, descales) and, for the fused append, of append_kv_sm90
+    (part["append"]: k, v, cache_seqlens, rotary tables); "unchecked": rows whose result the
+    bad-index contract leaves undefined (only finite). FP8 cache (dec:kve4m3:...): float32 caches
+    quantized per (slab, head) with descales in [0.01, 0.11) (test_kvcache_gpu.make_fp8_cache)."""
+    import torch
+    from flash3 import reference
+    if not applies(kid, feature):
+        raise ValueError(f"{feature} does not apply to {kid}")
+    dtype_name, d, dv = parse_kernel(kid)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    fp8 = dec_fp8_cache(kid)
+    g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + 100 * DEC_FEATURES.index(feature))
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(dtype).to(device)  # noqa: E731
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
+
+    def cache(b, cap, h_k, page):
+        kc, vc, pt = _dec_cache(b, cap, h_k, d, dv, page, torch.float32 if fp8 else dtype, g, device)
+        if not fp8:
+            return kc, vc, pt, None
+        kd, vd = ((torch.rand(kc.shape[0], h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(2))
+        return (reference.quantize_fp8_cache(kc, kd[:, None, :]), reference.quantize_fp8_cache(vc, vd[:, None, :]),
+                pt, (kd, vd))
+
+    def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
+             append=None, unchecked=()):
+        return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
+                    num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
+                    unchecked=set(unchecked))
+
+    h, h_k = 4, 2
+    if feature == "contig" or feature.startswith("page"):
+        page = None if feature == "contig" else int(feature[4:])
+        kc, vc, pt, ds = cache(3, 300, h_k, page)
+        return [part(rnd(3, 1, h, d), kc, vc, pt, ds, i32([1, 129, 300]), causal=True)]
+    if feature == "split":  # test_splits: a row of 0 keys (every split empty), s_q 2
+        kc, vc, pt, ds = cache(3, 600, h_k, 16)
+        return [part(rnd(3, 2, h, d), kc, vc, pt, ds, i32([0, 200, 600]), num_splits=3, causal=True)]
+    if feature == "gqa":  # test_packed_gqa: g = 4, s_q 5, 1 and 4 splits
+        kc, vc, pt, ds = cache(2, 500, h_k, 64)
+        q = rnd(2, 5, 4 * h_k, d)
+        return [part(q, kc, vc, pt, ds, i32([333, 500]), num_splits=n, causal=True) for n in (1, 4)]
+    if feature in ("causal", "window", "softcap"):  # test_head_dims_masks_and_chunked_prefill
+        mask = {"causal": dict(causal=True), "window": dict(window=(100, 7)),
+                "softcap": dict(causal=True, softcap=20.0)}[feature]
+        kc, vc, pt, ds = cache(2, 400, h_k, 16)
+        return [part(rnd(2, s_q, h, d), kc, vc, pt, ds, i32([s_q + 17, 400]), num_splits=0, **mask)
+                for s_q in (1, 70)]
+    if feature == "badidx":  # test_bad_index_values_stay_in_bounds
+        kc, vc, pt, ds = cache(3, 256, h_k, 16)
+        bad = pt.clone()
+        bad[1, 2], bad[1, 3] = 10**6, -5
+        q = rnd(3, 1, h, d)
+        return [part(q, kc, vc, bad, ds, i32([10**8, 100, -40]), num_splits=n, unchecked=[1]) for n in (1, 3)]
+    # append / rotary: test_append_then_attend_matches_reference (FP8: ..._fp8_cache_...)
+    b, s_new, h = 3, 2, 8
+    kc, vc, pt, ds = cache(b, 512, h_k, 16 if feature == "append" else None)
+    q, k, v = rnd(b, s_new, h, d), rnd(b, s_new, h_k, d), rnd(b, s_new, h_k, dv)
+    if fp8:  # saturation both ways, an e4m3 subnormal, zero
+        k[0, 0, 0, :4] = torch.tensor([1e3, -1e3, 1e-4, 0.0])
+        v[1, 1, 1, :2] = 1e4
+    lens = i32([0, 77, 500])
+    cos = sin = None
+    if feature == "rotary":
+        ang = torch.arange(600, dtype=torch.float32)[:, None] * 10000.0 ** (
+            -torch.arange(0, 64, 2, dtype=torch.float32) / 64)
+        cos, sin = ang.cos().to(device), ang.sin().to(device)
+    app = dict(k=k, v=v, cache_seqlens=lens, cos=cos, sin=sin, interleaved=False, per_token=True)
+    seqused = (lens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)  # flash3/ops.py
+    return [part(q, kc, vc, pt, ds, seqused, num_splits=0, causal=True, append=app)]
+
+
+def dec_poisoned_outputs(p: dict):
+    """NaN out (b, s_q, h, d_v) / lse (b, h, s_q), and q_out (NaN, q's shape) when rotary."""
+    import torch
+    q = p["q"]
+    b, s_q, h, _ = q.shape
+    out = torch.full((b, s_q, h, p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device)
+    lse = torch.full((b, h, s_q), float("nan"), device=q.device)
+    rot = p["append"] is not None and p["append"]["cos"] is not None
+    return out, lse, torch.full_like(q, float("nan")) if rot else None
+
+
+def launch_dec(p: dict) -> dict:
+    """One synchronized decode step on copies of the part's caches: append_kv_sm90 (when the part
+    appends) then fwd_kvcache_sm90, as flash3/ops.py attention_kvcache runs them. Returns out, lse,
+    the caches after the step (kc, vc) and q_out (rotary) or None."""
+    import torch
+    out, lse, q_out = dec_poisoned_outputs(p)
+    kc, vc = p["kc"].clone(), p["vc"].clone()
+    kd, vd = p["descales"] or (None, None)
+    q = p["q"]
+    a = p["append"]
+    if a is not None:
+        torch.ops.flash3.append_kv_sm90(q, kc, vc, a["k"], a["v"], a["cache_seqlens"], p["pt"], a["cos"],
+                                        a["sin"], a["interleaved"], a["per_token"],
+                                        q_out if q_out is not None else q, kd, vd)
+        q = q_out if q_out is not None else q
+    left, right = p["window"]
+    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
+                                      p["causal"], left, 0 if p["causal"] else right, p["softcap"],
+                                      p["num_splits"], kd, vd)
+    torch.cuda.synchronize()
+    return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
+
+
+def check_dec(p: dict, r: dict) -> dict:
+    """One decode launch: the append bit for bit (caches against reference.kvcache_write of the
+    reference-rotated k, q_out against kvcache_rotary); NaN anywhere in out/lse is nan; each batch
+    row on its first clamp(seqused, 0, capacity) keys against the fp64 oracle with the FA rule and
+    the lse rule of test_kvcache_gpu.check_rows (FP8: out's oracle on the exact x8 * descale, the
+    naive baseline and lse's oracle on those values in q's dtype, which the kernel computes with);
+    a row of no keys: out 0, lse -inf; rows the
+    bad-index contract leaves undefined: finite."""
+    import torch
+    from flash3 import reference
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import attention_naive, attention_ref64, fa_tolerance, max_err
+    kd, vd = p["descales"] or (None, None)
+    q, kc, vc, pt = p["q"], r["kc"], r["vc"], p["pt"]
+    a = p["append"]
+    if a is not None:
+        q_ref, k_ref = q, a["k"]
+        if a["cos"] is not None:
+            from flash3.rotary import kvcache_rotary
+            q_ref, k_ref = kvcache_rotary(q, a["k"], a["cache_seqlens"], a["cos"], a["sin"], a["interleaved"],
+                                          a["per_token"])
+        kc_ref, vc_ref = p["kc"].clone(), p["vc"].clone()
+        reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, kd, vd)
+        for name, got, want in (("k_cache", kc, kc_ref), ("v_cache", vc, vc_ref)):
+            if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
+                n = int((got.view(torch.uint8) != want.view(torch.uint8)).sum())
+                return {"status": "wrong", "detail": f"append: {name} differs from reference.kvcache_write "
+                                                     f"in {n} bytes"}
+        if a["cos"] is not None:
+            if not torch.equal(r["q_out"].view(torch.uint8), q_ref.view(torch.uint8)):
+                return {"status": "wrong", "detail": "append: q_out differs from kvcache_rotary's q"}
+            q = r["q_out"]
+    out, lse = r["out"], r["lse"]
+    if torch.isnan(out).any() or torch.isnan(lse).any():
+        return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "
+                                           f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
+    cap = kc.shape[1] * (pt.shape[1] if pt is not None else 1)
+    kw = dict(causal=p["causal"], window_size=p["window"], softcap=p["softcap"], softmax_scale=q.shape[-1] ** -0.5)
+    res = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
+    lse_bad = None  # reported after every row's out passed (out first: it says more)
+    for i, n in enumerate(p["seqused"].tolist()):
+        n = max(0, min(n, cap))
+        if i in p["unchecked"]:
+            if not torch.isfinite(out[i]).all():
+                return dict(res, status="wrong", detail=f"row {i} (bad page ids): non-finite out")
+            continue
+        if n == 0:
+            if not ((out[i] == 0).all() and torch.isinf(lse[i]).all() and (lse[i] < 0).all()):
+                return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse -inf")
+            continue
+        k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None]
+        v_i = reference.kvcache_gather(vc, i, n, pt, vd)[None]
+        ref, ref_lse = attention_ref64(*(x.double() for x in (q[i:i + 1], k_i, v_i)), **kw)
+        naive, _ = attention_naive(q[i:i + 1], k_i.to(q.dtype), v_i.to(q.dtype), **kw)
+        err, tol = max_err(out[i:i + 1], ref), fa_tolerance(naive, ref, out.dtype)
+        if err / tol > res["err"] / res["tol"]:
+            res.update(err=err, tol=tol)
+        if err > tol:
+            return dict(res, status="wrong", detail=f"out[{i}] (n={n}): max err {err:.3e} > tolerance {tol:.3e}")
+        if not torch.equal(torch.isinf(lse[i]), torch.isinf(ref_lse[0])):
+            return dict(res, status="wrong", detail=f"lse[{i}]: -inf pattern differs from the reference")
+        if kd is not None:
+            # An FP8 cache's kernel computes with x8 * descale rounded once to q's dtype (its
+            # documented algorithm, the 16-bit cache's precision): lse, checked tightly, is checked
+            # against the fp64 oracle of exactly those values; out above keeps the exact oracle.
+            _, ref_lse = attention_ref64(q[i:i + 1].double(), k_i.to(q.dtype).double(),
+                                         v_i.to(q.dtype).double(), **kw)
+        fin = torch.isfinite(ref_lse[0])
+        if fin.any():
+            lerr = (lse[i][fin].double() - ref_lse[0][fin]).abs().max().item()
+            res["lse_err"] = max(res["lse_err"], lerr)
+            ltol = 1e-4 * (1 + ref_lse[0][fin].abs().max().item())
+            if lerr > ltol and lse_bad is None:
+                lse_bad = f"lse[{i}] (n={n}) err {lerr:.3e} > {ltol:.3e}"
+    return dict(res, status="wrong", detail=lse_bad) if lse_bad else res
+
+
+def worst(results: list[dict]) -> dict:
+    """The first result that is not ok, else the one closest to its tolerance."""
+    bad = [r for r in results if r["status"] != "ok"]
+    if bad:
+        return bad[0]
+    return max(results, key=lambda r: r.get("err", 0.0) / r.get("tol", 1.0))
 
 
 def launch(c: dict):
@@ -365,8 +609,11 @@ def worker(kernel: str, features: list[str]) -> int:
         else:
             try:
                 bwd = family(kernel) == "bwd"
-                c = make_case(f, *parse_kernel(kernel), bwd=bwd)
-                res = check_bwd(c, *launch_bwd(c)) if bwd else check(c, *launch(c))
+                if family(kernel) == "dec":
+                    res = worst([check_dec(p, launch_dec(p)) for p in make_dec_case(f, kernel)])
+                else:
+                    c = make_case(f, *parse_kernel(kernel), bwd=bwd)
+                    res = check_bwd(c, *launch_bwd(c)) if bwd else check(c, *launch(c))
             except Exception as e:  # noqa: BLE001
                 msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
                 if _cuda_broken():  # sticky error: this process is done; the driver restarts one
@@ -389,7 +636,7 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
     import torch
     import smoke_sim
     _emit({"ready": True, "flash3": "hopper_sim:" + driver})
-    first = next((f for f in FEATURES if applies(kernel, f)), None)
+    first = next(iter(kernel_features(kernel)), None)
     for f in features:
         _emit({"begin": f})
         t0 = time.monotonic()
@@ -397,20 +644,30 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
         try:
             if family(kernel) == "bwd":
                 raise smoke_sim.SimFailure("error", "backward kernels are not in the sim backend")
-            c = make_case(f, *parse_kernel(kernel), device="cpu")
-            res, prev = None, None
-            for seed in runs:
-                out, lse = smoke_sim.sim_launch(c, Path(driver), seed=seed, sms=sms)
-                r = check(c, out, lse)
-                if prev is not None and not (torch.equal(out.view(-1).view(torch.uint8), prev[0])
-                                             and torch.equal(lse.view(torch.uint8), prev[1])):
-                    r.update(status="wrong" if r["status"] == "ok" else r["status"],
-                             detail=f"seed {seed}'s out/lse differ bitwise from seed {runs[0]}'s"
-                             + (f"; {r['detail']}" if r.get("detail") else ""))
-                prev = (out.view(-1).view(torch.uint8), lse.view(torch.uint8))
-                if res is None or res["status"] == "ok":
-                    res = dict(r, seed=seed) if r["status"] != "ok" else r
-            res["seeds"] = runs
+            if family(kernel) == "dec":  # each part (launch) of the feature, each with every seed
+                todo = [(p, lambda p, seed: smoke_sim.dec_launch(p, Path(driver), seed=seed, sms=sms), check_dec)
+                        for p in make_dec_case(f, kernel, device="cpu")]
+            else:
+                c = make_case(f, *parse_kernel(kernel), device="cpu")
+                todo = [(c, lambda c, seed: dict(zip(("out", "lse"), smoke_sim.sim_launch(c, Path(driver), seed=seed,
+                                                                                          sms=sms))),
+                         lambda c, r: check(c, r["out"], r["lse"]))]
+            results = []
+            for c, run, chk in todo:
+                res, prev = None, None
+                for seed in runs:
+                    got = run(c, seed)
+                    r = chk(c, got)
+                    raw = {n: t.reshape(-1).view(torch.uint8) for n, t in got.items() if t is not None}
+                    if prev is not None and not all(torch.equal(raw[n], prev[n]) for n in raw):
+                        r.update(status="wrong" if r["status"] == "ok" else r["status"],
+                                 detail=f"seed {seed}'s outputs differ bitwise from seed {runs[0]}'s"
+                                 + (f"; {r['detail']}" if r.get("detail") else ""))
+                    prev = raw
+                    if res is None or res["status"] == "ok":
+                        res = dict(r, seed=seed) if r["status"] != "ok" else r
+                results.append(res)
+            res = dict(worst(results), seeds=runs)
         except smoke_sim.SimFailure as e:
             res = {"status": e.status, "detail": e.detail, "seeds": runs}
         except Exception as e:  # noqa: BLE001
@@ -605,19 +862,35 @@ def counts(cases) -> dict:
     return dict(collections.Counter(c["status"] for c in cases))
 
 
-def render_matrix(cases, max_details=16) -> str:
-    """The kernel x feature grid, then one line per case that is not ok."""
+def _groups(cases):
+    """The cases' kernels split by feature set (forward/FP8/backward, decode): (kernels, features)
+    per group, features in matrix order (FEATURES / DEC_FEATURES, then any other)."""
     kernels = list(dict.fromkeys(c["kernel"] for c in cases))
-    feats = [f for f in FEATURES if any(c["feature"] == f for c in cases)]
-    feats += [f for f in dict.fromkeys(c["feature"] for c in cases) if f not in feats]
+    groups = []
+    for dec in (False, True):
+        ks = [k for k in kernels if (family(k) == "dec") == dec]
+        if not ks:
+            continue
+        names = [c["feature"] for c in cases if c["kernel"] in ks]
+        order = DEC_FEATURES if dec else FEATURES
+        feats = [f for f in order if f in names] + [f for f in dict.fromkeys(names) if f not in order]
+        groups.append((ks, feats))
+    return groups
+
+
+def render_matrix(cases, max_details=16) -> str:
+    """The kernel x feature grid (one per feature set: forward kinds, then decode), then one line
+    per case that is not ok."""
     by = {(c["kernel"], c["feature"]): c for c in cases}
-    w = max([7] + [len(f) for f in feats])
-    lw = max([13] + [len(kernel_label(k)) for k in kernels])
-    lines = ["kernel".ljust(lw + 1) + " ".join(f.ljust(w) for f in feats)]
-    for k in kernels:
-        cells = [CELL.get(by[(k, f)]["status"], "?") if (k, f) in by else "" if applies(k, f) else NA
-                 for f in feats]
-        lines.append(f"{kernel_label(k):{lw}s} " + " ".join(x.ljust(w) for x in cells).rstrip())
+    lines = []
+    for kernels, feats in _groups(cases):
+        w = max([7] + [len(f) for f in feats])
+        lw = max([13] + [len(kernel_label(k)) for k in kernels])
+        lines.append("kernel".ljust(lw + 1) + " ".join(f.ljust(w) for f in feats))
+        for k in kernels:
+            cells = [CELL.get(by[(k, f)]["status"], "?") if (k, f) in by else "" if applies(k, f) else NA
+                     for f in feats]
+            lines.append(f"{kernel_label(k):{lw}s} " + " ".join(x.ljust(w) for x in cells).rstrip())
     n = counts(cases)
     lines.append(f"{len(cases)} cases: " + ", ".join(f"{n[s]} {s}" for s in CELL if s in n))
     bad = [c for c in cases if c["status"] in BAD]
@@ -630,20 +903,20 @@ def render_matrix(cases, max_details=16) -> str:
 
 
 def render_times(cases) -> str:
-    """The matrix's grid with each case's wall time in seconds (sim backend)."""
-    kernels = list(dict.fromkeys(c["kernel"] for c in cases))
-    feats = [f for f in FEATURES if any(c["feature"] == f for c in cases)]
+    """The matrix's grids with each case's wall time in seconds (sim backend)."""
     by = {(c["kernel"], c["feature"]): c for c in cases}
-    w = max([7] + [len(f) for f in feats])
-    lw = max([13] + [len(kernel_label(k)) for k in kernels])
-    lines = ["seconds".ljust(lw + 1) + " ".join(f.ljust(w) for f in feats)]
-    for k in kernels:
-        cells = []
-        for f in feats:
-            c = by.get((k, f))
-            cells.append(NA if c is None and not applies(k, f) else "" if c is None or "seconds" not in c
-                         else f"{c['seconds']:.1f}" + ("*" if len(c.get("seeds", [])) > 1 else ""))
-        lines.append(f"{kernel_label(k):{lw}s} " + " ".join(x.ljust(w) for x in cells).rstrip())
+    lines = []
+    for kernels, feats in _groups(cases):
+        w = max([7] + [len(f) for f in feats])
+        lw = max([13] + [len(kernel_label(k)) for k in kernels])
+        lines.append("seconds".ljust(lw + 1) + " ".join(f.ljust(w) for f in feats))
+        for k in kernels:
+            cells = []
+            for f in feats:
+                c = by.get((k, f))
+                cells.append(NA if c is None and not applies(k, f) else "" if c is None or "seconds" not in c
+                             else f"{c['seconds']:.1f}" + ("*" if len(c.get("seeds", [])) > 1 else ""))
+            lines.append(f"{kernel_label(k):{lw}s} " + " ".join(x.ljust(w) for x in cells).rstrip())
     lines.append("(* = run once per schedule seed)")
     return "\n".join(lines)
 
@@ -708,7 +981,7 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", action="store_true", help="run cases in this process (internal)")
     ap.add_argument("--kernel", help="worker: the kernel, e.g. bf16:128:128")
     ap.add_argument("--kernels", help="driver: comma-separated kernels (default: every built one)")
-    ap.add_argument("--features", default=",".join(FEATURES))
+    ap.add_argument("--features", help="comma-separated (default: every feature of each kernel's family)")
     ap.add_argument("--cases", help="driver: explicit kernel/feature list, e.g. bf16:128:128/causal")
     ap.add_argument("--parallel", type=int, help="workers at once (4; sim: 2)")
     ap.add_argument("--case-timeout", type=float, help="seconds (15; sim: 1800)")
@@ -724,7 +997,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sms", type=int, help="sim: simulated SM count (simrun's default otherwise)")
     ap.add_argument("--sim-driver", help="sim worker: the driver binary (internal)")
     args = ap.parse_args(argv)
-    features = [f for f in args.features.split(",") if f]
+    features = [f for f in (args.features or "").split(",") if f]
     sim = args.backend == "sim"
     for name, gpu_default, sim_default in (("parallel", 4, 2), ("case_timeout", 15.0, 1800.0),
                                            ("start_timeout", 60.0, 120.0), ("budget", 150.0, 14400.0)):
@@ -733,6 +1006,7 @@ def main(argv=None) -> int:
     seeds = [int(x) for x in args.seeds.split(",") if x]
 
     if args.worker:
+        features = features or kernel_features(args.kernel)
         if sim:
             return sim_worker(args.kernel, features, args.sim_driver, seeds, args.seeds_all, args.sms)
         return worker(args.kernel, features)
@@ -756,7 +1030,7 @@ def main(argv=None) -> int:
     if not args.cases:
         kernels = (args.kernels.split(",") if args.kernels
                    else kernel_ids(smoke_sim.driver_info(driver)) if driver else built_kernel_ids())
-        jobs = [(k, features) for k in kernels]
+        jobs = [(k, features or kernel_features(k)) for k in kernels]
     jobs = [(k, [f for f in fs if applies(k, f)]) for k, fs in jobs]
     cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
            else [sys.executable, os.path.abspath(__file__), "--worker"])

@@ -3,15 +3,18 @@
 instead of torch.ops.flash3.*, read back into CPU tensors and checked by smoke.py's own check().
 
 Pieces:
-  build_driver()   compiles the forward kernel TUs the knobs select (FLASH3_HDIMS, FLASH3_DTYPES, as
+  build_driver()   compiles the forward and decode kernel TUs the knobs select (FLASH3_HDIMS, FLASH3_DTYPES, as
                    csrc/generate_kernels.py selects them for the real build) with the real kernel
                    flags (tools/flash3_build.py NVCC_KERNEL_FLAGS and setup.py's additions) plus the
                    simulator's -gencode/-no-compress, each TU once, cached under
-                   tools/hopper_sim/build/flash3/ keyed by a hash of its sources and flags; then links
-                   sim_driver with fwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
+                   tools/hopper_sim/build/flash3/ keyed by a hash of its sources and flags, and the
+                   decode path's append/combine kernels (DECODE_SOURCES); then links sim_driver with
+                   fwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
   op_call(c, out, lse)  the case -> the op's arguments (what smoke._launch_fwd/_launch_fp8 pass).
   write_case / read_case  the case directory format (sim_driver.cu documents it).
   sim_launch(c, driver, seed)  one launch under simrun; (out, lse) or SimFailure(status, detail).
+  dec_op_call / dec_launch      the same for a decode launch (smoke.make_dec_case's parts): the fused
+                   append when the part has new keys, then fwd_kvcache_sm90 (and its combine).
 
 The kernel sources come from csrc/, or from FLASH3_SIM_CSRC (a copy of csrc: e.g. a deliberately
 broken kernel; the hash keeps its objects apart from the real ones).
@@ -182,12 +185,11 @@ def classify(rc: int, log: str) -> tuple[str, str]:
     return "crash", f"exit {rc}: " + (lines[-1] if lines else "")[:300]
 
 
-def sim_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
-               keep: Path | None = None):
-    """One launch of case c under simrun (strict checks, --uninit) -> (out, lse) CPU tensors.
+def run_case(op: str, tensors: dict, scalars: dict, outputs: dict, driver: Path, seed: int = 1,
+             sms: int | None = None, timeout: float = 1800, keep: Path | None = None) -> dict:
+    """One driver run of (op, tensors, scalars) under simrun (strict checks, --uninit) -> {name:
+    CPU tensor} read back for each of outputs ({name: the tensor passed, for dtype and shape}).
     Raises SimFailure when the run did not finish cleanly. keep: leave the case directory there."""
-    out, lse = poisoned_outputs(c)
-    op, tensors, scalars = op_call(c, out, lse)
     tmp = tempfile.mkdtemp(prefix="flash3-sim-") if keep is None else None
     d = Path(tmp) if tmp else keep
     try:
@@ -202,12 +204,54 @@ def sim_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, tim
         (d / "run.log").write_text(log)
         if r.returncode != 0:
             raise SimFailure(*classify(r.returncode, log))
-        res = read_tensor(d / "out.out.bin", _DTYPES[str(out.dtype)[6:]], list(out.shape)), \
-            read_tensor(d / "lse.out.bin", "f32", list(lse.shape))
-        return res
+        return {n: read_tensor(d / f"{n}.out.bin", _DTYPES[str(t.dtype).removeprefix("torch.")], list(t.shape))
+                for n, t in outputs.items()}
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sim_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
+               keep: Path | None = None):
+    """One launch of forward case c under simrun -> (out, lse) CPU tensors (run_case)."""
+    out, lse = poisoned_outputs(c)
+    op, tensors, scalars = op_call(c, out, lse)
+    res = run_case(op, tensors, scalars, {"out": out, "lse": lse}, driver, seed, sms, timeout, keep)
+    return res["out"], res["lse"]
+
+
+def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
+    """(op, tensors, scalars) of one decode launch (smoke.make_dec_case's part): what
+    smoke.launch_dec gives torch.ops.flash3.append_kv_sm90 (when the part appends) and
+    fwd_kvcache_sm90. q_out: the NaN-poisoned rotated-q buffer (rotary only)."""
+    kd, vd = part["descales"] or (None, None)
+    tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
+                   seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd)
+    left, right = part["window"]
+    scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), causal=bool(part["causal"]),
+                   window_left=int(left), window_right=0 if part["causal"] else int(right),
+                   softcap=float(part["softcap"]), num_splits=int(part["num_splits"]))
+    a = part["append"]
+    if a is not None:
+        tensors.update(k=a["k"], v=a["v"], cache_seqlens=a["cache_seqlens"], rotary_cos=a["cos"],
+                       rotary_sin=a["sin"], q_out=q_out if a["cos"] is not None else None)
+        scalars.update(rotary_interleaved=bool(a["interleaved"]), q_per_token=bool(a["per_token"]))
+    return "kvcache", tensors, scalars
+
+
+def dec_launch(part: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
+               keep: Path | None = None) -> dict:
+    """One decode launch under simrun -> {"out", "lse", "kc", "vc", "q_out"} as smoke.launch_dec
+    returns them (the caches after the append; q_out None without rotary)."""
+    import smoke
+    out, lse, q_out = smoke.dec_poisoned_outputs(part)
+    op, tensors, scalars = dec_op_call(part, out, lse, q_out)
+    outputs = {"out": out, "lse": lse, "k_cache": part["kc"], "v_cache": part["vc"]}
+    if tensors.get("q_out") is not None:
+        outputs["q_out"] = q_out
+    res = run_case(op, tensors, scalars, outputs, driver, seed, sms, timeout, keep)
+    return {"out": res["out"], "lse": res["lse"], "kc": res["k_cache"], "vc": res["v_cache"],
+            "q_out": res.get("q_out")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,11 +269,20 @@ def csrc_root() -> Path:
     return Path(os.environ.get("FLASH3_SIM_CSRC") or ROOT / "csrc").resolve()
 
 
-def selected_fwd_tus(csrc: Path | None = None) -> list[Path]:
-    """The forward kernel TUs (16-bit and FP8) FLASH3_HDIMS / FLASH3_DTYPES select, in csrc."""
+def selected_fwd_tus(csrc: Path | None = None, kinds=("fwd",)) -> list[Path]:
+    """The kernel TUs of `kinds` ("fwd": 16-bit and FP8 forward; "decode": the KV-cache kernels,
+    both cache kinds) FLASH3_HDIMS / FLASH3_DTYPES select, in csrc."""
     csrc = csrc or csrc_root()
     return [csrc / "generated" / f"{k.name}.cu" for k in _fb().generate_kernels().selected_kernels()
-            if k.kind == "fwd"]
+            if k.kind in kinds]
+
+
+# The decode path's own kernels (not generated; setup.py compiles them into every build): the fused
+# append and the split-KV combine. Linked into the driver always (it calls both).
+DECODE_SOURCES = ("flash3/decode/append_kv.cu", "flash3/decode/combine.cu")
+# Headers the host objects (sim_driver.cu, registry.cpp) depend on, for their cache key.
+HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/common/attn_logic.h",
+                "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h")
 
 
 def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
@@ -294,9 +347,10 @@ def build_driver(jobs: int = 2) -> Path:
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     if not (SIM_DIR / "build" / "lib" / "libcudart.so.13").exists():
         subprocess.run(["make", "-s", "-C", str(SIM_DIR), "lib"], check=True)
-    tus = selected_fwd_tus(csrc)
+    tus = selected_fwd_tus(csrc, ("fwd", "decode"))
     if not tus:
-        raise RuntimeError("FLASH3_HDIMS/FLASH3_DTYPES select no forward kernel")
+        raise RuntimeError("FLASH3_HDIMS/FLASH3_DTYPES select no forward or decode kernel")
+    tus += [csrc / x for x in DECODE_SOURCES]
     kflags = kernel_flags(cutlass, csrc)
     objs, todo = [], []
     for tu in tus:
@@ -317,9 +371,7 @@ def build_driver(jobs: int = 2) -> Path:
     host = []
     for src, name in ((DRIVER_SRC, "sim_driver"), (csrc / "flash3" / "fwd" / "registry.cpp", "registry")):
         key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes()
-                             + (csrc / "flash3" / "fwd" / "api.h").read_bytes()
-                             + (csrc / "flash3" / "fwd" / "params.h").read_bytes()
-                             + (csrc / "flash3" / "common" / "attn_logic.h").read_bytes()).hexdigest()[:16]
+                             + b"".join((csrc / h).read_bytes() for h in HOST_HEADERS)).hexdigest()[:16]
         obj = BUILD_DIR / f"{name}-{key}.o"
         if not obj.exists():
             _compile([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name)
