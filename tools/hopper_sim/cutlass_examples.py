@@ -183,7 +183,7 @@ def main():
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--seeds", type=int, default=1, help="run each example under seeds 1..N")
     ap.add_argument("--jobs", type=int, default=2, help="parallel nvcc builds (default 2)")
-    ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    ap.add_argument("--timeout", type=int, default=2400, help="seconds per run (88 takes ~7 min of CPU each way)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print each run's output")
     a = ap.parse_args()
 
