@@ -91,9 +91,9 @@ sim-check: sim
 	CUTLASS="$$($(SIM_PY) tools/flash3_build.py --cutlass)" bash $(SIM_DIR)/flash3/run_fwd.sh --quick
 	CUTLASS="$$($(SIM_PY) tools/flash3_build.py --cutlass)" bash $(SIM_DIR)/flash3/run_bwd.sh --quick
 
-# tools/smoke.py's kernel x feature matrix with every launch under the simulator (no GPU): the forward
-# kernels FLASH3_HDIMS / FLASH3_DTYPES select, each TU compiled once (cached in
-# tools/hopper_sim/build/flash3, ~1 min and 3 GB each, 2 at a time). Exit 1 unless every case is ok.
+# tools/smoke.py's kernel x feature matrix with every launch under the simulator (no GPU): the forward,
+# FP8 forward and decode kernels FLASH3_HDIMS / FLASH3_DTYPES select, each TU compiled once (cached in
+# tools/hopper_sim/build/flash3, 1-3 min and ~3 GB each, 2 at a time). Exit 1 unless every case is ok.
 sim-smoke: sim setup
 	$(PY) tools/smoke.py --backend sim
 
