@@ -22,9 +22,10 @@ twice (bitwise equal). Decode kernels (dec:bf16:128:128 from kernel_info()["deco
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with
-tests/test_kvcache_gpu.py's rules (per row against the fp64 oracle; FP8 caches on the exact
-x8*descale) and the append bit for bit against flash3.reference (tests/test_decode_gpu.py). Lines it cannot parse (device printf of the FLASH3_DEBUG_HANG build) are kept with
-the case they interrupted.
+tests/test_kvcache_gpu.py's rules (per row against the fp64 oracle; FP8 caches: out on the exact
+x8*descale, lse on those values rounded to q's dtype, which the kernel computes with) and the
+append bit for bit against flash3.reference (tests/test_decode_gpu.py). Lines it cannot parse
+(device printf of the FLASH3_DEBUG_HANG build) are kept with the case they interrupted.
 
 Statuses: ok, wrong (error over the FA tolerance, or lse off), nan (NaN in out/lse: unwritten or
 non-finite), error (the call was refused, CUDA still usable), crash, hang, not run. A feature a
@@ -33,7 +34,7 @@ never run, "n/a" in the matrix.
 
 --plan FILE prints shell assignments for tools/device_check.sh (which cases to diagnose next).
 
---backend sim: no GPU. The forward kernels the knobs select (FLASH3_HDIMS, FLASH3_DTYPES) are built
+--backend sim: no GPU. The forward and decode kernels the knobs select (FLASH3_HDIMS, FLASH3_DTYPES) are built
 into tools/hopper_sim/flash3/sim_driver.cu (tools/smoke_sim.py; cached, rebuilt when sources or
 flags change) and every case's launch runs under tools/hopper_sim/simrun (strict checks, --uninit)
 instead of torch.ops.flash3.*: the same make_case on the CPU, NaN-poisoned out/lse, the same
