@@ -226,7 +226,6 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
   } else if (op == "cp") {
     bool bulk = has("bulk");
     bool tensor = has("tensor");
-    bool reduce = false;
     if (has("async") && !bulk) {
       if (has("commit_group")) d.op = Op::CpAsyncCommit;
       else if (has("wait_group")) d.op = Op::CpAsyncWait;
@@ -251,10 +250,7 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
           bad(m, in, "only tile mode tensor copies are simulated");
       }
     } else bad(m, in, "cp form");
-    (void)reduce;
-  } else if (op == "cp.reduce") {
   }
-  if (op == "cp" && false) {}
   if (op == "wgmma") {
     if (has("fence")) d.op = Op::WgmmaFence;
     else if (has("commit_group")) d.op = Op::WgmmaCommit;
@@ -278,8 +274,6 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
   if (op == "st" && has("async")) d.op = Op::StAsync;
   if (op == "cp" && has("L2::cache_hint")) d.flags |= F_CACHEHINT;
   if (op == "setmaxnreg") d.flags |= has("inc") ? F_INC : 0;
-  if (op == "elect" || op == "activemask" || op == "griddepcontrol") {}
-  if (op == "cp" && (has("reduce"))) {}
   // cp.reduce.async.bulk(.tensor): the parser splits "cp" + {"reduce","async","bulk",...}
   if (op == "cp" && has("reduce")) {
     d.aop = has("add") ? AtomOp::Add : has("min") ? AtomOp::Min : has("max") ? AtomOp::Max : has("inc") ? AtomOp::Inc
@@ -288,9 +282,6 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
     if (d.aop == AtomOp::None) bad(m, in, "bulk reduction op");
   }
   if (d.op == Op::Invalid) bad(m, in, "instruction not simulated");
-  if (d.op == Op::Mul || d.op == Op::Mad) {
-    // integer mul/mad without .hi/.lo/.wide defaults to .lo (only legal for floats otherwise)
-  }
 }
 
 void decode_function(const Module& m, const Function& f, LoadedFunction* out) {

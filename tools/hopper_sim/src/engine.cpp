@@ -289,8 +289,6 @@ Engine::Engine(Device::Impl* dev, const LoadedModule* lm, const LoadedFunction* 
   total_clusters_ = (uint64_t)ncl_[0] * ncl_[1] * ncl_[2];
   uint32_t csize = lp.cluster.x * lp.cluster.y * lp.cluster.z;
   uint32_t threads = lp.block.x * lp.block.y * lp.block.z;
-  int occ = dev_->opt.sms * 0 + 0;
-  (void)occ;
   Device& D = Device::instance();
   uint64_t slots = (uint64_t)opt.sms * std::max(1, D.occupancy(k, threads, lp.dyn_smem));
   max_resident_clusters_ = (uint32_t)std::max<uint64_t>(1, slots / csize);
@@ -389,8 +387,6 @@ void Engine::dispatch_clusters() {
 
 void Engine::run() {
   dispatch_clusters();
-  Thread* current = nullptr;
-  (void)current;
   for (;;) {
     if (runnable_.empty()) {
       if (!async_.empty()) { complete_one_async(true); continue; }
@@ -562,8 +558,7 @@ void Engine::thread_exited(Thread* t) {
   for (uint32_t id = 0; id < 16; ++id)
     if (c->bars[id].arrived && !c->bars[id].counted) check_bar_complete(c, id);
   if (w->arrived) recheck_warp_collective(w);
-  uint32_t wg = w->id / 4;
-  if (c->warpgroup_arrived[wg]) warpgroup_rendezvous(nullptr, nullptr), (void)wg;
+  // (a wgmma rendezvous needs all 128 threads: one that exits first leaves the others in deadlock)
   // a thread that arrived and exits no longer holds the cluster barrier up, nor counts for it
   if (t->cluster_arrived && t->cluster_gen == c->cluster->arrive_gen) --c->cluster->arrived;
   t->cluster_arrived = false;
@@ -981,7 +976,6 @@ void Engine::recheck_warp_collective(Warp* w) {
 }
 
 bool Engine::warpgroup_rendezvous(Thread* t, const DInstr* d) {
-  if (!t) return false;   // (exit recheck: wgmma needs all 128 threads anyway)
   Cta* c = t->cta;
   uint32_t wg = t->linear / 128;
   if (c->warpgroup_arrived[wg] == 0) c->warpgroup_coll[wg] = d;

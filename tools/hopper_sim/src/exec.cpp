@@ -833,7 +833,6 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
         if (t->wg_written[o.reg])
           e->fail("wgmma-fence", t, c.d, "A register " + c.f->lf->fn->regs[o.reg].name +
                   " was written by another instruction after the last wgmma.fence");
-        if (t->wg_pending[o.reg] && false) {}
         afrag[tw * 4 + r] = (uint32_t)c.R[o.reg];
       }
     }
@@ -1412,7 +1411,6 @@ void Engine::step(Thread* t, int budget) {
         } else {
           uint64_t v = load(c, sp, a, n);
           if (tsigned(d.t)) v = (uint64_t)sext(v, n);
-          else if (d.t == T::F32 && c.f->lf->fn->regs[o[0].reg].bits == 64) {}
           dst(c, o[0], v);
         }
         break;
@@ -1840,7 +1838,6 @@ void Engine::step(Thread* t, int budget) {
               op.dst_ctas.push_back(owner);
             }
             if (off % 128) fail("tma", t, &d, "shared memory destination not 128-byte aligned (address " + std::to_string(off) + ")");
-            if (m.swizzle && off % (m.swizzle == 3 ? 1024 : m.swizzle == 2 ? 512 : 256) && false) {}
             for (Cta* dc : op.dst_ctas) {
               if (off + op.bytes > dc->smem.size()) fail("tma", t, &d, "destination box past the end of shared memory");
               mbar(t, &d, dc, moff);
