@@ -21,7 +21,7 @@ HDRS     := $(wildcard $(ROOT)/csrc/flash3/bwd/*.h $(ROOT)/csrc/flash3/bwd/*.cuh
 all: $(BUILD)/bwd_driver
 
 $(BUILD)/bwd_bf16_hdim128_sm90.o: $(ROOT)/csrc/generated/bwd_bf16_hdim128_sm90.cu $(HDRS)
-	@mkdir -p $(BUILD)
+	@mkdir -p $(BUILD)/keep
 	@echo "nvcc $(notdir $<) (a few minutes)"
 	@/usr/bin/time -f "$(notdir $<): wall %e s, max RSS %M KB" $(NVCC) $(KFLAGS) $(INC) -keep -keep-dir $(BUILD)/keep -c $< -o $@ > $@.log 2>&1 \
 	  || { cat $@.log; rm -f $@; exit 1; }
