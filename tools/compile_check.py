@@ -242,7 +242,10 @@ def scan_sass(sass: str, r: Result, debug_hang: bool = False, required=REQUIRED,
         r.problems.append(f"local-memory traffic: {counts['LDL']} LDL, {counts['STL']} STL")
 
 
-def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_hang: bool = False) -> Result:
+def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_hang: bool = False,
+                keep_as=None) -> Result:
+    """keep_as(k) -> Path: where the object stays after the checks (the simulator's cache, for
+    release builds); else it is deleted."""
     r = Result(k.name)
     obj = obj_dir / f"{k.name}.o"
     ptxas_txt = OUT_DIR / f"{k.name}.ptxas.txt"
@@ -273,7 +276,12 @@ def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_han
         return r
     sass_txt.write_text(proc.stdout)
     scan_sass(proc.stdout, r, debug_hang, *kernel_checks(k), name_part="bwd" if getattr(k, "is_bwd", False) else "")
-    obj.unlink()
+    if keep_as is not None:
+        target = keep_as(k)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(obj, target)
+    else:
+        obj.unlink()
     r.ok = not r.problems
     return r
 
@@ -345,9 +353,19 @@ def main(argv=None) -> int:
         os.environ["PATH"] = nvdisasm_dir + os.pathsep + os.environ.get("PATH", "")
 
     extra_inc = fb.extra_include_dirs()
-    includes = extra_inc + [str(ROOT / "csrc")] + fb.cutlass_include_dirs(cutlass)
-    cmd_base = ([os.path.join(cuda_home, "bin", "nvcc")] + fb.NVCC_KERNEL_FLAGS + ["-Xptxas=-v"]
-                + ["-I" + d for d in includes] + extra_flags)
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    if debug_hang:
+        includes = extra_inc + [str(ROOT / "csrc")] + fb.cutlass_include_dirs(cutlass)
+        kflags = fb.NVCC_KERNEL_FLAGS + ["-I" + d for d in includes] + extra_flags
+        keep_as = None
+    else:
+        # setup.py's flags with the simulator's -gencode (the same sm_90a SASS plus the compute_90a
+        # PTX the simulator runs): each object then lands in the simulator's cache under the name
+        # tools/smoke_sim.py gives it, so `make sim-check` compiles nothing twice.
+        import smoke_sim
+        kflags = smoke_sim.kernel_flags(cutlass, ROOT / "csrc")
+        keep_as = lambda k: smoke_sim.cached_object(ROOT / "csrc", k.path, kflags, nvcc)  # noqa: E731
+    cmd_base = [nvcc] + kflags + ["-Xptxas=-v"]
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     obj_dir = ROOT / "build" / ("compile-check-debug-hang" if debug_hang else "compile-check")
     obj_dir.mkdir(parents=True, exist_ok=True)
@@ -362,7 +380,7 @@ def main(argv=None) -> int:
     results: list[Result] = []
 
     def job(k):
-        r = compile_one(k, cmd_base, cuobjdump, obj_dir, debug_hang)
+        r = compile_one(k, cmd_base, cuobjdump, obj_dir, debug_hang, keep_as)
         status = "ok" if r.ok else "FAIL"
         print(f"  [{status}] {r.name} ({r.seconds:.0f} s)", flush=True)
         return r

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SIM_DIR = ROOT / "tools" / "hopper_sim"
 BUILD_DIR = SIM_DIR / "build" / "flash3"
-DRIVER_SRC = SIM_DIR / "flash3" / "sim_driver.cu"
+DRIVER_DIR = SIM_DIR / "flash3"  # sim_driver.cu (main, forward ops), sim_op_*.cu, sim_case.h
 SIMRUN = SIM_DIR / "simrun"
 SIM_GENCODE = "-gencode=arch=compute_90a,code=[sm_90a,compute_90a]"
 FORMAT = "flash3-sim-case 1"
@@ -281,7 +281,8 @@ def selected_fwd_tus(csrc: Path | None = None, kinds=("fwd",)) -> list[Path]:
 # append and the split-KV combine. Linked into the driver always (it calls both).
 DECODE_SOURCES = ("flash3/decode/append_kv.cu", "flash3/decode/combine.cu")
 # Headers the host objects (sim_driver.cu, registry.cpp) depend on, for their cache key.
-HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/common/attn_logic.h",
+HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/bwd/api.h", "flash3/bwd/params.h",
+                "flash3/common/attn_logic.h",
                 "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h")
 
 
@@ -313,6 +314,12 @@ def _source_hash(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> str:
     return h.hexdigest()[:16]
 
 
+def cached_object(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> Path:
+    """Where the object of kernel TU tu compiled with flags by nvcc is cached (tools/compile_check.py
+    leaves its release objects there too)."""
+    return BUILD_DIR / f"{tu.stem}-{_source_hash(csrc, tu, flags, nvcc)}.o"
+
+
 def _nvcc() -> str:
     fb = _fb()
     home, how = fb.find_cuda_home()
@@ -332,8 +339,10 @@ def _compile(cmd: list[str], target: Path, what: str) -> None:
     _log(f"built {target.name} ({time.monotonic() - t0:.0f} s)")
 
 
-def build_driver(jobs: int = 2) -> Path:
-    """The sim_driver binary for the selected kernels, building what is missing. Returns its path."""
+def build_driver(jobs: int | None = None) -> Path:
+    """The sim_driver binary for the selected kernels, building what is missing (jobs nvcc at once:
+    FLASH3_COMPILE_JOBS, default 2). Returns its path."""
+    jobs = jobs or int(os.environ.get("FLASH3_COMPILE_JOBS", "2"))
     fb = _fb()
     csrc = csrc_root()
     nvcc = _nvcc()
@@ -356,7 +365,7 @@ def build_driver(jobs: int = 2) -> Path:
     for tu in tus:
         if not tu.exists():
             raise RuntimeError(f"missing {tu} (python3 csrc/generate_kernels.py)")
-        obj = BUILD_DIR / f"{tu.stem}-{_source_hash(csrc, tu, kflags, nvcc)}.o"
+        obj = cached_object(csrc, tu, kflags, nvcc)
         objs.append(obj)
         if not obj.exists():
             todo.append((tu, obj))
@@ -366,13 +375,15 @@ def build_driver(jobs: int = 2) -> Path:
             futs = [ex.submit(_compile, [nvcc] + kflags + ["-c", str(tu)], obj, tu.name) for tu, obj in todo]
             for f in futs:
                 f.result()
-    # The host side: the driver and the registry, with the same include dirs.
+    # The host side: the driver's files and the registries, with the same include dirs.
     hflags = [SIM_GENCODE, "-no-compress", "-std=c++17", "-O2"] + [f for f in kflags if f.startswith("-I")]
+    shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join((csrc / h).read_bytes() for h in HOST_HEADERS)
+    host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
+    host_srcs += [csrc / "flash3" / "fwd" / "registry.cpp", csrc / "flash3" / "bwd" / "registry.cpp"]
     host = []
-    for src, name in ((DRIVER_SRC, "sim_driver"), (csrc / "flash3" / "fwd" / "registry.cpp", "registry")):
-        key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes()
-                             + b"".join((csrc / h).read_bytes() for h in HOST_HEADERS)).hexdigest()[:16]
-        obj = BUILD_DIR / f"{name}-{key}.o"
+    for src in host_srcs:
+        key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes() + shared).hexdigest()[:16]
+        obj = BUILD_DIR / f"{src.parent.name}-{src.stem}-{key}.o"
         if not obj.exists():
             _compile([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name)
         host.append(obj)
