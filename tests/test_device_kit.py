@@ -245,6 +245,7 @@ def test_fp8_features_and_kernel_ids(monkeypatch):
     assert smoke.kernel_ids(info) == ids
     assert smoke.kernel_ids({"fwd": [["bf16", 128, 128]]}) == ["bf16:128:128"]  # a build without FP8
     monkeypatch.setattr(torch.ops.flash3, "kernel_info", lambda: json.dumps(info), raising=False)
+    monkeypatch.setattr(smoke.smoke_quant, "gpu_info", lambda: {})  # a build without the quantize op
     assert smoke.built_kernel_ids() == ids
     assert smoke.kernel_label("e4m3:128:128") == "e4m3 128"
     with pytest.raises(ValueError, match="kvcache does not apply to e4m3"):
@@ -335,9 +336,9 @@ BWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bwd:bf16:64:64", f)]
 
 def test_bwd_features_and_kernel_ids():
     """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
-    feature but kvcache, plus determ (backward only)."""
-    assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ"]
-    assert "determ" not in FWD_FEATURES + FP8_FEATURES and "kvcache" in FWD_FEATURES
+    feature but kvcache, plus determ and dlse (backward only)."""
+    assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse"]
+    assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
     info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],
             "bwd": [["bf16", 128, 128], ["fp16", 192, 128], ["bf16", 64, 64]]}  # no bf16 64 forward
     assert smoke.kernel_ids(info) == ["bf16:128:128", "fp16:192:128", "e4m3:128:128",
@@ -349,30 +350,39 @@ def test_bwd_features_and_kernel_ids():
         smoke.make_case("kvcache", "bf16", 64, 64, device="cpu", bwd=True)
     with pytest.raises(ValueError, match="determ does not apply to bf16"):
         smoke.make_case("determ", "bf16", 64, 64, device="cpu")
+    with pytest.raises(ValueError, match="dlse does not apply to e4m3"):
+        smoke.make_case("dlse", "e4m3", 64, 64, device="cpu")
 
 
 @pytest.mark.parametrize("feature", BWD_FEATURES)
 def test_bwd_case_check_classifies_on_cpu(feature):
-    """The forward case plus dout; check_bwd() with the reference's own bf16 gradients as the
-    'kernel' output: ok; one element off: wrong; a NaN: nan; determ: a differing repeat: wrong."""
+    """The forward case plus dout (and dlse); check_bwd() with the reference's own bf16 gradients as
+    the 'kernel' output: ok; one element off: wrong; a NaN: nan; determ: a differing repeat: wrong."""
     from flash3 import reference
     c = smoke.make_case(feature, "bf16", 64, 64, device="cpu", bwd=True)
-    fwd = smoke.make_case("gqa" if feature == "determ" else feature, "bf16", 64, 64, device="cpu")
+    base = {"determ": "gqa", "dlse": "causal"}.get(feature, feature)  # backward-only: whose shapes
+    fwd = smoke.make_case(base, "bf16", 64, 64, device="cpu")
     for n in ("q", "k", "v", "causal", "window", "softcap", "lens_q", "max_q", "max_k"):
-        if n in "qkv":  # determ: the gqa case's shapes (its own seed)
-            assert c[n].shape == fwd[n].shape and (feature == "determ" or torch.equal(c[n], fwd[n])), n
+        if n in "qkv":  # determ, dlse: another case's shapes (their own seed)
+            assert c[n].shape == fwd[n].shape and (feature != base or torch.equal(c[n], fwd[n])), n
         else:
             assert c[n] == fwd[n], n
     assert c["dout"].shape == (*c["q"].shape[:-1], 64) and c["deterministic"] == (feature == "determ")
+    assert (c["dlse"] is not None) == (feature == "dlse")
     sc, (l, r) = 64 ** -0.5, (-1, 0) if c["causal"] else c["window"]
     if c["cu_q"] is None:
         out, lse = reference.forward(c["q"], c["k"], c["v"], sc, l, r, c["softcap"])
-        grads = reference.backward(c["dout"], c["q"], c["k"], c["v"], out, lse, sc, l, r, c["softcap"])
+        grads = reference.backward(c["dout"], c["q"], c["k"], c["v"], out, lse, sc, l, r, c["softcap"],
+                                   dlse=c["dlse"])
     else:
         out, lse = reference.varlen_forward(c["q"], c["k"], c["v"], c["cu_q"], c["cu_k"], sc, l, r,
                                             c["softcap"])
         grads = reference.varlen_backward(c["dout"], c["q"], c["k"], c["v"], out, lse, c["cu_q"],
                                           c["cu_k"], sc, l, r, c["softcap"])
+    if c["dlse"] is not None:  # lse's shape; gradients that ignore it are wrong
+        assert c["dlse"].dtype == torch.float32 and c["dlse"].shape == lse.shape == (2, 2, smoke.SQ)
+        plain = reference.backward(c["dout"], c["q"], c["k"], c["v"], out, lse, sc, l, r, c["softcap"])
+        assert smoke.check_bwd(c, out, lse, list(plain))["status"] == "wrong"
     grads = list(grads)
     again = [g.clone() for g in grads] if c["deterministic"] else None
     r = smoke.check_bwd(c, out, lse, grads, again)
@@ -390,22 +400,22 @@ def test_bwd_case_check_classifies_on_cpu(feature):
 
 
 def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
-    """bwd: kernels run every feature but kvcache ("n/a"), forward ones get "n/a" for determ; a
-    hung one is rerun, and its head dim's tests in tests/test_bwd_gpu.py only are deselected
+    """bwd: kernels run every feature but kvcache ("n/a"), forward ones get "n/a" for determ and
+    dlse; a hung one is rerun, and its head dim's tests in tests/test_bwd_gpu.py only are deselected
     (checked against a real collection); failing bwd: cases go to the sanitizers like any other
     (tools/sanitize_small.py launches every smoke feature)."""
     cmd = fake("bwd:bf16:128:128/window=hang;bwd:bf16:128:128/gqa=wrong;bwd:bf16:128:128/causal=nan")
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 7 + 7
-    assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ")} == {
-        ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ")}
+    assert len(cases) == 7 + 8
+    assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse")} == {
+        ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + smoke.FEATURES
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"]
-    assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok"]
-    assert "14 cases: 11 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2
+    assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok"]
+    assert "15 cases: 12 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
     assert "bwd bf16 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"

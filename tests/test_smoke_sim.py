@@ -1,6 +1,7 @@
 """tools/smoke.py's simulator backend (tools/smoke_sim.py) without the simulator: the case-file
 format, the case -> op-argument mapping, exit-status classification, the kernel selection and the
 build cache key. The launches themselves run under `python tools/smoke.py --backend sim`."""
+import json
 import sys
 from pathlib import Path
 
@@ -301,3 +302,273 @@ def test_render_matrix_groups_decode_kernels():
     assert lines[5].startswith("5 cases: 4 ok, 1 wrong")
     t = smoke.render_times(cases).splitlines()
     assert t[2].split() == ["seconds", "contig", "split"] and t[3].split() == ["dec", "bf16", "128", "2.0", "2.0"]
+
+
+# ------------------------------------------------------------------ quantize family
+
+import smoke_quant  # noqa: E402
+
+QUANT_IDS = ["quant:bf16", "quant:fp16"]
+
+
+def test_quant_kernel_ids_labels_and_features(monkeypatch):
+    info = {"fwd": [["bf16", 128, 128]], "decode": [["bf16", 128, 128]], "quantize_fp8": ["bf16", "fp16"]}
+    assert smoke.kernel_ids(info) == ["bf16:128:128", "dec:bf16:128:128"] + QUANT_IDS
+    for kid, dt in zip(QUANT_IDS, ("bf16", "fp16")):
+        assert smoke.family(kid) == "quant" and smoke_quant.quant_dtype(kid) == dt
+        assert smoke.kernel_label(kid) == f"quant {dt}"
+        assert smoke.kernel_features(kid) == smoke_quant.QUANT_FEATURES
+    assert not any(smoke.applies("quant:bf16", f) for f in smoke.FEATURES + smoke.DEC_FEATURES)
+    assert not any(smoke.applies(k, f) for k in ("bf16:128:128", "dec:bf16:128:128")
+                   for f in smoke_quant.QUANT_FEATURES)
+    with pytest.raises(ValueError, match="not a quant kernel id"):
+        smoke_quant.quant_dtype("quant:e4m3")
+    with pytest.raises(ValueError, match="does not apply"):
+        smoke_quant.make_case("full", "quant:bf16", device="cpu")
+    # On a GPU: kernel_info() lists no quantize kernel; the op's presence adds both ids.
+    monkeypatch.setattr(torch.ops.flash3, "kernel_info", lambda: json.dumps({"fwd": [["bf16", 64, 64]]}),
+                        raising=False)
+    monkeypatch.setattr(smoke_quant, "gpu_info", lambda: {"quantize_fp8": ["bf16", "fp16"]})
+    assert smoke.built_kernel_ids() == ["bf16:64:64"] + QUANT_IDS
+    monkeypatch.setattr(smoke_quant, "gpu_info", lambda: {})
+    assert smoke.built_kernel_ids() == ["bf16:64:64"]
+
+
+def test_quant_gpu_info_follows_the_extension(monkeypatch):
+    from flash3 import _quantize
+    monkeypatch.setattr(_quantize, "available", lambda: False)
+    assert smoke_quant.gpu_info() == {}
+    monkeypatch.setattr(_quantize, "available", lambda: True)
+    assert smoke_quant.gpu_info() == {"quantize_fp8": ["bf16", "fp16"]}
+
+
+@pytest.mark.parametrize("kid", QUANT_IDS)
+@pytest.mark.parametrize("feature", smoke_quant.QUANT_FEATURES)
+def test_make_quant_case_and_op_call(kid, feature):
+    """Each part is a call quantize_fp8_sm90 takes (flash3/_quantize.py's rules), its poisoned
+    outputs have the op's shapes, and op_call names the arguments as sim_op_quantize.cu reads them."""
+    from flash3 import hadamard
+    parts = smoke_quant.make_case(feature, kid, device="cpu")
+    dtype = torch.bfloat16 if kid == "quant:bf16" else torch.float16
+    assert parts and len(parts) == (2 if feature == "tiny" else 1)
+    for p in parts:
+        x = p["x"]
+        b, s, h, d = x.shape
+        bs = p["block_size"]
+        assert x.dtype == dtype and x.is_contiguous() and d % 8 == 0 and bs > 0
+        m = hadamard.block_structure(d)[0]
+        if p["signs"] is not None:
+            assert p["signs"].dtype == torch.float32 and torch.equal(p["signs"],
+                                                                     hadamard.random_signs(d, p["seed"]))
+            assert m in (1, 3, 5) and hadamard.block_structure(d)[1] >= 8
+        assert p["exact"] == (p["signs"] is None or m == 1)
+        for t in (p["mean"], p["cd"]):
+            assert t is None or (t.dtype == torch.float32 and t.shape == (b, h, d))
+        out, descale = smoke_quant.poisoned_outputs(p)
+        assert out.dtype == torch.float8_e4m3fn and (out.view(torch.uint8) == 0x7F).all()
+        assert descale.shape == (b, h, -(-s // bs)) and torch.isnan(descale).all()
+        if p["layout"] == smoke_quant.LAYOUTS["v_packed"]:
+            assert bs % 16 == 0 and out.shape == (b, h, d, -(-s // 16) * 16)
+        else:
+            assert out.shape == x.shape
+        op, t, sc = smoke_quant.op_call(p, out, descale)
+        assert op == "quantize_fp8" and sc == {"block_size": bs, "layout": p["layout"]}
+        want = dict(x=x, signs=p["signs"], mean=p["mean"], channel_descale=p["cd"], out=out, descale=descale)
+        assert t.keys() == want.keys() and all(t[n] is v for n, v in want.items())
+        ref8, refd = smoke_quant.reference(p)
+        assert ref8.shape == out.shape and refd.shape == descale.shape
+    p = parts[0]
+    b, s, h, d = p["x"].shape
+    if feature in ("rows", "vpacked", "hadamard", "hartley3", "hartley5", "chdesc"):
+        assert s % p["block_size"] and s // p["block_size"] >= 1  # several blocks and a partial one
+    if feature == "perhead":  # more 8-channel units than 512 threads x 8 cached each
+        assert p["block_size"] == s and p["ref_block"] is None and s * d // 8 > 512 * 8
+    if feature.startswith("hartley"):
+        assert hadamard.block_structure(d)[0] == int(feature[-1]) and not p["exact"]
+    if feature == "extreme":
+        fi = torch.finfo(p["x"].dtype)
+        x = p["x"].float()
+        assert x.abs().max() == fi.max and (x == fi.smallest_normal * fi.eps).any()
+        assert (x.view(torch.int32) == -2 ** 31).any()  # -0
+        assert refd[0, :, 1].eq(2.0 ** -4).all() and refd[0, :, 2].eq(1.0).all()
+        assert (ref8.view(torch.uint8) == 0x80).any()
+    if feature == "tiny":
+        for q in parts:
+            assert smoke_quant.reference(q)[1].eq(torch.finfo(torch.float32).tiny).all()
+
+
+def test_quant_case_files(tmp_path):
+    """The poisoned e4m3 out and the scalars in the case directory; absent optional tensors left out."""
+    p = smoke_quant.make_case("vpacked", "quant:fp16", device="cpu")[0]
+    out, descale = smoke_quant.poisoned_outputs(p)
+    smoke_sim.write_case(tmp_path, *smoke_quant.op_call(p, out, descale))
+    op, t, sc = smoke_sim.read_case(tmp_path)
+    assert op == "quantize_fp8" and set(t) == {"x", "out", "descale"} and sc == {"block_size": 64, "layout": 1}
+    assert torch.equal(t["x"], p["x"]) and (t["out"].view(torch.uint8) == 0x7F).all()
+    assert t["out"].shape == (2, 2, 128, 208) and torch.isnan(t["descale"]).all()
+
+
+@pytest.mark.parametrize("feature", ["rows", "vpacked", "hartley3", "extreme"])
+def test_quant_check_accepts_the_reference_and_catches_errors(feature):
+    p = smoke_quant.make_case(feature, "quant:bf16", device="cpu")[0]
+    out, descale = smoke_quant.reference(p)
+    ok = smoke_quant.check(p, {"out": out, "descale": descale})
+    assert ok["status"] == "ok", ok
+    nan = out.clone()
+    nan.view(torch.uint8).view(-1)[7] = 0xFF  # one unwritten (NaN) byte
+    assert smoke_quant.check(p, {"out": nan, "descale": descale})["status"] == "nan"
+    d = descale.clone()
+    d.view(torch.int32).view(-1)[-1] += 1  # one ulp (exact: wrong; within 2e-7 otherwise)
+    assert smoke_quant.check(p, {"out": out, "descale": d})["status"] == ("wrong" if p["exact"] else "ok")
+    d.view(-1)[-1] *= 1.001
+    assert smoke_quant.check(p, {"out": out, "descale": d})["status"] == "wrong"
+    u = out.view(torch.uint8).contiguous()
+    mid = ((u & 0x7F) > 0x10) & ((u & 0x7F) < 0x70)  # a step or two either way stays finite
+    i = tuple(mid.nonzero()[0])
+
+    def got(bytes_):
+        return {"out": bytes_.view(torch.float8_e4m3fn), "descale": descale}
+    one = u.clone()
+    one[i] += 1  # one e4m3 step
+    res = smoke_quant.check(p, got(one))
+    assert res["status"] == ("wrong" if p["exact"] else "ok"), res
+    if p["exact"]:
+        assert "differs bitwise" in res["detail"]
+        if (u == 0x80).any():
+            zero = u.clone()
+            zero[u == 0x80] = 0  # -0 written as +0
+            assert smoke_quant.check(p, got(zero))["status"] == "wrong"
+    else:
+        two = u.clone()
+        two[i] += 2
+        assert smoke_quant.check(p, got(two))["status"] == "wrong"
+        many = u.clone()
+        many[mid] += 1  # every one a step off: beyond 1e-3 of the values
+        assert smoke_quant.check(p, got(many))["status"] == "wrong"
+
+
+def test_sim_worker_quant(monkeypatch, capsys):
+    """Every part of the feature launched with every seed, checked by smoke_quant.check; outputs
+    bitwise equal across seeds."""
+    calls = []
+
+    def fake_launch(p, driver, seed=1, sms=None):
+        calls.append((p["feature"], seed))
+        out, descale = smoke_quant.reference(p)
+        if seed == 2 and p["feature"] == "rows":
+            descale = descale.clone()
+            descale.view(-1)[0] = 3.0
+        return {"out": out, "descale": descale}
+    monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
+    assert smoke.sim_worker("quant:bf16", ["tiny", "rows"], "driver", [1, 2], seeds_all=True) == 0
+    res = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
+    assert calls == [("tiny", 1), ("tiny", 2), ("tiny", 1), ("tiny", 2), ("rows", 1), ("rows", 2)]
+    assert res[0]["status"] == "ok" and res[0]["kernel"] == "quant:bf16"
+    assert res[1]["status"] == "wrong" and "descale" in res[1]["detail"] and res[1]["seed"] == 2
+
+
+def test_render_matrix_and_plan_with_quant_kernels():
+    cases = [{"kernel": "bf16:128:128", "feature": "full", "status": "ok"}]
+    cases += [{"kernel": "quant:bf16", "feature": f, "status": "ok"} for f in ("rows", "tiny")]
+    cases += [{"kernel": "quant:fp16", "feature": "rows", "status": "hang", "detail": "silent"}]
+    lines = smoke.render_matrix(cases).splitlines()
+    assert lines[0].split() == ["kernel", "full"] and lines[1].split() == ["bf16", "128", "ok"]
+    assert lines[2].split() == ["kernel", "rows", "tiny"]
+    assert lines[3].split() == ["quant", "bf16", "ok", "ok"] and lines[4].split() == ["quant", "fp16", "HANG"]
+    p = smoke.plan(cases)
+    assert p["HANG_CASES"] == "quant:fp16/rows" and p["PYTEST_K"] == "not test_quantize_kernel"
+
+
+# ------------------------------------------------------------------ backward family
+
+BWD_FEATURES = smoke.kernel_features("bwd:bf16:64:64")
+
+
+def test_backward_tus_follow_the_knobs(monkeypatch):
+    monkeypatch.setenv("FLASH3_HDIMS", "128")
+    monkeypatch.setenv("FLASH3_DTYPES", "bf16")
+    names = [p.name for p in smoke_sim.selected_fwd_tus(ROOT / "csrc", ("bwd",))]
+    assert names == ["bwd_bf16_hdim128_sm90.cu"] and (ROOT / "csrc" / "generated" / names[0]).exists()
+
+
+@pytest.mark.parametrize("feature", BWD_FEATURES)
+def test_bwd_op_call(feature):
+    """The arguments smoke.launch_bwd gives bwd_sm90, by the names sim_op_bwd.cu reads."""
+    c = smoke.make_case(feature, "bf16", 64, 64, device="cpu", bwd=True)
+    out, lse = smoke_sim.poisoned_outputs(c)
+    dq, dk, dv = (torch.full_like(c[n], float("nan")) for n in "qkv")
+    op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv)
+    assert op == "bwd"
+    want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
+                cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"])
+    assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
+    left, right = (97, 13) if feature == "window" else (-1, -1)  # causal: the op makes the right side 0
+    assert s == dict(max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], softmax_scale=64 ** -0.5,
+                     causal=feature in ("causal", "dlse"), window_left=left, window_right=right,
+                     softcap=5.0 if feature == "softcap" else 0.0, deterministic=feature == "determ")
+    if feature == "dlse":  # lse's shape and dtype (batched: (b, h, s_q))
+        assert t["dlse"].dtype == torch.float32 and t["dlse"].shape == lse.shape == (2, 2, smoke.SQ)
+    else:
+        assert t["dlse"] is None
+    if feature == "varlen":
+        assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ + 77] and lse.shape == (2, smoke.SQ + 77)
+
+
+def _fake_run_case(calls, fwd_value=0.0):
+    """run_case's stand-in: records (op, seed, tensors, keep); the forward returns fwd_value, each
+    backward launch its seed in every gradient (after checking they came NaN-poisoned)."""
+    def run(op, tensors, scalars, outputs, driver, seed=1, sms=None, timeout=1800, keep=None):
+        calls.append((op, seed, tensors, keep))
+        if op == "fwd":
+            return {n: torch.full_like(t, fwd_value) for n, t in outputs.items()}
+        assert list(outputs) == ["dq", "dk", "dv"] and all(torch.isnan(x).all() for x in outputs.values())
+        return {n: torch.full_like(x, seed) for n, x in outputs.items()}
+    return run
+
+
+@pytest.mark.parametrize("feature", ["full", "determ"])
+def test_bwd_launch_mirrors_launch_bwd(monkeypatch, tmp_path, feature):
+    """The forward, then one backward launch on its out/lse (deterministic: a second one with the
+    next schedule seed), each in its own case directory under keep."""
+    calls = []
+    monkeypatch.setattr(smoke_sim, "run_case", _fake_run_case(calls))
+    c = smoke.make_case(feature, "bf16", 64, 64, device="cpu", bwd=True)
+    out, lse, grads, again = smoke_sim.bwd_launch(c, Path("driver"), seed=5, keep=tmp_path)
+    det = feature == "determ"
+    assert [(op, seed, keep.name) for op, seed, _, keep in calls] == [
+        ("fwd", 5, "fwd"), ("bwd", 5, "bwd")] + ([("bwd", 6, "bwd_again")] if det else [])
+    for _, _, t, _ in calls[1:]:
+        assert t["out"] is out and t["lse"] is lse and t["dout"] is c["dout"]
+    assert [g.shape for g in grads] == [c[n].shape for n in "qkv"] and all((g == 5).all() for g in grads)
+    assert (again is not None) == det and (not det or all((g == 6).all() for g in again))
+
+
+def test_bwd_launch_refuses_a_nan_forward(monkeypatch):
+    calls = []
+    monkeypatch.setattr(smoke_sim, "run_case", _fake_run_case(calls, float("nan")))
+    c = smoke.make_case("full", "bf16", 64, 64, device="cpu", bwd=True)
+    with pytest.raises(RuntimeError, match="forward kernel left NaN"):
+        smoke_sim.bwd_launch(c, Path("driver"))
+    assert [op for op, *_ in calls] == ["fwd"]
+
+
+@pytest.mark.parametrize("feature,differs,status", [
+    ("full", None, "ok"), ("full", "dq", "ok"), ("full", "dk", "wrong"), ("full", "lse", "wrong"),
+    ("determ", "dq", "wrong")])
+def test_sim_worker_bwd_seeds(monkeypatch, capsys, feature, differs, status):
+    """Each seed runs the forward and the backward; their outputs must be bitwise equal across
+    seeds, but for dq outside deterministic mode (its tiles are summed in schedule order)."""
+    def fake_launch(c, driver, seed=1, sms=None):
+        out, lse = (torch.zeros(3) for _ in range(2))
+        dq, dk, dv = (torch.zeros(2) for _ in range(3))
+        got = dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv)
+        if differs:
+            got[differs] += seed
+        return got["out"], got["lse"], [got["dq"], got["dk"], got["dv"]], None
+    monkeypatch.setattr(smoke_sim, "bwd_launch", fake_launch)
+    monkeypatch.setattr(smoke, "check_bwd", lambda *a: {"status": "ok", "err": 0.0, "tol": 1.0})
+    assert smoke.sim_worker("bwd:bf16:64:64", [feature], "driver", [1, 2], seeds_all=True) == 0
+    res = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert res["status"] == status and res["seeds"] == [1, 2], res
+    if status == "wrong":
+        assert res["detail"].startswith("seed 2's outputs differ bitwise from seed 1's")

@@ -18,30 +18,40 @@ varlen test). Backward kernels (bwd:bf16:128:128, from kernel_info()["bwd"], lis
 forward kernel of the same triple is built): out/lse from fwd_sm90, then one flash3::bwd_sm90 launch
 into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_backward) in fp32 on
 the same inputs (check_bwd); their "determ" feature is the gqa case with deterministic=True, launched
-twice (bitwise equal). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+twice (bitwise equal), "dlse" the causal case with a random gradient flowing into lse (bwd_sm90's
+dlse, given to the reference too). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with
 tests/test_kvcache_gpu.py's rules (per row against the fp64 oracle; FP8 caches: out on the exact
 x8*descale, lse on those values rounded to q's dtype, which the kernel computes with) and the
-append bit for bit against flash3.reference (tests/test_decode_gpu.py). Lines it cannot parse
+append bit for bit against flash3.reference (tests/test_decode_gpu.py). The fused FP8
+rotate-and-quantize kernel (quant:bf16 and quant:fp16, x's dtype; kernel_info() does not list it:
+on a GPU its ids come from flash3._quantize.available(), the sim backend always links it) has its
+own features too (tools/smoke_quant.py, QUANT_FEATURES): launches of quantize_fp8_sm90 into poisoned
+out/descale, checked bit for bit against flash3's CPU definition of the quantization (the rotation
+of flash3.hadamard, fp8.quantize_fp8, fp8.pack_v_fp8), by tests/test_quantize_kernel.py's rule where
+the Hartley mix (d = 3 or 5 times a power of two) may sum in another order. Lines it cannot parse
 (device printf of the FLASH3_DEBUG_HANG build) are kept with the case they interrupted.
 
 Statuses: ok, wrong (error over the FA tolerance, or lse off), nan (NaN in out/lse: unwritten or
 non-finite), error (the call was refused, CUDA still usable), crash, hang, not run. A feature a
-kernel family has no path for (kvcache for e4m3 and bwd, determ for forward kernels) is not a case:
-never run, "n/a" in the matrix.
+kernel family has no path for (kvcache for e4m3 and bwd, determ and dlse for forward kernels) is
+not a case: never run, "n/a" in the matrix.
 
 --plan FILE prints shell assignments for tools/device_check.sh (which cases to diagnose next).
 
---backend sim: no GPU. The forward and decode kernels the knobs select (FLASH3_HDIMS, FLASH3_DTYPES) are built
-into tools/hopper_sim/flash3/sim_driver.cu (tools/smoke_sim.py; cached, rebuilt when sources or
-flags change) and every case's launch runs under tools/hopper_sim/simrun (strict checks, --uninit)
-instead of torch.ops.flash3.*: the same make_case on the CPU, NaN-poisoned out/lse, the same
-check(). The first case of each kernel runs once per --seeds seed (schedules; the outputs must also
-be bitwise equal), the others with the first seed (--seeds-all: every case with every seed). A
-strict-check failure is a crash (deadlock/livelock: hang), an unsupported feature or a refused call
-an error. Backward kernels are not in the sim backend; decode kernels are. Exits 1 unless every case is ok.
+--backend sim: no GPU. The forward, decode and backward kernels the knobs select (FLASH3_HDIMS,
+FLASH3_DTYPES) are built into tools/hopper_sim/flash3/sim_driver.cu (tools/smoke_sim.py; cached,
+rebuilt when sources or flags change) and every case's launch runs under tools/hopper_sim/simrun
+(strict checks, --uninit) instead of torch.ops.flash3.*: the same make_case on the CPU,
+NaN-poisoned out/lse, the same check(). The first case of each kernel runs once per --seeds seed
+(schedules; the outputs must also be bitwise equal), the others with the first seed (--seeds-all:
+every case with every seed). A strict-check failure is a crash (deadlock/livelock: hang), an
+unsupported feature or a refused call an error. A backward case's run is the forward, then the
+backward (smoke_sim.bwd_launch: "determ" launches it twice, the second time with the next seed,
+another schedule); across seeds its dq may differ outside deterministic mode (dQ tiles are summed
+in schedule order). Exits 1 unless every case is ok.
 """
 from __future__ import annotations
 
@@ -60,8 +70,10 @@ import threading
 import time
 from pathlib import Path
 
+import smoke_quant  # tools/, beside this file: the quantize kernel's family
+
 ROOT = Path(__file__).resolve().parent.parent
-FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ"]
+FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse"]
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
 # caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
@@ -73,10 +85,10 @@ DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "spl
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
-# seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode). Keyed by
-# family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ"}, "bf16": {"determ"}, "fp16": {"determ"},
-                  "bwd": {"kvcache"}}
+# seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
+# gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse"}, "bf16": {"determ", "dlse"},
+                  "fp16": {"determ", "dlse"}, "bwd": {"kvcache"}}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -100,47 +112,60 @@ def dec_fp8_cache(kid: str) -> bool:
 
 
 def family(kid: str) -> str:
-    """NOT_APPLICABLE's key: 'bwd' for a backward kernel, 'dec' for a decode one, else the dtype."""
-    return "bwd" if kid.startswith("bwd:") else "dec" if kid.startswith("dec:") else parse_kernel(kid)[0]
+    """NOT_APPLICABLE's key: 'bwd' for a backward kernel, 'dec' for a decode one, 'quant' for the
+    quantize kernel (smoke_quant), else the dtype."""
+    for fam in ("bwd", "dec", "quant"):
+        if kid.startswith(fam + ":"):
+            return fam
+    return parse_kernel(kid)[0]
 
 
 def kernel_label(kid: str) -> str:
-    dt, d, dv = parse_kernel(kid)
     fam = family(kid)
+    if fam == "quant":
+        return smoke_quant.label(kid)
+    dt, d, dv = parse_kernel(kid)
     prefix = {"bwd": "bwd ", "dec": "dec kve4m3 " if dec_fp8_cache(kid) else "dec "}.get(fam, "")
     return prefix + (f"{dt} {d}" if d == dv else f"{dt} {d}x{dv}")
 
 
+def family_features(kid: str) -> list[str]:
+    """The feature list of the kernel's family (its matrix's columns): DEC_FEATURES,
+    smoke_quant.QUANT_FEATURES, else FEATURES."""
+    return {"dec": DEC_FEATURES, "quant": smoke_quant.QUANT_FEATURES}.get(family(kid), FEATURES)
+
+
 def applies(kid: str, feature: str) -> bool:
-    if family(kid) == "dec":
-        return feature in DEC_FEATURES
-    return feature in FEATURES and feature not in NOT_APPLICABLE.get(family(kid), ())
+    return feature in family_features(kid) and feature not in NOT_APPLICABLE.get(family(kid), ())
 
 
 def kernel_features(kid: str) -> list[str]:
     """Every feature of the kernel's family, in matrix order."""
-    return [f for f in (DEC_FEATURES if family(kid) == "dec" else FEATURES) if applies(kid, f)]
+    return [f for f in family_features(kid) if applies(kid, f)]
 
 
 def kernel_ids(info: dict) -> list[str]:
     """Kernel ids from kernel_info()'s JSON: 'bf16:128:128' per "fwd" (dtype, d, d_v) triple
     (variants of one triple share a row: the op picks one), then 'e4m3:128:128' per "fwd_fp8"
     (d, d_v) pair, then 'bwd:bf16:128:128' per "bwd" triple whose forward is built (its cases
-    take out/lse from that forward), then 'dec:bf16:128:128' per "decode" triple and
-    'dec:kve4m3:bf16:128:128' per "decode_fp8_cache" triple."""
+    take out/lse from that forward), then 'dec:bf16:128:128' per "decode" triple,
+    'dec:kve4m3:bf16:128:128' per "decode_fp8_cache" triple and 'quant:bf16' per "quantize_fp8"
+    dtype (smoke_quant.kernel_ids)."""
     ids = [f"{x[0]}:{x[1]}:{x[2]}" for x in info.get("fwd", [])]
     ids += [f"e4m3:{x[0]}:{x[1]}" for x in info.get("fwd_fp8", [])]
     ids += [f"bwd:{x[0]}:{x[1]}:{x[2]}" for x in info.get("bwd", []) if f"{x[0]}:{x[1]}:{x[2]}" in ids]
     ids += [f"dec:{x[0]}:{x[1]}:{x[2]}" for x in info.get("decode", [])]
     ids += [f"dec:kve4m3:{x[0]}:{x[1]}:{x[2]}" for x in info.get("decode_fp8_cache", [])]
+    ids += smoke_quant.kernel_ids(info)
     return list(dict.fromkeys(ids))
 
 
 def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0,
               bwd=False) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
-    case's shapes and values, quantized (_quantize_case). bwd: the forward case plus dout and
-    deterministic (True for "determ": the gqa case's shapes)."""
+    case's shapes and values, quantized (_quantize_case). bwd: the forward case plus dout,
+    deterministic (True for "determ": the gqa case's shapes) and dlse (the gradient flowing into
+    lse, shaped as lse; "dlse" only: the causal case's shapes, random N(0, 1), None otherwise)."""
     import torch
     fam = "bwd" if bwd else dtype_name
     if feature in NOT_APPLICABLE.get(fam, ()):
@@ -151,7 +176,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
              cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
-    if feature == "causal":
+    if feature in ("causal", "dlse"):
         c["causal"] = True
     elif feature == "window":
         c["window"] = (97, 13)
@@ -173,7 +198,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
         c["max_q"], c["max_k"] = sq, sk
     if bwd:
-        c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv))
+        c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv),
+                 dlse=torch.randn(b, h, sq, generator=g).to(device) if feature == "dlse" else None)
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
@@ -536,8 +562,9 @@ def _check_fp8(c, out, lse) -> dict:
 
 
 def launch_bwd(c: dict):
-    """out/lse from the forward kernel (launch), then one synchronized bwd_sm90 launch into
-    NaN-poisoned dq/dk/dv; "determ" a second one. Returns (out, lse, grads, second grads or None)."""
+    """out/lse from the forward kernel (launch), then one synchronized bwd_sm90 launch (with the
+    case's dlse) into NaN-poisoned dq/dk/dv; "determ" a second one. Returns (out, lse, grads, second
+    grads or None)."""
     import torch
     out, lse = launch(c)
     if torch.isnan(out).any() or torch.isnan(lse).any():
@@ -545,7 +572,7 @@ def launch_bwd(c: dict):
 
     def once():
         grads = [torch.full_like(c[n], float("nan")) for n in ("q", "k", "v")]
-        torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, None, *grads,
+        torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, c["dlse"], *grads,
                                   c["cu_q"], c["cu_k"], c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5,
                                   c["causal"], c["window"][0], c["window"][1], c["softcap"],
                                   c["deterministic"])
@@ -556,8 +583,8 @@ def launch_bwd(c: dict):
 
 
 def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
-    """Against flash3.reference.backward (varlen_backward) in fp32 on the same inputs and the
-    kernel's out/lse: each gradient's max error within 4 eps(dtype) x its largest reference element
+    """Against flash3.reference.backward (varlen_backward) in fp32 on the same inputs (dlse too) and
+    the kernel's out/lse: each gradient's max error within 4 eps(dtype) x its largest reference element
     (+1e-5); nan for NaN in dq/dk/dv; "determ": the second launch bitwise equal to the first."""
     import torch
     from flash3 import reference
@@ -566,8 +593,8 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
         return {"status": "nan", "detail": ", ".join(nans) + " (unwritten?)"}
     args = [c[n].float() for n in ("dout", "q", "k", "v")] + [out.float(), lse.float()]
     kw = (c["q"].shape[-1] ** -0.5, *((-1, 0) if c["causal"] else c["window"]), c["softcap"])
-    ref = (reference.backward(*args, *kw) if c["cu_q"] is None
-           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw))
+    ref = (reference.backward(*args, *kw, dlse=c["dlse"]) if c["cu_q"] is None
+           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"]))
     eps = torch.finfo(c["q"].dtype).eps
     res = {"status": "ok", "err": 0.0, "tol": 1.0}
     for n, x, r in zip("qkv", grads, ref):
@@ -599,7 +626,7 @@ def _cuda_broken() -> bool:
 def worker(kernel: str, features: list[str]) -> int:
     import torch
     import flash3  # noqa: F401  (loads flash3._C)
-    built = set(kernel_ids(json.loads(torch.ops.flash3.kernel_info())))
+    built = set(built_kernel_ids())
     torch.zeros(1, device="cuda")
     _emit({"ready": True, "flash3": os.path.dirname(flash3.__file__)})
     for f in features:
@@ -612,6 +639,9 @@ def worker(kernel: str, features: list[str]) -> int:
                 bwd = family(kernel) == "bwd"
                 if family(kernel) == "dec":
                     res = worst([check_dec(p, launch_dec(p)) for p in make_dec_case(f, kernel)])
+                elif family(kernel) == "quant":
+                    res = worst([smoke_quant.check(p, smoke_quant.launch(p))
+                                 for p in smoke_quant.make_case(f, kernel)])
                 else:
                     c = make_case(f, *parse_kernel(kernel), bwd=bwd)
                     res = check_bwd(c, *launch_bwd(c)) if bwd else check(c, *launch(c))
@@ -633,7 +663,8 @@ def worker(kernel: str, features: list[str]) -> int:
 
 def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], seeds_all: bool,
                sms: int | None = None) -> int:
-    """The worker of --backend sim: like worker(), each launch through smoke_sim.sim_launch."""
+    """The worker of --backend sim: like worker(), each launch through smoke_sim.sim_launch
+    (dec_launch, bwd_launch)."""
     import torch
     import smoke_sim
     _emit({"ready": True, "flash3": "hopper_sim:" + driver})
@@ -643,11 +674,20 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
         t0 = time.monotonic()
         runs = seeds if (seeds_all or f == first) else seeds[:1]
         try:
-            if family(kernel) == "bwd":
-                raise smoke_sim.SimFailure("error", "backward kernels are not in the sim backend")
             if family(kernel) == "dec":  # each part (launch) of the feature, each with every seed
                 todo = [(p, lambda p, seed: smoke_sim.dec_launch(p, Path(driver), seed=seed, sms=sms), check_dec)
                         for p in make_dec_case(f, kernel, device="cpu")]
+            elif family(kernel) == "quant":
+                todo = [(p, lambda p, seed: smoke_quant.sim_launch(p, Path(driver), seed=seed, sms=sms),
+                         smoke_quant.check) for p in smoke_quant.make_case(f, kernel, device="cpu")]
+            elif family(kernel) == "bwd":  # each seed: the forward, then the backward
+                c = make_case(f, *parse_kernel(kernel), device="cpu", bwd=True)
+
+                def run_bwd(c, seed):
+                    out, lse, (dq, dk, dv), again = smoke_sim.bwd_launch(c, Path(driver), seed=seed, sms=sms)
+                    return dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv, again=again)
+                todo = [(c, run_bwd, lambda c, r: check_bwd(c, r["out"], r["lse"], [r["dq"], r["dk"], r["dv"]],
+                                                            r["again"]))]
             else:
                 c = make_case(f, *parse_kernel(kernel), device="cpu")
                 todo = [(c, lambda c, seed: dict(zip(("out", "lse"), smoke_sim.sim_launch(c, Path(driver), seed=seed,
@@ -659,7 +699,10 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
                 for seed in runs:
                     got = run(c, seed)
                     r = chk(c, got)
-                    raw = {n: t.reshape(-1).view(torch.uint8) for n, t in got.items() if t is not None}
+                    # Outside deterministic mode the backward adds dQ tiles in schedule order.
+                    varies = {"dq"} if c.get("bwd") and not c["deterministic"] else set()
+                    raw = {n: t.reshape(-1).view(torch.uint8) for n, t in got.items()
+                           if torch.is_tensor(t) and n not in varies}
                     if prev is not None and not all(torch.equal(raw[n], prev[n]) for n in raw):
                         r.update(status="wrong" if r["status"] == "ok" else r["status"],
                                  detail=f"seed {seed}'s outputs differ bitwise from seed {runs[0]}'s"
@@ -864,24 +907,24 @@ def counts(cases) -> dict:
 
 
 def _groups(cases):
-    """The cases' kernels split by feature set (forward/FP8/backward, decode): (kernels, features)
-    per group, features in matrix order (FEATURES / DEC_FEATURES, then any other)."""
+    """The cases' kernels split by feature set (family_features: forward/FP8/backward, decode,
+    quantize): (kernels, features) per group, features in matrix order (the family's list, then any
+    other)."""
     kernels = list(dict.fromkeys(c["kernel"] for c in cases))
     groups = []
-    for dec in (False, True):
-        ks = [k for k in kernels if (family(k) == "dec") == dec]
+    for order in (FEATURES, DEC_FEATURES, smoke_quant.QUANT_FEATURES):
+        ks = [k for k in kernels if family_features(k) is order]
         if not ks:
             continue
         names = [c["feature"] for c in cases if c["kernel"] in ks]
-        order = DEC_FEATURES if dec else FEATURES
         feats = [f for f in order if f in names] + [f for f in dict.fromkeys(names) if f not in order]
         groups.append((ks, feats))
     return groups
 
 
 def render_matrix(cases, max_details=16) -> str:
-    """The kernel x feature grid (one per feature set: forward kinds, then decode), then one line
-    per case that is not ok."""
+    """The kernel x feature grid (one per feature set: forward kinds, then decode, then quantize),
+    then one line per case that is not ok."""
     by = {(c["kernel"], c["feature"]): c for c in cases}
     lines = []
     for kernels, feats in _groups(cases):
@@ -952,7 +995,7 @@ def plan(cases) -> dict:
     by = {(c["kernel"], c["feature"]): c["status"] for c in cases}
     bench = [d for d in (64, 128, 256)
              if all(by.get((f"bf16:{d}:{d}", f)) == "ok" for f in ("full", "causal"))]
-    hung = sorted({parse_kernel(c["kernel"]) for c in hangs if family(c["kernel"]) != "bwd"})
+    hung = sorted({parse_kernel(c["kernel"]) for c in hangs if family(c["kernel"]) not in ("bwd", "quant")})
     deselect = [f"not ({dt} and d{d}_{dv})" for dt, d, dv in hung if dt != "e4m3"]
     # A hung backward: its head dim's tests in tests/test_bwd_gpu.py (a hung forward's go above).
     deselect += [f"not (test_bwd_gpu and {dt} and d{d}_{dv})" for dt, d, dv in
@@ -963,6 +1006,8 @@ def plan(cases) -> dict:
         fp8_ids += [f"-{d}]", f"[{d}]"] + ([FP8_TEST_WITHOUT_D[d]] if d in FP8_TEST_WITHOUT_D else [])
     if fp8_ids:
         deselect.append(f"not (test_fp8_gpu and ({' or '.join(fp8_ids)}))")
+    if any(family(c["kernel"]) == "quant" for c in hangs):  # the quantize kernel's own GPU tests
+        deselect.append("not test_quantize_kernel")
     return {"HANG_CASES": " ".join(hang_cases),
             "FAIL_CASES": " ".join(case_id(c) for c in fails[:2]),
             "BENCH_HDIMS": ",".join(map(str, bench)), "PYTEST_K": " and ".join(deselect)}
@@ -971,10 +1016,34 @@ def plan(cases) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
+    """The CI subset of the matrix (`--ci`): every kernel at least once and every feature of each
+    family at least once. Within a family (family(); FP8-cache decode kernels apart from 16-bit
+    ones) the j-th case is (kernel j mod m, feature j mod n), j < max(m, n). A 16-bit forward
+    kernel with a wide-tile variant also runs "full" and "causal": the wide tile serves calls
+    without a causal/local mask, the plain one the rest (attn_logic.h fwd_has_wide_tile)."""
+    groups: dict = collections.OrderedDict()
+    for k in kernels:
+        groups.setdefault((family(k), dec_fp8_cache(k)), []).append(k)
+    jobs: dict = collections.OrderedDict((k, []) for k in kernels)
+    for ks in groups.values():
+        feats = kernel_features(ks[0])
+        for j in range(max(len(ks), len(feats))):
+            jobs[ks[j % len(ks)]].append(feats[j % len(feats)])
+    import flash3_build  # tools/, beside this file
+    wide = set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
+    for k in kernels:
+        if family(k) in ("bf16", "fp16") and parse_kernel(k)[1:] in wide:
+            jobs[k] += ["full", "causal"]
+    return [(k, [f for f in kernel_features(k) if f in fs]) for k, fs in jobs.items()]
+
+
 def built_kernel_ids() -> list[str]:
+    """kernel_ids of kernel_info() plus the quantize op's entry (smoke_quant.gpu_info), which
+    binding.cpp's kernel_info() does not list."""
     import torch
     import flash3  # noqa: F401
-    return kernel_ids(json.loads(torch.ops.flash3.kernel_info()))
+    return kernel_ids(dict(json.loads(torch.ops.flash3.kernel_info()), **smoke_quant.gpu_info()))
 
 
 def main(argv=None) -> int:
@@ -984,6 +1053,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", help="driver: comma-separated kernels (default: every built one)")
     ap.add_argument("--features", help="comma-separated (default: every feature of each kernel's family)")
     ap.add_argument("--cases", help="driver: explicit kernel/feature list, e.g. bf16:128:128/causal")
+    ap.add_argument("--ci", action="store_true", help="driver: the CI subset (ci_cases) of the kernels' cases")
     ap.add_argument("--parallel", type=int, help="workers at once (4; sim: 2)")
     ap.add_argument("--case-timeout", type=float, help="seconds (15; sim: 1800)")
     ap.add_argument("--start-timeout", type=float, help="seconds (60; sim: 120)")
@@ -1031,7 +1101,7 @@ def main(argv=None) -> int:
     if not args.cases:
         kernels = (args.kernels.split(",") if args.kernels
                    else kernel_ids(smoke_sim.driver_info(driver)) if driver else built_kernel_ids())
-        jobs = [(k, features or kernel_features(k)) for k in kernels]
+        jobs = ci_cases(kernels) if args.ci else [(k, features or kernel_features(k)) for k in kernels]
     jobs = [(k, [f for f in fs if applies(k, f)]) for k, fs in jobs]
     cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
            else [sys.executable, os.path.abspath(__file__), "--worker"])
@@ -1042,12 +1112,21 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _on_term)  # timeout(1) must not leave hung GPU workers behind
     print(f"smoke: {n} cases over {len(jobs)} kernels, {args.parallel} workers, "
           f"{args.case_timeout:.0f} s per case, {args.budget:.0f} s budget", flush=True)
+    # Without --json the sim backend keeps its last run (tools/sim_report.py makes README's table of it).
+    json_paths = ([args.json] if args.json else
+                  [str(ROOT / "tools/hopper_sim/build/smoke-sim-last.json")] if sim and not args.worker_cmd else [])
+    knobs = [f"{k}={os.environ[k]}" for k in ("FLASH3_HDIMS", "FLASH3_DTYPES") if os.environ.get(k)]
+    meta = {"command": " ".join(knobs + ["tools/smoke.py"] + list(sys.argv[1:] if argv is None else argv)),
+            "date": time.strftime("%Y-%m-%d"), "backend": args.backend}
+    if sim:
+        meta["seeds"] = args.seeds
+
     def save(res):  # after every case too, so that a killed driver leaves what it learned
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            with open(args.json + ".tmp", "w") as f:
-                json.dump(res, f, indent=1)
-            os.replace(args.json + ".tmp", args.json)
+        for path in json_paths:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(path + ".tmp", "w") as f:
+                json.dump(dict(res, meta=meta), f, indent=1)
+            os.replace(path + ".tmp", path)
 
     res = run_matrix(jobs, cmd, args.parallel, args.case_timeout, args.start_timeout, args.budget,
                      log=lambda s: print(s, flush=True),

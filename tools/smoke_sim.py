@@ -1,20 +1,25 @@
-"""The Hopper-simulator backend of tools/smoke.py (`smoke.py --backend sim`): the same forward cases
-(make_case) launched through tools/hopper_sim/flash3/sim_driver.cu under tools/hopper_sim/simrun
-instead of torch.ops.flash3.*, read back into CPU tensors and checked by smoke.py's own check().
+"""The Hopper-simulator backend of tools/smoke.py (`smoke.py --backend sim`): the same cases
+(make_case; make_dec_case for decode, make_case(..., bwd=True) for backward) launched through
+tools/hopper_sim/flash3/sim_driver.cu under tools/hopper_sim/simrun instead of torch.ops.flash3.*,
+read back into CPU tensors and checked by smoke.py's own checks.
 
 Pieces:
-  build_driver()   compiles the forward and decode kernel TUs the knobs select (FLASH3_HDIMS, FLASH3_DTYPES, as
-                   csrc/generate_kernels.py selects them for the real build) with the real kernel
-                   flags (tools/flash3_build.py NVCC_KERNEL_FLAGS and setup.py's additions) plus the
-                   simulator's -gencode/-no-compress, each TU once, cached under
-                   tools/hopper_sim/build/flash3/ keyed by a hash of its sources and flags, and the
-                   decode path's append/combine kernels (DECODE_SOURCES); then links sim_driver with
-                   fwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
+  build_driver()   compiles the forward, decode and backward kernel TUs the knobs select
+                   (FLASH3_HDIMS, FLASH3_DTYPES, as csrc/generate_kernels.py selects them for the
+                   real build) with the real kernel flags (tools/flash3_build.py NVCC_KERNEL_FLAGS
+                   and setup.py's additions) plus the simulator's -gencode/-no-compress, each TU
+                   once, cached under tools/hopper_sim/build/flash3/ keyed by a hash of its
+                   sources and flags, and the
+                   decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
+                   kernel (QUANTIZE_SOURCES); then links sim_driver with
+                   fwd/registry.cpp and bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
   op_call(c, out, lse)  the case -> the op's arguments (what smoke._launch_fwd/_launch_fp8 pass).
   write_case / read_case  the case directory format (sim_driver.cu documents it).
   sim_launch(c, driver, seed)  one launch under simrun; (out, lse) or SimFailure(status, detail).
   dec_op_call / dec_launch      the same for a decode launch (smoke.make_dec_case's parts): the fused
                    append when the part has new keys, then fwd_kvcache_sm90 (and its combine).
+  bwd_op_call / bwd_launch      the same for a backward case (smoke.make_case(..., bwd=True)): the
+                   forward, then bwd_sm90 into NaN-poisoned dq/dk/dv (deterministic: twice).
 
 The kernel sources come from csrc/, or from FLASH3_SIM_CSRC (a copy of csrc: e.g. a deliberately
 broken kernel; the hash keeps its objects apart from the real ones).
@@ -254,6 +259,39 @@ def dec_launch(part: dict, driver: Path, seed: int = 1, sms: int | None = None, 
             "q_out": res.get("q_out")}
 
 
+def bwd_op_call(c: dict, out, lse, dq, dk, dv) -> tuple[str, dict, dict]:
+    """(op, tensors, scalars) of one backward launch of case c (smoke.make_case(..., bwd=True)):
+    what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's)."""
+    tensors = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk,
+                   dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"])
+    scalars = dict(max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]),
+                   softmax_scale=float(c["q"].shape[-1] ** -0.5), causal=bool(c["causal"]),
+                   window_left=int(c["window"][0]), window_right=int(c["window"][1]), softcap=float(c["softcap"]),
+                   deterministic=bool(c["deterministic"]))
+    return "bwd", tensors, scalars
+
+
+def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
+               keep: Path | None = None):
+    """smoke.launch_bwd under simrun -> (out, lse, grads, second grads or None): the forward
+    (sim_launch), then one backward launch into NaN-poisoned dq/dk/dv; deterministic: a second one
+    with schedule seed + 1 (another schedule is the simulator's run-to-run variation). keep: each
+    launch's case directory under it (fwd, bwd, bwd_again)."""
+    import torch
+    sub = lambda name: None if keep is None else keep / name  # noqa: E731
+    out, lse = sim_launch(c, driver, seed, sms, timeout, sub("fwd"))
+    if torch.isnan(out).any() or torch.isnan(lse).any():
+        raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
+
+    def once(s, name):
+        grads = {f"d{n}": torch.full_like(c[n], float("nan")) for n in "qkv"}
+        op, tensors, scalars = bwd_op_call(c, out, lse, *grads.values())
+        res = run_case(op, tensors, scalars, grads, driver, s, sms, timeout, sub(name))
+        return [res[n] for n in grads]
+    grads = once(seed, "bwd")
+    return out, lse, grads, once(seed + 1, "bwd_again") if c["deterministic"] else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Build
 
@@ -271,7 +309,7 @@ def csrc_root() -> Path:
 
 def selected_fwd_tus(csrc: Path | None = None, kinds=("fwd",)) -> list[Path]:
     """The kernel TUs of `kinds` ("fwd": 16-bit and FP8 forward; "decode": the KV-cache kernels,
-    both cache kinds) FLASH3_HDIMS / FLASH3_DTYPES select, in csrc."""
+    both cache kinds; "bwd": the backward) FLASH3_HDIMS / FLASH3_DTYPES select, in csrc."""
     csrc = csrc or csrc_root()
     return [csrc / "generated" / f"{k.name}.cu" for k in _fb().generate_kernels().selected_kernels()
             if k.kind in kinds]
@@ -280,10 +318,14 @@ def selected_fwd_tus(csrc: Path | None = None, kinds=("fwd",)) -> list[Path]:
 # The decode path's own kernels (not generated; setup.py compiles them into every build): the fused
 # append and the split-KV combine. Linked into the driver always (it calls both).
 DECODE_SOURCES = ("flash3/decode/append_kv.cu", "flash3/decode/combine.cu")
-# Headers the host objects (sim_driver.cu, registry.cpp) depend on, for their cache key.
+# The fused FP8 rotate-and-quantize (setup.py compiles it into every build, both input dtypes):
+# linked always, for sim_op_quantize.cu.
+QUANTIZE_SOURCES = ("flash3/fp8/quantize.cu",)
+# Headers the host objects (sim_driver.cu, sim_op_*.cu, registry.cpp) depend on, for their cache key.
 HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/bwd/api.h", "flash3/bwd/params.h",
                 "flash3/common/attn_logic.h",
-                "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h")
+                "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h",
+                "flash3/fp8/quantize.h")
 
 
 def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
@@ -356,10 +398,10 @@ def build_driver(jobs: int | None = None) -> Path:
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     if not (SIM_DIR / "build" / "lib" / "libcudart.so.13").exists():
         subprocess.run(["make", "-s", "-C", str(SIM_DIR), "lib"], check=True)
-    tus = selected_fwd_tus(csrc, ("fwd", "decode"))
+    tus = selected_fwd_tus(csrc, ("fwd", "decode", "bwd"))
     if not tus:
-        raise RuntimeError("FLASH3_HDIMS/FLASH3_DTYPES select no forward or decode kernel")
-    tus += [csrc / x for x in DECODE_SOURCES]
+        raise RuntimeError("FLASH3_HDIMS/FLASH3_DTYPES select no forward, decode or backward kernel")
+    tus += [csrc / x for x in DECODE_SOURCES + QUANTIZE_SOURCES]
     kflags = kernel_flags(cutlass, csrc)
     objs, todo = [], []
     for tu in tus:

@@ -8,7 +8,8 @@
 //                                "decode_fp8_cache", and the other ops' lists) for the linked TUs
 //   sim_driver CASE_DIR          run the call in CASE_DIR/case.txt, write CASE_DIR/NAME.out.bin for
 //                                output the op names (fwd, fwd_fp8: out lse; kvcache: out lse
-//                                k_cache v_cache, and q_out when given)
+//                                k_cache v_cache, and q_out when given; bwd: dq dk dv;
+//                                quantize_fp8: out descale)
 //
 // It links flash3's real host code (the generated kernel TUs the build selected, fwd/registry.cpp)
 // and mirrors csrc/binding.cpp (fwd_sm90_cuda, fwd_fp8_sm90_cuda, fp8_descale),
@@ -19,7 +20,7 @@
 //
 // case.txt (written by tools/smoke_sim.py, write_case), one item per line, '#' comments:
 //   flash3-sim-case 1
-//   op fwd | fwd_fp8 | kvcache | (the other ops' names)
+//   op fwd | fwd_fp8 | kvcache | bwd | quantize_fp8 | (the other ops' names)
 //   tensor NAME DTYPE NDIM SIZE... STRIDE...     data: CASE_DIR/NAME.bin, the elements from offset 0
 //                                                to the largest one addressed (row-major for
 //                                                contiguous tensors), little endian
@@ -33,8 +34,13 @@
 // the fused append when tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out
 // (q_out with rotary: the attention then takes q_out, as flash3/ops.py attention_kvcache does),
 // scalars rotary_interleaved q_per_token. seqused_k is what ops.py computes (cache_seqlens + s_new,
-// clamped to int32). Outputs hold what the caller passed (NaN poison, the caches' old contents);
-// after the launches the driver writes their whole buffers to NAME.out.bin.
+// clamped to int32). bwd (sim_op_bwd.cu, torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv,
+// optional dlse cu_seqlens_q cu_seqlens_k; scalars max_seqlen_q max_seqlen_k softmax_scale causal
+// window_left window_right softcap deterministic. quantize_fp8 (sim_op_quantize.cu,
+// torch.ops.flash3.quantize_fp8_sm90): x out descale, optional signs mean channel_descale; scalars
+// block_size layout. Outputs hold what the caller passed (NaN poison,
+// the caches' old contents); after the launches the driver writes their whole buffers to
+// NAME.out.bin.
 //
 // Exit: 0 launched and synchronized; 3 the call was refused (what TORCH_CHECK or the launcher would
 // raise; the message goes to stderr as "sim_driver: error: ..."); 2 bad case files or CUDA errors.
