@@ -55,7 +55,7 @@ def test_op_call_fwd(feature):
     assert op == "fwd"
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse
     assert t["cu_seqlens_q"] is c["cu_q"] and t["cu_seqlens_k"] is c["cu_k"] and t["seqused_k"] is c["seqused_k"]
-    assert s["softmax_scale"] == 64 ** -0.5 and s["causal"] == (feature == "causal")
+    assert s["softmax_scale"] == 64 ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk"))
     assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, -1))
     assert s["softcap"] == (5.0 if feature == "softcap" else 0.0)
     assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (c["max_q"], c["max_k"])
@@ -63,8 +63,10 @@ def test_op_call_fwd(feature):
         assert lse.shape == (2, smoke.SQ + 77) and t["cu_seqlens_q"].dtype == torch.int32
     elif feature == "kvcache":
         assert t["seqused_k"].tolist() == [smoke.SK, 150] and lse.shape == (2, 2, 77)
-    else:
-        assert lse.shape == (2, c["q"].shape[2], smoke.SQ)
+    else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
+        s_q, s_k = (smoke.SK, smoke.SQ) if feature == "sq_gt_sk" else (smoke.SQ, smoke.SK)
+        assert lse.shape == (2, c["q"].shape[2], s_q) and t["k"].shape[1] == s_k
+        assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (s_q, s_k)
 
 
 @pytest.mark.parametrize("feature", [f for f in smoke.FEATURES if smoke.applies("e4m3:64:64", f)])
@@ -77,14 +79,20 @@ def test_op_call_fp8(feature):
     assert out.dtype == torch.bfloat16
     op, t, s = smoke_sim.op_call(c, out, lse)
     assert op == "fwd_fp8" and "seqused_k" not in t
-    assert (s["q_block"], s["kv_block"]) == smoke.FP8_BLOCK
+    # perhead: one descale per (batch, head), its block the sequence rounded up to 64 rows / 128 keys
+    want_block = (256, 384) if feature == "perhead" else smoke.FP8_BLOCK
+    assert c["fp8_block"] == want_block and (s["q_block"], s["kv_block"]) == want_block
+    if feature == "perhead":
+        assert [tuple(x.shape) for x in c["descales"][:3]] == [(2, 2, 1)] * 3
     assert [t[n] for n in ("q_descale", "k_descale", "v_descale", "v_channel_descale")] == list(c["descales"])
     if feature == "varlen":
         assert torch.equal(t["v"].view(torch.uint8), fp8.pack_v_fp8_varlen(c["v"], c["cu_k"]).view(torch.uint8))
         assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (smoke.SQ, smoke.SK)
     else:
         vt = t["v"]
-        assert vt.shape[:3] == (2, c["k"].shape[2], 64) and vt.shape[3] % 16 == 0 and vt.shape[3] >= smoke.SK
+        s_k = smoke.SQ if feature == "sq_gt_sk" else smoke.SK
+        assert c["k"].shape[1] == s_k and c["q"].shape[1] == (smoke.SK if feature == "sq_gt_sk" else smoke.SQ)
+        assert vt.shape[:3] == (2, c["k"].shape[2], 64) and vt.shape[3] % 16 == 0 and vt.shape[3] >= s_k
         assert torch.equal(vt.view(torch.uint8), fp8.pack_v_fp8(c["v"]).view(torch.uint8))
         assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (0, 0)
 
@@ -104,14 +112,14 @@ def test_classify():
 def test_selected_tus_follow_the_knobs(monkeypatch):
     monkeypatch.setenv("FLASH3_HDIMS", "128")
     monkeypatch.setenv("FLASH3_DTYPES", "bf16,e4m3")
-    names = [p.name for p in smoke_sim.selected_fwd_tus(ROOT / "csrc")]
+    names = [p.name for p in smoke_sim.selected_tus(ROOT / "csrc")]
     assert names == sorted(names, key=names.index)  # stable
     assert set(names) == {"fwd_bf16_hdim128_sm90.cu", "fwd_bf16_hdim128_wide_sm90.cu",
                           "fwd_fp8_e4m3_hdim128_sm90.cu"}
     assert all((ROOT / "csrc" / "generated" / n).exists() for n in names)
     monkeypatch.setenv("FLASH3_SIM_CSRC", "/tmp/elsewhere/csrc")
     assert smoke_sim.csrc_root() == Path("/tmp/elsewhere/csrc")
-    assert smoke_sim.selected_fwd_tus()[0].parent == Path("/tmp/elsewhere/csrc/generated")
+    assert smoke_sim.selected_tus()[0].parent == Path("/tmp/elsewhere/csrc/generated")
 
 
 def test_build_key_tracks_sources_and_flags(tmp_path):
@@ -318,7 +326,11 @@ def test_quant_kernel_ids_labels_and_features(monkeypatch):
         assert smoke.family(kid) == "quant" and smoke_quant.quant_dtype(kid) == dt
         assert smoke.kernel_label(kid) == f"quant {dt}"
         assert smoke.kernel_features(kid) == smoke_quant.QUANT_FEATURES
-    assert not any(smoke.applies("quant:bf16", f) for f in smoke.FEATURES + smoke.DEC_FEATURES)
+    # "perhead" names a feature of both FEATURES (FP8 forward) and QUANT_FEATURES: each family its own case.
+    assert not any(smoke.applies("quant:bf16", f) for f in smoke.FEATURES + smoke.DEC_FEATURES
+                   if f not in smoke_quant.QUANT_FEATURES)
+    assert smoke.applies("quant:bf16", "perhead") and smoke.applies("e4m3:128:128", "perhead")
+    assert not smoke.applies("bf16:128:128", "perhead") and not smoke.applies("dec:bf16:128:128", "perhead")
     assert not any(smoke.applies(k, f) for k in ("bf16:128:128", "dec:bf16:128:128")
                    for f in smoke_quant.QUANT_FEATURES)
     with pytest.raises(ValueError, match="not a quant kernel id"):
@@ -487,7 +499,7 @@ BWD_FEATURES = smoke.kernel_features("bwd:bf16:64:64")
 def test_backward_tus_follow_the_knobs(monkeypatch):
     monkeypatch.setenv("FLASH3_HDIMS", "128")
     monkeypatch.setenv("FLASH3_DTYPES", "bf16")
-    names = [p.name for p in smoke_sim.selected_fwd_tus(ROOT / "csrc", ("bwd",))]
+    names = [p.name for p in smoke_sim.selected_tus(ROOT / "csrc", ("bwd",))]
     assert names == ["bwd_bf16_hdim128_sm90.cu"] and (ROOT / "csrc" / "generated" / names[0]).exists()
 
 
@@ -504,7 +516,7 @@ def test_bwd_op_call(feature):
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
     left, right = (97, 13) if feature == "window" else (-1, -1)  # causal: the op makes the right side 0
     assert s == dict(max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], softmax_scale=64 ** -0.5,
-                     causal=feature in ("causal", "dlse"), window_left=left, window_right=right,
+                     causal=feature in ("causal", "dlse", "sq_gt_sk"), window_left=left, window_right=right,
                      softcap=5.0 if feature == "softcap" else 0.0, deterministic=feature == "determ")
     if feature == "dlse":  # lse's shape and dtype (batched: (b, h, s_q))
         assert t["dlse"].dtype == torch.float32 and t["dlse"].shape == lse.shape == (2, 2, smoke.SQ)
@@ -512,6 +524,9 @@ def test_bwd_op_call(feature):
         assert t["dlse"] is None
     if feature == "varlen":
         assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ + 77] and lse.shape == (2, smoke.SQ + 77)
+    if feature == "sq_gt_sk":  # more queries than keys; dout and lse follow q
+        assert lse.shape == (2, 2, smoke.SK) and t["k"].shape[1] == smoke.SQ and t["dout"].shape[1] == smoke.SK
+        assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (smoke.SK, smoke.SQ)
 
 
 def _fake_run_case(calls, fwd_value=0.0):
@@ -572,3 +587,212 @@ def test_sim_worker_bwd_seeds(monkeypatch, capsys, feature, differs, status):
     assert res["status"] == status and res["seeds"] == [1, 2], res
     if status == "wrong":
         assert res["detail"].startswith("seed 2's outputs differ bitwise from seed 1's")
+
+
+# ------------------------------------------------------------------ the CI subset, TU kinds, the driver's options
+
+CI_INFO = {"fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]],
+           "decode": [["bf16", 128, 128], ["fp16", 64, 64]], "decode_fp8_cache": [["bf16", 128, 128]],
+           "bwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "quantize_fp8": ["bf16"]}
+
+
+def test_ci_cases_cover_every_kernel_and_feature():
+    """Every kernel at least once, every feature of each family (FP8-cache decode apart from 16-bit
+    decode) at least once, only features that apply, each once, in matrix order; 16-bit forward
+    kernels with a wide-tile variant get both full (the wide tile) and causal (the plain one)."""
+    import flash3_build
+    ids = smoke.kernel_ids(CI_INFO)
+    assert ids == ["bf16:64:64", "bf16:128:128", "fp16:128:128", "e4m3:128:128", "bwd:bf16:64:64",
+                   "bwd:bf16:128:128", "bwd:fp16:128:128", "dec:bf16:128:128", "dec:fp16:64:64",
+                   "dec:kve4m3:bf16:128:128", "quant:bf16"]
+    jobs = smoke.ci_cases(ids)
+    assert [k for k, _ in jobs] == ids and all(fs for _, fs in jobs)
+    got = dict(jobs)
+    for k, fs in jobs:
+        assert all(smoke.applies(k, f) for f in fs), (k, fs)
+        assert fs == [f for f in smoke.kernel_features(k) if f in fs], (k, fs)  # matrix order, no repeats
+    groups = {}
+    for k in ids:
+        groups.setdefault((smoke.family(k), smoke.dec_fp8_cache(k)), []).append(k)
+    assert len(groups) == 7  # bf16, fp16, e4m3, bwd, dec, dec FP8 cache, quant
+    for ks in groups.values():
+        assert {f for k in ks for f in got[k]} == set(smoke.kernel_features(ks[0])), ks
+    # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache"]
+    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk"]
+    assert got["dec:kve4m3:bf16:128:128"] == smoke.DEC_FEATURES  # alone in its group
+    assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
+    assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
+    assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
+    assert set(got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]) >= {"determ", "dlse"}
+    # The wide tile: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the backward).
+    assert (128, 128) in set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
+    for k in ("bf16:128:128", "fp16:128:128"):
+        assert {"full", "causal"} <= set(got[k]), k
+    assert "causal" not in got["bf16:64:64"] and "full" not in got["bwd:bf16:128:128"]
+    assert smoke.ci_cases(["fp16:64:64"]) == [("fp16:64:64", smoke.kernel_features("fp16:64:64"))]
+
+
+def test_kinds_for():
+    """The TU kinds a set of kernel ids needs, in ALL_KINDS order (a backward case runs its forward
+    first; the quantize, append and combine kernels are always linked)."""
+    assert smoke_sim.ALL_KINDS == ("fwd", "decode", "bwd")
+    assert smoke_sim.kinds_for(["bf16:128:128"]) == ("fwd",)
+    assert smoke_sim.kinds_for(["e4m3:128:128", "fp16:64:64"]) == ("fwd",)
+    assert smoke_sim.kinds_for(["bwd:bf16:128:128"]) == ("fwd", "bwd")
+    assert smoke_sim.kinds_for(["dec:kve4m3:bf16:128:128"]) == ("decode",)
+    assert smoke_sim.kinds_for(["quant:bf16", "quant:fp16"]) == ()
+    assert smoke_sim.kinds_for(["dec:bf16:64:64", "quant:bf16", "bwd:fp16:64:64"]) == smoke_sim.ALL_KINDS
+    assert smoke_sim.kinds_for(smoke.kernel_ids(CI_INFO)) == smoke_sim.ALL_KINDS
+    assert smoke_sim.kinds_for([]) == ()
+
+
+class _Built(Exception):
+    pass
+
+
+@pytest.mark.parametrize("args,kinds", [
+    (["--cases", "dec:bf16:128:128/contig,quant:bf16/rows"], ("decode",)),
+    (["--cases", "bwd:bf16:64:64/full bf16:64:64/causal"], ("fwd", "bwd")),
+    (["--kernels", "e4m3:128:128,quant:fp16", "--ci"], ("fwd",)),
+    (["--ci"], ("fwd", "decode", "bwd")),
+    ([], ("fwd", "decode", "bwd"))])
+def test_sim_main_builds_only_the_kinds_it_needs(monkeypatch, args, kinds):
+    built = []
+
+    def fake_build(jobs=None, kinds=smoke_sim.ALL_KINDS):
+        built.append(kinds)
+        raise _Built
+    monkeypatch.setattr(smoke_sim, "build_driver", fake_build)
+    with pytest.raises(_Built):
+        smoke.main(["--backend", "sim"] + args)
+    assert built == [kinds]
+
+
+RECORDING_WORKER = """
+import json, os, sys
+a = sys.argv
+open(os.environ["ARGV_LOG"], "a").write(json.dumps(a[1:]) + "\\n")
+print(json.dumps({"ready": True, "flash3": "/fake"}), flush=True)
+for f in a[a.index("--features") + 1].split(","):
+    print(json.dumps({"begin": f}), flush=True)
+    print(json.dumps({"kernel": a[a.index("--kernel") + 1], "feature": f, "status": "ok"}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("first_only", [False, True])
+def test_sim_driver_runs_every_seed_by_default(tmp_path, monkeypatch, first_only):
+    """--backend sim hands its workers --seeds-all (every case with every seed) unless
+    --first-seed-only; the JSON's meta names the backend and the seeds."""
+    import subprocess
+    worker = tmp_path / "worker.py"
+    worker.write_text(RECORDING_WORKER)
+    log, out = tmp_path / "argv.log", tmp_path / "smoke.json"
+    monkeypatch.setenv("ARGV_LOG", str(log))
+    cmd = [sys.executable, str(ROOT / "tools" / "smoke.py"), "--backend", "sim", "--kernels", "bf16:64:64",
+           "--features", "full,causal", "--seeds", "3,4", "--worker-cmd", f"{sys.executable} {worker}",
+           "--json", str(out)] + (["--first-seed-only"] if first_only else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    argvs = [json.loads(l) for l in log.read_text().splitlines()]
+    assert len(argvs) == 1
+    a = argvs[0]
+    assert a[a.index("--backend") + 1] == "sim" and a[a.index("--seeds") + 1] == "3,4"
+    assert ("--seeds-all" in a) == (not first_only)
+    saved = json.loads(out.read_text())
+    assert [c["status"] for c in saved["cases"]] == ["ok", "ok"]
+    assert saved["meta"]["backend"] == "sim" and saved["meta"]["seeds"] == "3,4"
+    assert "--first-seed-only" in saved["meta"]["command"].split() or not first_only
+
+
+def test_sim_worker_first_seed_only(monkeypatch, capsys):
+    """seeds_all=False (--first-seed-only): only the family's first feature with every seed."""
+    calls = []
+
+    def fake_launch(p, driver, seed=1, sms=None):
+        calls.append((p["feature"], seed))
+        out, descale = smoke_quant.reference(p)
+        return {"out": out, "descale": descale}
+    monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
+    first = smoke_quant.QUANT_FEATURES[0]
+    assert smoke.sim_worker("quant:bf16", [first, "tiny"], "driver", [1, 2], seeds_all=False) == 0
+    res = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
+    assert calls == [(first, 1), (first, 2), ("tiny", 1), ("tiny", 1)]  # tiny: two parts, one seed
+    assert [r["seeds"] for r in res] == [[1, 2], [1]]
+
+
+# ------------------------------------------------------------------ tools/sim_report.py
+
+import sim_report  # noqa: E402
+
+REPORT_CASES = [
+    {"kernel": "bf16:128:128", "feature": "full", "status": "ok"},
+    {"kernel": "bf16:64:64", "feature": "causal", "status": "ok"},
+    {"kernel": "e4m3:128:128", "feature": "perhead", "status": "ok"},
+    {"kernel": "bwd:bf16:128:128", "feature": "dlse", "status": "ok"},
+    {"kernel": "dec:kve4m3:bf16:128:128", "feature": "page48", "status": "ok"},
+    {"kernel": "quant:bf16", "feature": "rows", "status": "ok"},
+]
+
+
+def test_sim_report_rows_and_verdicts():
+    r = sim_report.rows(REPORT_CASES)
+    assert list(r) == ["forward bf16", "FP8 forward e4m3", "backward bf16", "decode bf16, e4m3 cache",
+                       "FP8 rotate-and-quantize"]
+    assert r["forward bf16"]["dims"] == "128, 64" and r["forward bf16"]["features"] == ["full", "causal"]
+    assert r["FP8 rotate-and-quantize"]["dims"] == "" and r["backward bf16"]["features"] == ["dlse"]
+    assert sim_report.kind("dec:fp16:192:128") == "decode fp16, fp16 cache"
+    assert sim_report.rows([{"kernel": "fp16:192:128", "feature": "full", "status": "ok"}])[
+        "forward fp16"]["dims"] == "192×128"
+    assert sim_report.verdict(r["forward bf16"]["cases"]) == "✓ 2/2"
+    bad = [dict(REPORT_CASES[0]), {"kernel": "bf16:64:64", "feature": "sq_gt_sk", "status": "wrong", "detail": "x"},
+           {"kernel": "bf16:64:64", "feature": "window", "status": "not run"}]
+    v = sim_report.verdict(bad)
+    assert v.startswith("✗ 1/3 ok") and "bf16 64 sq_gt_sk: wrong" in v and "bf16 64 window: not run" in v
+    assert "✓" not in v
+    many = [{"kernel": "bf16:64:64", "feature": f"f{i}", "status": "hang"} for i in range(6)]
+    assert sim_report.verdict(many).endswith("; 2 more") and "f4" not in sim_report.verdict(many)
+
+
+def test_sim_report_table():
+    sim = {"cases": REPORT_CASES, "meta": {"command": "tools/smoke.py --backend sim --ci", "date": "2026-01-02",
+                                           "backend": "sim", "seeds": "1,2"}}
+    lines = sim_report.table(sim, None).splitlines()
+    assert lines[0] == ("- simulator: `tools/smoke.py --backend sim --ci` on 2026-01-02, schedule seeds 1,2, "
+                        "6 cases")
+    assert lines[2] == "| kernels | head dims | features | simulator | GPU |"
+    body = lines[4:]
+    assert len(body) == 5 and all(l.endswith("| not yet |") for l in body)  # no GPU JSON
+    assert body[0] == "| forward bf16 | 128, 64 | full, causal | ✓ 2/2 | not yet |"
+    gpu = {"cases": [dict(REPORT_CASES[0], status="hang"), {"kernel": "fp16:64:64", "feature": "full",
+                                                             "status": "ok"}]}
+    t = sim_report.table(sim, gpu)
+    assert "- GPU: `tools/smoke.py` on ?, 2 cases" in t
+    row = [l for l in t.splitlines() if l.startswith("| forward bf16 |")][0]
+    assert row.split(" | ")[3:] == ["✓ 2/2", "✗ 0/1 ok; bf16 128 full: hang |"]
+    assert "| forward fp16 | 64 | full | not yet | ✓ 1/1 |" in t  # GPU only
+
+
+def test_sim_report_update_readme(tmp_path):
+    readme = tmp_path / "README.md"
+    head, tail = "# x\n\nbefore\n", "\nafter\n"
+    readme.write_text(head + sim_report.BEGIN + "\nold table\n" + sim_report.END + tail)
+    sim_report.update_readme("| new |", readme)
+    assert readme.read_text() == head + sim_report.BEGIN + "\n| new |\n" + sim_report.END + tail
+    sim_report.update_readme("| newer |", readme)  # again: replaces, keeps the rest
+    assert readme.read_text() == head + sim_report.BEGIN + "\n| newer |\n" + sim_report.END + tail
+    for text in ("no markers\n", sim_report.END + "\n" + sim_report.BEGIN + "\n", sim_report.BEGIN + "\n"):
+        readme.write_text(text)
+        with pytest.raises(SystemExit):
+            sim_report.update_readme("| t |", readme)
+        assert readme.read_text() == text  # left alone
+    assert sim_report.BEGIN in (ROOT / "README.md").read_text() and sim_report.END in (ROOT / "README.md").read_text()
+
+
+def test_sim_report_main(tmp_path, capsys):
+    sim = tmp_path / "sim.json"
+    sim.write_text(json.dumps({"cases": REPORT_CASES}))
+    assert sim_report.main(["--sim", str(sim)]) == 0
+    assert "| forward bf16 | 128, 64 | full, causal | ✓ 2/2 | not yet |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no results"):
+        sim_report.main(["--sim", str(tmp_path / "missing.json")])

@@ -9,7 +9,8 @@ kind, quantize), with the head dims and features that ran, and per backend how m
 tools/hopper_sim/build/smoke-sim-last.json); --gpu is a lent GPU's smoke.json (device check), else
 the GPU column says "not yet". --update-readme rewrites README.md between the markers
 <!-- kernel-status:begin --> and <!-- kernel-status:end -->; otherwise the table is printed.
-A kind is "✓" only where every one of its cases ran and passed; failures are named.
+A kind is "✓" only where every one of its cases ran and passed in a run that finished; failures
+are named.
 """
 from __future__ import annotations
 
@@ -64,11 +65,11 @@ def rows(cases: list[dict]) -> dict:
     return out
 
 
-def verdict(cs: list[dict]) -> str:
+def verdict(cs: list[dict], partial: bool = False) -> str:
     n = len(cs)
     ok = sum(c["status"] == "ok" for c in cs)
     if ok == n:
-        return f"✓ {ok}/{n}"
+        return f"{'(interrupted run) ' if partial else '✓ '}{ok}/{n}"
     bad = [f"{smoke.kernel_label(c['kernel'])} {c['feature']}: {c['status']}" for c in cs if c["status"] != "ok"]
     return f"✗ {ok}/{n} ok; " + "; ".join(bad[:4]) + (f"; {len(bad) - 4} more" if len(bad) > 4 else "")
 
@@ -83,13 +84,14 @@ def table(sim: dict | None, gpu: dict | None) -> str:
         meta = res.get("meta", {})
         lines.append(f"- {what}: `{meta.get('command', 'tools/smoke.py')}` on {meta.get('date', '?')}"
                      + (f", schedule seeds {meta['seeds']}" if meta.get("seeds") else "")
-                     + f", {len(res['cases'])} cases")
+                     + f", {len(res['cases'])} cases"
+                     + (" — **interrupted: only the cases that finished**" if res.get("partial") else ""))
     lines += ["", "| kernels | head dims | features | simulator | GPU |", "|---|---|---|---|---|"]
     for name in list(sim_rows) + [n for n in gpu_rows if n not in sim_rows]:
         r = sim_rows.get(name) or gpu_rows[name]
         feats = list(dict.fromkeys(r["features"] + gpu_rows.get(name, {}).get("features", [])))
-        s = verdict(sim_rows[name]["cases"]) if name in sim_rows else "not yet"
-        g = verdict(gpu_rows[name]["cases"]) if name in gpu_rows else "not yet"
+        s = verdict(sim_rows[name]["cases"], sim.get("partial", False)) if name in sim_rows else "not yet"
+        g = verdict(gpu_rows[name]["cases"], gpu.get("partial", False)) if name in gpu_rows else "not yet"
         lines.append(f"| {name} | {r['dims']} | {', '.join(feats)} | {s} | {g} |")
     return "\n".join(lines)
 

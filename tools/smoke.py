@@ -45,9 +45,10 @@ not a case: never run, "n/a" in the matrix.
 FLASH3_DTYPES) are built into tools/hopper_sim/flash3/sim_driver.cu (tools/smoke_sim.py; cached,
 rebuilt when sources or flags change) and every case's launch runs under tools/hopper_sim/simrun
 (strict checks, --uninit) instead of torch.ops.flash3.*: the same make_case on the CPU,
-NaN-poisoned out/lse, the same check(). The first case of each kernel runs once per --seeds seed
-(schedules; the outputs must also be bitwise equal), the others with the first seed (--seeds-all:
-every case with every seed). A strict-check failure is a crash (deadlock/livelock: hang), an
+NaN-poisoned out/lse, the same check(). Every case runs once per --seeds seed (schedules; the
+outputs must also be bitwise equal; --first-seed-only: only each kernel's first case, the others
+with the first seed). With --cases / --kernels only the TU kinds those need are built. --ci: the
+CI subset (ci_cases). A strict-check failure is a crash (deadlock/livelock: hang), an
 unsupported feature or a refused call an error. A backward case's run is the forward, then the
 backward (smoke_sim.bwd_launch: "determ" launches it twice, the second time with the next seed,
 another schedule); across seeds its dq may differ outside deterministic mode (dQ tiles are summed
@@ -73,7 +74,10 @@ from pathlib import Path
 import smoke_quant  # tools/, beside this file: the quantize kernel's family
 
 ROOT = Path(__file__).resolve().parent.parent
-FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse"]
+# "sq_gt_sk": causal with more queries than keys (the first s_q - s_k rows see no key: out 0, lse
+# -inf); "perhead": FP8 with one descale per head (blocks spanning the sequences).
+FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
+            "perhead"]
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
 # caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
@@ -87,8 +91,8 @@ SQ, SK = 203, 331  # partial tiles for every block size
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse"}, "bf16": {"determ", "dlse"},
-                  "fp16": {"determ", "dlse"}, "bwd": {"kvcache"}}
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse"}, "bf16": {"determ", "dlse", "perhead"},
+                  "fp16": {"determ", "dlse", "perhead"}, "bwd": {"kvcache", "perhead"}}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -176,8 +180,10 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
              cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
-    if feature in ("causal", "dlse"):
+    if feature in ("causal", "dlse", "sq_gt_sk"):
         c["causal"] = True
+        if feature == "sq_gt_sk":
+            sq, sk = SK, SQ
     elif feature == "window":
         c["window"] = (97, 13)
     elif feature == "softcap":
@@ -204,15 +210,20 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
 
 
 def _quantize_case(c: dict, g) -> dict:
-    """The e4m3 form of a bf16 case, c["descales"] = (q, k, v, v channel): batched inputs through
-    flash3.fp8's block quantizers (FP8_BLOCK); packed (varlen) ones, which those cannot quantize per
-    sequence, cast to e4m3 as they are, with random per-sequence block descales in [0.5, 1.5)."""
+    """The e4m3 form of a bf16 case, c["descales"] = (q, k, v, v channel), c["fp8_block"] = (q rows,
+    k/v keys) per descale: batched inputs through flash3.fp8's block quantizers (FP8_BLOCK; "perhead":
+    one block per sequence, rounded up to the kernel's 64 / 128 as flash3's per-head descales are);
+    packed (varlen) ones, which those cannot quantize per sequence, cast to e4m3 as they are, with
+    random per-sequence block descales in [0.5, 1.5)."""
     import torch
     from flash3 import fp8
+    c["fp8_block"] = FP8_BLOCK
+    if c["feature"] == "perhead":
+        c["fp8_block"] = (-(-c["max_q"] // 64) * 64, -(-c["max_k"] // 128) * 128)
     if c["cu_q"] is None:
-        c["q"], qd = fp8.quantize_fp8(c["q"], block_size=FP8_BLOCK[0])
-        c["k"], kd = fp8.quantize_fp8(c["k"], block_size=FP8_BLOCK[1])
-        c["v"], vd, vcd = fp8.quantize_v_fp8(c["v"], block_size=FP8_BLOCK[1])
+        c["q"], qd = fp8.quantize_fp8(c["q"], block_size=c["fp8_block"][0])
+        c["k"], kd = fp8.quantize_fp8(c["k"], block_size=c["fp8_block"][1])
+        c["v"], vd, vcd = fp8.quantize_v_fp8(c["v"], block_size=c["fp8_block"][1])
     else:
         b, h, hk, dv = len(c["lens_q"]), c["q"].shape[1], c["k"].shape[1], c["v"].shape[2]
         dev = c["q"].device
@@ -467,7 +478,7 @@ def _launch_fp8(c, out, lse):
         vt, tail = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"]), (c["cu_q"], c["cu_k"], c["max_q"], c["max_k"])
     else:
         vt, tail = fp8.pack_v_fp8(c["v"]), ()
-    torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, *c["descales"], *FP8_BLOCK,
+    torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, *c["descales"], *c["fp8_block"],
                                   c["q"].shape[-1] ** -0.5, c["causal"], c["window"][0], c["window"][1],
                                   c["softcap"], *tail)
 
@@ -532,7 +543,7 @@ def fp8_reference(c: dict):
     q, k, v = (cpu(c[n]) for n in ("q", "k", "v"))
     qd, kd, vd, vcd = map(cpu, c["descales"])
     kw = dict(softmax_scale=q.shape[-1] ** -0.5, causal=c["causal"], window_left=c["window"][0],
-              window_right=c["window"][1], softcap=c["softcap"], block_size=FP8_BLOCK,
+              window_right=c["window"][1], softcap=c["softcap"], block_size=c["fp8_block"],
               v_channel_descale=vcd)
     if c["cu_q"] is not None:
         return fp8.fp8_attention_varlen_reference(q, k, v, cpu(c["cu_q"]), cpu(c["cu_k"]), qd, kd, vd,
@@ -668,7 +679,7 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
     import torch
     import smoke_sim
     _emit({"ready": True, "flash3": "hopper_sim:" + driver})
-    first = next(iter(kernel_features(kernel)), None)
+    first = features[0] if features else None  # its every-seed case when not seeds_all
     for f in features:
         _emit({"begin": f})
         t0 = time.monotonic()
@@ -1063,8 +1074,10 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", metavar="SMOKE_JSON", help="print shell assignments for device_check.sh")
     ap.add_argument("--backend", choices=("gpu", "sim"), default="gpu",
                     help="gpu (torch.ops.flash3) or sim (the Hopper simulator, no GPU)")
-    ap.add_argument("--seeds", default="1,2", help="sim: schedule seeds of each kernel's first case")
-    ap.add_argument("--seeds-all", action="store_true", help="sim: every case with every seed")
+    ap.add_argument("--seeds", default="1,2", help="sim: schedule seeds of every case")
+    ap.add_argument("--first-seed-only", action="store_true",
+                    help="sim: every seed only on each kernel's first case, the first seed elsewhere (quicker)")
+    ap.add_argument("--seeds-all", action="store_true", help=argparse.SUPPRESS)  # worker: every case, every seed
     ap.add_argument("--sms", type=int, help="sim: simulated SM count (simrun's default otherwise)")
     ap.add_argument("--sim-driver", help="sim worker: the driver binary (internal)")
     args = ap.parse_args(argv)
@@ -1096,7 +1109,8 @@ def main(argv=None) -> int:
     driver = None
     if sim and not args.worker_cmd:
         import smoke_sim
-        driver = smoke_sim.build_driver()
+        wanted = [k for k, _ in jobs] if args.cases else args.kernels.split(",") if args.kernels else None
+        driver = smoke_sim.build_driver(kinds=smoke_sim.kinds_for(wanted) if wanted else smoke_sim.ALL_KINDS)
         print(f"smoke: sim backend, driver {driver}", flush=True)
     if not args.cases:
         kernels = (args.kernels.split(",") if args.kernels
@@ -1106,7 +1120,7 @@ def main(argv=None) -> int:
     cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
            else [sys.executable, os.path.abspath(__file__), "--worker"])
     if sim:
-        cmd += ["--backend", "sim", "--seeds", args.seeds] + (["--seeds-all"] if args.seeds_all else [])
+        cmd += ["--backend", "sim", "--seeds", args.seeds] + ([] if args.first_seed_only else ["--seeds-all"])
         cmd += (["--sms", str(args.sms)] if args.sms else []) + (["--sim-driver", str(driver)] if driver else [])
     n = sum(len(fs) for _, fs in jobs)
     signal.signal(signal.SIGTERM, _on_term)  # timeout(1) must not leave hung GPU workers behind

@@ -128,7 +128,6 @@ def read_case(d: Path) -> tuple[str, dict, dict]:
 def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
     """(op, tensors, scalars) of one smoke case: the arguments smoke._launch_fwd / _launch_fp8 give
     torch.ops.flash3.fwd_sm90 / fwd_fp8_sm90 (v is the packed vt for fwd_fp8)."""
-    from smoke import FP8_BLOCK
     scalars = dict(softmax_scale=float(c["q"].shape[-1] ** -0.5), causal=bool(c["causal"]),
                    window_left=int(c["window"][0]), window_right=int(c["window"][1]),
                    softcap=float(c["softcap"]), max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]))
@@ -145,7 +144,7 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
         scalars.update(max_seqlen_q=0, max_seqlen_k=0)
     qd, kd, vd, vcd = c["descales"]
     tensors.update(q_descale=qd, k_descale=kd, v_descale=vd, v_channel_descale=vcd)
-    scalars.update(q_block=FP8_BLOCK[0], kv_block=FP8_BLOCK[1])
+    scalars.update(q_block=c["fp8_block"][0], kv_block=c["fp8_block"][1])
     return "fwd_fp8", tensors, scalars
 
 
@@ -307,7 +306,7 @@ def csrc_root() -> Path:
     return Path(os.environ.get("FLASH3_SIM_CSRC") or ROOT / "csrc").resolve()
 
 
-def selected_fwd_tus(csrc: Path | None = None, kinds=("fwd",)) -> list[Path]:
+def selected_tus(csrc: Path | None = None, kinds=("fwd",)) -> list[Path]:
     """The kernel TUs of `kinds` ("fwd": 16-bit and FP8 forward; "decode": the KV-cache kernels,
     both cache kinds; "bwd": the backward) FLASH3_HDIMS / FLASH3_DTYPES select, in csrc."""
     csrc = csrc or csrc_root()
@@ -381,9 +380,23 @@ def _compile(cmd: list[str], target: Path, what: str) -> None:
     _log(f"built {target.name} ({time.monotonic() - t0:.0f} s)")
 
 
-def build_driver(jobs: int | None = None) -> Path:
-    """The sim_driver binary for the selected kernels, building what is missing (jobs nvcc at once:
-    FLASH3_COMPILE_JOBS, default 2). Returns its path."""
+ALL_KINDS = ("fwd", "decode", "bwd")
+
+
+def kinds_for(kernel_ids) -> tuple:
+    """The TU kinds smoke kernel ids need (a backward case runs its forward first)."""
+    import smoke
+    need = set()
+    for k in kernel_ids:
+        fam = smoke.family(k)
+        need |= {"dec": {"decode"}, "bwd": {"fwd", "bwd"}, "quant": set()}.get(fam, {"fwd"})
+    return tuple(k for k in ALL_KINDS if k in need)
+
+
+def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
+    """The sim_driver binary for the selected kernels of `kinds` (the quantize, append and combine
+    kernels always), building what is missing (jobs nvcc at once: FLASH3_COMPILE_JOBS, default 2).
+    Returns its path."""
     jobs = jobs or int(os.environ.get("FLASH3_COMPILE_JOBS", "2"))
     fb = _fb()
     csrc = csrc_root()
@@ -398,9 +411,9 @@ def build_driver(jobs: int | None = None) -> Path:
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     if not (SIM_DIR / "build" / "lib" / "libcudart.so.13").exists():
         subprocess.run(["make", "-s", "-C", str(SIM_DIR), "lib"], check=True)
-    tus = selected_fwd_tus(csrc, ("fwd", "decode", "bwd"))
-    if not tus:
-        raise RuntimeError("FLASH3_HDIMS/FLASH3_DTYPES select no forward, decode or backward kernel")
+    tus = selected_tus(csrc, kinds)
+    if not tus and kinds:
+        raise RuntimeError(f"FLASH3_HDIMS/FLASH3_DTYPES select no kernel of kinds {kinds}")
     tus += [csrc / x for x in DECODE_SOURCES + QUANTIZE_SOURCES]
     kflags = kernel_flags(cutlass, csrc)
     objs, todo = [], []
