@@ -100,10 +100,10 @@ def test_driver_classifies_kills_and_restarts(fake):
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
                            on_record=seen.append)
     assert time.monotonic() - t0 < 30
-    assert len(FWD_FEATURES) == 8
-    assert [len(x) for x in seen] == list(range(1, 25))  # progress after every case
+    assert len(FWD_FEATURES) == 9
+    assert [len(x) for x in seen] == list(range(1, 28))  # progress after every case
     c = by_case(res)
-    assert len(res["cases"]) == 24
+    assert len(res["cases"]) == 27
     assert c[("bf16:64:64", "causal")]["status"] == "hang"
     assert "silent for 1 s" in c[("bf16:64:64", "causal")]["detail"]
     assert c[("bf16:64:64", "gqa")]["status"] == "crash"
@@ -117,10 +117,11 @@ def test_driver_classifies_kills_and_restarts(fake):
     assert c[("bf16:96:96", "softcap")]["status"] == "nan"
     # Everything after a hang or crash ran in a restarted worker.
     for k, f in [("bf16:64:64", "window"), ("bf16:64:64", "kvcache"), ("bf16:64:64", "sq_gt_sk"),
-                 ("fp16:128:128", "causal"), ("fp16:128:128", "kvcache"), ("fp16:128:128", "sq_gt_sk")]:
+                 ("bf16:64:64", "nextdim"), ("fp16:128:128", "causal"), ("fp16:128:128", "kvcache"),
+                 ("fp16:128:128", "sq_gt_sk"), ("fp16:128:128", "nextdim")]:
         assert c[(k, f)]["status"] == "ok", (k, f)
         assert c[(k, f)]["flash3"] == "/fake"
-    assert smoke.counts(res["cases"]) == {"ok": 18, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
+    assert smoke.counts(res["cases"]) == {"ok": 21, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
 
 
 def test_driver_budget_leaves_not_run(fake):
@@ -131,7 +132,7 @@ def test_driver_budget_leaves_not_run(fake):
     assert time.monotonic() - t0 < 12
     n = smoke.counts(res["cases"])
     assert n.get("hang", 0) >= 2 and n.get("not run", 0) >= 10
-    assert sum(n.values()) == 16
+    assert sum(n.values()) == 18  # 2 kernels x 9 features
     c = by_case(res)
     # Retries go to the back of the queue: both kernels got their first case before any second.
     assert c[("bf16:128:128", "full")]["status"] == c[("fp16:128:128", "full")]["status"] == "hang"
@@ -176,7 +177,7 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
     p, saved = run_smoke_cli(cmd, kernels, out)
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
-    assert len(saved["cases"]) == 32 and "partial" not in saved  # 4 kernels x 8 features
+    assert len(saved["cases"]) == 36 and "partial" not in saved  # 4 kernels x 9 features
     meta = saved["meta"]  # how the run was made, for tools/sim_report.py
     assert meta["backend"] == "gpu" and "seeds" not in meta and len(meta["date"]) == 10
     assert "tools/smoke.py --kernels " + kernels in meta["command"]
@@ -200,9 +201,9 @@ def test_render_matrix_and_hang_lines():
     text = smoke.render_matrix(cases)
     lines = text.splitlines()
     assert lines[0].split() == ["kernel"] + FWD_FEATURES
-    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok", "ok"]
+    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
     assert lines[2].split() == ["fp16", "64", "CRASH", "-"]
-    assert "10 cases: 7 ok, 1 wrong, 1 crash, 1 not run" in text
+    assert "11 cases: 8 ok, 1 wrong, 1 crash, 1 not run" in text
     assert "bf16 192x128 causal: wrong: max err 3.1e-01 > tol 4.0e-03" in text
     assert smoke.hang_lines(cases) == [
         "fp16 64 full: warpgroup 1 waits on KFull phase 0 tile 0  (2 warps in 2 blocks)",
@@ -236,7 +237,7 @@ def test_case_check_classifies_on_cpu(feature):
     r = smoke.check(c, out, bad_lse)
     assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
     if torch.isinf(lse).any():  # a row without keys must stay -inf
-        assert feature == "sq_gt_sk"
+        assert feature in ("sq_gt_sk", "varlen")  # varlen: the 1-query sequence of 0 keys
         bad_lse = lse.clone()
         bad_lse.view(-1)[int(torch.isinf(lse).view(-1).nonzero()[0])] = 0.0
         r = smoke.check(c, out, bad_lse)
@@ -311,7 +312,7 @@ def test_fp8_case_shapes(feature):
     for n in ("causal", "window", "softcap", "max_q", "max_k", "lens_q", "lens_k"):
         assert c[n] == ref[n], n
     h, hk = c["q"].shape[-2], c["k"].shape[-2]
-    b = 2
+    b = 4 if feature == "varlen" else 2  # varlen: one descale block row per sequence, 4 sequences
     if feature == "perhead":  # the sequence rounded up to the kernel's 64 rows / 128 keys
         assert c["fp8_block"] == (256, 384) == (-(-smoke.SQ // 64) * 64, -(-smoke.SK // 128) * 128)
         nq = nk = 1
@@ -322,7 +323,9 @@ def test_fp8_case_shapes(feature):
     assert all(x.dtype == torch.float32 and (x > 0).all() for x in c["descales"])
     assert (c["cu_q"] is not None) == (feature == "varlen") and c["seqused_k"] is None
     if feature == "varlen":
-        assert c["cu_q"].tolist() == [0, smoke.SQ, smoke.SQ + 77] and c["q"].dim() == 3
+        assert c["cu_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78] and c["q"].dim() == 3
+        assert c["cu_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
+        assert c["q"].shape[0] == smoke.SQ + 78 and c["k"].shape[0] == c["v"].shape[0] == smoke.SK + 190
         assert all(((x >= 0.5) & (x < 1.5)).all() for x in c["descales"])
     elif feature == "sq_gt_sk":  # more queries than keys
         assert c["q"].shape[:2] == (b, smoke.SK) and c["k"].shape[1] == smoke.SQ and c["causal"]
@@ -355,10 +358,13 @@ def test_fp8_case_check_classifies_on_cpu(feature):
     assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
     bad_lse.view(-1)[i] = float("-inf")
     assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
-    if feature == "sq_gt_sk":  # a row without keys given a finite lse
+    if feature in ("sq_gt_sk", "varlen"):  # a row without keys given a finite lse
+        assert torch.isinf(lse).any()  # varlen: the 1-query sequence of 0 keys
         bad_lse = lse.clone()
-        bad_lse.view(-1)[0] = 0.0
+        bad_lse.view(-1)[int(torch.isinf(lse).view(-1).nonzero()[0])] = 0.0
         assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
+    else:
+        assert torch.isfinite(lse).all()
     bad = out.clone()
     bad.view(-1)[7] = float("nan")
     assert smoke.check(c, bad, lse)["status"] == "nan"
@@ -372,15 +378,15 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 8 + 8 + 8
-    assert not any(c["kernel"].startswith("e4m3") and c["feature"] == "kvcache" for c in cases)
+    assert len(cases) == 9 + 8 + 8
+    assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse")]
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a"]  # perhead: FP8 only
-    assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok"]
-    assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok"]
-    assert "24 cases: 22 ok, 1 wrong, 1 hang" in lines[4]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok"]  # perhead: FP8 only
+    assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a"]
+    assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a"]
+    assert "25 cases: 23 ok, 1 wrong, 1 hang" in lines[4]
     assert "e4m3 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"
@@ -402,8 +408,10 @@ BWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bwd:bf16:64:64", f)]
 def test_bwd_features_and_kernel_ids():
     """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
     feature but kvcache, plus determ and dlse (backward only)."""
-    assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk"]
-    assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk"]
+    assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk",
+                            "nextdim"]
+    assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim"]
+    assert "nextdim" not in FP8_FEATURES
     assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
     info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],
             "bwd": [["bf16", 128, 128], ["fp16", 192, 128], ["bf16", 64, 64]]}  # no bf16 64 forward
@@ -420,6 +428,8 @@ def test_bwd_features_and_kernel_ids():
         smoke.make_case("determ", "bf16", 64, 64, device="cpu")
     with pytest.raises(ValueError, match="dlse does not apply to e4m3"):
         smoke.make_case("dlse", "e4m3", 64, 64, device="cpu")
+    with pytest.raises(ValueError, match="nextdim does not apply to e4m3"):
+        smoke.make_case("nextdim", "e4m3", 64, 64, device="cpu")
 
 
 @pytest.mark.parametrize("feature", BWD_FEATURES)
@@ -435,9 +445,14 @@ def test_bwd_case_check_classifies_on_cpu(feature):
             assert c[n].shape == fwd[n].shape and (feature != base or torch.equal(c[n], fwd[n])), n
         else:
             assert c[n] == fwd[n], n
-    assert c["dout"].shape == (*c["q"].shape[:-1], 64) and c["deterministic"] == (feature == "determ")
+    # nextdim: the case's own head dims (smaller ones, routed to this kernel), the op's default
+    # scale for them (what launch_bwd and check_bwd use)
+    d, dv = smoke.next_dims(64, 64) if feature == "nextdim" else (64, 64)
+    assert (c["q"].shape[-1], c["k"].shape[-1], c["v"].shape[-1]) == (d, d, dv) and (d, dv) == (
+        (40, 40) if feature == "nextdim" else (64, 64))
+    assert c["dout"].shape == (*c["q"].shape[:-1], dv) and c["deterministic"] == (feature == "determ")
     assert (c["dlse"] is not None) == (feature == "dlse")
-    sc, (l, r) = 64 ** -0.5, (-1, 0) if c["causal"] else c["window"]
+    sc, (l, r) = d ** -0.5, (-1, 0) if c["causal"] else c["window"]
     if c["cu_q"] is None:
         out, lse = reference.forward(c["q"], c["k"], c["v"], sc, l, r, c["softcap"])
         grads = reference.backward(c["dout"], c["q"], c["k"], c["v"], out, lse, sc, l, r, c["softcap"],
@@ -467,6 +482,105 @@ def test_bwd_case_check_classifies_on_cpu(feature):
         assert r["status"] == "wrong" and r["detail"].startswith("deterministic"), r
 
 
+GEN = flash3_build.generate_kernels()  # csrc/generate_kernels.py: the compiled head dims
+
+
+def registry_pick(compiled, d, dv):
+    """The kernel the op runs (d, dv) on, as csrc/flash3/fwd/api.h pick_fwd_kernel and
+    csrc/flash3/bwd/registry.cpp find_bwd_kernel choose it: among the compiled (head_dim, head_dim_v)
+    with head_dim >= d and head_dim_v >= dv, the smallest head_dim, then the smallest head_dim_v (the
+    forward's wide flag only chooses between variants of one pair); None when none covers them."""
+    fits = [(kd, kdv) for kd, kdv in compiled if kd >= d and kdv >= dv]
+    return min(fits) if fits else None
+
+
+def test_registry_pick_emulation():
+    """The rule is joint (both dims covered), then lexicographic: not "the smallest d first"."""
+    dims = ((64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256))
+    assert all(registry_pick(dims, d, dv) == (d, dv) for d, dv in dims)
+    assert registry_pick(dims, 64, 128) == (128, 128)  # (64, 64) has the smaller d but not the d_v
+    assert registry_pick(dims, 136, 104) == (192, 128)  # not (192, 192): the smaller d_v of d 192
+    assert registry_pick(dims, 136, 136) == (192, 192)
+    assert registry_pick(dims, 8, 8) == (64, 64) and registry_pick(dims, 264, 8) is None
+
+
+@pytest.mark.parametrize("d,dv", GEN.HEAD_DIMS)
+def test_next_dims_route_to_the_same_kernel(d, dv):
+    """"nextdim" of every compiled (d, d_v): multiples of 8 the ops accept (binding.cpp,
+    bwd_binding.cpp: [8, 256]), strictly smaller in d or d_v, never larger, and the registry (forward
+    and backward lists of a full build, hence of any build holding this kernel) gives them this kernel;
+    flash3/_backend.py's mirror of the rule agrees and would not fall back. make_case builds the full
+    case at those dims for the 16-bit forward and the backward families."""
+    from flash3 import _backend
+    nd, ndv = smoke.next_dims(d, dv)
+    assert nd % 8 == 0 and ndv % 8 == 0 and 8 <= nd <= 256 and 8 <= ndv <= 256
+    assert nd <= d and ndv <= dv and (nd < d or ndv < dv)
+    assert (d, dv) in GEN.BWD_HEAD_DIMS  # every forward pair has a backward kernel (bwd: rows)
+    for compiled in (GEN.HEAD_DIMS, GEN.BWD_HEAD_DIMS):
+        assert registry_pick(compiled, nd, ndv) == (d, dv), (compiled, nd, ndv)
+    configs = frozenset((dt, kd, kdv) for dt in (torch.bfloat16, torch.float16) for kd, kdv in GEN.HEAD_DIMS)
+    for dt in (torch.bfloat16, torch.float16):
+        assert _backend.pick_kernel_config(dt, nd, ndv, configs) == (d, dv)
+        assert _backend.call_fwd_reason(dt, nd, ndv, nd ** -0.5, configs=configs) is None
+        assert _backend.call_bwd_reason(dt, nd, ndv, nd ** -0.5, configs=configs) is None
+    for dtype, bwd in (("bf16", False), ("fp16", False), ("bf16", True)):
+        kid = ("bwd:" if bwd else "") + f"{dtype}:{d}:{dv}"
+        assert smoke.applies(kid, "nextdim") and not smoke.applies(f"e4m3:{d}:{dv}", "nextdim")
+        c = smoke.make_case("nextdim", dtype, d, dv, device="cpu", bwd=bwd)
+        full = smoke.make_case("full", dtype, d, dv, device="cpu", bwd=bwd)
+        assert (c["q"].shape[-1], c["k"].shape[-1], c["v"].shape[-1]) == (nd, nd, ndv), kid
+        assert c["q"].shape[:-1] == full["q"].shape[:-1] and c["k"].shape[:-1] == full["k"].shape[:-1]
+        for n in ("causal", "window", "softcap", "cu_q", "seqused_k", "max_q", "max_k"):
+            assert c[n] == full[n], (kid, n)
+        if bwd:
+            assert c["dout"].shape == (*c["q"].shape[:-1], ndv) and c["dlse"] is None and not c["deterministic"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_varlen_case_has_empty_sequences(dtype):
+    """varlen: four sequences, one of 0 queries (40 keys) and one of 1 query and 0 keys. check()
+    accepts the fp64 reference's out/lse, whose 0-key row is out 0, lse -inf; a finite lse, a
+    nonzero out or a NaN on that row is rejected."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import attention_ref64
+    c = smoke.make_case("varlen", dtype, 64, 64, device="cpu")
+    SQ, SK = smoke.SQ, smoke.SK
+    assert c["lens_q"] == [SQ, 0, 77, 1] and c["lens_k"] == [SK, 40, 150, 0]
+    assert any(lq == 0 < lk for lq, lk in zip(c["lens_q"], c["lens_k"]))  # an empty-query sequence
+    assert any(lk == 0 < lq for lq, lk in zip(c["lens_q"], c["lens_k"]))  # an empty-key sequence
+    assert c["cu_q"].tolist() == [0, SQ, SQ, SQ + 77, SQ + 78] and c["cu_q"].dtype == torch.int32
+    assert c["cu_k"].tolist() == [0, SK, SK + 40, SK + 190, SK + 190] and c["cu_k"].dtype == torch.int32
+    assert c["q"].shape == (SQ + 78, 2, 64) and c["k"].shape == c["v"].shape == (SK + 190, 2, 64)
+    assert (c["max_q"], c["max_k"]) == (SQ, SK)
+    b = smoke.make_case("varlen", dtype, 64, 64, device="cpu", bwd=True)  # the backward's case: the same
+    assert (b["lens_q"], b["lens_k"]) == (c["lens_q"], c["lens_k"]) and torch.equal(b["cu_k"], c["cu_k"])
+    out = torch.full((SQ + 78, 2, 64), float("nan"), dtype=c["q"].dtype)
+    lse = torch.full((2, SQ + 78), float("nan"))
+    pieces = list(smoke._pieces(c, out, lse))
+    assert [(q.shape[1], k.shape[1]) for _, _, q, k, _ in pieces] == list(zip(c["lens_q"], c["lens_k"]))
+    kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
+    for o, l, q, k, v in pieces:
+        ref, ref_lse = attention_ref64(q.double(), k.double(), v.double(), **kw)
+        o.copy_(ref.to(o.dtype))
+        l.copy_(ref_lse.float())
+    row = SQ + 77  # the 1-query sequence's query: no key
+    assert (out[row] == 0).all() and torch.isneginf(lse[:, row]).all()
+    assert not torch.isnan(out).any() and torch.isfinite(torch.cat([lse[:, :row], lse[:, row + 1:]], 1)).all()
+    r = smoke.check(c, out, lse)
+    assert r["status"] == "ok" and r["err"] <= r["tol"], r
+    for value in (0.0, -1e30):  # a finite lse on the 0-key row, whatever its size
+        bad_lse = lse.clone()
+        bad_lse[1, row] = value
+        r = smoke.check(c, out, bad_lse)
+        assert r["status"] == "wrong" and r["detail"] == "lse: -inf pattern differs from the reference", r
+    bad = out.clone()
+    bad[row, 0, 5] = 0.25  # the 0-key row's out must be 0
+    r = smoke.check(c, bad, lse)
+    assert r["status"] == "wrong" and r["detail"].startswith("max err"), r
+    bad[row, 0, 5] = float("nan")  # unwritten
+    assert smoke.check(c, bad, lse)["status"] == "nan"
+
+
 def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     """bwd: kernels run every feature but kvcache ("n/a"), forward ones get "n/a" for determ and
     dlse; a hung one is rerun, and its head dim's tests in tests/test_bwd_gpu.py only are deselected
@@ -476,15 +590,15 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 8 + 9
+    assert len(cases) == 9 + 10
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse", "perhead")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f != "perhead"]  # no FP8 kernel here
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok"]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok"]
     assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok",
-                                "ok"]
-    assert "17 cases: 14 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+                                "ok", "ok"]
+    assert "19 cases: 16 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
     assert "bwd bf16 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"
@@ -637,7 +751,7 @@ def test_summary_pass_and_fail(tmp_path):
               [("hang_build bf16 128", "ok", 80, tmp_path / "x.log")])
     (tmp_path / "w2" / "w" / "hang.json").write_text(json.dumps(hang))
     text, res, ok = device_summary.summarize(tmp_path / "w2" / "w", tmp_path / "w2" / "o", 570, 560)
-    assert not ok and "FAIL (smoke 1 of 8 not ok; pytest)" in text.splitlines()[0]
+    assert not ok and "FAIL (smoke 1 of 9 not ok; pytest)" in text.splitlines()[0]
     assert "bf16 128 kvcache: warpgroup 0 waits on VTail phase 1 tile 4  (1 warps in 1 blocks)" in text
     assert "2 passed, 1 failed, 0 errors, 1 skipped (incomplete: ok)" in text
     assert len(text) < 8000  # the device call returns 12,000 characters of output tail

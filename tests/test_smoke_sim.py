@@ -55,12 +55,19 @@ def test_op_call_fwd(feature):
     assert op == "fwd"
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse
     assert t["cu_seqlens_q"] is c["cu_q"] and t["cu_seqlens_k"] is c["cu_k"] and t["seqused_k"] is c["seqused_k"]
-    assert s["softmax_scale"] == 64 ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk"))
+    # nextdim: the case's own (smaller) head dims, which the op routes to this kernel; the scale is
+    # the op's default for them
+    d, dv = (40, 40) if feature == "nextdim" else (64, 64)
+    assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], out.shape[-1]) == (d, d, dv, dv)
+    assert s["softmax_scale"] == d ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk"))
     assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, -1))
     assert s["softcap"] == (5.0 if feature == "softcap" else 0.0)
     assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (c["max_q"], c["max_k"])
-    if feature == "varlen":
-        assert lse.shape == (2, smoke.SQ + 77) and t["cu_seqlens_q"].dtype == torch.int32
+    if feature == "varlen":  # four sequences, one of 0 queries, one of 1 query and 0 keys
+        assert lse.shape == (2, smoke.SQ + 78) and t["cu_seqlens_q"].dtype == torch.int32
+        assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78]
+        assert t["cu_seqlens_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
+        assert t["cu_seqlens_k"].dtype == torch.int32 and t["k"].shape[0] == t["v"].shape[0] == smoke.SK + 190
     elif feature == "kvcache":
         assert t["seqused_k"].tolist() == [smoke.SK, 150] and lse.shape == (2, 2, 77)
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
@@ -515,7 +522,9 @@ def test_bwd_op_call(feature):
                 cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"])
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
     left, right = (97, 13) if feature == "window" else (-1, -1)  # causal: the op makes the right side 0
-    assert s == dict(max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], softmax_scale=64 ** -0.5,
+    d, dv = (40, 40) if feature == "nextdim" else (64, 64)  # nextdim: the case's own head dims
+    assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], t["dout"].shape[-1]) == (d, d, dv, dv)
+    assert s == dict(max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], softmax_scale=d ** -0.5,
                      causal=feature in ("causal", "dlse", "sq_gt_sk"), window_left=left, window_right=right,
                      softcap=5.0 if feature == "softcap" else 0.0, deterministic=feature == "determ")
     if feature == "dlse":  # lse's shape and dtype (batched: (b, h, s_q))
@@ -523,7 +532,9 @@ def test_bwd_op_call(feature):
     else:
         assert t["dlse"] is None
     if feature == "varlen":
-        assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ + 77] and lse.shape == (2, smoke.SQ + 77)
+        assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78]
+        assert t["cu_seqlens_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
+        assert lse.shape == (2, smoke.SQ + 78) and t["dout"].shape == (smoke.SQ + 78, 2, 64)
     if feature == "sq_gt_sk":  # more queries than keys; dout and lse follow q
         assert lse.shape == (2, 2, smoke.SK) and t["k"].shape[1] == smoke.SQ and t["dout"].shape[1] == smoke.SK
         assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (smoke.SK, smoke.SQ)
@@ -618,7 +629,7 @@ def test_ci_cases_cover_every_kernel_and_feature():
     for ks in groups.values():
         assert {f for k in ks for f in got[k]} == set(smoke.kernel_features(ks[0])), ks
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache"]
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim"]  # 9 features
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk"]
     assert got["dec:kve4m3:bf16:128:128"] == smoke.DEC_FEATURES  # alone in its group
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])

@@ -75,9 +75,11 @@ import smoke_quant  # tools/, beside this file: the quantize kernel's family
 
 ROOT = Path(__file__).resolve().parent.parent
 # "sq_gt_sk": causal with more queries than keys (the first s_q - s_k rows see no key: out 0, lse
-# -inf); "perhead": FP8 with one descale per head (blocks spanning the sequences).
+# -inf); "perhead": FP8 with one descale per head (blocks spanning the sequences); "nextdim": head
+# dims the op runs on this kernel, the next one up (next_dims); "varlen" has a sequence of 0
+# queries and one of 0 keys.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead"]
+            "perhead", "nextdim"]
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
 # caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
@@ -91,7 +93,7 @@ SQ, SK = 203, 331  # partial tiles for every block size
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse"}, "bf16": {"determ", "dlse", "perhead"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim"}, "bf16": {"determ", "dlse", "perhead"},
                   "fp16": {"determ", "dlse", "perhead"}, "bwd": {"kvcache", "perhead"}}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
@@ -164,6 +166,14 @@ def kernel_ids(info: dict) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
+def next_dims(d: int, dv: int) -> tuple[int, int]:
+    """(d, d_v) of the "nextdim" case of kernel (d, dv): smaller head dims that the kernel registry
+    (pick_fwd_kernel / find_bwd_kernel: the smallest compiled d, then d_v, covering them) gives
+    this kernel in a full build. For (128, 128): (64, 128), whose q/k rows fill at most half of the
+    kernel's TMA boxes (a box wholly outside the tensor must still complete its bytes)."""
+    return (64, 128) if (d, dv) == (128, 128) else (d - 24, dv - 24)
+
+
 def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0,
               bwd=False) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
@@ -180,6 +190,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
              cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
+    if feature == "nextdim":
+        d, dv = next_dims(d, dv)
     if feature in ("causal", "dlse", "sq_gt_sk"):
         c["causal"] = True
         if feature == "sq_gt_sk":
@@ -191,8 +203,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     elif feature in ("gqa", "determ"):
         h, hk = 6, 2
     if feature == "varlen":
-        c["lens_q"], c["lens_k"] = [SQ, 77], [SK, 150]
-        c["q"], c["k"], c["v"] = rnd(SQ + 77, h, d), rnd(SK + 150, hk, d), rnd(SK + 150, hk, dv)
+        c["lens_q"], c["lens_k"] = [SQ, 0, 77, 1], [SK, 40, 150, 0]
+        c["q"], c["k"], c["v"] = (rnd(sum(c[f"lens_{x}"]), n, dim) for x, n, dim in (("q", h, d), ("k", hk, d), ("k", hk, dv)))
         cum = lambda ls: torch.tensor([0] + ls, device=device).cumsum(0).to(torch.int32)  # noqa: E731
         c["cu_q"], c["cu_k"] = cum(c["lens_q"]), cum(c["lens_k"])
         c["max_q"], c["max_k"] = SQ, SK
