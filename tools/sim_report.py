@@ -47,6 +47,7 @@ def _dims(kids) -> str:
     out = []
     for k in kids:
         if smoke.family(k) == "quant":
+            out.append("any (one TU)")
             continue
         _, d, dv = smoke.parse_kernel(k)
         out.append(str(d) if d == dv else f"{d}×{dv}")
