@@ -751,7 +751,7 @@ def test_sim_report_rows_and_verdicts():
     assert list(r) == ["forward bf16", "FP8 forward e4m3", "backward bf16", "decode bf16, e4m3 cache",
                        "FP8 rotate-and-quantize"]
     assert r["forward bf16"]["dims"] == "128, 64" and r["forward bf16"]["features"] == ["full", "causal"]
-    assert r["FP8 rotate-and-quantize"]["dims"] == "" and r["backward bf16"]["features"] == ["dlse"]
+    assert r["FP8 rotate-and-quantize"]["dims"] == "any (one TU)" and r["backward bf16"]["features"] == ["dlse"]
     assert sim_report.kind("dec:fp16:192:128") == "decode fp16, fp16 cache"
     assert sim_report.rows([{"kernel": "fp16:192:128", "feature": "full", "status": "ok"}])[
         "forward fp16"]["dims"] == "192×128"
