@@ -8,7 +8,7 @@
 //   flash3::fwd_fp8_sm90(q, k, vt, out!, lse!, q_descale, k_descale, v_descale, v_channel_descale?,
 //                        q_block, kv_block, softmax_scale, causal, window_left, window_right, softcap,
 //                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k) -> ()
-//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8.py), bf16 out.
+//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out.
 //   flash3::kernel_info() -> str
 //       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...], "decode": [...],
 //       "decode_fp8_cache": [["bf16", 128, 128], ...] (16-bit q, FP8 cache), "arch": "sm_90a", "cutlass": "4.2.0"}.
@@ -187,7 +187,7 @@ Descale fp8_descale(const Tensor& t, const char* name, const Tensor& q, int64_t 
 }
 
 // The FP8 forward: q (b, s_q, h, d), k (b, s_k, h_k, d) and vt (b, h_k, d_v, s_pad) in e4m3, vt
-// holding V transposed with tokens permuted within every 16 (flash3/fp8.py pack_v_fp8), s_pad a
+// holding V transposed with tokens permuted within every 16 (flash3/fp8_quant.py pack_v_fp8), s_pad a
 // multiple of 16 >= s_k. Descales (float32, any strides): q (b, h, ceil(s_q / q_block)), k and v
 // (b, h_k, ceil(s_k / kv_block)), optional v_channel (b, h_k, d_v). out (b, s_q, h, d_v) bf16.
 // Varlen (cu_seqlens_q/k given): q (total_q, h, d), k (total_k, h_k, d), vt (h_k, d_v, columns)

@@ -4,7 +4,7 @@
 //                    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
 //                    softcap, deterministic) -> ()
 //       CUDA: dq, dk, dv of attention (the forward's out and lse given), with the gradient dlse
-//       flowing into lse when given, exactly as flash3/reference.py backward defines them; the
+//       flowing into lse when given, exactly as flash3/reference/__init__.py backward defines them; the
 //       workspace (csrc/flash3/bwd/params.h) is allocated on the current stream, nothing is read
 //       back to the host. deterministic: bitwise reproducible run to run. Meta: nothing.
 // Batched tensors (b, s, heads, dim), lse/dlse (b, h, s_q); varlen (total, heads, dim), lse/dlse

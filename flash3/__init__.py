@@ -2,6 +2,18 @@
 
 The CUDA kernels live in the optional extension ``flash3._C``; without it (or
 off Hopper) every call runs the exact, memory-efficient reference backend.
+
+Layers, top to bottom (tests/test_import_layers.py reads this table).  A module imports only
+from its own layer or a lower one, never from the other group of its layer ("|"), and no
+import cycle exists, so a change to a layer can only reach the layers above it:
+
+    entry points:  __main__, integrations, integrations.transformers
+    package:       flash3 (this file: the public names)
+    public API:    api, fp8, torch_sdpa, distributed
+    operators:     ops (torch.library: fake kernels, autograd, kernel-or-reference choice)
+    backends:      _backend, _quantize (kernel dispatch) | reference, reference.fp8 (the spec)
+    primitives:    masking, rotary, hadamard, fp8_quant, decode_plan, _torch_cpu
+    foundation:    _checks (argument checks), validation, _build_info, _C (the extension)
 """
 
 import torch  # noqa: F401  (loads libtorch, which the extension links against)
@@ -52,7 +64,7 @@ def __getattr__(name):
     if name in ("quantize_fp8", "quantize_fp8_varlen", "attention_fp8", "attention_fp8_varlen"):
         from . import fp8
         return getattr(fp8, name)
-    if name in ("distributed", "integrations", "decode_plan", "rotary"):  # imported on first use
+    if name in ("distributed", "integrations"):  # imported on first use
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'flash3' has no attribute {name!r}")

@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from .fp8_quant import kernel_tile_n, pack_v_fp8, pack_v_fp8_varlen
+
 _DTYPE_NAMES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -284,7 +286,6 @@ def kernel_fp8_configs() -> frozenset:
 def fp8_tile_n(d: int, d_v: int) -> int:
     """Keys per tile of the FP8 kernel (attn_logic.h fwd_fp8_tile_shape): k/v descale blocks must
     be multiples of it."""
-    from .fp8 import kernel_tile_n
     return kernel_tile_n(max(d, d_v))
 
 
@@ -323,12 +324,10 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
     """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d) or packed; returns (out bf16, lse).
 
     Descales as flash3.attention takes them: (b, h_k) per head or per block (b, heads, blocks of
-    block_m / block_n rows). v is packed here (fp8.pack_v_fp8: transposed, tokens permuted) unless
+    block_m / block_n rows). v is packed here (fp8_quant.pack_v_fp8: transposed, tokens permuted) unless
     the caller passes the packed ``vt`` already (the quantize kernel writes it directly).
     Varlen (cu_seqlens_q/k): q, k, v packed (total, heads, dim), descales per sequence with blocks
-    of max_seqlen_q/k (fp8.pack_v_fp8_varlen packs v), out (total_q, h, d_v), lse (h, total_q)."""
-    from .fp8 import pack_v_fp8, pack_v_fp8_varlen
-
+    of max_seqlen_q/k (fp8_quant.pack_v_fp8_varlen packs v), out (total_q, h, d_v), lse (h, total_q)."""
     varlen = cu_seqlens_q is not None
     h, h_k = q.shape[-2], k.shape[-2]
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]

@@ -1,4 +1,5 @@
-"""Argument validation. Every message names the offending argument.
+"""Argument validation for every entry point (bf16 and FP8 alike). Every message names the
+offending argument.
 
 Two kinds of checks:
 * static ones (types, ranks, shapes, dtypes, devices, python numbers), run in
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Optional
 
 import torch
 
@@ -360,3 +362,137 @@ def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=
         i, j = (int(x) for x in bad.nonzero()[0].tolist())
         raise ValueError(f"page_table[{i}, {j}] = {int(page_table[i, j])} is out of range "
                          f"[0, {num_pages})")
+
+
+# ----------------------------------------------------------------- other entry points
+# flash3.sdpa and flash3.distributed, whose arguments follow torch's conventions.
+
+def sdpa_tensor(name, x):
+    """flash3.sdpa: query/key/value (..., heads, seqlen, headdim)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 3:
+        raise ValueError(f"{name} must be (..., heads, seqlen, headdim) with at least 3 dims, "
+                         f"got shape {tuple(x.shape)}")
+
+
+def int_at_least(name, x, lo):
+    if not isinstance(x, numbers.Integral) or isinstance(x, bool):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    if x < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {x}")
+    return int(x)
+
+
+# ----------------------------------------------------------------- FP8 path
+# flash3.fp8, flash3.fp8_quant, the emulation (flash3.reference.fp8) and the quantize kernel
+# (flash3._quantize): their own rules and messages, which predate options() above.
+
+def is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def typed_tensor(x, name: str, dtypes, ndim: Optional[int] = 4) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        names = "/".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype {names}, got {x.dtype}")
+    if ndim is not None and x.dim() != ndim:
+        what = "(batch, seqlen, heads, headdim)" if ndim == 4 else "(total, heads, headdim)"
+        raise ValueError(f"{name} must be {ndim}-D {what}, got shape {tuple(x.shape)}")
+
+
+def quant_block(block_size, name: str) -> Optional[int]:
+    """int > 0, or None / -1 meaning one block over the whole sequence."""
+    if block_size is None:
+        return None
+    if not is_int(block_size):
+        raise TypeError(f"{name} must be a positive int, -1 or None, got {block_size!r}")
+    if block_size == -1:
+        return None
+    if block_size <= 0:
+        raise ValueError(f"{name} must be a positive int, -1 or None, got {block_size}")
+    return block_size
+
+
+def quant_block_pair(block_size, name: str = "block_size") -> tuple[Optional[int], Optional[int]]:
+    if block_size is None or is_int(block_size):
+        b = quant_block(block_size, name)
+        return b, b
+    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
+        raise TypeError(f"{name} must be a (B_r, B_c) pair, an int, -1 or None, got {block_size!r}")
+    return quant_block(block_size[0], f"{name}[0]"), quant_block(block_size[1], f"{name}[1]")
+
+
+def window_pair(window_size):
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a (left, right) pair, got {window_size!r}")
+    return window_size[0], window_size[1]
+
+
+def window(left, right, causal):
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    for nm, w in (("window_left", left), ("window_right", right)):
+        if not is_int(w):
+            raise TypeError(f"{nm} must be an int (negative = unbounded), got {w!r}")
+    left = -1 if left < 0 else left
+    right = -1 if right < 0 else right
+    if causal:
+        right = 0
+    return left, right
+
+
+def scale_softcap(softmax_scale, softcap, d):
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(d)
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+        raise TypeError(f"softmax_scale must be a float or None, got {softmax_scale!r}")
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a float, got {softcap!r}")
+    if not (softcap >= 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"softcap must be a finite value >= 0, got {softcap}")
+    return float(softmax_scale), float(softcap)
+
+
+def qkv(q, k, v, dtypes):
+    typed_tensor(q, "q", dtypes)
+    typed_tensor(k, "k", dtypes)
+    typed_tensor(v, "v", dtypes)
+    b, s_q, h, d = q.shape
+    if k.shape[0] != b or v.shape[0] != b:
+        raise ValueError(f"q, k, v must have the same batch size, got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v must have the same seqlen, got {k.shape[1]} and {v.shape[1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same number of heads, got {k.shape[2]} and {v.shape[2]}")
+    if k.shape[3] != d:
+        raise ValueError(f"q and k must have the same head dim, got {d} and {k.shape[3]}")
+    hk = k.shape[2]
+    if hk == 0 or h % hk != 0:
+        raise ValueError(f"number of q heads ({h}) must be a multiple of the number of k/v heads ({hk})")
+    if d == 0:
+        raise ValueError("head dim must be > 0")
+    if not (q.device == k.device == v.device):
+        raise ValueError("q, k, v must be on the same device")
+
+
+def per_head_vector(t, name, b, h, d, device):
+    """The quantize kernel's optional (b, h, d) mean / channel_descale, as contiguous fp32."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if not t.is_floating_point() or t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"{name} must be a float32 (or fp16/bf16) tensor, got {t.dtype}")
+    if tuple(t.shape) != (b, h, d):
+        raise ValueError(f"{name} must have shape {(b, h, d)} (batch, head, channel), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
+    t = t.to(torch.float32)
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return t

@@ -22,12 +22,12 @@ from typing import Optional
 
 import torch
 
+from . import _backend, _checks
+from .fp8_quant import V_PERM16
 from .hadamard import block_structure, random_signs
 
 __all__ = ["available", "quantize_fp8_cuda", "device_signs", "V_PERM16", "LAYOUTS"]
 
-# flash3.fp8.V_PERM16 (the same constant; kept here so this module stands alone).
-V_PERM16 = (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)
 LAYOUTS = {"rows": 0, "v_packed": 1}
 _MAX_HARTLEY = (1, 3, 5)
 _VPACK_MAX_SMEM = 100 * 1024
@@ -36,8 +36,6 @@ _VPACK_MAX_SMEM = 100 * 1024
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     """True when flash3._C is built with the quantize kernel (it still needs an sm_90 device)."""
-    from . import _backend
-
     if not _backend.has_extension():
         return False
     try:
@@ -58,27 +56,6 @@ def device_signs(d: int, seed: int, device) -> torch.Tensor:
     if t is None:
         t = random_signs(d, seed, dtype=torch.float32, device=device)
         _SIGNS[key] = t
-    return t
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _check_per_head(t, name, b, h, d, device):
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
-    if not t.is_floating_point() or t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        raise TypeError(f"{name} must be a float32 (or fp16/bf16) tensor, got {t.dtype}")
-    if tuple(t.shape) != (b, h, d):
-        raise ValueError(f"{name} must have shape {(b, h, d)} (batch, head, channel), got {tuple(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"{name} must be on {device}, got {t.device}")
-    t = t.to(torch.float32)
-    if t.stride(-1) != 1:
-        t = t.contiguous()
     return t
 
 
@@ -103,7 +80,7 @@ def quantize_fp8_cuda(x: torch.Tensor, *, block_size: Optional[int] = 128, hadam
         raise ValueError(f"x must be 4-D (batch, seqlen, heads, headdim), got shape {tuple(x.shape)}")
     if not isinstance(hadamard, bool):
         raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
-    if not _is_int(seed):
+    if not _checks.is_int(seed):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {sorted(LAYOUTS)}, got {layout!r}")
@@ -111,7 +88,7 @@ def quantize_fp8_cuda(x: torch.Tensor, *, block_size: Optional[int] = 128, hadam
     per_head = block_size is None or block_size == -1
     if per_head:
         bs = max(s, 1)
-    elif not _is_int(block_size) or block_size <= 0:
+    elif not _checks.is_int(block_size) or block_size <= 0:
         raise ValueError(f"block_size must be a positive int, -1 or None, got {block_size!r}")
     else:
         bs = block_size
@@ -133,8 +110,8 @@ def quantize_fp8_cuda(x: torch.Tensor, *, block_size: Optional[int] = 128, hadam
         raise ValueError(f"x must be a CUDA tensor, got {x.device}")
     if x.stride(-1) != 1:
         x = x.contiguous()
-    mean = _check_per_head(mean, "mean", b, h, d, x.device)
-    channel_descale = _check_per_head(channel_descale, "channel_descale", b, h, d, x.device)
+    mean = _checks.per_head_vector(mean, "mean", b, h, d, x.device)
+    channel_descale = _checks.per_head_vector(channel_descale, "channel_descale", b, h, d, x.device)
     signs = device_signs(d, seed, x.device) if hadamard else None
     nb = -(-s // bs)
     if layout == "rows":

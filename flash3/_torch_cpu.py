@@ -13,7 +13,7 @@ both without softcap, with ``d_v == d`` and no gradient through the lse (its bac
   mask of that (rows x keys) band, so memory stays O(CHUNK_M x band), never s_q x s_k. Rows that
   see nothing get out 0 and lse -inf, as in the reference.
 
-Everything else stays on the tiled reference (flash3/reference.py), which is also what the tests
+Everything else stays on the tiled reference (flash3.reference), which is also what the tests
 exercise with ``USE_TORCH_CPU_KERNEL = False``.
 
 Inputs are computed in fp32 whatever their dtype (the reference's contract): the up-cast is

@@ -26,7 +26,6 @@ Importing this module initializes nothing.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import List, Tuple
 
 import torch
@@ -40,14 +39,6 @@ _INF = math.inf
 
 
 # ---------------------------------------------------------------------------- layout
-def _int_arg(name, x, lo):
-    if not isinstance(x, numbers.Integral) or isinstance(x, bool):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    if x < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {x}")
-    return int(x)
-
-
 def _split_sizes(n: int, parts: int) -> List[int]:
     """torch.tensor_split's sizes: the first n % parts pieces are one longer."""
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
@@ -65,8 +56,8 @@ def shard_ranges(seqlen: int, world_size: int, *,
     The global positions of rank r's tokens (e.g. for rotary embeddings) are
     ``shard_sequence(torch.arange(seqlen), r, world_size, dim=0)``.
     """
-    seqlen = _int_arg("seqlen", seqlen, 0)
-    world_size = _int_arg("world_size", world_size, 1)
+    seqlen = _checks.int_at_least("seqlen", seqlen, 0)
+    world_size = _checks.int_at_least("world_size", world_size, 1)
     _checks.flag("load_balance", load_balance)
     parts = 2 * world_size if load_balance else world_size
     sizes = _split_sizes(seqlen, parts)
@@ -78,7 +69,7 @@ def shard_ranges(seqlen: int, world_size: int, *,
 
 
 def _dim_arg(x, dim):
-    _int_arg("dim", dim, -x.dim())
+    _checks.int_at_least("dim", dim, -x.dim())
     if dim >= x.dim():
         raise ValueError(f"dim must be in [{-x.dim()}, {x.dim()}) for a {x.dim()}-D tensor, got {dim}")
     return dim % x.dim()
@@ -94,8 +85,8 @@ def shard_sequence(x: torch.Tensor, rank: int, world_size: int, *, dim: int = 1,
     """
     _checks.tensor("x", x)
     dim = _dim_arg(x, dim)
-    world_size = _int_arg("world_size", world_size, 1)
-    rank = _int_arg("rank", rank, 0)
+    world_size = _checks.int_at_least("world_size", world_size, 1)
+    rank = _checks.int_at_least("rank", rank, 0)
     if rank >= world_size:
         raise ValueError(f"rank must be < world_size ({world_size}), got {rank}")
     ranges = shard_ranges(x.shape[dim], world_size, load_balance=load_balance)[rank]

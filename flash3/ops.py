@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _backend, _checks, reference, validation
+from .reference.fp8 import fp8_attention_reference, fp8_attention_varlen_reference
+from .rotary import kvcache_rotary
 
 try:  # make sure TORCH_LIBRARY(flash3) runs before our custom ops register
     from . import _C  # noqa: F401
@@ -232,7 +234,6 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         elif k is not None:
             kk = k
             if rotary_cos is not None:
-                from .rotary import kvcache_rotary
                 qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
             reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, kd, vd)
@@ -264,8 +265,6 @@ def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale:
                                                window_left, window_right, softcap, block_m, block_n,
                                                v_channel_descale=v_channel_descale)
         _backend.warn_fallback(reason, "FP8 forward")
-    from .fp8 import fp8_attention_reference
-
     out, lse = fp8_attention_reference(
         q, k, v, q_descale, k_descale, v_descale, softmax_scale=softmax_scale,
         causal=window_right == 0, window_left=window_left, window_right=window_right,
@@ -299,8 +298,6 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                 max_seqlen_k=max_seqlen_k)
         _backend.warn_fallback(reason, "FP8 forward")
-    from .fp8 import fp8_attention_varlen_reference
-
     out, lse = fp8_attention_varlen_reference(
         q, k, v, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_channel_descale=v_channel_descale,

@@ -18,20 +18,10 @@ from __future__ import annotations
 import math
 import numbers
 
-import torch
-
 from . import _checks
 from .api import attention
 
 __all__ = ["sdpa"]
-
-
-def _check_tensor(name, x):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() < 3:
-        raise ValueError(f"{name} must be (..., heads, seqlen, headdim) with at least 3 dims, "
-                         f"got shape {tuple(x.shape)}")
 
 
 def _to_bshd(x):
@@ -52,7 +42,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     ``H_q != H_k`` without ``enable_gqa`` (as torch does).
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, x)
+        _checks.sdpa_tensor(name, x)
     if attn_mask is not None:
         raise ValueError("flash3.sdpa: attn_mask is not supported (flash3 has no arbitrary "
                          "masks); pass attn_mask=None with is_causal, or call flash3.attention "

@@ -248,7 +248,7 @@ FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bo
 // k, starts at this column: a multiple of 16 (V_PERM16 groups must line up with the kernel's key
 // blocks), computed from (first_key, batch) alone so nothing needs a prefix sum, and at least
 // round_up(len, 16) before the next sequence's (first_key grows by len, 15 * batch by 15).
-// fp8_varlen_vt_offset(total_k, batch count) is the number of columns (flash3/fp8.py twin).
+// fp8_varlen_vt_offset(total_k, batch count) is the number of columns (flash3/fp8_quant.py twin).
 FLASH3_HD constexpr long long padded_seq_offset(long long first_row, long long batch, int align) {
   return (first_row + (align - 1) * (batch + 1)) / align * align;
 }

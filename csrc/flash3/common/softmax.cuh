@@ -40,7 +40,7 @@ CUTE_HOST_DEVICE constexpr auto acc_as_a_operand(L l) {
 // columns 4t..4t+3 of row r (t = lane % 4), 4-7 the same of row r + 8, 8-15 the same 16 columns
 // further. The accumulator gives thread t columns 2t, 2t+1 of each n8 group, so this view takes
 // (2 cols of group 2k, 2 cols of group 2k+1) as the 4 values: the k index the hardware sees is a
-// fixed permutation of the real column within every 16 (flash3/fp8.py V_PERM16), undone by storing
+// fixed permutation of the real column within every 16 (flash3/fp8_quant.py V_PERM16), undone by storing
 // V's tokens in that order. Result: ((((2,2),2,2)),M,N/32) over S's registers.
 template <class L>
 CUTE_HOST_DEVICE constexpr auto acc_as_a_operand_fp8(L l) {

@@ -47,7 +47,7 @@ __device__ __forceinline__ T rotate(const T* x, int c, int pos, const AppendKvPa
 
 // The e4m3 byte of x / descale: IEEE division (div_rn: no fast-math ftz), clamped to +-448,
 // rounded to nearest even; NaN keeps its sign (0x7F / 0xFF, as torch converts it):
-// reference.py quantize_fp8_cache.
+// flash3/reference/__init__.py quantize_fp8_cache.
 __device__ __forceinline__ __nv_fp8_storage_t quantize_e4m3(float x, float descale) {
   float y = div_rn(x, descale);
   if (isnan(y)) return signbit(y) ? 0xFF : 0x7F;

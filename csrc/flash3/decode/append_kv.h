@@ -2,7 +2,7 @@
 // the cache at positions cache_seqlens[b] + t, and q rotated at its positions, in one launch with
 // no host synchronization. Plain C++ (no torch, no CUDA headers): the binding fills AppendKvParams.
 //
-// Semantics are flash3/reference.py's kvcache_write and flash3/rotary.py's kvcache_rotary:
+// Semantics are flash3/reference/__init__.py's kvcache_write and flash3/rotary.py's kvcache_rotary:
 //  - key position pos = cache_seqlens[b] + t; contiguous cache: slot (b, pos); paged cache: slot
 //    (page_table[b][pos / page_size], pos % page_size) (decode::page_slot);
 //  - a slot outside the cache (pos < 0, pos >= capacity or max_pages * page_size, a page id
@@ -13,7 +13,7 @@
 //    at cache_seqlens[b] + t (q_per_token) or cache_seqlens[b];
 //  - FP8 (e4m3) caches (k_descale set): the (rotated) value x, rounded to q's dtype, is stored as
 //    e4m3(clamp(x / descale, -448, 448)) (IEEE division, nearest even, NaN kept) with the descale of
-//    its slab and kv head (reference.py quantize_fp8_cache).
+//    its slab and kv head (flash3.reference quantize_fp8_cache).
 #pragma once
 
 #include <cstdint>

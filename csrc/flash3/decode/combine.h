@@ -1,7 +1,7 @@
 // The split-KV combine of the decode kernels: split s of a row wrote o_s (normalized over its own
 // keys, fp32) and lse_s; the row's result is lse = m + log(sum_s exp(lse_s - m)) with m the largest
 // lse_s (0 when all are -inf, so no inf - inf), out = sum_s exp(lse_s - lse) o_s, and out = 0,
-// lse = -inf for a row no split saw (flash3/reference.py combine_splits is the specification).
+// lse = -inf for a row no split saw (flash3/reference/__init__.py combine_splits is the specification).
 // Plain C++ (no torch, no CUDA headers): the binding fills CombineParams.
 #pragma once
 

@@ -30,7 +30,7 @@ struct Fp8Descales {
 struct FwdParams {
   // Tensors. Element strides; the last (head) dim is contiguous for every tensor, except the FP8
   // kernel's v, which is Vt (b, h_k, d_v, tokens) with tokens contiguous (permuted within every 16,
-  // flash3/fp8.py V_PERM16): there v_row_stride is the stride of the d_v index.
+  // flash3/fp8_quant.py V_PERM16): there v_row_stride is the stride of the d_v index.
   // Batched: q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), o (b, s_q, h, d_v).
   // Varlen: the batch stride is unused and rows are offset by cu_seqlens_{q,k}[batch].
   const void* q = nullptr;

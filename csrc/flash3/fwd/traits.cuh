@@ -114,7 +114,7 @@ struct FwdTraits {
   // exactly V's row-major layout in global memory, so TMA loads it without any transpose.
   // FP8 (8-bit WGMMA takes K-major operands only): tokens contiguous, loaded from a V stored
   // transposed as (b, h_k, d_v, tokens) by the quantizer, tokens permuted within every 16 so that
-  // P's accumulator registers are the A operand as they stand (flash3/fp8.py V_PERM16).
+  // P's accumulator registers are the A operand as they stand (flash3/fp8_quant.py V_PERM16).
   static constexpr cute::GMMA::Major kVMajor = kFp8 ? cute::GMMA::Major::K : cute::GMMA::Major::MN;
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkM, HD>{}));

@@ -1,6 +1,11 @@
 """Reference backend: the FlashAttention-2 algorithm in plain PyTorch.
 
-This is the executable specification of flash3.  It is exact (fp32
+This package is the executable specification of flash3: this file the attention (batched,
+varlen, backward, KV cache), :mod:`flash3.reference.fp8` the emulation of the FP8 kernel.  The
+attention stays in ``__init__.py`` because its tunables (BLOCK_M, BLOCK_N, TILE_ELEMENTS,
+SPLIT_BLOCK_N) are read at call time from ``flash3.reference`` itself, where tests shrink them.
+
+The attention is exact (fp32
 accumulation), device-agnostic and memory-efficient: it tiles over queries and
 keys with an online softmax and never holds a (seqlen_q x seqlen_k) matrix.
 On the CPU, calls without softcap, with d_v == d and no lse gradient run torch's
@@ -23,7 +28,10 @@ import math
 
 import torch
 
-from . import _torch_cpu, masking
+from .. import _torch_cpu, masking
+from ..decode_plan import split_key_range
+from ..fp8_quant import FP8_MAX
+from ..rotary import kvcache_rotary
 
 # Tile sizes (query positions x keys), tuned on CPU: large tiles amortize the
 # per-tile Python and kernel-launch cost; the score tile stays a few MiB.
@@ -307,7 +315,6 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
 #   a partial (O, lse) per range, merged by combine_splits.
 # --------------------------------------------------------------------------
 
-FP8_MAX = 448.0  # largest finite float8_e4m3fn
 SPLIT_BLOCK_N = 128  # key-block granularity of the split ranges (that of the decode kernel)
 
 
@@ -424,7 +431,6 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     attend in one pass (the split count only changes speed, which the reference does not have).
     """
     if rotary_cos is not None and k is not None:
-        from .rotary import kvcache_rotary
         q, k = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
                               left >= 0 or right >= 0)
     kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
@@ -438,7 +444,6 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
         k_i = kvcache_gather(k_cache, i, n, page_table, k_descale)
         v_i = kvcache_gather(v_cache, i, n, page_table, v_descale)
         if num_splits > 1:
-            from .decode_plan import split_key_range
             ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]
             o_p, l_p = split_partials(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left,
                                       right, softcap, ranges)
