@@ -5,8 +5,11 @@ real Hopper instructions. Plain memory-bound TUs (PLAIN_TUS: the decode append, 
 are checked for what applies to them (global loads/stores, no traps, no local memory, no stack
 frame). --list prints the TUs it would compile and exits (no toolchain needed).
 
-For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and build/sass/<name>.ptxas.txt
-(nvcc's full output, with the ptxas -v resource report), and fails if
+Each TU is compiled with setup.py's kernel flags and the simulator's -gencode (the same sm_90a SASS
+plus compute_90a PTX, -no-compress), and its object is kept in tools/hopper_sim/build/flash3/
+under the name tools/smoke_sim.py looks for (cached_object), so `make sim-check` runs these very
+objects in the simulator. For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and
+build/sass/<name>.ptxas.txt (nvcc's full output, with the ptxas -v resource report), and fails if
   - the compile fails;
   - the SASS lacks HGMMA (wgmma; QGMMA for the FP8 TUs, whose names contain "fp8"), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
     a decode TU (decode_*) also LDGSTS (cp.async: the gathered K/V rows of small pages);

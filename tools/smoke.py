@@ -204,7 +204,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         h, hk = 6, 2
     if feature == "varlen":
         c["lens_q"], c["lens_k"] = [SQ, 0, 77, 1], [SK, 40, 150, 0]
-        c["q"], c["k"], c["v"] = (rnd(sum(c[f"lens_{x}"]), n, dim) for x, n, dim in (("q", h, d), ("k", hk, d), ("k", hk, dv)))
+        tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
+        c["q"], c["k"], c["v"] = rnd(tq, h, d), rnd(tk, hk, d), rnd(tk, hk, dv)
         cum = lambda ls: torch.tensor([0] + ls, device=device).cumsum(0).to(torch.int32)  # noqa: E731
         c["cu_q"], c["cu_k"] = cum(c["lens_q"]), cum(c["lens_k"])
         c["max_q"], c["max_k"] = SQ, SK
