@@ -9,9 +9,9 @@ Pieces:
                    real build) with the real kernel flags (tools/flash3_build.py NVCC_KERNEL_FLAGS
                    and setup.py's additions) plus the simulator's -gencode/-no-compress, each TU
                    once, cached under tools/hopper_sim/build/flash3/ keyed by a hash of its
-                   sources and flags, and the
+                   sources and flags (tools/compile_check.py leaves its objects there), and the
                    decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
-                   kernel (QUANTIZE_SOURCES); then links sim_driver with
+                   kernel (QUANTIZE_SOURCES); then links sim_driver.cu, sim_op_*.cu,
                    fwd/registry.cpp and bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
   op_call(c, out, lse)  the case -> the op's arguments (what smoke._launch_fwd/_launch_fp8 pass).
   write_case / read_case  the case directory format (sim_driver.cu documents it).
