@@ -80,8 +80,7 @@ def heads_and_dims(q, k, v, qn="q", kn="k", vn="v"):
 
 def options(q, causal, softmax_scale, window_size, softcap):
     """Check the keyword options; returns (scale, left, right, softcap)."""
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    flag("causal", causal)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     elif not isinstance(softmax_scale, numbers.Real) or isinstance(softmax_scale, bool):
@@ -432,8 +431,7 @@ def window_pair(window_size):
 
 
 def window(left, right, causal):
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    flag("causal", causal)
     for nm, w in (("window_left", left), ("window_right", right)):
         if not is_int(w):
             raise TypeError(f"{nm} must be an int (negative = unbounded), got {w!r}")
@@ -480,14 +478,19 @@ def qkv(q, k, v, dtypes):
         raise ValueError("q, k, v must be on the same device")
 
 
+def float_tensor(t, name, also):
+    """A descale-like tensor: floating point, not fp8 (`also`: the other dtypes the message names)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if not t.is_floating_point() or t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"{name} must be a float32 (or {also}) tensor, got {t.dtype}")
+
+
 def per_head_vector(t, name, b, h, d, device):
     """The quantize kernel's optional (b, h, d) mean / channel_descale, as contiguous fp32."""
     if t is None:
         return None
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
-    if not t.is_floating_point() or t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        raise TypeError(f"{name} must be a float32 (or fp16/bf16) tensor, got {t.dtype}")
+    float_tensor(t, name, "fp16/bf16")
     if tuple(t.shape) != (b, h, d):
         raise ValueError(f"{name} must have shape {(b, h, d)} (batch, head, channel), got {tuple(t.shape)}")
     if t.device != device:

@@ -78,8 +78,7 @@ def quantize_fp8_cuda(x: torch.Tensor, *, block_size: Optional[int] = 128, hadam
         raise TypeError(f"x must be bfloat16 or float16, got {x.dtype}")
     if x.dim() != 4:
         raise ValueError(f"x must be 4-D (batch, seqlen, heads, headdim), got shape {tuple(x.shape)}")
-    if not isinstance(hadamard, bool):
-        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
+    _checks.flag("hadamard", hadamard)
     if not _checks.is_int(seed):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if layout not in LAYOUTS:

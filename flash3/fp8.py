@@ -108,10 +108,8 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     Returns ``out`` in q's dtype (and ``lse`` (b, h, s_q) fp32 if ``return_lse``).
     """
     _checks.qkv(q, k, v, INPUT_DTYPES)
-    if not isinstance(hadamard, bool):
-        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    _checks.flag("hadamard", hadamard)
+    _checks.flag("return_lse", return_lse)
     if not _checks.is_int(seed):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if smooth_k is not None and not isinstance(smooth_k, bool):
@@ -201,8 +199,7 @@ def attention_fp8_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
         _checks.typed_tensor(t, n, INPUT_DTYPES, ndim=3)
     if v_scale not in V_SCALES:
         raise ValueError(f"v_scale must be one of {V_SCALES}, got {v_scale!r}")
-    if not isinstance(hadamard, bool):
-        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
+    _checks.flag("hadamard", hadamard)
     left, right = _checks.window_pair(window_size)
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, q.shape[-1])
     if smooth_k is None:

@@ -118,10 +118,8 @@ def quantize_fp8(x: torch.Tensor, *, block_size: Optional[int] = 128, hadamard: 
     """
     _checks.typed_tensor(x, "x", INPUT_DTYPES)
     bs = _checks.quant_block(block_size, "block_size")
-    if not isinstance(hadamard, bool):
-        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
-    if not isinstance(smooth, bool):
-        raise TypeError(f"smooth must be a bool, got {type(smooth).__name__}")
+    _checks.flag("hadamard", hadamard)
+    _checks.flag("smooth", smooth)
     if not _checks.is_int(seed):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if x.shape[3] == 0:
@@ -211,9 +209,8 @@ def quantize_v_fp8(v: torch.Tensor, *, block_size: Optional[int] = 128, channel:
     """
     _checks.typed_tensor(v, "v", INPUT_DTYPES)
     bs = _checks.quant_block(block_size, "block_size")
-    for nm, f in (("channel", channel), ("block", block)):
-        if not isinstance(f, bool):
-            raise TypeError(f"{nm} must be a bool, got {type(f).__name__}")
+    _checks.flag("channel", channel)
+    _checks.flag("block", block)
     b, s, h, dv = v.shape
     vf = v.float()
     vcd = None
@@ -241,8 +238,7 @@ def quantize_fp8_per_tensor(x: torch.Tensor, *, num_heads: Optional[int] = None,
     module's kernel accepts either).
     """
     _checks.typed_tensor(x, "x", INPUT_DTYPES)
-    if not isinstance(hadamard, bool):
-        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
+    _checks.flag("hadamard", hadamard)
     b, s, h, d = x.shape
     if num_heads is None:
         num_heads = h

@@ -160,10 +160,7 @@ def _descale_blocks(desc, name, *, b, heads_ok, hk, g, s, blk, is_q, device):
     """Normalize a descale to (b, hk, g|1, n_blocks) fp32 (None stays None)."""
     if desc is None:
         return None
-    if not isinstance(desc, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(desc).__name__}")
-    if not desc.is_floating_point() or desc.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        raise TypeError(f"{name} must be a float32 (or fp16/bf16/fp64) tensor, got {desc.dtype}")
+    _checks.float_tensor(desc, name, "fp16/bf16/fp64")
     nb = -(-s // blk)
     d = desc.to(device=device, dtype=torch.float32)
     gq = g if is_q else 1
@@ -202,10 +199,7 @@ def _key_tiling(block_c, tile_n, d):
 def _channel_descale(vcd, *, b, hk, dv, device):
     if vcd is None:
         return None
-    if not isinstance(vcd, torch.Tensor):
-        raise TypeError(f"v_channel_descale must be a torch.Tensor or None, got {type(vcd).__name__}")
-    if not vcd.is_floating_point() or vcd.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        raise TypeError(f"v_channel_descale must be a float32 (or fp16/bf16/fp64) tensor, got {vcd.dtype}")
+    _checks.float_tensor(vcd, "v_channel_descale", "fp16/bf16/fp64")
     if tuple(vcd.shape) != (b, hk, dv):
         raise ValueError(f"v_channel_descale must have shape {(b, hk, dv)} (batch, kv head, v channel), "
                          f"got {tuple(vcd.shape)}")
@@ -336,8 +330,7 @@ def attention_tiled_lowp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, c
     keeps it fp32, i.e. exact fp32 attention on rounded inputs), accumulation
     is fp32, the output is rounded to the input dtype.
     """
-    if not isinstance(round_p, bool):
-        raise TypeError(f"round_p must be a bool, got {type(round_p).__name__}")
+    _checks.flag("round_p", round_p)
     _checks.qkv(q, k, v, (torch.float16, torch.bfloat16))
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
