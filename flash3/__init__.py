@@ -10,7 +10,7 @@ import cycle exists, so a change to a layer can only reach the layers above it:
     entry points:  __main__, integrations, integrations.transformers
     package:       flash3 (this file: the public names)
     public API:    api, fp8, torch_sdpa, distributed
-    operators:     ops (torch.library: fake kernels, autograd, kernel-or-reference choice)
+    operators:     ops, ops_serve (torch.library: fake kernels, autograd, kernel-or-reference choice)
     backends:      _backend, _quantize (kernel dispatch) | reference, reference.fp8 (the spec)
     primitives:    masking, rotary, hadamard, fp8_quant, decode_plan, _torch_cpu
     foundation:    _checks (argument checks), validation, _build_info, _C (the extension)

@@ -499,3 +499,19 @@ def per_head_vector(t, name, b, h, d, device):
     if t.stride(-1) != 1:
         t = t.contiguous()
     return t
+
+
+def sinks(q, sinks, heads_dim=-2):
+    """Attention sinks: None, or a float tensor (h,), one logit per query head, on q's device."""
+    if sinks is None:
+        return None
+    float_tensor(sinks, "sinks", "fp16/bf16/fp64")
+    h = q.shape[heads_dim]
+    if tuple(sinks.shape) != (h,):
+        raise ValueError(f"sinks must have shape ({h},) (one logit per query head), "
+                         f"got {tuple(sinks.shape)}")
+    _same_device("q", q, "sinks", sinks)
+    if is_fp8(q):
+        raise NotImplementedError("sinks are not implemented for float8_e4m3fn q/k/v "
+                                  "(the FP8 attention); pass sinks=None")
+    return sinks

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, ops
+from . import _checks, ops, ops_serve
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None,
-              fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None):
+              fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None, sinks=None):
     """Scaled dot-product attention, FlashAttention-3 semantics.
 
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v) with h % h_k == 0.
@@ -21,12 +21,22 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     ``v_channel_descale`` (b, h_k, d_v) applied to the output's columns (flash3/fp8.py).
     ``deterministic=True`` makes the backward bitwise reproducible run to run (the
     reference backward always is).
+
+    ``sinks`` (h,) float, optional: attention sinks (gpt-oss), one logit per query head in the
+    space of softmax_scale·q·kᵀ after softcap.  It joins every row's softmax denominator and
+    carries no value; lse includes it (a row with no visible key gets out 0, lse = sink); its
+    gradient is returned; a -inf sink is no sink.  Not in the kernels yet: on CUDA it runs the
+    reference backend with a one-time warning.  Not with float8 inputs.
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale)
     _checks.flag("deterministic", deterministic)
-    if _checks.is_fp8(q):
+    _checks.sinks(q, sinks)
+    if sinks is not None:
+        out, lse = ops_serve.attention_sinks_fwd(q, k, v, sinks, scale, left, right, softcap,
+                                                 deterministic)
+    elif _checks.is_fp8(q):
         out, lse = ops.attention_fp8(q, k, v, q_descale, k_descale, v_descale, scale, left,
                                      right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
                                      v_channel_descale)
@@ -38,7 +48,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                      causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                      return_lse=False, deterministic=False, q_descale=None, k_descale=None,
-                     v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None):
+                     v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None,
+                     sinks=None):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
@@ -47,6 +58,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ``deterministic`` as in :func:`attention`.  float8_e4m3fn inputs as in
     :func:`attention`, descales indexed by sequence: (b, h_k) per head, or per block
     (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
+    ``sinks`` (h,) as in :func:`attention`.
     """
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flag("deterministic", deterministic)
@@ -54,7 +66,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     b = cu_seqlens_q.shape[0] - 1
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale,
                          varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
-    if _checks.is_fp8(q):
+    _checks.sinks(q, sinks)
+    if sinks is not None:
+        out, lse = ops_serve.attention_varlen_sinks_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks,
+                                                        int(max_seqlen_q), int(max_seqlen_k),
+                                                        scale, left, right, softcap, deterministic)
+    elif _checks.is_fp8(q):
         out, lse = ops.attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), q_descale, k_descale, v_descale, scale,
                                             left, right, softcap, int(fp8_block_size[0]),
@@ -70,7 +87,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            page_table=None, causal=False, softmax_scale=None,
                            window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0,
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
-                           k_descale=None, v_descale=None):
+                           k_descale=None, v_descale=None, sinks=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -84,6 +101,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     lse-weighted combine); 0 picks a count from the SM count and the problem size
     (flash3.decode_plan).  It changes speed only: the result is the same up to fp32
     rounding.  The reference computes the splits explicitly when num_splits > 1.
+
+    ``sinks`` (h,) as in :func:`attention` (forward only here); not in the decode kernel yet:
+    on CUDA it runs the reference with a one-time warning.
 
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
@@ -124,7 +144,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
                            rotary_interleaved, k_descale, v_descale)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    _checks.sinks(q, sinks)
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
-                                     rotary_interleaved, k_descale, v_descale, int(num_splits))
+                                     rotary_interleaved, k_descale, v_descale, int(num_splits),
+                                     sinks)
     return (out, lse) if return_lse else out

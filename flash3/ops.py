@@ -196,7 +196,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                       softcap: float, rotary_cos: Optional[Tensor] = None,
                       rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
                       k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
-                      num_splits: int = 0) -> tuple[Tensor, Tensor]:
+                      num_splits: int = 0,
+                      sinks: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
     local = window_left >= 0 or window_right >= 0  # causal or local: q rotated per token
     # Value checks (host reads) only in validation mode; everything is validated before the
@@ -209,7 +210,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
     def run_reference():
         return reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                          *args, rotary_cos, rotary_sin, rotary_interleaved,
-                                         k_descale, v_descale, max(num_splits, 1))
+                                         k_descale, v_descale, max(num_splits, 1), sinks)
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
@@ -242,13 +243,18 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
                                            kd, vd)
 
+    if sinks is not None:  # no kernel has sinks yet: the reference (warned on CUDA)
+        if q.is_cuda:
+            _backend.warn_fallback("attention sinks (sinks=) are not implemented in the kernels "
+                                   "yet", "attention_with_kvcache")
+        return run_reference()
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference)
 
 
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
       window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
-      k_descale=None, v_descale=None, num_splits=0):
+      k_descale=None, v_descale=None, num_splits=0, sinks=None):
     return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
 
 

@@ -32,7 +32,7 @@ def _to_bshd(x):
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-         enable_gqa=False):
+         enable_gqa=False, *, sinks=None):
     """``torch.nn.functional.scaled_dot_product_attention`` on flash3.
 
     query (..., H_q, L, E), key (..., H_k, S, E), value (..., H_k, S, E_v), same leading dims.
@@ -40,6 +40,10 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     aligned, as in torch. Raises for ``attn_mask`` (flash3 has no arbitrary masks: use
     ``is_causal`` or :func:`flash3.attention`'s ``window_size``), for ``dropout_p > 0``, and for
     ``H_q != H_k`` without ``enable_gqa`` (as torch does).
+
+    ``sinks`` (H_q,), keyword-only and not in torch's signature: attention sinks (gpt-oss's
+    ``s_aux``), one logit per query head that joins each row's softmax denominator
+    (:func:`flash3.attention`).
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         _checks.sdpa_tensor(name, x)
@@ -77,6 +81,6 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         k, v = k[:, :s_q], v[:, :s_q]  # torch's top-left mask never shows keys >= s_q
     elif is_causal and s_q > s_k:
         window, is_causal = (-1, s_q - s_k), False  # key j visible to query i iff j <= i
-    out = attention(q, k, v, causal=is_causal, softmax_scale=scale, window_size=window)
+    out = attention(q, k, v, causal=is_causal, softmax_scale=scale, window_size=window, sinks=sinks)
     out = out.transpose(1, 2)  # (b, h, s, d_v) view
     return out.reshape(*batch_shape, *out.shape[-3:]) if len(batch_shape) != 1 else out

@@ -411,3 +411,51 @@ def test_output_attentions_warns_and_gives_none():
         out = fa(ids, attention_mask=mask, output_attentions=True)
     assert any("output_attentions" in m for m in fallback_messages(record))
     assert out.attentions is None or all(a is None for a in out.attentions)
+
+
+# ------------------------------------------------------------------------------ attention sinks
+def test_attention_interface_sinks_match_eager_with_a_sink_column():
+    """s_aux (gpt-oss's sinks) through the attention function: the eager softmax with a sink
+    column, causal and with a sliding window, with and without padding (varlen path)."""
+    torch.manual_seed(0)
+    b, h, h_k, s, d = 2, 4, 2, 9, 16
+    q, k, v = torch.randn(b, h, s, d), torch.randn(b, h_k, s, d), torch.randn(b, h_k, s, d)
+    sinks = torch.randn(h)
+
+    class Module(torch.nn.Module):
+        is_causal = True
+
+    for window in (None, 4):
+        got, _ = f3hf.attention_forward(Module(), q, k, v, None, scaling=0.3,
+                                        sliding_window=window, s_aux=sinks)
+        kk, vv = k.repeat_interleave(2, 1).double(), v.repeat_interleave(2, 1).double()
+        scores = q.double() @ kk.transpose(2, 3) * 0.3
+        i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
+        hide = (j > i) | ((j <= i - window) if window else torch.zeros_like(j > i))
+        scores = scores.masked_fill(hide, -float("inf"))
+        scores = torch.cat([scores, sinks.double().view(1, h, 1, 1).expand(b, h, s, 1)], -1)
+        want = (torch.softmax(scores, -1)[..., :-1] @ vv).transpose(1, 2)
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(not hasattr(transformers, "GptOssConfig"), reason="no gpt-oss in transformers")
+def test_gpt_oss_logits_match_eager(calls):
+    """A tiny random gpt-oss (sinks in every layer, sliding and full layers): flash3's logits
+    equal eager's on a padded batch and on an unpadded one."""
+    cfg = dict(COMMON, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+               sliding_window=4, layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    ref = AutoModelForCausalLM.from_config(transformers.GptOssConfig(**cfg),
+                                           attn_implementation="eager").eval()
+    fa = AutoModelForCausalLM.from_config(transformers.GptOssConfig(**cfg),
+                                          attn_implementation=NAME).eval()
+    with torch.no_grad():  # sinks are zeros at init: make them matter
+        for name, p in ref.named_parameters():
+            if name.endswith("sinks"):
+                p.copy_(torch.randn_like(p) * 2)
+    fa.load_state_dict(ref.state_dict())
+    assert_padded_logits_match(ref, fa)
+    ids, _ = padded_batch()
+    with no_fallback(), torch.no_grad():
+        torch.testing.assert_close(fa(ids[2:]).logits, ref(ids[2:]).logits, atol=ATOL, rtol=0)
+    assert calls["attention"] > 0 and calls["attention_varlen"] > 0

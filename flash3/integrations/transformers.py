@@ -29,8 +29,9 @@ Semantics, as transformers' eager attention computes them:
 query ``i`` when ``i - W < j <= i`` (flash3 ``window_size=(W - 1, 0)``), and a
 2D mask's queries are its last ``s_q`` columns (a KV cache's new tokens).
 Attention dropout is not implemented (``dropout > 0`` raises), attention
-weights are not returned (``output_attentions`` warns once, gives ``None``)
-and attention sinks (``s_aux``) raise.
+weights are not returned (``output_attentions`` warns once, gives ``None``).
+Attention sinks (``s_aux``, gpt-oss: one logit per query head joining each row's softmax
+denominator) are passed to flash3 as ``sinks``.
 """
 
 from __future__ import annotations
@@ -269,9 +270,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         raise ValueError(f"flash3 ({NAME} attention) has no attention dropout, got "
                          f"dropout={dropout}; set config.attention_dropout = 0.0 (or call "
                          "model.eval())")
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError(f"flash3 ({NAME} attention) does not support attention sinks "
-                                  "(s_aux); use attn_implementation='eager'")
+    sinks = kwargs.get("s_aux")
     if kwargs.get("output_attentions"):
         _warn_once("output_attentions=True is not supported; the attention weights are None")
 
@@ -293,7 +292,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if mask is not None and mask.dim() == 4:  # the mask is the whole pattern, as in eager
         _warn_once("a 4D attention mask (a custom mask, or a pattern other than causal / sliding "
                    "window / bidirectional with padding) runs on the dense eager path")
-        return _dense_fallback(query, key, value, mask, scaling, softcap), None
+        return _dense_fallback(query, key, value, mask, scaling, softcap, sinks), None
     info = None
     if mask is not None and mask.dim() == 2:
         info = _registered(mask)
@@ -327,7 +326,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     k = key.transpose(1, 2)[:, :length]    # keys past the mask (static cache) are not used
     v = value.transpose(1, 2)[:, :length]
     win = (window - 1, 0) if window is not None else (-1, -1)
-    opts = dict(causal=causal, softmax_scale=scaling, window_size=win, softcap=softcap)
+    opts = dict(causal=causal, softmax_scale=scaling, window_size=win, softcap=softcap,
+                sinks=sinks)
 
     if reason is None and (mask is None or (info is not None and info.all_valid)):
         return flash3.attention(q, k, v, **opts), None
@@ -342,7 +342,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if reason is not None:
         _warn_once(reason + "; this runs on the dense eager path")
         dense = _pattern_mask(mask, b, s_q, s_k, causal, window, query.device)
-        return _dense_fallback(query, key, value, dense, scaling, softcap), None
+        return _dense_fallback(query, key, value, dense, scaling, softcap, sinks), None
 
     idx_q, idx_k, cu_q, cu_k, max_q, max_k, total_q = meta
     d_v = v.shape[-1]
@@ -439,8 +439,9 @@ def _pattern_mask(pad, b, s_q, s_k, causal, window, device):
     return m
 
 
-def _dense_fallback(query, key, value, mask, scaling, softcap):
-    """transformers' eager attention: (b, h, s_q, d) in, (b, s_q, h, d_v) out."""
+def _dense_fallback(query, key, value, mask, scaling, softcap, sinks=None):
+    """transformers' eager attention: (b, h, s_q, d) in, (b, s_q, h, d_v) out; ``sinks`` (h,)
+    as gpt-oss's eager attention: a last softmax column, dropped after the softmax."""
     h, h_k = query.shape[1], key.shape[1]
     if h != h_k:
         key = key.repeat_interleave(h // h_k, dim=1)
@@ -454,5 +455,10 @@ def _dense_fallback(query, key, value, mask, scaling, softcap):
             zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
             mask = torch.where(mask, zero, torch.finfo(scores.dtype).min)
         scores = scores + mask
+    if sinks is not None:
+        col = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        scores = torch.cat([scores, col], dim=-1)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    if sinks is not None:
+        probs = probs[..., :-1]
     return torch.matmul(probs, value).transpose(1, 2).contiguous()

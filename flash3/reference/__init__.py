@@ -16,6 +16,12 @@ computed faster.
 Inputs are already validated and the window already normalized
 (``masking.normalize_window``: causal is ``right == 0``, -1 is unbounded).
 
+Attention sinks (``sinks``, one logit per query head, in the space of softmax_scale·q·kᵀ
+after softcap): an extra softmax column that carries no value.  Each row's running max and
+sum start from it (max = sink, sum = 1), so lse includes it and a row with no visible key
+gives out 0, lse = sink; a -inf sink is no sink.  The backward returns
+d_sink[h] = -sum over rows of P_sink * (rowsum(dO * O) - dlse), with P_sink = exp(sink - lse).
+
 Internal layout: query heads are grouped by their kv head, ``h = h_k * g``, and
 the ``g`` heads of a group are folded into the row dimension, so one batched
 matmul over ``(batch * h_k)`` serves GQA/MQA without copying K/V per head.
@@ -89,6 +95,25 @@ def _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, device):
     return None if hide is None else hide.unsqueeze(1)
 
 
+def _sink_rows(sinks, b: int, s: int, h_k: int) -> torch.Tensor:
+    """sinks (h,) -> fp32 (b*h_k, s*g) in _rows' row order (natural-log units)."""
+    g = sinks.shape[0] // h_k
+    return sinks.to(torch.float32).view(1, h_k, 1, g).expand(b, h_k, s, g).reshape(b * h_k, s * g)
+
+
+def sink_grad(sinks, dout, out, lse, dlse=None):
+    """d_sink (h,) of (b, s_q, h, d_v) dout/out and (b, h, s_q) lse (and dlse), in fp32 (fp64
+    for fp64 inputs, which the tests use to check the formula)."""
+    dt = torch.float64 if out.dtype == torch.float64 else torch.float32
+    D = (dout.to(dt) * out.to(dt)).sum(-1).transpose(1, 2)  # (b, h, s_q)
+    if dlse is not None:
+        D = D - dlse.to(dt)
+    lse = lse.to(dt)
+    # A row whose lse is -inf (no key, sink -inf) has P_sink = 0, not exp(-inf + inf).
+    p_sink = torch.exp(sinks.to(dt).view(1, -1, 1) - lse.masked_fill(lse == -math.inf, math.inf))
+    return -(p_sink * D).sum(dim=(0, 2))
+
+
 def _q_scale(softmax_scale: float, softcap: float) -> float:
     # Without softcap the softmax scale and log2(e) fold into q (exp2 later);
     # with softcap q carries scale/cap and tanh's output is multiplied back.
@@ -96,15 +121,16 @@ def _q_scale(softmax_scale: float, softcap: float) -> float:
 
 
 def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float = 0.0,
-            block_m: int | None = None, block_n: int | None = None):
+            block_m: int | None = None, block_n: int | None = None, sinks=None):
     """Attention forward.
 
-    q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v).
+    q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), optional ``sinks`` (h,).
     Returns ``out`` (b, s_q, h, d_v) in q's dtype and ``lse`` (b, h, s_q) fp32.
     """
-    if _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
+    explicit = bool(block_m or block_n) or sinks is not None  # torch's kernel has no sinks
+    if _torch_cpu.applies(q, k, v, left, right, softcap, explicit):
         return _torch_cpu.forward(q, k, v, softmax_scale, causal=right == 0)
-    if _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n):
+    if _torch_cpu.applies_masked(q, k, v, softcap, explicit):
         return _torch_cpu.forward_masked(q, k, v, softmax_scale, left, right)
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
@@ -119,6 +145,8 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
     dev = q.device
     out_rows = torch.zeros(b * h_k, s_q * g, d_v, dtype=torch.float32, device=dev)
     lse_rows = torch.full((b * h_k, s_q * g), -math.inf, dtype=torch.float32, device=dev)
+    if sinks is not None:  # what a row that sees no key gets: out 0, lse = sink
+        lse_rows.copy_(_sink_rows(sinks, b, s_q, h_k))
     if s_q == 0 or s_k == 0 or b == 0:
         return _unrows(out_rows, b, s_q, h_k, g, q.dtype), _lse_rows_to_bhs(lse_rows, b, s_q, h_k, g)
 
@@ -137,11 +165,16 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
         m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
         n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
         if n_lo >= n_hi:
-            continue  # every row of this tile sees nothing: out 0, lse -inf
+            continue  # every row of this tile sees nothing: out 0, lse -inf (or the sink)
         u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
         q_t = qr[:, m0 * g:m1 * g]
         rows = q_t.shape[1]
         m_run = acc = None
+        if sinks is not None:  # the sink is the first column: max = sink, sum = exp2(0) = 1
+            sink2 = _sink_rows(sinks, b, m1 - m0, h_k) * _LOG2E
+            m_run = sink2.clamp(min=_FLOOR)
+            acc = torch.zeros(b * h_k, rows, d_v + 1, dtype=torch.float32, device=dev)
+            acc[..., d_v] = torch.exp2(sink2 - m_run)  # 0 for a -inf sink
         for nb in range(n_lo, n_hi):
             n0, n1 = nb * block_n, min((nb + 1) * block_n, s_k)
             k_t, v_t = kt_all[..., n0:n1], v_ext[:, n0:n1]
@@ -177,13 +210,18 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
 
 def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int,
              softcap: float = 0.0, dlse=None, block_m: int | None = None,
-             block_n: int | None = None):
+             block_n: int | None = None, sinks=None):
     """Attention backward (recomputes P from ``lse``).
 
     ``dlse`` (b, h, s_q), optional, is the gradient flowing into lse: since
     d lse / d score = P, it enters exactly like the row sum D (D - dlse).
-    Returns ``(dq, dk, dv)`` in the input dtypes.
+    Returns ``(dq, dk, dv)`` in the input dtypes, and d_sinks (h,) fp32 last when ``sinks``
+    is given (P already includes the sink through lse: dq, dk, dv need nothing else).
     """
+    if sinks is not None:
+        dsinks = sink_grad(sinks, dout, out, lse, dlse)
+        return backward(dout, q, k, v, out, lse, softmax_scale, left, right, softcap, dlse,
+                        block_m or BLOCK_M, block_n or BLOCK_N) + (dsinks,)
     if dlse is None and _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
         return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
     if dlse is None and _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n):
@@ -264,8 +302,10 @@ def _seq_bounds(cu_seqlens_q, cu_seqlens_k):
 
 
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, right,
-                   softcap=0.0):
-    """q (total_q, h, d), k/v (total_k, h_k, d|d_v) -> out (total_q, h, d_v), lse (h, total_q)."""
+                   softcap=0.0, sinks=None):
+    """q (total_q, h, d), k/v (total_k, h_k, d|d_v) -> out (total_q, h, d_v), lse (h, total_q).
+
+    Tokens outside every sequence get out 0, lse -inf."""
     total_q, h, _ = q.shape
     out = torch.zeros(total_q, h, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((h, total_q), -math.inf, dtype=torch.float32, device=q.device)
@@ -275,29 +315,39 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, rig
         if q1 == q0:
             continue
         o_i, l_i = forward(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
-                           softmax_scale, left, right, softcap)
+                           softmax_scale, left, right, softcap, sinks=sinks)
         out[q0:q1] = o_i[0]
         lse[:, q0:q1] = l_i[0]
     return out, lse
 
 
 def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-                    left, right, softcap=0.0, dlse=None):
-    """Gradients of :func:`varlen_forward`; tokens outside every sequence get 0."""
+                    left, right, softcap=0.0, dlse=None, sinks=None):
+    """Gradients of :func:`varlen_forward`; tokens outside every sequence get 0.  With
+    ``sinks``, d_sinks (h,) fp32 is returned last (a sum over every sequence's rows)."""
     dq, dk, dv = (torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+    dsinks = None if sinks is None else torch.zeros(q.shape[1], dtype=torch.float32,
+                                                    device=q.device)
     cq, ck = _seq_bounds(cu_seqlens_q, cu_seqlens_k)
     for i in range(len(cq) - 1):
         q0, q1, k0, k1 = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        if q1 == q0 or k1 == k0:
+        if q1 == q0:
             continue
         dlse_i = None if dlse is None else dlse[None, :, q0:q1]
-        dq_i, dk_i, dv_i = backward(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1],
-                                    v[None, k0:k1], out[None, q0:q1], lse[None, :, q0:q1],
-                                    softmax_scale, left, right, softcap, dlse=dlse_i)
-        dq[q0:q1] = dq_i[0]
-        dk[k0:k1] += dk_i[0]  # += : sequences may share keys if cu_seqlens_k overlap
-        dv[k0:k1] += dv_i[0]
-    return dq, dk, dv
+        if k1 == k0:  # no key: only the sink has a gradient (P_sink = 1)
+            if sinks is not None:
+                dsinks += sink_grad(sinks, dout[None, q0:q1], out[None, q0:q1],
+                                    lse[None, :, q0:q1], dlse_i)
+            continue
+        grads = backward(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
+                         out[None, q0:q1], lse[None, :, q0:q1], softmax_scale, left, right,
+                         softcap, dlse=dlse_i, sinks=sinks)
+        dq[q0:q1] = grads[0][0]
+        dk[k0:k1] += grads[1][0]  # += : sequences may share keys if cu_seqlens_k overlap
+        dv[k0:k1] += grads[2][0]
+        if sinks is not None:
+            dsinks += grads[3]
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
 
 
 # --------------------------------------------------------------------------
@@ -423,8 +473,12 @@ def combine_splits(o_parts, lse_parts):
 
 def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
                     left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
-                    rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1):
+                    rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1,
+                    sinks=None):
     """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys.
+
+    ``sinks`` (h,): attention sinks; with splits the sink is one more partial (o = 0,
+    lse = sink) of the combine.
 
     q (b, s_q, h, d) -> out (b, s_q, h, d_v), lse (b, h, s_q).  ``num_splits`` > 1 computes each
     row through split_partials + combine_splits (the same result up to fp32 rounding); 0 and 1
@@ -447,10 +501,14 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
             ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]
             o_p, l_p = split_partials(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left,
                                       right, softcap, ranges)
+            if sinks is not None:
+                o_p = torch.cat([o_p, torch.zeros_like(o_p[:1])])
+                sink = sinks.to(torch.float32).view(1, 1, h, 1).expand(1, 1, h, s_q)
+                l_p = torch.cat([l_p, sink])
             o_i, l_i = combine_splits(o_p, l_p)
         else:
             o_i, l_i = forward(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left, right,
-                               softcap)
+                               softcap, sinks=sinks)
         out[i] = o_i[0].to(q.dtype)
         lse[i] = l_i[0]
     return out, lse

@@ -1,0 +1,134 @@
+"""torch.library operators for serving features the reference specifies first (namespace
+``flash3``): attention sinks (forward and backward, batched and varlen) and packed
+variable-length queries against a (paged) KV cache.
+
+Sinks: no Hopper kernel has them yet, so on CUDA these operators run the reference backend
+with a one-time RuntimeWarning (the package's fallback rule, flash3/ops.py).  Varlen queries
+on a KV cache run the reference on the CPU only: on CUDA its per-sequence loop would read
+cu_seqlens on the host, so the public function raises NotImplementedError there instead.
+"""
+
+# No ``from __future__ import annotations``: custom_op reads real annotations.
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _backend, _checks, ops, reference, validation
+
+SINKS_NOT_IN_KERNELS = "attention sinks (sinks=) are not implemented in the kernels yet"
+
+
+def _sink_fallback(q, what):
+    if q.is_cuda:
+        _backend.warn_fallback(SINKS_NOT_IN_KERNELS, what)
+
+
+# ----------------------------------------------------------------- batched, with sinks
+@torch.library.custom_op("flash3::attention_sinks_fwd", mutates_args=())
+def attention_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, softmax_scale: float,
+                        window_left: int, window_right: int, softcap: float,
+                        deterministic: bool = False) -> tuple[Tensor, Tensor]:
+    _sink_fallback(q, "forward")
+    return reference.forward(q, k, v, softmax_scale, window_left, window_right, softcap,
+                             sinks=sinks)
+
+
+@attention_sinks_fwd.register_fake
+def _(q, k, v, sinks, softmax_scale, window_left, window_right, softcap, deterministic=False):
+    return q.new_empty(*q.shape[:-1], v.shape[-1]), ops._lse_batched(q)
+
+
+@torch.library.custom_op("flash3::attention_sinks_bwd", mutates_args=())
+def attention_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                        dlse: Optional[Tensor], sinks: Tensor, softmax_scale: float,
+                        window_left: int, window_right: int, softcap: float,
+                        deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    _sink_fallback(q, "backward")
+    dq, dk, dv, ds = reference.backward(dout, q, k, v, out, lse, softmax_scale, window_left,
+                                        window_right, softcap, dlse=dlse, sinks=sinks)
+    return dq, dk, dv, ds.to(sinks.dtype)
+
+
+@attention_sinks_bwd.register_fake
+def _(dout, q, k, v, out, lse, dlse, sinks, softmax_scale, window_left, window_right, softcap,
+      deterministic=False):
+    return ops._like(q), ops._like(k), ops._like(v), ops._like(sinks)
+
+
+def _sinks_setup(ctx, inputs, output):
+    q, k, v, sinks = inputs[:4]
+    ctx.save_for_backward(q, k, v, sinks, *output)
+    ctx.extra = inputs[4:]
+    ctx.set_materialize_grads(False)  # as in ops._setup
+
+
+def _sinks_backward(ctx, dout, dlse):
+    q, k, v, sinks, out, lse = ctx.saved_tensors
+    dout = ops._grads_or_zeros(dout, out)
+    grads = attention_sinks_bwd(dout, q, k, v, out, lse, dlse, sinks, *ctx.extra)
+    return grads + (None,) * len(ctx.extra)
+
+
+attention_sinks_fwd.register_autograd(_sinks_backward, setup_context=_sinks_setup)
+
+
+# ----------------------------------------------------------------- varlen, with sinks
+@torch.library.custom_op("flash3::attention_varlen_sinks_fwd", mutates_args=())
+def attention_varlen_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                               cu_seqlens_k: Tensor, sinks: Tensor, max_seqlen_q: int,
+                               max_seqlen_k: int, softmax_scale: float, window_left: int,
+                               window_right: int, softcap: float,
+                               deterministic: bool = False) -> tuple[Tensor, Tensor]:
+    if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
+        _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                              max_seqlen_q, max_seqlen_k)
+    _sink_fallback(q, "forward")
+    return reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                                    window_left, window_right, softcap, sinks=sinks)
+
+
+@attention_varlen_sinks_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, max_seqlen_q, max_seqlen_k, softmax_scale,
+      window_left, window_right, softcap, deterministic=False):
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("flash3::attention_varlen_sinks_bwd", mutates_args=())
+def attention_varlen_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                               lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
+                               cu_seqlens_k: Tensor, sinks: Tensor, max_seqlen_q: int,
+                               max_seqlen_k: int, softmax_scale: float, window_left: int,
+                               window_right: int, softcap: float, deterministic: bool = False
+                               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    _sink_fallback(q, "backward")
+    dq, dk, dv, ds = reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q,
+                                               cu_seqlens_k, softmax_scale, window_left,
+                                               window_right, softcap, dlse=dlse, sinks=sinks)
+    return dq, dk, dv, ds.to(sinks.dtype)
+
+
+@attention_varlen_sinks_bwd.register_fake
+def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, sinks, max_seqlen_q,
+      max_seqlen_k, softmax_scale, window_left, window_right, softcap, deterministic=False):
+    return ops._like(q), ops._like(k), ops._like(v), ops._like(sinks)
+
+
+def _varlen_sinks_setup(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, sinks = inputs[:6]
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, sinks, *output)
+    ctx.extra = inputs[6:]
+    ctx.set_materialize_grads(False)
+
+
+def _varlen_sinks_backward(ctx, dout, dlse):
+    q, k, v, cu_q, cu_k, sinks, out, lse = ctx.saved_tensors
+    dout = ops._grads_or_zeros(dout, out)
+    dq, dk, dv, ds = attention_varlen_sinks_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k,
+                                                sinks, *ctx.extra)
+    return (dq, dk, dv, None, None, ds) + (None,) * len(ctx.extra)
+
+
+attention_varlen_sinks_fwd.register_autograd(_varlen_sinks_backward,
+                                             setup_context=_varlen_sinks_setup)
