@@ -323,20 +323,20 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
 
 
 def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=None,
-                   q_per_token=True, k_descale=None, v_descale=None):
+                   q_per_token=True, k_descale=None, v_descale=None, lens_name="cache_seqlens"):
     """Value checks needing the contents, run before anything is written (validation mode
     only: they read cache_seqlens/page_table/descales on the host)."""
     lens = cache_seqlens.tolist()
     for i, n in enumerate(lens):
         if n < 0:
-            raise ValueError(f"cache_seqlens[{i}] is negative ({n})")
+            raise ValueError(f"{lens_name}[{i}] is negative ({n})")
     if rotary_cos is not None:
         seqlen_ro = rotary_cos.shape[0]
         span = max(s_new, s_q if q_per_token else 1)
         for i, n in enumerate(lens):
             if n + span > seqlen_ro:
                 raise ValueError(f"rotary_cos/rotary_sin have {seqlen_ro} positions but row {i} "
-                                 f"needs positions up to {n + span - 1} (cache_seqlens[{i}] = {n})")
+                                 f"needs positions up to {n + span - 1} ({lens_name}[{i}] = {n})")
     for n, t in (("k_descale", k_descale), ("v_descale", v_descale)):
         if t is not None and not bool(((t > 0) & torch.isfinite(t)).all()):
             raise ValueError(f"{n} must be finite and > 0 everywhere")
@@ -344,7 +344,7 @@ def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=
         cap = k_cache.shape[1]
         for i, n in enumerate(lens):
             if n + s_new > cap:
-                raise ValueError(f"cache overflow: cache_seqlens[{i}] ({n}) + {s_new} new keys "
+                raise ValueError(f"cache overflow: {lens_name}[{i}] ({n}) + {s_new} new keys "
                                  f"> k_cache capacity {cap}")
         return
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
@@ -515,3 +515,99 @@ def sinks(q, sinks, heads_dim=-2):
         raise NotImplementedError("sinks are not implemented for float8_e4m3fn q/k/v "
                                   "(the FP8 attention); pass sinks=None")
     return sinks
+
+
+def _int32_vector(name, t, q, n=None, what="(batch,)"):
+    tensor(name, t)
+    _same_device("q", q, name, t)
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {t.dtype}")
+    if t.dim() != 1 or (n is not None and t.shape[0] != n):
+        raise ValueError(f"{name} must have shape {what}, got {tuple(t.shape)}")
+
+
+def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
+                 cu_seqlens_k, k_descale, v_descale, lens_name="seqused_k", kn="k", vn="v"):
+    """Static checks of packed queries against a cache: paged (page_table), contiguous
+    (b, capacity, ·) (neither page_table nor cu_seqlens_k) or packed (cu_seqlens_k)."""
+    tensor("q", q, 3, "(total_q, heads, headdim)")
+    if is_fp8(q):
+        raise TypeError(f"q must be fp16/bf16/fp32 with {lens_name}/page_table (an FP8 cache "
+                        f"takes 16-bit or fp32 q), got float8_e4m3fn")
+    _int32_vector("cu_seqlens_q", cu_seqlens_q, q, what="(batch + 1,)")
+    if cu_seqlens_q.shape[0] < 1:
+        raise ValueError("cu_seqlens_q must have length batch + 1 >= 1")
+    b = cu_seqlens_q.shape[0] - 1
+    if not isinstance(max_seqlen_q, numbers.Integral) or isinstance(max_seqlen_q, bool):
+        raise TypeError(f"max_seqlen_q must be an int, got {type(max_seqlen_q).__name__}")
+    if max_seqlen_q < 0:
+        raise ValueError(f"max_seqlen_q must be >= 0, got {max_seqlen_q}")
+    packed = cu_seqlens_k is not None
+    if page_table is not None and packed:
+        raise ValueError("cu_seqlens_k must be None with page_table: a paged cache gives each "
+                         f"sequence's key count in {lens_name}")
+    if not packed and seqused_k is None:
+        raise ValueError(f"{lens_name} (int32 (batch,), each sequence's key count) is required "
+                         "with a paged or contiguous cache")
+    ndim = 3 if packed else 4
+    what = ("(total_k, heads, headdim)" if packed else
+            "(num_pages, page_size, heads, headdim)" if page_table is not None else
+            "(batch, capacity, heads, headdim)")
+    tensor(kn, k_cache, ndim, what)
+    tensor(vn, v_cache, ndim, what)
+    for n, t in ((kn, k_cache), (vn, v_cache)):
+        _same_device("q", q, n, t)
+    if is_fp8(k_cache) or is_fp8(v_cache):
+        if packed or not (is_fp8(k_cache) and is_fp8(v_cache)):
+            raise TypeError(f"an FP8 cache needs both {kn} and {vn} float8_e4m3fn and a paged or "
+                            f"contiguous layout (got {k_cache.dtype}, {v_cache.dtype})")
+        _dtypes([("q", q)])
+    else:
+        _dtypes([("q", q), (kn, k_cache), (vn, v_cache)])
+    heads_and_dims(q, k_cache, v_cache, "q", kn, vn)
+    if k_cache.shape[:-1] != v_cache.shape[:-1]:
+        raise ValueError(f"{vn} shape {tuple(v_cache.shape)} does not match {kn} "
+                         f"{tuple(k_cache.shape)} but in its last dim")
+    if packed:
+        _int32_vector("cu_seqlens_k", cu_seqlens_k, q, b + 1, "(batch + 1,) like cu_seqlens_q")
+    if seqused_k is not None:
+        _int32_vector(lens_name, seqused_k, q, b, f"({b},)")
+    if page_table is not None:
+        tensor("page_table", page_table, 2, "(batch, max_pages)")
+        _same_device("q", q, "page_table", page_table)
+        if page_table.dtype != torch.int32:
+            raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+        if page_table.shape[0] != b:
+            raise ValueError(f"page_table has {page_table.shape[0]} rows but cu_seqlens_q holds "
+                             f"{b} sequences")
+    elif not packed and k_cache.shape[0] != b:
+        raise ValueError(f"{kn} has batch {k_cache.shape[0]} but cu_seqlens_q holds {b} sequences")
+    kvcache_extras(q, k_cache, None, page_table, None, None, False, k_descale, v_descale)
+
+
+def varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
+                        max_seqlen_q, k_descale, v_descale, lens_name="seqused_k"):
+    """Value checks of :func:`varlen_cache` (validation mode: host reads)."""
+    c = cu_seqlens_q.tolist()
+    lens = [b - a for a, b in zip(c, c[1:])]
+    if c[0] != 0 or any(x < 0 for x in lens):
+        raise ValueError(f"cu_seqlens_q must start at 0 and be non-decreasing, got {c}")
+    if c[-1] > q.shape[0]:
+        raise ValueError(f"cu_seqlens_q ends at {c[-1]}, past the packed length {q.shape[0]}")
+    if lens and max(lens) > max_seqlen_q:
+        raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest sequence "
+                         f"({max(lens)})")
+    if cu_seqlens_k is None:
+        kvcache_values(k_cache, seqused_k, 0, page_table, k_descale=k_descale,
+                       v_descale=v_descale, lens_name=lens_name)
+        return
+    ck = cu_seqlens_k.tolist()
+    have = [b - a for a, b in zip(ck, ck[1:])]
+    if ck[0] != 0 or any(x < 0 for x in have) or ck[-1] > k_cache.shape[0]:
+        raise ValueError(f"cu_seqlens_k must start at 0, be non-decreasing and end within the "
+                         f"{k_cache.shape[0]} packed keys, got {ck}")
+    if seqused_k is not None:
+        for i, (n, m) in enumerate(zip(seqused_k.tolist(), have)):
+            if not 0 <= n <= m:
+                raise ValueError(f"{lens_name}[{i}] = {n} is outside [0, {m}] (sequence {i}'s "
+                                 f"keys in cu_seqlens_k)")

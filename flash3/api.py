@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import _checks, ops, ops_serve
@@ -49,7 +51,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                      return_lse=False, deterministic=False, q_descale=None, k_descale=None,
                      v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None,
-                     sinks=None):
+                     sinks=None, page_table=None, seqused_k=None):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
@@ -59,7 +61,28 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     :func:`attention`, descales indexed by sequence: (b, h_k) per head, or per block
     (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
     ``sinks`` (h,) as in :func:`attention`.
+
+    Keys from a cache (chunked prefill, prefix caching, mixed prefill/decode batches), forward
+    only, CPU reference only for now (NotImplementedError on CUDA: no kernel yet):
+    ``seqused_k`` int32 (b,) uses the first seqused_k[i] keys of sequence i (from
+    cu_seqlens_k[i] in the packed k/v); with ``page_table`` int32 (b, max_pages), k/v are a
+    paged cache (num_pages, page_size, h_k, d|d_v) (any page size), cu_seqlens_k must be None
+    and seqused_k gives each sequence's key count.  Masks are bottom-right aligned per
+    sequence.  A float8_e4m3fn paged cache takes fp16/bf16/fp32 q and ``k_descale``/
+    ``v_descale`` (num_pages, h_k), as :func:`attention_with_kvcache`'s FP8 cache.
     """
+    if page_table is not None or seqused_k is not None:
+        for n, t in (("q_descale", q_descale), ("v_channel_descale", v_channel_descale)):
+            if t is not None:
+                raise ValueError(f"{n} is not used with page_table/seqused_k (an FP8 cache takes "
+                                 "k_descale/v_descale per page or sequence, kv head)")
+        _checks.flag("deterministic", deterministic)
+        return _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
+                                cu_seqlens_k, causal, softmax_scale, window_size, softcap,
+                                k_descale, v_descale, sinks, return_lse, "attention_varlen",
+                                "seqused_k", "k", "v")
+    if cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_k is required without page_table")
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flag("deterministic", deterministic)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
@@ -87,7 +110,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            page_table=None, causal=False, softmax_scale=None,
                            window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0,
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
-                           k_descale=None, v_descale=None, sinks=None):
+                           k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
+                           max_seqlen_q=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -104,6 +128,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
 
     ``sinks`` (h,) as in :func:`attention` (forward only here); not in the decode kernel yet:
     on CUDA it runs the reference with a one-time warning.
+
+    Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
+    sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
+    to its cache_seqlens[i] cached keys, masks bottom-right aligned per sequence; returns out
+    (total_q, h, d_v) and lse (h, total_q).  No new k/v or rotary with it; CPU reference only
+    for now (NotImplementedError on CUDA: no kernel yet).
 
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
@@ -139,6 +169,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     capacity) keys; a key behind a bad page id reads as zero.  Rotary positions are clamped
     to [0, seqlen_ro - 1] everywhere.
     """
+    if cu_seqlens_q is not None or max_seqlen_q is not None:
+        return _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
+                               softmax_scale, window_size, softcap, return_lse, num_splits,
+                               rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
+                               max_seqlen_q)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
@@ -149,4 +184,52 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
                                      sinks)
+    return (out, lse) if return_lse else out
+
+
+def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
+                    window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
+                    k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q):
+    """attention_with_kvcache with packed queries (cu_seqlens_q)."""
+    if cu_seqlens_q is None or max_seqlen_q is None:
+        raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
+    for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if t is not None:
+            raise NotImplementedError(f"attention_with_kvcache: {n} with cu_seqlens_q is not "
+                                      "implemented (append new keys/rotate in a separate call)")
+    if (not isinstance(num_splits, numbers.Integral) or isinstance(num_splits, bool)
+            or num_splits < 0):
+        raise ValueError(f"num_splits must be an int >= 0, got {num_splits!r}")
+    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        if cache_seqlens < 0:
+            raise ValueError(f"cache_seqlens must be >= 0, got {cache_seqlens}")
+        _checks.tensor("cu_seqlens_q", cu_seqlens_q, 1)
+        cache_seqlens = torch.full((cu_seqlens_q.shape[0] - 1,), int(cache_seqlens),
+                                   dtype=torch.int32, device=q.device)
+    return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
+                            page_table, None, causal, softmax_scale, window_size, softcap,
+                            k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
+                            "cache_seqlens", "k_cache", "v_cache")
+
+
+def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
+                     causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
+                     return_lse, who, lens_name, kn, vn):
+    """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
+    _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
+                         cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
+    scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    _checks.sinks(q, sinks)
+    what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
+            else lens_name)
+    if q.is_cuda:  # the reference reads the metadata on the host: not a path for the GPU
+        raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) has no "
+                                  "CUDA kernel yet; it runs on CPU tensors (the reference)")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k, v, sinks)):
+        raise NotImplementedError(f"{who}: {what} is forward only (no backward); call it under "
+                                  "torch.no_grad() or with tensors that do not require grad")
+    out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
+                                                  cu_seqlens_k, int(max_seqlen_q), scale, left,
+                                                  right, softcap, k_descale, v_descale, sinks)
     return (out, lse) if return_lse else out

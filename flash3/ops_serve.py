@@ -132,3 +132,29 @@ def _varlen_sinks_backward(ctx, dout, dlse):
 
 attention_varlen_sinks_fwd.register_autograd(_varlen_sinks_backward,
                                              setup_context=_varlen_sinks_setup)
+
+
+# ----------------------------------------------------------------- varlen queries on a KV cache
+@torch.library.custom_op("flash3::attention_varlen_kvcache", mutates_args=())
+def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seqlens_q: Tensor,
+                             seqused_k: Optional[Tensor], page_table: Optional[Tensor],
+                             cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+                             softmax_scale: float, window_left: int, window_right: int,
+                             softcap: float, k_descale: Optional[Tensor] = None,
+                             v_descale: Optional[Tensor] = None,
+                             sinks: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    # Forward only.  The public functions raise on CUDA before reaching here (no kernel yet).
+    if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table):
+        _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table,
+                                    cu_seqlens_k, max_seqlen_q, k_descale, v_descale)
+    return reference.varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
+                                          page_table, cu_seqlens_k, softmax_scale, window_left,
+                                          window_right, softcap, k_descale, v_descale, sinks)
+
+
+@attention_varlen_kvcache.register_fake
+def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, max_seqlen_q,
+      softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
+      sinks=None):
+    out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)

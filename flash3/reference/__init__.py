@@ -512,3 +512,47 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
         out[i] = o_i[0].to(q.dtype)
         lse[i] = l_i[0]
     return out, lse
+
+
+# --------------------------------------------------------------------------
+# Packed variable-length queries against a KV cache (chunked prefill, prefix caching, mixed
+# prefill/decode batches): sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] attend to
+# its seqused_k[i] keys, bottom-right aligned (causal: the last query sees every key).
+# --------------------------------------------------------------------------
+
+def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
+                         softmax_scale, left, right, softcap=0.0, k_descale=None, v_descale=None,
+                         sinks=None):
+    """q (total_q, h, d) -> out (total_q, h, d_v) in q's dtype, lse (h, total_q) fp32.
+
+    Keys of sequence i, by layout:
+    * paged (``page_table`` (b, max_pages)): the first seqused_k[i] slots of pages
+      page_table[i] of k_cache (num_pages, page_size, h_k, d);
+    * contiguous cache (no page_table, no cu_seqlens_k): k_cache[i, :seqused_k[i]];
+    * packed (``cu_seqlens_k``): k_cache[cu_seqlens_k[i]:][:n] with n = seqused_k[i] if given,
+      else cu_seqlens_k[i+1] - cu_seqlens_k[i].
+    FP8 caches (paged or contiguous) are read as x8 * descale (per page or batch row, kv head).
+    Tokens outside every sequence get out 0, lse -inf.  One host read of the metadata.
+    """
+    total_q, h, _ = q.shape
+    out = torch.zeros(total_q, h, v_cache.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full((h, total_q), -math.inf, dtype=torch.float32, device=q.device)
+    cq = cu_seqlens_q.tolist()
+    used = None if seqused_k is None else seqused_k.tolist()
+    ck = None if cu_seqlens_k is None else cu_seqlens_k.tolist()
+    for i in range(len(cq) - 1):
+        q0, q1 = cq[i], cq[i + 1]
+        if q1 == q0:
+            continue
+        if ck is not None:
+            k0 = ck[i]
+            n = used[i] if used is not None else ck[i + 1] - k0
+            k_i, v_i = k_cache[k0:k0 + n], v_cache[k0:k0 + n]
+        else:
+            k_i = kvcache_gather(k_cache, i, used[i], page_table, k_descale)
+            v_i = kvcache_gather(v_cache, i, used[i], page_table, v_descale)
+        o_i, l_i = forward(q[None, q0:q1], k_i[None], v_i[None], softmax_scale, left, right,
+                           softcap, sinks=sinks)
+        out[q0:q1] = o_i[0].to(q.dtype)
+        lse[:, q0:q1] = l_i[0]
+    return out, lse
