@@ -9,7 +9,7 @@ import cycle exists, so a change to a layer can only reach the layers above it:
 
     entry points:  __main__, integrations, integrations.transformers
     package:       flash3 (this file: the public names)
-    public API:    api, fp8, torch_sdpa, distributed
+    public API:    api, fp8, torch_sdpa, distributed, flash_attn_interface (FA3's functions)
     operators:     ops, ops_serve (torch.library: fake kernels, autograd, kernel-or-reference choice)
     backends:      _backend, _quantize (kernel dispatch) | reference, reference.fp8 (the spec)
     primitives:    masking, rotary, hadamard, fp8_quant, decode_plan, _torch_cpu
@@ -64,7 +64,7 @@ def __getattr__(name):
     if name in ("quantize_fp8", "quantize_fp8_varlen", "attention_fp8", "attention_fp8_varlen"):
         from . import fp8
         return getattr(fp8, name)
-    if name in ("distributed", "integrations"):  # imported on first use
+    if name in ("distributed", "integrations", "flash_attn_interface"):  # imported on first use
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'flash3' has no attribute {name!r}")

@@ -1,0 +1,247 @@
+"""FlashAttention-3's Python interface (``hopper/flash_attn_interface.py``) on flash3.
+
+For code written against FlashAttention-3, swap one import::
+
+    from flash3 import flash_attn_interface   # instead of: import flash_attn_interface
+
+The functions keep FA3's names, argument order (positional calls work), defaults and return
+conventions, and map onto flash3's public API:
+
+* ``flash_attn_func`` / ``flash_attn_qkvpacked_func`` / ``flash_attn_varlen_func``:
+  ``return_attn_probs=True`` returns ``(out, softmax_lse)`` (lse (b, h, s_q), or (h, total_q)
+  for varlen), as FA3 does.  float8_e4m3fn q/k/v: descales are optional (FA3: None means 1)
+  and may be any shape that broadcasts to (batch, h_k), e.g. (1,); the output is bf16.
+  Descales given with 16-bit inputs are ignored, as in FA3.
+* ``flash_attn_with_kvcache``: ``rotary_interleaved=True`` by default (FA3's default; flash3's
+  own ``attention_with_kvcache`` defaults to False).  ``cache_seqlens=None`` means the whole
+  cache.  ``return_softmax_lse=True`` returns ``(out, softmax_lse, out_accum, lse_accum)`` as
+  FA3's code does (the split partials are not exposed here: the last two are empty tensors).
+  ``cache_batch_idx`` is honoured by addressing the contiguous cache as pages of a whole
+  row (no copy); ``cu_seqlens_q``/``max_seqlen_q`` by flash3's packed-query path (CPU only
+  for now).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
+* ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
+  returns (out, lse (b, s, h)).
+
+``num_splits``, ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata`` only tune speed in FA3:
+they are accepted (``num_splits`` reaches flash3's decode call).  What flash3 cannot honour
+(``qv``, ``attention_chunk`` != 0, ``seqused_q``, ``cache_leftpad``, ``cu_seqlens_k_new``,
+``rotary_seqlens``, an FP8 paged cache) raises NotImplementedError naming the argument.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from . import _checks
+from .api import attention, attention_varlen, attention_with_kvcache
+from .reference import combine_splits
+
+__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_with_kvcache", "flash_attn_combine"]
+
+
+def _unsupported(fn, **named):
+    """NotImplementedError for the first argument given a value flash3 cannot honour."""
+    for name, value in named.items():
+        if value is not None and value is not False and not (isinstance(value, int) and value == 0):
+            raise NotImplementedError(f"flash_attn_interface.{fn}: {name} is not supported by "
+                                      f"flash3 (got {type(value).__name__} {value!r:.60})")
+
+
+def _speed_only(num_splits, pack_gqa, sm_margin):
+    for name, x in (("num_splits", num_splits), ("sm_margin", sm_margin)):
+        if not isinstance(x, numbers.Integral) or isinstance(x, bool) or x < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {x!r}")
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be None or a bool, got {type(pack_gqa).__name__}")
+
+
+def _descale(d, name, b, h_k, device):
+    """FA3 descale (None = 1, anything broadcastable to (b, h_k)) -> fp32 (b, h_k)."""
+    if d is None:
+        return torch.ones(b, h_k, dtype=torch.float32, device=device)
+    _checks.float_tensor(d, name, "fp16/bf16")
+    try:
+        return torch.broadcast_to(d.to(device=device, dtype=torch.float32), (b, h_k)).contiguous()
+    except RuntimeError:
+        raise ValueError(f"{name} must broadcast to (batch, kv_heads) = {(b, h_k)}, got shape "
+                         f"{tuple(d.shape)}") from None
+
+
+def _fp8_descales(q, k, b, q_descale, k_descale, v_descale):
+    """Descales for flash3 when q/k/v are float8_e4m3fn, else None (FA3 ignores them then)."""
+    if not _checks.is_fp8(q):
+        return None, None, None
+    h_k = k.shape[-2]
+    return tuple(_descale(d, n, b, h_k, q.device) for d, n in
+                 ((q_descale, "q_descale"), (k_descale, "k_descale"), (v_descale, "v_descale")))
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None,
+                    k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0,
+                    softcap=0.0, num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0,
+                    return_attn_probs=False):
+    """FA3 ``flash_attn_func``: q (b, s_q, h, d), k/v (b, s_k, h_k, d|d_v) -> out, or
+    (out, softmax_lse (b, h, s_q)) with ``return_attn_probs``."""
+    _unsupported("flash_attn_func", qv=qv, attention_chunk=attention_chunk)
+    _speed_only(num_splits, pack_gqa, sm_margin)
+    qd, kd, vd = _fp8_descales(q, k, q.shape[0], q_descale, k_descale, v_descale)
+    out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                         window_size=tuple(window_size), softcap=softcap, return_lse=True,
+                         q_descale=qd, k_descale=kd, v_descale=vd, deterministic=deterministic)
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=None,
+                              k_descale=None, v_descale=None, window_size=(-1, -1),
+                              attention_chunk=0, softcap=0.0, deterministic=False,
+                              num_heads_q=None, sm_margin=0, return_attn_probs=False):
+    """FA3 ``flash_attn_qkvpacked_func``: qkv (b, s, 3, h, d), or (b, s, h + 2 h_k, d) with
+    ``num_heads_q`` = h (GQA); gradients flow back into qkv."""
+    _checks.tensor("qkv", qkv)
+    if qkv.dim() == 5:
+        if qkv.shape[2] != 3:
+            raise ValueError(f"qkv must be (batch, seqlen, 3, heads, headdim), got {tuple(qkv.shape)}")
+        q, k, v = qkv.unbind(dim=2)
+    elif qkv.dim() == 4:
+        if not isinstance(num_heads_q, numbers.Integral) or num_heads_q <= 0:
+            raise ValueError("num_heads_q (an int > 0) is required for a 4-D qkv "
+                             "(batch, seqlen, num_heads_q + 2 * num_heads_k, headdim)")
+        h_k2 = qkv.shape[2] - num_heads_q
+        if h_k2 <= 0 or h_k2 % 2:
+            raise ValueError(f"qkv has {qkv.shape[2]} heads: not num_heads_q ({num_heads_q}) + "
+                             "2 * num_heads_k")
+        q, k, v = qkv.split([num_heads_q, h_k2 // 2, h_k2 // 2], dim=2)
+    else:
+        raise ValueError(f"qkv must be 5-D or 4-D, got shape {tuple(qkv.shape)}")
+    return flash_attn_func(q, k, v, softmax_scale, causal, None, q_descale, k_descale, v_descale,
+                           window_size, attention_chunk, softcap, 1, None, deterministic,
+                           sm_margin, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
+                           qv=None, q_descale=None, k_descale=None, v_descale=None,
+                           window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
+                           pack_gqa=None, deterministic=False, sm_margin=0,
+                           return_attn_probs=False):
+    """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
+    or (out, softmax_lse (h, total_q)).  ``seqused_k`` (the first seqused_k[i] keys of
+    sequence i) runs flash3's forward-only, CPU-only cache path for now."""
+    _unsupported("flash_attn_varlen_func", seqused_q=seqused_q, qv=qv,
+                 attention_chunk=attention_chunk)
+    _speed_only(num_splits, pack_gqa, sm_margin)
+    b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
+    qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
+    out, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                causal=causal, softmax_scale=softmax_scale,
+                                window_size=tuple(window_size), softcap=softcap,
+                                return_lse=True, deterministic=deterministic, q_descale=qd,
+                                k_descale=kd, v_descale=vd, seqused_k=seqused_k)
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """FA3 ``flash_attn_combine``: out_partial (S, b, s, h, d) fp32 and lse_partial (S, b, s, h)
+    fp32 (each split normalized over its keys) -> (out (b, s, h, d) in ``out_dtype`` (default
+    fp32), lse (b, s, h) fp32).  A row every split saw nothing of gets out 0, lse -inf."""
+    for n, t, nd in (("out_partial", out_partial, 5), ("lse_partial", lse_partial, 4)):
+        _checks.tensor(n, t, nd)
+        if t.dtype != torch.float32:
+            raise TypeError(f"{n} must be float32, got {t.dtype}")
+    if tuple(lse_partial.shape) != tuple(out_partial.shape[:4]):
+        raise ValueError(f"lse_partial must have shape {tuple(out_partial.shape[:4])} "
+                         f"(num_splits, batch, seqlen, heads), got {tuple(lse_partial.shape)}")
+    out_dtype = out_dtype or (out.dtype if out is not None else torch.float32)
+    if out_dtype not in _checks.FLOAT_DTYPES:
+        raise TypeError(f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    o, lse = combine_splits(out_partial, lse_partial.permute(0, 1, 3, 2))
+    if out is None:
+        out = o.to(out_dtype)
+    else:
+        if out.shape != o.shape or out.dtype != out_dtype:
+            raise ValueError(f"out must be {tuple(o.shape)} {out_dtype}, got "
+                             f"{tuple(out.shape)} {out.dtype}")
+        out.copy_(o)
+    return out, lse.transpose(1, 2)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                            cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
+                            pack_gqa=None, sm_margin=0, return_softmax_lse=False):
+    """FA3 ``flash_attn_with_kvcache`` (forward only; k/v, if given, are appended in place)."""
+    fn = "flash_attn_with_kvcache"
+    _unsupported(fn, qv=qv, cache_leftpad=cache_leftpad, cu_seqlens_k_new=cu_seqlens_k_new,
+                 rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk)
+    _speed_only(num_splits, pack_gqa, sm_margin)
+    for n, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _checks.tensor(n, t)
+    varlen = cu_seqlens_q is not None
+    b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+    if cache_batch_idx is not None:  # the contiguous cache as pages of one whole row each
+        if page_table is not None:
+            raise ValueError("cache_batch_idx and page_table cannot be combined")
+        _checks.tensor("cache_batch_idx", cache_batch_idx, 1)
+        if cache_batch_idx.dtype != torch.int32 or cache_batch_idx.shape[0] != b:
+            raise ValueError(f"cache_batch_idx must be int32 of shape ({b},), got "
+                             f"{cache_batch_idx.dtype} {tuple(cache_batch_idx.shape)}")
+        page_table = cache_batch_idx.view(b, 1)
+    if cache_seqlens is None:  # FA3: the whole cache
+        if k is not None:
+            raise ValueError("cache_seqlens is required with new keys k/v (where to append them)")
+        full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
+        cache_seqlens = full
+    kd = vd = None
+    if _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache):
+        if page_table is not None and cache_batch_idx is None:
+            raise NotImplementedError(f"{fn}: an FP8 cache with page_table is not supported here "
+                                      "(FA3's descales are per (batch, kv head), flash3's per "
+                                      "page): call flash3.attention_with_kvcache")
+        h_k = k_cache.shape[2]
+        kd, vd = (_descale(d, n, b, h_k, q.device) for d, n in
+                  ((k_descale, "k_descale"), (v_descale, "v_descale")))
+        if cache_batch_idx is not None:  # per cache row: row cache_batch_idx[i] has row i's
+            idx = cache_batch_idx.long()
+            kd, vd = (torch.ones(k_cache.shape[0], h_k, dtype=torch.float32, device=q.device)
+                      .index_copy_(0, idx, d) for d in (kd, vd))
+        if _checks.is_fp8(q):  # FA3 computes with fp8 q: dequantize once to bf16
+            qd = _descale(q_descale, "q_descale", b, h_k, q.device)
+            q = _dequantize_q(q, qd, cu_seqlens_q)
+        if k is not None and _checks.is_fp8(k):  # stored back as the same bytes by flash3
+            k, v = (_dequantize_new(x, d, cache_batch_idx, q.dtype) for x, d in ((k, kd), (v, vd)))
+    out, lse = attention_with_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, page_table=page_table,
+        causal=causal, softmax_scale=softmax_scale, window_size=tuple(window_size),
+        softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
+        rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
+        v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
+    if not return_softmax_lse:
+        return out
+    empty = torch.empty(0, device=out.device)
+    return out, lse, empty, empty
+
+
+def _dequantize_q(q8, qd, cu_seqlens_q):
+    """FP8 q (b, s, h, d) or packed (total, h, d) times its (b, h_k) descale, as bf16."""
+    h = q8.shape[-2]
+    per_head = qd.repeat_interleave(h // qd.shape[1], dim=1)  # (b, h)
+    if cu_seqlens_q is not None:  # the sequence of each packed token (no host read)
+        tok = torch.arange(q8.shape[0], device=q8.device, dtype=cu_seqlens_q.dtype)
+        seq = torch.searchsorted(cu_seqlens_q[1:], tok, right=True)
+        scale = per_head[seq.clamp_(max=per_head.shape[0] - 1)]  # (total, h)
+    else:
+        scale = per_head[:, None]  # (b, 1, h)
+    return (q8.to(torch.float32) * scale.unsqueeze(-1)).to(torch.bfloat16)
+
+
+def _dequantize_new(x8, d, cache_batch_idx, dtype):
+    """New FP8 k/v (b, s_new, h_k, d) times the descale of their cache row."""
+    rows = d if cache_batch_idx is None else d[cache_batch_idx.long()]
+    return (x8.to(torch.float32) * rows[:, None, :, None]).to(dtype)
