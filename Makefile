@@ -56,11 +56,13 @@ device-prep:
 	$(PYTHON) tools/prebuilt.py build --variant hang --pack --jobs $(PREP_JOBS)
 	$(PYTHON) tools/prebuilt.py size
 
-# On a lent H100/H200, in one call of at most 10 minutes: build, smoke matrix (every kernel x
-# feature, isolated), hang diagnosis, compute-sanitizer, GPU tests, benchmark; one summary table
-# last, logs under $$OUT.
+# On a lent H100/H200, one call of at most 10 minutes per stage (tools/device_check.sh), stage 1
+# first: 1 core (link the carried kernels, smoke matrix of every kernel x feature, hang diagnosis,
+# sanitizers), 2 the GPU pytest files, 3 the benchmarks. Device tool: carry [".whl", ".carry"],
+# timeout_s 600. One summary table last; results.json and the logs under $$OUT.
+STAGE ?= 1
 device-check:
-	bash tools/device_check.sh
+	STAGE=$(STAGE) bash tools/device_check.sh
 
 bench:
 	$(PY) benchmarks/bench_fwd.py

@@ -68,7 +68,7 @@ if PLAN.build_cuda:
         # current sources and flags: a stale or missing one stops the build (StaleError).
         import prebuilt  # noqa: E402
         extra_objects, PLAN.kernels = prebuilt.for_setup(os.environ["FLASH3_PREBUILT"], PLAN.kernels,
-                                                         PLAN.cutlass_include)
+                                                         PLAN.cutlass_include, PLAN.torch_cuda)
         fb.log(f"linking {len(extra_objects)} prebuilt kernel objects from {os.environ['FLASH3_PREBUILT']}")
     else:
         sources += ["csrc/flash3/decode/append_kv.cu", "csrc/flash3/decode/combine.cu",

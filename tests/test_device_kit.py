@@ -850,6 +850,11 @@ def test_prebuilt_hash_fresh_then_stale(tmp_path, monkeypatch):
     assert [o.name for o in objs] == ["fwd_a.o", "plain.o"] and missing == []
     with pytest.raises(prebuilt.StaleError, match="stale.*generated/fwd_a.cu, flash3/plain.cu"):
         prebuilt.resolve(pdir, tus, flags + ["-lineinfo"], csrc)
+    man = json.loads((pdir / "manifest.json").read_text())
+    (pdir / "manifest.json").write_text(json.dumps(dict(man, nvcc="12.8")))
+    with pytest.raises(prebuilt.StaleError, match="compiled by nvcc 12.8, torch has CUDA 13.0"):
+        prebuilt.resolve(pdir, tus, flags, csrc, cuda="13.0")
+    assert len(prebuilt.resolve(pdir, tus, flags, csrc, cuda="12.4")[0]) == 2
     with pytest.raises(prebuilt.StaleError, match="hang variant"):
         prebuilt.resolve(pdir, tus, flags + ["-DFLASH3_DEBUG_HANG=1"], csrc)
     (csrc / "flash3" / "fwd" / "kernel.cuh").write_text("// kernel, edited\n")

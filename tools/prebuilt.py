@@ -129,6 +129,7 @@ def build(out: Path, variant: str, jobs: int = 1, budget: float = 1e9, nice: boo
 
     def one(tu: Path):
         rel = tu.relative_to(csrc).as_posix()
+        h = source_hash(csrc, tu, fl)  # of the sources as the compile reads them
         cached = cache / smoke_sim.cached_object(csrc, tu, fl, nvcc).name
         if not cached.exists():
             if time.monotonic() - t0 > budget:
@@ -139,7 +140,7 @@ def build(out: Path, variant: str, jobs: int = 1, budget: float = 1e9, nice: boo
                 return rel, None, str(e)[-600:]
         obj = dest / (tu.stem + ".o")
         shutil.copyfile(cached, obj)
-        return rel, {"object": obj.name, "hash": source_hash(csrc, tu, fl), "bytes": obj.stat().st_size}, None
+        return rel, {"object": obj.name, "hash": h, "bytes": obj.stat().st_size}, None
 
     def save():  # after every object: a build killed at its deadline still links what it made
         manifest["seconds"] = round(time.monotonic() - t0)
@@ -180,14 +181,17 @@ def unpack(dest: Path, variant: str, carry: Path = CARRY) -> Path:
 
 
 def resolve(pdir: Path, wanted: list[Path], flag_list: list[str], csrc: Path = CSRC,
-            allow_missing: bool = False) -> tuple[list[Path], list[str]]:
+            allow_missing: bool = False, cuda: str | None = None) -> tuple[list[Path], list[str]]:
     """(objects to link for the TUs `wanted`, the TUs left out) after checking each against
     pdir/manifest.json and the current sources. A stale object is always a StaleError; a missing
-    one too, unless allow_missing (a time-capped build: those kernels are not in the extension)."""
+    one too, unless allow_missing (a time-capped build: those kernels are not in the extension).
+    cuda: torch's CUDA version; the objects' nvcc must have its major version (the runtime ABI)."""
     try:
         man = json.loads((pdir / "manifest.json").read_text())
     except (OSError, ValueError) as e:
         raise StaleError(f"no readable manifest in {pdir}: {e}") from None
+    if cuda and man.get("nvcc") and man["nvcc"].split(".")[0] != cuda.split(".")[0]:
+        raise StaleError(f"the objects in {pdir} were compiled by nvcc {man['nvcc']}, torch has CUDA {cuda}")
     want = "hang" if fb.is_debug_hang(flag_list) else "release"
     if man.get("variant", want) != want:
         raise StaleError(f"{pdir} holds the {man.get('variant')} variant, this build wants {want} "
@@ -212,14 +216,14 @@ def resolve(pdir: Path, wanted: list[Path], flag_list: list[str], csrc: Path = C
     return objs, missing
 
 
-def for_setup(pdir: str, kernels: list, cutlass_inc: str) -> tuple[list[str], list]:
+def for_setup(pdir: str, kernels: list, cutlass_inc: str, cuda: str | None = None) -> tuple[list[str], list]:
     """setup.py's FLASH3_PREBUILT: (objects to link, the kernels of `kernels` they hold). The
     flags come from this environment (FLASH3_DEBUG_HANG, FLASH3_NVCC_FLAGS) as setup.py's do.
     FLASH3_PREBUILT_ALLOW_MISSING=1: kernels a time-capped build did not make are left out."""
     variant = "hang" if fb.is_debug_hang(fb.extra_nvcc_flags()) else "release"
     wanted = [CSRC / "generated" / f"{k.name}.cu" for k in kernels] + [CSRC / p for p in PLAIN_SOURCES]
     objs, missing = resolve(Path(pdir).resolve(), wanted, flags(variant, cutlass_inc),
-                            allow_missing=fb._truthy("FLASH3_PREBUILT_ALLOW_MISSING"))
+                            allow_missing=fb._truthy("FLASH3_PREBUILT_ALLOW_MISSING"), cuda=cuda)
     for rel in missing:
         fb.log(f"prebuilt: {rel} was not built in time: its kernel is left out of this build")
     kept = [k for k in kernels if f"generated/{k.name}.cu" not in missing]

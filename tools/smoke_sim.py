@@ -7,7 +7,8 @@ Pieces:
   build_driver()   compiles the forward, decode and backward kernel TUs the knobs select
                    (FLASH3_HDIMS, FLASH3_DTYPES, as csrc/generate_kernels.py selects them for the
                    real build) with the real kernel flags (tools/flash3_build.py NVCC_KERNEL_FLAGS
-                   and setup.py's additions) plus the simulator's -gencode/-no-compress, each TU
+                   and setup.py's additions) plus the simulator's -gencode/-no-compress and
+                   -fPIC (tools/prebuilt.py links these objects into the extension), each TU
                    once, cached under tools/hopper_sim/build/flash3/ keyed by a hash of its
                    sources and flags (tools/compile_check.py leaves its objects there), and the
                    decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
