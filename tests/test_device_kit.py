@@ -1200,3 +1200,34 @@ def test_summary_skipped_steps_are_neither_ok_nor_failures(tmp_path):
         "memcheck bf16:128:128/causal) ========")
     assert "not clean" not in text and re.search(r"\n  memcheck bf16:128:128/causal +skipped \(out of time\)\n", text)
     assert res["verdict"] == "INCOMPLETE" and res["problems"] == []
+
+
+def test_device_prep_build_prints_sizes_and_respects_its_budget(tmp_path, monkeypatch, capsys):
+    """`prebuilt.py build --pack` (make device-prep) with a fake nvcc: every selected TU once into
+    the cache, copied with its manifest, packed; it prints the raw and the xz size. Past its
+    budget no compile starts: those TUs are "not started (out of time)" (exit 0: not an error)."""
+    site, cuda, inc = fake_torch_tree(tmp_path)
+    (cuda / "bin" / "nvcc").write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; }\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && head -c 200000 /dev/urandom > "$2"; shift; done\n')
+    for k, v in dict(CUDA_HOME=str(cuda), CUTLASS_DIR=str(inc), FLASH3_HDIMS="64", FLASH3_DTYPES="bf16").items():
+        monkeypatch.setenv(k, v)
+    for k in ("FLASH3_DEBUG_HANG", "FLASH3_NVCC_FLAGS", "FLASH3_EXTRA_INCLUDE_DIRS"):
+        monkeypatch.delenv(k, raising=False)
+    args = ["--dir", str(tmp_path / "pre"), "--cache", str(tmp_path / "cache"), "--carry", str(tmp_path / "carry")]
+    assert prebuilt.main(["build", "--variant", "hang", "--budget", "-1"] + args) == 0
+    man = json.loads((tmp_path / "pre" / "hang" / "manifest.json").read_text())
+    assert man["objects"] == {} and set(man["not_built"].values()) == {"not started (out of time)"}
+    assert man["planned"][0] == "generated/bwd_bf16_hdim64_sm90.cu" and len(man["planned"]) == 7
+    capsys.readouterr()
+    assert prebuilt.main(["build", "--variant", "release", "--pack"] + args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"prebuilt: release: 7 objects, 1\.3 MiB raw, in .*pre/release", out), out
+    assert re.search(r"carry/release.tar.xz: 1\.3 MiB \(xz; 10\d% of raw\)", out), out  # random bytes: no gain
+    man = json.loads((tmp_path / "carry" / "release.json").read_text())
+    assert man["knobs"] == {"FLASH3_HDIMS": "64", "FLASH3_DTYPES": "bf16"} and man["nvcc"] == "13.0"
+    assert "-Xcompiler=-fPIC" in man["flags"] and not any(f.startswith("-I") for f in man["flags"])
+    assert len(list((tmp_path / "cache").glob("*.o"))) == 7  # the simulator's cache: one compile for both
+    objs, _ = prebuilt.resolve(prebuilt.unpack(tmp_path / "dev", "release", tmp_path / "carry"),
+                               prebuilt.tus(), prebuilt.flags("release", str(inc)))
+    assert len(objs) == 7
