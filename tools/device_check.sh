@@ -152,7 +152,7 @@ if [ "$STAGE" = 1 ]; then
   stop_hang_build() { [ -n "$HB_PID" ] && kill -- -"$HB_PID" 2>/dev/null; HB_PID=; }
   trap stop_hang_build EXIT
   if [ -n "${FLASH3_PREBUILT_ALLOW_MISSING:-}" ] || ! prepare hang >> "$LOG" 2>&1; then
-    HANG_OBJ="$PY tools/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 &&"
+    HANG_OBJ="$PY tools/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 --nice &&"
   else
     HANG_OBJ=
   fi

@@ -106,7 +106,7 @@ def knobs() -> dict:
     return {k: os.environ[k] for k in KNOBS if os.environ.get(k)}
 
 
-def build(out: Path, variant: str, jobs: int = 1, budget: float = 1e9, nice: bool = True,
+def build(out: Path, variant: str, jobs: int = 1, budget: float = 1e9, nice: bool = False,
           cache: Path | None = None) -> dict:
     """Compile what the cache (default the simulator's, smoke_sim.BUILD_DIR) lacks, jobs at once,
     heaviest first, none started after budget s; copy every object into out/variant/ and write
@@ -262,6 +262,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pack", action="store_true", help="build: also write .carry/kernels/<variant>.tar.xz")
     ap.add_argument("--carry", default=str(CARRY))
     ap.add_argument("--cache", help="build: the object cache (default the simulator's)")
+    ap.add_argument("--nice", action="store_true", help="build: nvcc under nice -n 10 (a background build)")
     args = ap.parse_args(argv)
     pdir, carry = Path(args.dir), Path(args.carry)
     if args.cmd == "size":
@@ -289,7 +290,7 @@ def main(argv=None) -> int:
             return 1
         print(f"# prebuilt: {len(objs)} {args.variant} objects in {d} match the sources", file=sys.stderr)
         return 0
-    man = build(pdir, args.variant, args.jobs, args.budget, cache=Path(args.cache) if args.cache else None)
+    man = build(pdir, args.variant, args.jobs, args.budget, args.nice, Path(args.cache) if args.cache else None)
     raw = sum(o["bytes"] for o in man["objects"].values())
     print(f"prebuilt: {args.variant}: {len(man['objects'])} objects, {_mb(raw)} raw, in {pdir / args.variant} "
           f"({man['seconds']} s)")
