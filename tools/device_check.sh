@@ -212,6 +212,8 @@ if [ "$STAGE" = 1 ]; then
     for tool in memcheck racecheck synccheck; do san $tool "$PYTHONPATH" $SAN_CASES; done
   elif [ -n "$HANG_CASES" ] && ls "$HANG_DIR"/flash3/_C*.so >/dev/null 2>&1; then
     san memcheck "$HANG_DIR" "${HANG_CASES%% *}"  # the debug build traps instead of hanging
+  else
+    skip sanitizers "no failing case and no small passing one to run them on"
   fi
 fi
 
