@@ -44,15 +44,25 @@ hang-build-check:
 extension-check:
 	bash tools/extension_check.sh
 
-# The pure-Python CUTLASS wheel to carry to a lent GPU machine (it cannot download).
+# Before a lent-GPU call, here: the pure-Python CUTLASS wheel into .whl/ (the device cannot
+# download), and every kernel TU FLASH3_HDIMS/FLASH3_DTYPES select compiled (tools/prebuilt.py;
+# release and hang-diagnosis variants, the simulator's cache reused) and packed into
+# .carry/kernels/{release,hang}.tar.xz; prints what a call carries against its 64 MiB. The full
+# set is ~56 TUs per variant, 25-45 min each on 2 cores (PREP_JOBS nvcc at once, ~4 GB each).
+PREP_JOBS ?= 1
 device-prep:
 	mkdir -p .whl && $(PYTHON) -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d .whl
+	$(PYTHON) tools/prebuilt.py build --variant release --pack --jobs $(PREP_JOBS)
+	$(PYTHON) tools/prebuilt.py build --variant hang --pack --jobs $(PREP_JOBS)
+	$(PYTHON) tools/prebuilt.py size
 
-# On a lent H100/H200, in one call of at most 10 minutes: build, smoke matrix (every kernel x
-# feature, isolated), hang diagnosis, compute-sanitizer, GPU tests, benchmark; one summary table
-# last, logs under $$OUT.
+# On a lent H100/H200, one call of at most 10 minutes per stage (tools/device_check.sh), stage 1
+# first: 1 core (link the carried kernels, smoke matrix of every kernel x feature, hang diagnosis,
+# sanitizers), 2 the GPU pytest files, 3 the benchmarks. Device tool: carry [".whl", ".carry"],
+# timeout_s 600. One summary table last; results.json and the logs under $$OUT.
+STAGE ?= 1
 device-check:
-	bash tools/device_check.sh
+	STAGE=$(STAGE) bash tools/device_check.sh
 
 bench:
 	$(PY) benchmarks/bench_fwd.py

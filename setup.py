@@ -7,8 +7,9 @@ then, so pip's own "Successfully installed flash3-..." line shows it too.
 
 Knobs (environment): FLASH3_SKIP_CUDA=1, FLASH3_FORCE_CUDA=1, FLASH3_HDIMS=128,192x128,
 FLASH3_DTYPES=bf16, CUDA_HOME, CUTLASS_DIR, MAX_JOBS, FLASH3_NVCC_FLAGS (extra nvcc flags, e.g.
--lineinfo), FLASH3_DEBUG_HANG=1 (the hang-diagnosis build). See tools/flash3_build.py and
-third_party/README.md.
+-lineinfo), FLASH3_DEBUG_HANG=1 (the hang-diagnosis build), FLASH3_PREBUILT=DIR (link the kernel
+objects of `make device-prep` from DIR instead of compiling them; tools/prebuilt.py). See
+tools/flash3_build.py and third_party/README.md.
 """
 
 import os
@@ -56,13 +57,27 @@ if PLAN.build_cuda:
         "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__",
         "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
     ] + fb.extra_nvcc_flags()  # FLASH3_NVCC_FLAGS, FLASH3_DEBUG_HANG
+    # The torch-facing sources, then the torch-free nvcc TUs (tools/prebuilt.py PLAIN_SOURCES and
+    # the generated kernels).
     sources = ["csrc/binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/decode_binding.cpp",
-               "csrc/flash3/decode/append_kv.cu", "csrc/flash3/decode/combine.cu", "csrc/fp8_quantize_binding.cpp", "csrc/flash3/fp8/quantize.cu",
-               "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp", "csrc/kvcache_binding.cpp"] + [
-        k.path.relative_to(ROOT).as_posix() for k in PLAN.kernels]  # generated fwd_*.cu and bwd_*.cu
+               "csrc/fp8_quantize_binding.cpp", "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp",
+               "csrc/kvcache_binding.cpp"]
+    extra_objects = []
+    if os.environ.get("FLASH3_PREBUILT"):
+        # Kernel objects `make device-prep` compiled (tools/prebuilt.py), checked against the
+        # current sources and flags: a stale or missing one stops the build (StaleError).
+        import prebuilt  # noqa: E402
+        extra_objects, PLAN.kernels = prebuilt.for_setup(os.environ["FLASH3_PREBUILT"], PLAN.kernels,
+                                                         PLAN.cutlass_include, PLAN.torch_cuda)
+        fb.log(f"linking {len(extra_objects)} prebuilt kernel objects from {os.environ['FLASH3_PREBUILT']}")
+    else:
+        sources += ["csrc/flash3/decode/append_kv.cu", "csrc/flash3/decode/combine.cu",
+                    "csrc/flash3/fp8/quantize.cu"] + [k.path.relative_to(ROOT).as_posix() for k in PLAN.kernels]
     ext_modules.append(CUDAExtension(
         name="flash3._C",
         sources=sources,
+        extra_objects=extra_objects,
+        depends=extra_objects,  # relink when a prebuilt object changes
         include_dirs=fb.extra_include_dirs() + [str(ROOT / "csrc")]
         + fb.cutlass_include_dirs(PLAN.cutlass_include),
         define_macros=defines,

@@ -2,6 +2,7 @@
 fake worker, its case checks on CPU tensors, the matrix and summary rendering, the plan handed to
 tools/device_check.sh, the hang-build knobs, and bash -n on the script."""
 import json
+import re
 import os
 import signal
 import subprocess
@@ -808,3 +809,425 @@ def test_compile_check_relaxes_only_for_the_debug_build():
 
 def test_device_check_script_parses():
     subprocess.run(["bash", "-n", str(ROOT / "tools" / "device_check.sh")], check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prebuilt kernel objects (tools/prebuilt.py) and the staged device check, dry-run with fakes.
+
+import prebuilt  # noqa: E402
+
+
+def fake_csrc(tmp_path):
+    csrc = tmp_path / "csrc"
+    (csrc / "flash3" / "fwd").mkdir(parents=True)
+    (csrc / "generated").mkdir()
+    (csrc / "flash3" / "fwd" / "kernel.cuh").write_text("// kernel\n")
+    (csrc / "generated" / "fwd_a.cu").write_text('#include "flash3/fwd/kernel.cuh"\n')
+    (csrc / "flash3" / "plain.cu").write_text("// plain\n")
+    return csrc, [csrc / "generated" / "fwd_a.cu", csrc / "flash3" / "plain.cu"]
+
+
+def write_manifest(pdir, csrc, tus, flags, variant="release"):
+    pdir.mkdir(parents=True, exist_ok=True)
+    objects = {}
+    for tu in tus:
+        (pdir / f"{tu.stem}.o").write_bytes(b"\x7fELF")
+        objects[tu.relative_to(csrc).as_posix()] = {"object": f"{tu.stem}.o", "bytes": 4,
+                                                     "hash": prebuilt.source_hash(csrc, tu, flags)}
+    (pdir / "manifest.json").write_text(json.dumps({"variant": variant, "objects": objects}))
+
+
+def test_prebuilt_hash_fresh_then_stale(tmp_path, monkeypatch):
+    """Fresh objects are linked; an edited header or TU, other flags, a missing object or the
+    other variant is a StaleError naming it (a time-capped build may leave generated kernels out,
+    never the plain ones). Include paths are not in the hash (the device has other paths)."""
+    monkeypatch.delenv("FLASH3_EXTRA_INCLUDE_DIRS", raising=False)
+    csrc, tus = fake_csrc(tmp_path)
+    flags = ["-O3", "-DFLASH3_CUTLASS_MAJOR=4", "-I/here/csrc", "-I/here/cutlass"]
+    pdir = tmp_path / "pre" / "release"
+    write_manifest(pdir, csrc, tus, flags)
+    objs, missing = prebuilt.resolve(pdir, tus, ["-O3", "-DFLASH3_CUTLASS_MAJOR=4", "-I/device/x"], csrc)
+    assert [o.name for o in objs] == ["fwd_a.o", "plain.o"] and missing == []
+    with pytest.raises(prebuilt.StaleError, match="stale.*generated/fwd_a.cu, flash3/plain.cu"):
+        prebuilt.resolve(pdir, tus, flags + ["-lineinfo"], csrc)
+    man = json.loads((pdir / "manifest.json").read_text())
+    (pdir / "manifest.json").write_text(json.dumps(dict(man, nvcc="12.8")))
+    with pytest.raises(prebuilt.StaleError, match="compiled by nvcc 12.8, torch has CUDA 13.0"):
+        prebuilt.resolve(pdir, tus, flags, csrc, cuda="13.0")
+    assert len(prebuilt.resolve(pdir, tus, flags, csrc, cuda="12.4")[0]) == 2
+    with pytest.raises(prebuilt.StaleError, match="hang variant"):
+        prebuilt.resolve(pdir, tus, flags + ["-DFLASH3_DEBUG_HANG=1"], csrc)
+    (csrc / "flash3" / "fwd" / "kernel.cuh").write_text("// kernel, edited\n")
+    with pytest.raises(prebuilt.StaleError, match=r"are stale .*generated/fwd_a.cu"):
+        prebuilt.resolve(pdir, tus, flags, csrc)
+    write_manifest(pdir, csrc, tus, flags)  # `make device-prep` again: fresh
+    assert len(prebuilt.resolve(pdir, tus, flags, csrc)[0]) == 2
+    (csrc / "generated" / "fwd_a.cu").write_text("// the TU itself edited\n")
+    with pytest.raises(prebuilt.StaleError, match="stale .*generated/fwd_a.cu$"):
+        prebuilt.resolve(pdir, tus, flags, csrc)
+    write_manifest(pdir, csrc, tus[1:], flags)  # fwd_a not built in time
+    with pytest.raises(prebuilt.StaleError, match="missing .*generated/fwd_a.cu"):
+        prebuilt.resolve(pdir, tus, flags, csrc)
+    objs, missing = prebuilt.resolve(pdir, tus, flags, csrc, allow_missing=True)
+    assert [o.name for o in objs] == ["plain.o"] and missing == ["generated/fwd_a.cu"]
+    write_manifest(pdir, csrc, tus[:1], flags)  # a plain kernel missing: never allowed
+    with pytest.raises(prebuilt.StaleError, match="missing .*flash3/plain.cu"):
+        prebuilt.resolve(pdir, tus, flags, csrc, allow_missing=True)
+
+
+def test_prebuilt_flags_are_the_simulators_plus_fpic(monkeypatch):
+    """One compile serves the simulator and the extension: smoke_sim.kernel_flags has -fPIC and
+    the PTX; the hang variant's flags are exactly what setup.py computes under FLASH3_DEBUG_HANG=1."""
+    import smoke_sim
+    for k in ("FLASH3_DEBUG_HANG", "FLASH3_NVCC_FLAGS", "FLASH3_EXTRA_INCLUDE_DIRS"):
+        monkeypatch.delenv(k, raising=False)
+    rel = prebuilt.flags("release", "/nowhere/include")
+    assert rel == smoke_sim.kernel_flags("/nowhere/include", prebuilt.CSRC)
+    assert "-Xcompiler=-fPIC" in rel and smoke_sim.SIM_GENCODE in rel and "-no-compress" in rel
+    hang = prebuilt.flags("hang", "/nowhere/include")
+    monkeypatch.setenv("FLASH3_DEBUG_HANG", "1")
+    assert hang == smoke_sim.kernel_flags("/nowhere/include", prebuilt.CSRC) != rel
+    with pytest.raises(ValueError, match="release variant"):
+        prebuilt.flags("release", "/nowhere/include")
+    names = [t.relative_to(prebuilt.CSRC).as_posix() for t in prebuilt.tus()]
+    assert names[-3:] == list(prebuilt.PLAIN_SOURCES) and names[0].startswith("generated/bwd_")
+
+
+def fake_torch_tree(tmp_path):
+    """A fake torch (CUDA 13.0; CUDAExtension records its arguments), nvcc and CUTLASS for
+    running setup.py's logic without a GPU toolkit."""
+    site = tmp_path / "site" / "torch"
+    (site / "utils").mkdir(parents=True)
+    (site / "__init__.py").write_text("__version__ = '2.11.0+cu130'\nfrom . import version, utils\n")
+    (site / "version.py").write_text("cuda = '13.0'\nhip = None\n")
+    (site / "utils" / "__init__.py").write_text("")
+    (site / "utils" / "cpp_extension.py").write_text(
+        "def CUDAExtension(name, sources, **kw):\n    return dict(kw, name=name, sources=sources)\n"
+        "class BuildExtension:\n    pass\n")
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    inc = tmp_path / "cutlass" / "include"
+    for f in ("cute/tensor.hpp", "cutlass/cutlass.h"):
+        (inc / f).parent.mkdir(parents=True, exist_ok=True)
+        (inc / f).write_text("")
+    (inc / "cutlass" / "version.h").write_text(
+        "#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
+    return tmp_path / "site", cuda, inc
+
+
+def run_setup(env):
+    code = ("import json, runpy, sys, setuptools\n"
+            "setuptools.setup = lambda **kw: print('EXT=' + json.dumps(kw['ext_modules']))\n"
+            "sys.argv = ['setup.py', 'build_ext']\nrunpy.run_path('setup.py', run_name='__main__')\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def test_setup_links_prebuilt_objects_and_refuses_stale_ones(tmp_path):
+    """setup.py with FLASH3_PREBUILT: the kernel TUs leave the sources and their checked objects
+    join the link (extra_objects, also depends: a changed object relinks); a stale object (here:
+    other nvcc flags than the objects were made with) stops the build with a clear error."""
+    site, cuda, inc = fake_torch_tree(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(site), CUDA_HOME=str(cuda), CUTLASS_DIR=str(inc),
+               FLASH3_HDIMS="64", FLASH3_DTYPES="bf16", FLASH3_FORCE_CUDA="1", MAX_JOBS="2")
+    for k in ("FLASH3_DEBUG_HANG", "FLASH3_NVCC_FLAGS", "FLASH3_EXTRA_INCLUDE_DIRS", "FLASH3_SKIP_CUDA"):
+        env.pop(k, None)
+    p = run_setup(env)  # no prebuilt objects: every TU compiles
+    assert p.returncode == 0, p.stderr
+    ext = json.loads(p.stdout.split("EXT=")[1])[0]
+    assert "csrc/generated/fwd_bf16_hdim64_sm90.cu" in ext["sources"] and ext["extra_objects"] == []
+    fl = prebuilt.flags("release", str(inc))
+    pdir = tmp_path / "pre" / "release"
+    old = os.environ.get("FLASH3_HDIMS"), os.environ.get("FLASH3_DTYPES")
+    os.environ.update(FLASH3_HDIMS="64", FLASH3_DTYPES="bf16")
+    try:
+        tus = prebuilt.tus()
+    finally:
+        for k, v in zip(("FLASH3_HDIMS", "FLASH3_DTYPES"), old):
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    write_manifest(pdir, prebuilt.CSRC, tus, fl)
+    p = run_setup(dict(env, FLASH3_PREBUILT=str(pdir)))
+    assert p.returncode == 0, p.stderr
+    ext = json.loads(p.stdout.split("EXT=")[1])[0]
+    assert not [s for s in ext["sources"] if s.endswith(".cu")]  # only the torch-facing .cpp compile
+    assert sorted(Path(o).name for o in ext["extra_objects"]) == sorted(t.stem + ".o" for t in tus)
+    assert ext["depends"] == ext["extra_objects"] and len(tus) == 7
+    assert f"linking 7 prebuilt kernel objects from {pdir}" in p.stderr
+    p = run_setup(dict(env, FLASH3_PREBUILT=str(pdir), FLASH3_NVCC_FLAGS="-lineinfo"))
+    assert p.returncode != 0 and "StaleError" in p.stderr and "are stale" in p.stderr
+    assert "generated/fwd_bf16_hdim64_sm90.cu" in p.stderr
+
+
+def test_prebuilt_pack_unpack_and_size(tmp_path, monkeypatch, capsys):
+    """device-prep's carry: one tar.xz per variant with its manifest beside it; `size` prints the
+    raw and packed sizes and the total a device call carries against its 64 MiB."""
+    csrc, tus = fake_csrc(tmp_path)
+    write_manifest(tmp_path / "pre" / "release", csrc, tus, [])
+    carry = tmp_path / "carry"
+    t = prebuilt.pack(tmp_path / "pre", "release", carry)
+    assert t.name == "release.tar.xz" and (carry / "release.json").exists()
+    got = prebuilt.unpack(tmp_path / "device", "release", carry)
+    assert sorted(p.name for p in got.iterdir()) == ["fwd_a.o", "manifest.json", "plain.o"]
+    assert prebuilt.main(["size", "--carry", str(carry)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("prebuilt: carried: tree ") and ".carry release (0.0 MiB raw)" in out
+    assert "of 64.0 MiB (fits)" in out
+
+
+FAKE_PY = r'''#!{real}
+import json, os, shutil, sys, time
+REAL = {real!r}
+a = sys.argv[1:]
+arg = lambda n: a[a.index(n) + 1] if n in a else None
+def record(*x):
+    with open(os.environ["FAKE_CALLS"], "a") as f:
+        f.write(" ".join(map(str, x)) + "\n")
+if a[:2] == ["setup.py", "build_ext"]:
+    hang = bool(os.environ.get("FLASH3_DEBUG_HANG"))
+    record("build", "hang" if hang else "release", os.environ.get("FLASH3_PREBUILT"), os.environ.get("FLASH3_HDIMS"),
+           os.environ.get("FLASH3_FORCE_CUDA"), os.environ.get("FLASH3_PREBUILT_ALLOW_MISSING"))
+    if not hang and os.environ.get("FAKE_BUILD") == "slow":
+        time.sleep(100)
+    sys.exit(0)
+if a and a[0] == "tools/smoke.py" and "--plan" not in a:
+    record("smoke", " ".join(a[1:]))
+    shutil.copyfile(os.environ["FAKE_HANG_JSON" if "--cases" in a else "FAKE_SMOKE_JSON"], arg("--json"))
+    sys.exit(0)
+if a[:2] == ["tools/prebuilt.py", "build"]:
+    record("prebuilt", arg("--variant"), os.environ.get("FLASH3_HDIMS"), os.environ.get("FLASH3_DTYPES"), arg("--budget"))
+    d = os.path.join(arg("--dir"), arg("--variant"))
+    os.makedirs(d, exist_ok=True)
+    man = dict(json.load(open(os.environ["FAKE_KERNELS_JSON"])), variant=arg("--variant"))
+    json.dump(man, open(os.path.join(d, "manifest.json"), "w"))
+    sys.exit(1 if any("out of time" not in w for w in man["not_built"].values()) else 0)
+if a[:2] == ["-m", "pytest"]:
+    record("pytest", " ".join(a[2:]))
+    print(os.environ["FAKE_PYTEST"])
+    sys.exit(0)
+if a[:2] == ["-m", "pip"] or a[:1] == ["tools/ring_sanity.py"]:
+    sys.exit(0)
+if a[:2] == ["tools/flash3_build.py", "--cutlass"]:
+    print("/fake/cutlass")
+    sys.exit(0)
+if a and a[0].startswith("benchmarks/bench_"):
+    name = os.path.basename(a[0])[:-3]
+    record("bench", name, " ".join(a[1:]))
+    os.makedirs(arg("--out"), exist_ok=True)
+    shutil.copyfile(os.path.join(os.environ["FAKE_BENCH_DIR"], name + ".json"), os.path.join(arg("--out"), name + ".json"))
+    sys.exit(0)
+os.execv(REAL, [REAL] + a)
+'''
+FAKE_TOOLS = {
+    "nvidia-smi": "echo 'NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz, 580.159.04'",
+    "ninja": "exit 0",
+    "nvcc": ('[ "$1" = --version ] && { echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; }\n'
+             'while [ $# -gt 0 ]; do [ "$1" = -o ] && printf "#!/bin/sh\\nexit 0\\n" > "$2" && chmod +x "$2"; shift; done'),
+    "compute-sanitizer": ('echo "compute-sanitizer $*" >> "$FAKE_CALLS"\n'
+                          'case "$*" in *racecheck*) echo "========= RACECHECK SUMMARY: 0 hazards displayed '
+                          '(0 errors, 0 warnings)";; *) echo "========= ERROR SUMMARY: 0 errors";; esac'),
+}
+
+
+@pytest.fixture
+def device(tmp_path):
+    """Runs tools/device_check.sh against fakes: python (setup.py, smoke, prebuilt build, pytest and
+    the benchmarks faked; the summary, --plan and prebuilt check real), nvcc, nvidia-smi, ninja
+    and compute-sanitizer (left out with sanitizer=False). Returns run(stage, **env) -> (proc,
+    OUT dir, calls)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    py = bin_ / "fakepython"
+    py.write_text(FAKE_PY.format(real=sys.executable))
+    py.chmod(0o755)
+    ok = [{"kernel": k, "feature": f, "status": "ok"} for k in ("bf16:128:128", "bwd:bf16:128:128")
+          for f in ("full", "causal")] + [{"kernel": "dec:bf16:128:128", "feature": "page16", "status": "ok"}]
+    (tmp_path / "smoke.json").write_text(json.dumps({"cases": ok, "elapsed": 20, "parallel": 8, "case_timeout": 15}))
+    (tmp_path / "kernels.json").write_text(json.dumps({
+        "variant": "release", "nvcc": "13.0", "knobs": {"FLASH3_HDIMS": "64,128", "FLASH3_DTYPES": "bf16"},
+        "planned": ["generated/bwd_bf16_hdim128_sm90.cu", "generated/fwd_bf16_hdim128_sm90.cu"],
+        "objects": {t: {"object": "x.o", "hash": "h", "bytes": 1} for t in
+                    ("generated/bwd_bf16_hdim128_sm90.cu", "generated/fwd_bf16_hdim128_sm90.cu")},
+        "not_built": {}}))
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "bench_fwd.json").write_text(json.dumps(bench_json()))
+    for name, line in (("bench_fp8", "fp8 d128 8k: 1.40x bf16"), ("bench_bwd", "bwd hdim 128 bf16 8k: 1.10x SDPA-cuDNN"),
+                       ("bench_decode", "decode b64 32k: 80% of copy bandwidth")):
+        (bench / f"{name}.json").write_text(json.dumps({"rows": [{}], "copy_gbps": 3000.0, "targets": [["PASS", line]]}))
+
+    def run(stage, sanitizer=True, **env):
+        for name, body in FAKE_TOOLS.items():
+            f = bin_ / name
+            if name == "compute-sanitizer" and not sanitizer:
+                f.unlink(missing_ok=True)
+                continue
+            f.write_text("#!/bin/bash\n" + body + "\n")
+            f.chmod(0o755)
+        calls = tmp_path / "calls.txt"
+        calls.write_text("")
+        out = tmp_path / f"out{stage}"
+        full = dict(os.environ, PATH=f"{bin_}:/usr/bin:/bin", PYTHON=str(py), OUT=str(out), STAGE=str(stage),
+                    DEVICE_CHECK_BUILD=str(tmp_path / "build"), DEVICE_CHECK_CARRY=str(tmp_path / "carry"),
+                    DEVICE_CHECK_BUDGET="300", DEVICE_CHECK_MIN_STEP="1", FAKE_CALLS=str(calls),
+                    FAKE_SMOKE_JSON=str(tmp_path / "smoke.json"), FAKE_HANG_JSON=str(tmp_path / "hang.json"),
+                    FAKE_KERNELS_JSON=str(tmp_path / "kernels.json"), FAKE_BENCH_DIR=str(bench),
+                    FAKE_PYTEST=PYTEST_DONE.replace("1 failed, ", ""), CUTLASS_DIR="/fake/cutlass")
+        for k in ("FLASH3_HDIMS", "FLASH3_DTYPES", "FLASH3_FORCE_CUDA", "FLASH3_PREBUILT"):
+            full.pop(k, None)
+        full.update(env)
+        p = subprocess.run(["bash", str(ROOT / "tools" / "device_check.sh")], env=full, capture_output=True,
+                           text=True, timeout=240)
+        return p, out, calls.read_text()
+    return run, tmp_path
+
+
+def summary_table(p):
+    """The summary is the last thing printed."""
+    head = p.stdout.rindex("======== flash3 device check")
+    return p.stdout[head:]
+
+
+def test_device_stage1_without_carried_objects_a_hang_and_a_late_kernel(device):
+    """No .carry: stage 1 compiles bf16 64/128 itself (heaviest first; one TU not compiled in time
+    is left out, "skipped (out of time)"), links with FLASH3_FORCE_CUDA=1, runs the smoke matrix;
+    the hung case is rerun on the hang-diagnosis build, which names the barrier, phase and tile."""
+    run, tmp = device
+    late = json.loads((tmp / "kernels.json").read_text())
+    late["not_built"] = {"generated/bwd_bf16_hdim128_sm90.cu": "not started (out of time)"}
+    del late["objects"]["generated/bwd_bf16_hdim128_sm90.cu"]
+    (tmp / "kernels.json").write_text(json.dumps(late))
+    cases = json.loads((tmp / "smoke.json").read_text())["cases"]
+    cases[1] = {"kernel": "bf16:128:128", "feature": "causal", "status": "hang", "detail": "silent for 15 s"}
+    (tmp / "smoke.json").write_text(json.dumps({"cases": cases, "elapsed": 40, "parallel": 8, "case_timeout": 15}))
+    (tmp / "hang.json").write_text(json.dumps({"cases": [{"kernel": "bf16:128:128", "feature": "causal",
+        "status": "crash", "device_lines": ["flash3 hang: block 2 warpgroup 1 thread 128 waits on KFull phase 0 tile 3"]}]}))
+    p, out, calls = run(1)
+    table = summary_table(p)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert table.splitlines()[0] == "======== flash3 device check stage 1: FAIL (smoke 1 of 5 not ok) ========"
+    assert "prebuilt release 64,128 bf16" in calls  # the subset, compiled on the device
+    assert "prebuilt hang 64,128 bf16" in calls  # the hang variant, in the background
+    assert f"build release {tmp}/build/prebuilt/release 64,128 1 1" in calls  # FORCE_CUDA, allow missing
+    assert f"build hang {tmp}/build/prebuilt/hang 64,128 1 1" in calls
+    assert "smoke --cases bf16:128:128/causal" in calls  # the rerun on the hang build
+    assert "kernels: 1 release objects compiled here, FLASH3_HDIMS=64,128 FLASH3_DTYPES=bf16" in table
+    assert "skipped (out of time), left out of the build: generated/bwd_bf16_hdim128_sm90.cu" in table
+    assert "bf16 128 causal: warpgroup 1 waits on KFull phase 0 tile 3  (1 warps in 1 blocks)" in table
+    # No failure: the sanitizers take three small ok cases; the hung one is not among them.
+    assert "memcheck bwd:bf16:128:128/causal +1" in table and "clean: 0 errors" in table
+    assert sorted(x.name for x in out.iterdir()) == ["device_check.log", "results.json", "sanitizer.log",
+                                                     "smoke.json", "summary.txt"]
+
+
+def test_device_stage1_build_timeout(device):
+    """A build that outlives its time is "timeout", the run stops there with the summary."""
+    run, tmp = device
+    p, out, calls = run(1, FAKE_BUILD="slow", DEVICE_CHECK_BUDGET="14", DEVICE_CHECK_RESERVE="0")
+    table = summary_table(p)
+    assert table.splitlines()[0] == "======== flash3 device check stage 1: FAIL (build timeout) ========"
+    assert re.search(r"\n  build +timeout +\d+ s", table), table
+    assert "smoke" not in calls and "smoke matrix" not in table
+    res = json.loads((out / "results.json").read_text())
+    assert res["verdict"] == "FAIL" and res["problems"] == ["build timeout"]
+
+
+def test_device_stage1_clean_without_compute_sanitizer(device):
+    """Everything ok, but no compute-sanitizer: the preflight names it, the three sanitizer steps
+    are "skipped (no compute-sanitizer)" (not "not clean"), the verdict INCOMPLETE (exit 2). With
+    the tool they run on the three small ok cases (forward, backward, decode) and PASS."""
+    run, tmp = device
+    p, out, calls = run(1, sanitizer=False)
+    table = summary_table(p)
+    assert "NOT FOUND: compute-sanitizer" in p.stdout
+    assert p.returncode == 2 and table.splitlines()[0] == (
+        "======== flash3 device check stage 1: INCOMPLETE (missing: compute-sanitizer) ========")
+    assert "not clean" not in table and "PROBLEM" not in table
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        assert f"  {tool} bf16:128:128/causal +2" in table and "skipped (no compute-sanitizer)" in table
+    p, out, calls = run(1)
+    table = summary_table(p)
+    assert p.returncode == 0 and table.splitlines()[0] == "======== flash3 device check stage 1: PASS ========", table
+    assert "compute-sanitizer --tool synccheck" in calls
+    assert "tools/sanitize_small.py bf16:128:128/causal bwd:bf16:128:128/causal decode:bf16:128:128/page16" in calls
+
+
+def test_device_stage2_pytest_with_stage1s_deselection(device):
+    """Stage 2 alone: build, then the GPU test files; after a stage 1 on the same machine that saw
+    a hang, that kernel's tests are deselected."""
+    run, tmp = device
+    cases = json.loads((tmp / "smoke.json").read_text())["cases"]
+    cases[0]["status"] = "hang"
+    state = tmp / "build" / "device-check-state"
+    state.mkdir(parents=True)
+    (state / "smoke.json").write_text(json.dumps({"cases": cases}))
+    p, out, calls = run(2)
+    table = summary_table(p)
+    assert p.returncode == 0, table
+    assert "-k not (bf16 and d128_128) tests/test_kernel_gpu.py" in calls and "smoke" not in calls
+    assert "pytest (GPU tests): 1 passed, 0 failed, 0 errors, 3 skipped" in table
+    assert sorted(x.name for x in out.iterdir()) == ["device_check.log", "pytest.log", "results.json", "summary.txt"]
+
+
+def test_device_stage3_benchmarks_in_one_results_json(device):
+    """Stage 3: the four benchmarks on the head dims stage 1 passed; every row in results.json,
+    no separate files under $OUT; the ratios against cuDNN, SDPA-flash and cuBLAS in the table."""
+    run, tmp = device
+    state = tmp / "build" / "device-check-state"
+    state.mkdir(parents=True)
+    (state / "smoke.json").write_text((tmp / "smoke.json").read_text())
+    p, out, calls = run(3)
+    table = summary_table(p)
+    assert p.returncode == 0, table
+    assert [l.split()[1] for l in calls.splitlines() if l.startswith("bench ")] == [
+        "bench_fwd", "bench_fp8", "bench_bwd", "bench_decode"]
+    assert "bench bench_fwd --hdims 128 " in calls
+    assert "0.80x cuBLAS GEMM" in table and "[PASS] fp8 d128 8k: 1.40x bf16" in table
+    assert "[PASS] decode b64 32k" in table
+    res = json.loads((out / "results.json").read_text())
+    assert res["bench"]["rows"] and res["bench_fp8"]["targets"] and res["bench_decode"]["copy_gbps"] == 3000.0
+    assert sorted(x.name for x in out.iterdir()) == ["device_check.log", "results.json", "summary.txt"]
+
+
+def test_summary_skipped_steps_are_neither_ok_nor_failures(tmp_path):
+    """A sanitizer step skipped out of time is listed as such: INCOMPLETE, never "not clean"."""
+    ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in FWD_FEATURES]
+    write_run(tmp_path / "w", tmp_path / "o", ok_cases, PYTEST_DONE.replace("1 failed, ", ""),
+              [("memcheck bf16:128:128/causal", "skipped (out of time)", 0, tmp_path / "none.log")])
+    text, res, ok = device_summary.summarize(tmp_path / "w", tmp_path / "o", 570, 565, 1)
+    assert not ok and text.splitlines()[0] == (
+        "======== flash3 device check stage 1: INCOMPLETE (skipped (out of time): "
+        "memcheck bf16:128:128/causal) ========")
+    assert "not clean" not in text and re.search(r"\n  memcheck bf16:128:128/causal +skipped \(out of time\)\n", text)
+    assert res["verdict"] == "INCOMPLETE" and res["problems"] == []
+
+
+def test_device_prep_build_prints_sizes_and_respects_its_budget(tmp_path, monkeypatch, capsys):
+    """`prebuilt.py build --pack` (make device-prep) with a fake nvcc: every selected TU once into
+    the cache, copied with its manifest, packed; it prints the raw and the xz size. Past its
+    budget no compile starts: those TUs are "not started (out of time)" (exit 0: not an error)."""
+    site, cuda, inc = fake_torch_tree(tmp_path)
+    (cuda / "bin" / "nvcc").write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; }\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && head -c 200000 /dev/urandom > "$2"; shift; done\n')
+    for k, v in dict(CUDA_HOME=str(cuda), CUTLASS_DIR=str(inc), FLASH3_HDIMS="64", FLASH3_DTYPES="bf16").items():
+        monkeypatch.setenv(k, v)
+    for k in ("FLASH3_DEBUG_HANG", "FLASH3_NVCC_FLAGS", "FLASH3_EXTRA_INCLUDE_DIRS"):
+        monkeypatch.delenv(k, raising=False)
+    args = ["--dir", str(tmp_path / "pre"), "--cache", str(tmp_path / "cache"), "--carry", str(tmp_path / "carry")]
+    assert prebuilt.main(["build", "--variant", "hang", "--budget", "-1"] + args) == 0
+    man = json.loads((tmp_path / "pre" / "hang" / "manifest.json").read_text())
+    assert man["objects"] == {} and set(man["not_built"].values()) == {"not started (out of time)"}
+    assert man["planned"][0] == "generated/bwd_bf16_hdim64_sm90.cu" and len(man["planned"]) == 7
+    capsys.readouterr()
+    assert prebuilt.main(["build", "--variant", "release", "--pack"] + args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"prebuilt: release: 7 objects, 1\.3 MiB raw, in .*pre/release", out), out
+    assert re.search(r"carry/release.tar.xz: 1\.3 MiB \(xz; 10\d% of raw\)", out), out  # random bytes: no gain
+    man = json.loads((tmp_path / "carry" / "release.json").read_text())
+    assert man["knobs"] == {"FLASH3_HDIMS": "64", "FLASH3_DTYPES": "bf16"} and man["nvcc"] == "13.0"
+    assert "-Xcompiler=-fPIC" in man["flags"] and not any(f.startswith("-I") for f in man["flags"])
+    assert len(list((tmp_path / "cache").glob("*.o"))) == 7  # the simulator's cache: one compile for both
+    objs, _ = prebuilt.resolve(prebuilt.unpack(tmp_path / "dev", "release", tmp_path / "carry"),
+                               prebuilt.tus(), prebuilt.flags("release", str(inc)))
+    assert len(objs) == 7

@@ -6,9 +6,9 @@ are checked for what applies to them (global loads/stores, no traps, no local me
 frame). --list prints the TUs it would compile and exits (no toolchain needed).
 
 Each TU is compiled with setup.py's kernel flags and the simulator's -gencode (the same sm_90a SASS
-plus compute_90a PTX, -no-compress), and its object is kept in tools/hopper_sim/build/flash3/
+plus compute_90a PTX, -no-compress, -fPIC), and its object is kept in tools/hopper_sim/build/flash3/
 under the name tools/smoke_sim.py looks for (cached_object), so `make sim-check` runs these very
-objects in the simulator. For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and
+objects in the simulator and `make device-prep` (tools/prebuilt.py) carries them to the GPU. For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and
 build/sass/<name>.ptxas.txt (nvcc's full output, with the ptxas -v resource report), and fails if
   - the compile fails;
   - the SASS lacks HGMMA (wgmma; QGMMA for the FP8 TUs, whose names contain "fp8"), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);

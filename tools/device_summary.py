@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The one summary table of tools/device_check.sh, printed last (a device call returns only the
-tail of its output): device, step times against the budget, the smoke matrix, hang diagnoses,
-sanitizer results, pytest counts and the benchmark headline. Writes summary.txt and results.json
-under --out; exit code 0 only for a clean run.
+tail of its output): device, step times against the budget, the kernels (carried or compiled in
+time), the smoke matrix, hang diagnoses, sanitizer results, pytest counts and the benchmarks.
+Writes summary.txt and results.json (every benchmark's json inside) under --out. Verdict: PASS,
+FAIL (something checked is wrong or broke), or INCOMPLETE (nothing wrong, but a step was skipped
+out of time or a kernel not compiled in time); exit code 0, 1, 2.
 
-    python tools/device_summary.py --work build/device-check-work --out $OUT --budget 570
+    python tools/device_summary.py --work build/device-check-work --out $OUT --budget 570 --stage 1
 """
 from __future__ import annotations
 
@@ -111,7 +113,8 @@ def bench_lines(bench: dict | None) -> list[str]:
     r = pick(128, False, 8192)
     if r:
         out.append(f"  d128 non-causal 8k: {r['flash3']:.0f} TFLOP/s = {r['flash3'] / r['sdpa_cudnn']:.2f}x "
-                   f"cuDNN (target >= 1.0), {r['flash3'] / r['sdpa_flash']:.2f}x SDPA-flash (>= 1.6)")
+                   f"cuDNN (target >= 1.0), {r['flash3'] / r['sdpa_flash']:.2f}x SDPA-flash (>= 1.6), "
+                   f"{r['flash3'] / gemm:.2f}x cuBLAS GEMM")
     d256 = [x["flash3"] for x in rows if x["hdim"] == 256]
     if d256:
         out.append(f"  d256 best: {max(d256):.0f} TFLOP/s (target >= 650)")
@@ -141,6 +144,26 @@ def bench_target_lines(data: dict | None, what: str = "backward") -> list[str]:
     return [f"  [{status}] {text}" for status, text in data.get("targets", [])]
 
 
+def kernel_lines(man: dict | None, status: str) -> tuple[list[str], list[str], list[str]]:
+    """(lines, problems, out-of-time notes) for the kernel objects (tools/prebuilt.py's manifest):
+    carried, or compiled on the device under a time cap (those not compiled in time are left out
+    of the build: "skipped (out of time)", not a failure; an nvcc error is)."""
+    if not man:
+        return ["kernels: no manifest (see device_check.log)"], [], []
+    knobs = " ".join(f"{k}={v}" for k, v in man.get("knobs", {}).items()) or "every kernel"
+    objs, nb = man.get("objects", {}), man.get("not_built", {})
+    gone = [t for t in man.get("planned", []) if t not in objs and t not in nb]  # in flight at the stop
+    where = "carried (make device-prep)" if status.startswith("ok (carried") else "compiled here"
+    L = [f"kernels: {len(objs)} {man.get('variant', '?')} objects {where}, {knobs}, nvcc {man.get('nvcc', '?')}"]
+    late = sorted([t for t, why in nb.items() if "out of time" in why] + gone)
+    failed = sorted(t for t, why in nb.items() if "out of time" not in why)
+    if late:
+        L.append(f"  skipped (out of time), left out of the build: {', '.join(late)}"[:400])
+    for t in failed:
+        L.append(f"  COMPILE FAILED {t}: {nb[t].strip().splitlines()[-1][:150] if nb[t].strip() else ''}")
+    return L, [f"kernel {t} failed to compile" for t in failed], ([f"{len(late)} kernel TU(s)"] if late else [])
+
+
 def hang_diagnosis(hang: dict | None) -> list[str]:
     if not hang:
         return []
@@ -159,29 +182,46 @@ def hang_diagnosis(hang: dict | None) -> list[str]:
     return out
 
 
-def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, dict, bool]:
+def bench_json(out: Path, work: Path, name: str):
+    """A benchmark's json: the work folder's bench/ (stage 3), else --out (older runs)."""
+    return load_json(work / "bench" / f"{name}.json") or load_json(out / f"{name}.json")
+
+
+def summarize(work: Path, out: Path, budget: int, elapsed: int, stage: int | None = None
+              ) -> tuple[str, dict, bool]:
     steps = parse_steps(read(work / "steps.tsv"))
     by = {s["name"]: s for s in steps}
-    env = [l.strip() for l in read(work / "env.txt").splitlines() if l.strip()]
+    env = [l.strip() for l in read(work / "env.txt").splitlines() if l.strip() and not l.startswith("stage ")]
     sm = load_json(out / "smoke.json")
     hang = load_json(work / "hang.json")
-    bench = load_json(out / "bench_fwd.json")
-    bench_bwd = load_json(out / "bench_bwd.json")
-    bench_decode = load_json(out / "bench_decode.json")
+    bench = bench_json(out, work, "bench_fwd")
+    bench_fp8 = bench_json(out, work, "bench_fp8")
+    bench_bwd = bench_json(out, work, "bench_bwd")
+    bench_decode = bench_json(out, work, "bench_decode")
+    kernels = load_json(work / "kernels.json")
     pt = pytest_counts(read(out / "pytest.log")) if "pytest" in by else None
     problems = []
+    # What was not checked (never ok, never a failure): steps skipped out of time, missing tools.
+    late = [s["name"] for s in steps if s["status"] == "skipped (out of time)"]
     L = []
 
     L.append("device: " + (" | ".join(env[:3]) if env else "?"))
-    L.append(f"steps (budget {budget} s, used {elapsed} s):")
+    L.append(f"steps{f' (stage {stage})' if stage else ''} (budget {budget} s, used {elapsed} s):")
     for s in steps:
         last = ""
-        if s["status"] not in ("ok", "skipped"):  # why, in one line: the end of its log
+        if s["status"] not in ("ok",) and not s["status"].startswith(("skipped", "ok ")):  # why: its log's end
             tail = [l.strip() for l in read(s["log"]).splitlines() if l.strip() and not l.startswith("===")]
             last = "  " + tail[-1][:110] if tail else ""
-        L.append(f"  {s['name']:<34} {s['status']:<8} {s['seconds']:>4} s{last}")
+        L.append(f"  {s['name']:<38} {s['status']:<8} {s['seconds']:>4} s{last}")
+    pf = by.get("preflight")
+    missing = pf["status"] if pf and pf["status"] != "ok" else ""
+    if "kernels" in by:
+        kl, kp, kn = kernel_lines(kernels, by["kernels"]["status"])
+        L += kl
+        problems += kp
+        late += kn
     b = by.get("build")
-    if b is None or b["status"] != "ok":
+    if b is None or b["status"] not in ("ok", "skipped (out of time)"):
         problems.append("build " + (b["status"] if b else "not run"))
         errs = [l.strip()[:200] for l in read(work / "build.log").splitlines()
                 if re.search(r"\berror\b", l, re.I)][:12]
@@ -213,6 +253,10 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
     if san:
         L.append("sanitizers:")
     for s in san:
+        if s["status"].startswith("skipped"):  # did not run: says nothing about the kernels
+            sres.append({"step": s["name"], "status": s["status"], "errors": None})
+            L.append(f"  {s['name']:<38} {s['status']}")
+            continue
         r = sanitizer_result(read(s["log"]))
         r.update(step=s["name"], status=s["status"])
         sres.append(r)
@@ -220,7 +264,7 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
         if not clean:
             problems.append(s["name"].split()[0] + " not clean")
         what = r.get("note") or s["status"]
-        L.append(f"  {s['name']:<34} {'clean' if clean else 'PROBLEM'}: {what}"
+        L.append(f"  {s['name']:<38} {'clean' if clean else 'PROBLEM'}: {what}"
                  + ("" if clean else f"; {r['first']}"))
 
     if pt is not None:
@@ -240,6 +284,9 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
     if "bench" in by:
         L.append("benchmark (bf16, 16k tokens, hidden 2048; TFLOP/s):")
         L += bench_lines(bench)
+    if "bench_fp8" in by:
+        L.append("FP8 benchmark (bench_fp8 --quick):")
+        L += bench_target_lines(bench_fp8, "FP8")
     if "bench_bwd" in by:
         L.append("backward benchmark (bench_bwd --quick, hdim 128):")
         L += bench_target_lines(bench_bwd)
@@ -249,15 +296,21 @@ def summarize(work: Path, out: Path, budget: int, elapsed: int) -> tuple[str, di
         L += bench_target_lines(bench_decode, "decode")
     problems = list(dict.fromkeys(problems))
     ok = not problems
-    head = f"======== flash3 device check: {'PASS' if ok else 'FAIL'}" + (
-        "" if ok else f" ({'; '.join(problems)[:200]})") + " ========"
-    L.append("under $OUT: summary.txt, results.json, device_check.log (every step), smoke.json, "
-             "pytest.log, sanitizer.log, bench_fwd.json, bench_fp8.json, bench_bwd.json, bench_decode.json")
+    verdict = "FAIL" if problems else "INCOMPLETE" if late else "PASS"
+    if missing:  # a missing tool alone leaves the run incomplete, not failed
+        verdict = "INCOMPLETE" if verdict == "PASS" else verdict
+    why = problems or [x for x in (f"skipped (out of time): {', '.join(late)}" if late else "", missing) if x]
+    head = f"======== flash3 device check{f' stage {stage}' if stage else ''}: {verdict}" + (
+        f" ({'; '.join(why)[:200]})" if why else "") + " ========"
+    files = sorted(p.name for p in out.iterdir() if p.is_file()) if out.is_dir() else []
+    L.append("under $OUT: " + ", ".join(sorted(set(files) | {"summary.txt", "results.json"})))
     text = "\n".join([head] + L)
-    results = {"pass": ok, "problems": problems, "env": env, "steps": steps, "budget": budget,
-               "elapsed": elapsed, "smoke": sm, "hang": hang, "sanitizers": sres, "pytest": pt,
-               "bench": bench, "bench_bwd": bench_bwd, "bench_decode": bench_decode}
-    return text, results, ok
+    results = {"verdict": verdict, "pass": verdict == "PASS", "problems": problems, "out_of_time": late,
+               "missing_tools": missing,
+               "stage": stage, "env": env, "steps": steps, "budget": budget, "elapsed": elapsed,
+               "kernels": kernels, "smoke": sm, "hang": hang, "sanitizers": sres, "pytest": pt,
+               "bench": bench, "bench_fp8": bench_fp8, "bench_bwd": bench_bwd, "bench_decode": bench_decode}
+    return text, results, verdict == "PASS"
 
 
 def main(argv=None) -> int:
@@ -266,15 +319,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget", type=int, default=0)
     ap.add_argument("--elapsed", type=int, default=0)
+    ap.add_argument("--stage", type=int)
     args = ap.parse_args(argv)
     out = Path(args.out)
-    text, results, ok = summarize(Path(args.work), out, args.budget, args.elapsed)
+    text, results, ok = summarize(Path(args.work), out, args.budget, args.elapsed, args.stage)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.txt").write_text(text + "\n")
     with open(out / "results.json", "w") as f:
         json.dump(results, f, indent=1, default=str)
     print(text)
-    return 0 if ok else 1
+    return {"PASS": 0, "FAIL": 1}.get(results["verdict"], 2)
 
 
 if __name__ == "__main__":

@@ -1032,8 +1032,18 @@ def plan(cases) -> dict:
         deselect.append(f"not (test_fp8_gpu and ({' or '.join(fp8_ids)}))")
     if any(family(c["kernel"]) == "quant" for c in hangs):  # the quantize kernel's own GPU tests
         deselect.append("not test_quantize_kernel")
+    # Three small cases for the sanitizers when nothing failed: a forward, a backward and a decode
+    # launch (tools/sanitize_small.py's names; its decode cases are its own), of those that passed.
+    san = []
+    for d in (128, 64):
+        for kid, feat, name in ((f"bf16:{d}:{d}", "causal", f"bf16:{d}:{d}/causal"),
+                                (f"bwd:bf16:{d}:{d}", "causal", f"bwd:bf16:{d}:{d}/causal"),
+                                (f"dec:bf16:{d}:{d}", "page16", f"decode:bf16:{d}:{d}/page16")):
+            if by.get((kid, feat)) == "ok" and not any(x.startswith(name.split(":")[0] + ":") for x in san):
+                san.append(name)
     return {"HANG_CASES": " ".join(hang_cases),
             "FAIL_CASES": " ".join(case_id(c) for c in fails[:2]),
+            "SAN_CASES": " ".join(san),
             "BENCH_HDIMS": ",".join(map(str, bench)), "PYTEST_K": " and ".join(deselect)}
 
 

@@ -7,7 +7,8 @@ Pieces:
   build_driver()   compiles the forward, decode and backward kernel TUs the knobs select
                    (FLASH3_HDIMS, FLASH3_DTYPES, as csrc/generate_kernels.py selects them for the
                    real build) with the real kernel flags (tools/flash3_build.py NVCC_KERNEL_FLAGS
-                   and setup.py's additions) plus the simulator's -gencode/-no-compress, each TU
+                   and setup.py's additions) plus the simulator's -gencode/-no-compress and
+                   -fPIC (tools/prebuilt.py links these objects into the extension), each TU
                    once, cached under tools/hopper_sim/build/flash3/ keyed by a hash of its
                    sources and flags (tools/compile_check.py leaves its objects there), and the
                    decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
@@ -329,12 +330,14 @@ HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/bwd/api.h", "
 
 def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
     """setup.py's nvcc flags for the kernel TUs with the simulator's -gencode (PTX kept,
-    uncompressed), and its include dirs and defines."""
+    uncompressed) and -fPIC, and its include dirs and defines."""
     fb = _fb()
     ver = fb.cutlass_version(cutlass_inc).split(".")
     ver = ver if len(ver) == 3 else ["0", "0", "0"]
     flags = [f for f in fb.NVCC_KERNEL_FLAGS if f not in fb.NVCC_ARCH_FLAGS]
-    flags = [SIM_GENCODE, "-no-compress"] + flags + [
+    # -fPIC: the same objects link into the torch extension (tools/prebuilt.py, setup.py's
+    # FLASH3_PREBUILT), not only into the simulator's driver.
+    flags = [SIM_GENCODE, "-no-compress", "-Xcompiler=-fPIC"] + flags + [
         "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
         "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
         "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
