@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "flash3/common/total_rows.h"
 #include "flash3/fwd/api.h"
 #include "flash3/fwd/params.h"
 
@@ -104,6 +105,14 @@ inline int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// total_q / total_k for the kernels (kernel_total_rows): varlen must fit int32, batched is clamped.
+inline int total_rows(int64_t total, bool varlen, const char* what) {
+  const long long v = kernel_total_rows(total, varlen);
+  TORCH_CHECK(v >= 0, "flash3: ", what, " = ", total,
+              " packed rows do not fit in int32 (varlen calls index them in 32 bits)");
+  return static_cast<int>(v);
+}
+
 // The mask and softmax fields of `p`, its launch resources, then the launch on the current stream,
 // shared by both forward ops. Errors name the call: "<op> (<dtype>, d=.., d_v=..)", the dtype left
 // out when null; the text is only built on an error.
@@ -176,9 +185,9 @@ inline void set_q_k_out(FwdParams& p, const Tensor& q, const Tensor& k, const Te
   p.num_heads_k = to_int(k.size(-2), "num_heads_k");
   p.head_dim = static_cast<int>(q.size(-1));
   p.head_dim_v = static_cast<int>(out.size(-1));
-  p.total_q = to_int(varlen ? q.size(0) : batch * s_q, "total_q");
-  // Batched calls never read total_k (a KV cache's b * capacity may pass 2^31): clamped there.
-  p.total_k = varlen ? to_int(k.size(0), "total_k") : static_cast<int>(std::min<int64_t>(batch * s_k, INT32_MAX));
+  // Batched: b * s (a KV cache's b * capacity) may pass 2^31, the kernels never read it there.
+  p.total_q = total_rows(varlen ? q.size(0) : batch * s_q, varlen, "total_q");
+  p.total_k = total_rows(varlen ? k.size(0) : batch * s_k, varlen, "total_k");
   p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
   p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
 }

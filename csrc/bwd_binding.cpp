@@ -152,8 +152,8 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   p.num_heads_k = to_int(h_k, "num_heads_k");
   p.head_dim = static_cast<int>(d);
   p.head_dim_v = static_cast<int>(d_v);
-  p.total_q = to_int(total_q, "total_q");
-  p.total_k = to_int(total_k, "total_k");
+  p.total_q = total_rows(total_q, varlen, "total_q");  // as the forward: batched b * s may pass 2^31
+  p.total_k = total_rows(total_k, varlen, "total_k");
   p.cu_seqlens_q = varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
   p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   p.softmax_scale = static_cast<float>(softmax_scale);

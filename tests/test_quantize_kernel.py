@@ -118,6 +118,29 @@ def test_plan_matches_python(driver):
         assert vec == int(addr % 16 == 0 and sb % 8 == 0 and ss % 8 == 0 and sh % 8 == 0)
 
 
+def test_unit_walk_past_int32(driver):
+    """A thread's units of one block (issue 23): with one descale per head the block has
+    s * d / 8 units, past 2^31 for long sequences; in 32 bits the loop count went negative and
+    nothing was written. The walk must visit exactly idx = it * threads + tid < ntok * U."""
+    big = 2**28 + 3  # ntok * 32 = 2^33 + 96 units; 2^24 + 1 iterations per thread
+    cases = [(big, 32, 512, 0), (big, 32, 512, 511), (big, 32, 512, 97), (2**26 + 5, 10, 480, 7),
+             (2**31 - 1, 1, 32, 31), (2**31 - 1, 3, 96, 95), (300, 10, 128, 127), (1, 32, 32, 31),
+             (5, 3, 32, 20), (0, 8, 32, 0)]
+    # Plans of such blocks: one CTA of the largest size, the units counted in 64 bits.
+    for line in _plan(driver, [(1, big, 1, 256, big, 0, 0, 0, big * 256, 256, 256),
+                               (1, 2**31 - 1, 1, 8, 2**31 - 1, 0, 1, 0, 8, 8, 8)]):
+        assert line.split()[5:7] == ["512", "1"], line
+    for (ntok, u, nt, tid), a in zip(cases, driver([f"walk {c[0]} {c[1]} {c[2]} {c[3]}" for c in cases])):
+        n_iter, valid, last_tok, last_chunk, bad = map(int, a.split())
+        units = ntok * u
+        assert n_iter == -(-units // nt) and bad == 0, (ntok, u, nt, tid, a)
+        want_valid = max(0, -(-(units - tid) // nt))
+        assert valid == want_valid, (ntok, u, nt, tid, a)
+        if want_valid:
+            last = tid + (want_valid - 1) * nt
+            assert (last_tok, last_chunk) == (last // u, last % u), (ntok, u, nt, tid, a)
+
+
 def test_vperm_and_inverse(driver):
     (a,) = driver(["vperm"])
     perm, tok, pos = (list(map(int, part.split())) for part in a.split("|"))
@@ -300,6 +323,31 @@ def test_cuda_graph_capture():
     torch.cuda.synchronize()
     want = reference(x, block_size=128, had=True, mean=mean, layout="v_packed")
     assert_quant_close(out, want, exact=True, what="graph replay")
+
+
+def test_one_block_past_int32_units():
+    """One descale per head with s * d / 8 > 2^31 units (issue 23: 32-bit unit counts wrote
+    nothing and gave descale 1). x is one token broadcast with stride 0 (no memory); out is
+    s * d bytes (16 GiB), pre-filled with NaN codes so unwritten rows show."""
+    _gpu_ready()
+    d = 256
+    s = 2**26 + 48  # s * d / 8 = 2^31 + 1536 units in one block
+    if torch.cuda.mem_get_info()[0] < s * d + (2 << 30):
+        pytest.skip("needs about 18 GiB of free GPU memory")
+    base = (torch.arange(d, device="cuda", dtype=torch.float32) * 0.37 - 40.0).to(torch.bfloat16)
+    x = base.view(1, 1, 1, d).expand(1, s, 1, d)
+    want8, wantd = reference(x[:, :16].contiguous(), block_size=16, had=False)
+    want_row = want8[0, 0, 0].view(torch.uint8)
+    out = torch.full((1, s, 1, d), 0x7F, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    desc = torch.empty(1, 1, 1, device="cuda")
+    torch.ops.flash3.quantize_fp8_sm90(x, None, None, None, s, 0, out, desc)
+    torch.cuda.synchronize()
+    assert desc.item() == wantd.item()
+    rows = out.view(torch.uint8)[0, :, 0]
+    chunk = 2**22
+    for t0 in range(0, s, chunk):
+        assert bool((rows[t0:t0 + chunk] == want_row).all()), f"tokens from {t0}"
+    del out, rows
 
 
 def test_binding_argument_checks():

@@ -369,7 +369,7 @@ def test_make_quant_case_and_op_call(kid, feature):
     from flash3 import hadamard
     parts = smoke_quant.make_case(feature, kid, device="cpu")
     dtype = torch.bfloat16 if kid == "quant:bf16" else torch.float16
-    assert parts and len(parts) == (2 if feature == "tiny" else 1)
+    assert parts and len(parts) == (2 if feature in ("tiny", "perhead") else 1)
     for p in parts:
         x = p["x"]
         b, s, h, d = x.shape

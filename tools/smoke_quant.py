@@ -8,7 +8,9 @@ Features (QUANT_FEATURES), each one or more launches ("parts") on b=2, h=2, s=20
 128 tokens: several blocks and a partial one) unless said otherwise:
   rows      layout rows, d 128, blocks of 64; an outlier and an all-zero (partial) block
   perhead   one block per (batch, head) (the wrapper's block_size None: the op gets s), s 300:
-            more units than a CTA keeps in registers (the kernel recomputes the rest from x)
+            more units than a CTA keeps in registers (the kernel recomputes the rest from x);
+            then d 80, s 500: 10 units per token, not dividing the 512-thread CTA (the unit walk's
+            chunk carry)
   vpacked   the rows case in layout v_packed (the FP8 attention's V operand, fp8.pack_v_fp8), s_pad 208
   hadamard  the rows case rotated (signs; m 1: the Walsh-Hadamard butterfly with warp shuffles)
   hartley3  the rotation at d 192 = 3 * 64 (3-point Hartley mix), blocks of 128
@@ -114,7 +116,8 @@ def make_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                      layout="v_packed" if feature == "vpacked" else "rows")]
     if feature == "perhead":
         s = 300
-        return [part(randn(B, s, H, 128), block_size=s, ref_block=None)]
+        return [part(randn(B, s, H, 128), block_size=s, ref_block=None),
+                part(randn(B, 500, H, 80), block_size=500, ref_block=None)]
     if feature in ("hartley3", "hartley5"):
         d = 192 if feature == "hartley3" else 160
         return [part(randn(B, S, H, d), block_size=128, rot_seed=5)]

@@ -7,6 +7,7 @@
 
 #include "flash3/common/attn_logic.h"
 #include "flash3/common/tma_check.h"
+#include "flash3/common/total_rows.h"
 #include "flash3/fwd/api.h"
 
 using namespace flash3;
@@ -59,6 +60,11 @@ int main() {
       long long first_key, batch;
       in >> first_key >> batch;
       std::printf("%lld\n", fp8_varlen_vt_offset(first_key, batch));
+    } else if (cmd == "total_rows") {  // total varlen -> kernel_total_rows (-1: rejected)
+      long long total;
+      int varlen;
+      in >> total >> varlen;
+      std::printf("%lld\n", kernel_total_rows(total, varlen != 0));
     } else if (cmd == "padded_offset") {  // first_row batch align -> padded_seq_offset
       long long first_row, batch;
       int align;

@@ -66,6 +66,22 @@ int main() {
       long long bi, hi, c, t, heads, d, sp;
       in >> bi >> hi >> c >> t >> heads >> d >> sp;
       std::printf("%lld\n", static_cast<long long>(vpack_offset(bi, hi, c, t, heads, d, sp)));
+    } else if (cmd == "walk") {
+      // ntok units_per_row threads tid -> n_iter valid_units last_tok last_chunk mismatches:
+      // the kernel's loop over one thread's units (quant_unit_first/next, quant_iters); every
+      // stepped position is checked against idx = it * threads + tid divided in 64 bits.
+      int ntok, U, nt, tid;
+      in >> ntok >> U >> nt >> tid;
+      const int n_iter = quant_iters(ntok, U, nt);
+      QuantUnitPos pos = quant_unit_first(tid, U);
+      long long valid = 0, last_tok = -1, last_chunk = -1, bad = 0;
+      for (int it = 0; it < n_iter; ++it) {
+        const int64_t idx = int64_t(it) * nt + tid;
+        if (pos.tok != idx / U || pos.chunk != idx % U) ++bad;
+        if (pos.tok < ntok) ++valid, last_tok = pos.tok, last_chunk = pos.chunk;
+        quant_unit_next(pos, nt / U, nt % U, U);
+      }
+      std::printf("%d %lld %lld %lld %lld\n", n_iter, valid, last_tok, last_chunk, bad);
     } else {
       std::printf("unknown %s\n", cmd.c_str());
     }

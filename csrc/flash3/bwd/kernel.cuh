@@ -203,10 +203,17 @@ struct BwdKernel {
           int* sem = p.dq_semaphore + (int64_t(w.batch) * p.num_heads + head) * m_blocks + m;
           if (p.deterministic) {
             const int rank = bwd_dq_rank(w.mask, m, w.n_block, Tr::kBlockM, Tr::kBlockN);
-            int seen;
-            do {
+            // The turns before ours are other CTAs' (microseconds each): poll with a sleep
+            // doubling from 32 ns to 256 ns, leaving the issue slots and the L2 to the work we
+            // wait for, and waking at most ~256 ns late.
+            unsigned sleep_ns = 32;
+            for (;;) {
+              int seen;
               asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
-            } while (seen != rank);
+              if (seen == rank) break;
+              __nanosleep(sleep_ns);
+              sleep_ns = sleep_ns < 256 ? 2 * sleep_ns : 256;
+            }
             asm volatile("fence.proxy.async.global;\n" ::: "memory");
           }
           bulk_reduce_add_f32(dst, smem.dq.data(), Tr::kBlockM * Tr::kHeadDim * sizeof(float));

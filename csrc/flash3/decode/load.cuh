@@ -192,6 +192,26 @@ struct DecodeProducer {
     }
   }
 
+  // For chunk i (kChunks a row) of key block n: its row's element offset in the cache,
+  // slab * slab_stride + row * row_stride, or -1 past the row's keys or for a page id outside the
+  // cache (kv_slot). A warp's 32 consecutive chunks span a few rows: lane j resolves the j-th
+  // (one page-table read and division per row, not per chunk) and each lane takes its row's by
+  // shuffle. Every lane of the warp calls it with the same n and i - lane.
+  template <int kChunks>
+  static __device__ __forceinline__ int64_t row_offset(typename Tr::KernelParams const& params, const WorkTile& w,
+                                                       int n, int i, int64_t slab_stride, int64_t row_stride) {
+    static_assert(Tr::kBlockN * kChunks % 32 == 0, "a warp's chunks must end with the block");
+    const FwdParams& p = params.p;
+    const int lane = threadIdx.x % 32;
+    const int r0 = (i - lane) / kChunks, r = r0 + lane, pos = n * Tr::kBlockN + r;
+    int64_t off = -1;
+    if (r <= (i - lane + 31) / kChunks && pos < w.seq.seqlen_k) {
+      const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
+      if (s.slab < p.num_slabs) off = int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride;
+    }
+    return __shfl_sync(0xffffffffu, off, i / kChunks - r0);
+  }
+
   // Gathered rows of key block n into a K stage (kIsV false) or a V stage: every thread copies
   // 16-byte chunks i = tid, tid + 128, ... of the block's rows; rows past the row's keys and
   // pages outside the cache are zero-filled (cp.async with source size 0 reads nothing).
@@ -212,14 +232,10 @@ struct DecodeProducer {
     const int tid = threadIdx.x % kThreads;
     CUTE_NO_UNROLL
     for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = (i % kChunks) * 8, pos = n * Tr::kBlockN + r;
-      const Element* src = base;
-      bool valid = pos < w.seq.seqlen_k && c < cols;
-      if (valid) {
-        const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
-        valid = s.slab < p.num_slabs;
-        if (valid) src = base + int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride + c;
-      }
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride);
+      const bool valid = off >= 0 && c < cols;
+      const Element* src = valid ? base + off + c : base;
       Element* dst;
       if constexpr (kIsV) dst = &sVt(c, r, stage);
       else dst = &sK(r, c, stage);
@@ -298,15 +314,13 @@ struct DecodeProducer {
       uint8_t* dst = kIsV ? raw.v : raw.k;
       CUTE_NO_UNROLL
       for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
-        const int r = i / kChunks, c = (i % kChunks) * 16, pos = n * Tr::kBlockN + r;
+        const int r = i / kChunks, c = (i % kChunks) * 16;
+        const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride);
         const uint8_t* src = base;
         int bytes = 0;
-        if (pos < w.seq.seqlen_k && c < cols) {
-          const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
-          if (s.slab < p.num_slabs) {
-            src = base + int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride + c;
-            bytes = cols - c < 16 ? cols - c : 16;
-          }
+        if (off >= 0 && c < cols) {
+          src = base + off + c;
+          bytes = cols - c < 16 ? cols - c : 16;
         }
         cp_async_16(cast_smem_ptr_to_uint(dst + r * kCols + c), src, bytes);
       }

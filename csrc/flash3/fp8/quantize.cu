@@ -87,14 +87,14 @@ struct Ctx {
   uint64_t sign_bits;      // hadamard: bit 8 j + e set = flip channel j p + 8 u + e
 };
 
-// Load, rotate, smooth and scale unit `idx` of the block (token idx / U, chunk idx % U).
+// Load, rotate, smooth and scale the unit at `pos` of the block.
 // valid == false: computes on zeros (the shuffles need the whole warp), touches no memory.
 template <class T, int M, bool HAD>
-__device__ __forceinline__ void compute_unit(const Ctx& c, int idx, bool valid, Unit<M>& u) {
-  const int tok = idx / c.U;
-  const int chunk = idx - tok * c.U;
+__device__ __forceinline__ void compute_unit(const Ctx& c, const QuantUnitPos& pos, bool valid,
+                                             Unit<M>& u) {
+  const int chunk = pos.chunk;
   const int pstride = c.pl->p;
-  const T* row = reinterpret_cast<const T*>(c.x) + int64_t(tok) * c.p->x_row_stride;
+  const T* row = reinterpret_cast<const T*>(c.x) + pos.tok * c.p->x_row_stride;
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     if (valid) {
@@ -182,12 +182,14 @@ __device__ __forceinline__ float unit_amax(const Unit<M>& u, float m) {
   return m;
 }
 
-// Quantize unit `idx` and store it: rows layout straight to global, V-packed into the smem tile.
+// Quantize the unit at `pos` and store it: rows layout straight to global, V-packed into the
+// smem tile (whose blocks are small: pos.tok < 102400 / (d + 4) there).
 template <int M, int LAYOUT>
-__device__ __forceinline__ void store_unit(const Ctx& c, int idx, const Unit<M>& u, float descale,
-                                           unsigned char* out_rows, unsigned char* tile) {
-  const int tok = idx / c.U;
-  const int chunk = idx - tok * c.U;
+__device__ __forceinline__ void store_unit(const Ctx& c, const QuantUnitPos& pos, const Unit<M>& u,
+                                           float descale, unsigned char* out_rows,
+                                           unsigned char* tile) {
+  const int64_t tok = pos.tok;
+  const int chunk = pos.chunk;
 #pragma unroll
   for (int j = 0; j < M; ++j) {
     uint32_t w[2];
@@ -199,10 +201,10 @@ __device__ __forceinline__ void store_unit(const Ctx& c, int idx, const Unit<M>&
     }
     const int ch = j * c.pl->p + kQuantVec * chunk;
     if constexpr (LAYOUT == kQuantLayoutRows) {
-      const int64_t off = int64_t(tok) * c.p->heads * c.p->d + ch;
+      const int64_t off = tok * c.p->heads * c.p->d + ch;
       *reinterpret_cast<uint2*>(out_rows + off) = make_uint2(w[0], w[1]);
     } else {
-      uint32_t* dst = reinterpret_cast<uint32_t*>(tile + tok * c.pl->smem_row_bytes + ch);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(tile + int(tok) * c.pl->smem_row_bytes + ch);
       dst[0] = w[0];
       dst[1] = w[1];
     }
@@ -221,10 +223,11 @@ __global__ void __launch_bounds__(quant_max_threads(M))
   const int t0 = blk * p.block_size;
   const int ntok = min(p.block_size, p.seqlen - t0);
   const int U = pl.units_per_row;
-  const int nunits = ntok * U;
   const int NT = blockDim.x;
   const int tid = threadIdx.x;
-  const int n_iter = (nunits + NT - 1) / NT;
+  const int n_iter = quant_iters(ntok, U, NT);
+  const int step_tok = NT / U, step_chunk = NT % U;  // iteration stride in (token, chunk)
+  const QuantUnitPos first = quant_unit_first(tid, U);
 
   Ctx c;
   c.p = &p;
@@ -252,21 +255,22 @@ __global__ void __launch_bounds__(quant_max_threads(M))
   // Pass 1: compute every unit (the first CI iterations stay in registers), block amax.
   Unit<M> cache[CI];
   float amax = 0.0f;
+  QuantUnitPos pos = first;
 #pragma unroll
   for (int it = 0; it < CI; ++it) {
     if (it < n_iter) {
-      const int idx = it * NT + tid;
-      const bool valid = idx < nunits;
-      compute_unit<T, M, HAD>(c, idx, valid, cache[it]);
+      const bool valid = pos.tok < ntok;
+      compute_unit<T, M, HAD>(c, pos, valid, cache[it]);
       if (valid) amax = unit_amax(cache[it], amax);
+      quant_unit_next(pos, step_tok, step_chunk, U);
     }
   }
   for (int it = CI; it < n_iter; ++it) {
-    const int idx = it * NT + tid;
-    const bool valid = idx < nunits;
+    const bool valid = pos.tok < ntok;
     Unit<M> u;
-    compute_unit<T, M, HAD>(c, idx, valid, u);
+    compute_unit<T, M, HAD>(c, pos, valid, u);
     if (valid) amax = unit_amax(u, amax);
+    quant_unit_next(pos, step_tok, step_chunk, U);
   }
 #pragma unroll
   for (int s = 16; s > 0; s /= 2) amax = max_nf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
@@ -284,17 +288,20 @@ __global__ void __launch_bounds__(quant_max_threads(M))
   if constexpr (LAYOUT == kQuantLayoutRows)
     out_rows = reinterpret_cast<unsigned char*>(p.out) +
                (int64_t(bi) * p.seqlen + t0) * p.heads * p.d + int64_t(hi) * p.d;
+  pos = first;
 #pragma unroll
   for (int it = 0; it < CI; ++it) {
-    const int idx = it * NT + tid;
-    if (it < n_iter && idx < nunits) store_unit<M, LAYOUT>(c, idx, cache[it], descale, out_rows, tile);
+    if (it < n_iter) {
+      if (pos.tok < ntok) store_unit<M, LAYOUT>(c, pos, cache[it], descale, out_rows, tile);
+      quant_unit_next(pos, step_tok, step_chunk, U);
+    }
   }
   for (int it = CI; it < n_iter; ++it) {
-    const int idx = it * NT + tid;
-    const bool valid = idx < nunits;
+    const bool valid = pos.tok < ntok;
     Unit<M> u;
-    compute_unit<T, M, HAD>(c, idx, valid, u);
-    if (valid) store_unit<M, LAYOUT>(c, idx, u, descale, out_rows, tile);
+    compute_unit<T, M, HAD>(c, pos, valid, u);
+    if (valid) store_unit<M, LAYOUT>(c, pos, u, descale, out_rows, tile);
+    quant_unit_next(pos, step_tok, step_chunk, U);
   }
 
   if constexpr (LAYOUT == kQuantLayoutVPacked) {

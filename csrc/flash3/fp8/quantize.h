@@ -77,6 +77,34 @@ FLASH3_QUANT_HD constexpr int quant_max_threads(int chunks) {
   return chunks >= 5 ? 256 : kQuantMaxThreads;
 }
 
+// A thread's units of one block: idx = it * threads + tid, token idx / U, chunk idx % U. With one
+// block per head, ntok * U = s * d / 8 may pass 2^31, so idx is never formed: the position is kept
+// as (64-bit token, chunk) and stepped by `threads` (no division in the loop).
+struct QuantUnitPos {
+  int64_t tok;
+  int chunk;
+};
+
+FLASH3_QUANT_HD inline QuantUnitPos quant_unit_first(int tid, int units_per_row) {
+  return {tid / units_per_row, tid % units_per_row};
+}
+
+// Advances by threads = step_tok * units_per_row + step_chunk units.
+FLASH3_QUANT_HD inline void quant_unit_next(QuantUnitPos& u, int step_tok, int step_chunk,
+                                            int units_per_row) {
+  u.tok += step_tok;
+  u.chunk += step_chunk;
+  if (u.chunk >= units_per_row) {
+    u.chunk -= units_per_row;
+    ++u.tok;
+  }
+}
+
+// Iterations covering ntok * units_per_row units; < 2^31 since units_per_row <= 32 <= threads.
+FLASH3_QUANT_HD inline int quant_iters(int ntok, int units_per_row, int threads) {
+  return int((int64_t(ntok) * units_per_row + threads - 1) / threads);
+}
+
 struct QuantizeParams {
   // x (b, s, h, d) bf16/fp16, element strides; the channel stride is 1.
   const void* x;
