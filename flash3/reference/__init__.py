@@ -43,6 +43,17 @@ _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 _FLOOR = -1e30  # finite stand-in for a running max of -inf
 
+# The backward's one-hot rows (bwd/kernel.cuh one_hot_rows does the same): a query row that sees
+# exactly one key has softmax 1, so P = 1 there and, as D = sum_j P dP is then that key's dP,
+# dS = P (dP - D) = 0 (with dlse: dS = dlse). Computed as written, P comes out 1 +- 1e-6 (the lse
+# round trip) and dP - D a few ulps (two sums in different orders): dq ~1e-7 instead of 0. So where
+# such a row's recomputed P is within ONE_HOT_TOL of 1, P is set to 1 and, without dlse, dS to 0.
+# With the row's own lse that is exact (the round trip is a few ulps of lse * log2(e), inside the
+# tolerance while |lse| < ~100); with an lse over more keys than the call sees (ring attention's
+# chunks) it fires only where this key holds >= 1 - 2^-14 of the row, and the dS it drops is then
+# at most 2^-13 max|dP| (the others' share times the spread of dP).
+ONE_HOT_TOL = 2.0 ** -14
+
 
 def _rows(x: torch.Tensor, h_k: int) -> torch.Tensor:
     """(b, s, h, d) -> fp32 (b*h_k, s*g, d), rows ordered (position, group)."""
@@ -184,15 +195,20 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     d lse / d score = P, it enters exactly like the row sum D (D - dlse).
     Returns ``(dq, dk, dv)`` in the input dtypes.
     """
-    if dlse is None and _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
-        return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
-    if dlse is None and _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n):
-        return _torch_cpu.backward_masked(dout, q, k, v, out, lse, softmax_scale, left, right)
-    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
     dev = q.device
+    # Rows that see exactly one key (ONE_HOT_TOL below); the torch kernels do not know them.
+    single = masking.visible_counts(s_q, s_k, False, left, right, dev) == 1
+    any_single = bool(single.any()) if s_k > 0 else False
+    if dlse is None and not any_single and _torch_cpu.applies(q, k, v, left, right, softcap,
+                                                              block_m or block_n):
+        return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
+    if dlse is None and not any_single and _torch_cpu.applies_masked(q, k, v, softcap,
+                                                                     block_m or block_n):
+        return _torch_cpu.backward_masked(dout, q, k, v, out, lse, softmax_scale, left, right)
+    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     B = b * h_k
     dq_rows = torch.zeros(B, s_q * g, d, dtype=torch.float32, device=dev)
     dk_all = torch.zeros(B, s_k, d, dtype=torch.float32, device=dev)
@@ -212,6 +228,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     qs = q_plain * _q_scale(softmax_scale, softcap)
     do_rows = _rows(dout, h_k)
     D = (do_rows * _rows(out, h_k)).sum(dim=-1)  # (B, R)
+    single_rows = single.repeat_interleave(g)  # (R,): rows are (position, group)
     if dlse is not None:
         D.sub_(_lse_bhs_to_rows(dlse.to(torch.float32), h_k))
     lse2 = _lse_bhs_to_rows(lse.to(torch.float32), h_k) * _LOG2E
@@ -230,6 +247,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
         r0, r1 = m0 * g, m1 * g
         qs_t, qp_t, do_t = qs[:, r0:r1], q_plain[:, r0:r1], do_rows[:, r0:r1]
         D_t, lse_t = D[:, r0:r1].unsqueeze(-1), lse2[:, r0:r1].unsqueeze(-1)
+        one_t = single_rows[r0:r1] if bool(single_rows[r0:r1].any()) else None
         dq_t = dq_rows[:, r0:r1]
         for nb in range(n_lo, n_hi):
             n0, n1 = nb * block_n, min((nb + 1) * block_n, s_k)
@@ -244,8 +262,15 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
                 if hide is not None:
                     s.view(B, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
             p = s.sub_(lse_t).exp2_()  # (B, R, n)
+            hot = None
+            if one_t is not None:  # one_hot(): P = 1 there, and dS = 0 without dlse
+                hot = torch.zeros_like(p, dtype=torch.bool)
+                hot[:, one_t] = (p[:, one_t] - 1.0).abs_() <= ONE_HOT_TOL
+                p.masked_fill_(hot, 1.0)
             dv_all[:, n0:n1].baddbmm_(p.transpose(1, 2), do_t)
             ds = torch.bmm(do_t, v_t.transpose(1, 2)).sub_(D_t).mul_(p)
+            if hot is not None and dlse is None:
+                ds.masked_fill_(hot, 0.0)
             if softcap > 0:
                 # d(cap*tanh(x/cap))/dx = 1 - tanh^2
                 ds.mul_(1.0 - t * t)
