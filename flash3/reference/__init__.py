@@ -202,12 +202,21 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     # Rows that see exactly one key (ONE_HOT_TOL below); the torch kernels do not know them.
     single = masking.visible_counts(s_q, s_k, False, left, right, dev) == 1
     any_single = bool(single.any()) if s_k > 0 else False
-    if dlse is None and not any_single and _torch_cpu.applies(q, k, v, left, right, softcap,
-                                                              block_m or block_n):
-        return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
-    if dlse is None and not any_single and _torch_cpu.applies_masked(q, k, v, softcap,
-                                                                     block_m or block_n):
-        return _torch_cpu.backward_masked(dout, q, k, v, out, lse, softmax_scale, left, right)
+    whole = _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n)
+    if dlse is None and (whole or _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n)):
+        # torch's kernel; rows that see one key go through it with dO = 0 (so they add exactly
+        # nothing: dP = D = 0) and get their gradients from _add_one_key_rows.
+        d_o = dout
+        if any_single:
+            d_o = dout.clone()
+            d_o[:, single] = 0
+        grads = (_torch_cpu.backward(d_o, q, k, v, out, lse, softmax_scale, right == 0, any_single)
+                 if whole else _torch_cpu.backward_masked(d_o, q, k, v, out, lse, softmax_scale,
+                                                          left, right, any_single))
+        if not any_single:
+            return grads
+        _add_one_key_rows(grads, dout, q, k, v, out, lse, softmax_scale, left, single)
+        return tuple(g_.to(x.dtype) for g_, x in zip(grads, (q, k, v)))
     block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     B = b * h_k
     dq_rows = torch.zeros(B, s_q * g, d, dtype=torch.float32, device=dev)
@@ -277,6 +286,30 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
             dq_t.baddbmm_(ds, k_t, alpha=softmax_scale)
             dk_all[:, n0:n1].baddbmm_(ds.transpose(1, 2), qp_t, alpha=softmax_scale)
     return finish()
+
+
+def _add_one_key_rows(grads, dout, q, k, v, out, lse, softmax_scale, left, single):
+    """Adds to fp32 (dq, dk, dv) the gradients of the rows `single` marks (each sees one key, no
+    softcap, no dlse), by the tiled backward's rule (ONE_HOT_TOL): a few vector operations. dq of
+    those rows is overwritten (the caller's is 0 there)."""
+    dq, dk, dv = grads
+    s_q, s_k, h, h_k = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    rows = single.nonzero().squeeze(1)
+    key = (rows + (s_k - s_q) - left).clamp(min=0) if left >= 0 else torch.zeros_like(rows)
+    g = h // h_k
+    f32 = lambda x: x.to(torch.float32)  # noqa: E731
+    qi, doi, oi = f32(q[:, rows]), f32(dout[:, rows]), f32(out[:, rows])  # (b, n, h, .)
+    kj = f32(k[:, key]).repeat_interleave(g, dim=2)
+    vj = f32(v[:, key]).repeat_interleave(g, dim=2)
+    p = torch.exp((qi * kj).sum(-1) * softmax_scale - f32(lse[:, :, rows]).transpose(1, 2))
+    hot = (p - 1.0).abs() <= ONE_HOT_TOL
+    p.masked_fill_(hot, 1.0)
+    ds = p * ((doi * vj).sum(-1) - (doi * oi).sum(-1))
+    ds.masked_fill_(hot, 0.0)
+    b, n, d = q.shape[0], rows.numel(), q.shape[-1]
+    dq[:, rows] = softmax_scale * ds.unsqueeze(-1) * kj
+    dk.index_add_(1, key, (softmax_scale * ds.unsqueeze(-1) * qi).view(b, n, h_k, g, d).sum(3))
+    dv.index_add_(1, key, (p.unsqueeze(-1) * doi).view(b, n, h_k, g, -1).sum(3))
 
 
 # --------------------------------------------------------------------------
