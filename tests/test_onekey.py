@@ -105,6 +105,8 @@ def test_varlen_one_key_sequences(torch_kernel, dtype, causal, softcap):
 def _autograd64(q, k, v, dout, dlse, left, right, softcap):
     leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
     qq, kk, vv = leaves
+    g = q.shape[2] // k.shape[2]
+    kk, vv = kk.repeat_interleave(g, dim=2), vv.repeat_interleave(g, dim=2)
     s = torch.einsum("bqhd,bkhd->bhqk", qq, kk) * q.shape[-1] ** -0.5
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
@@ -149,3 +151,22 @@ def test_visible_counts_match_the_mask():
         for left, right in [(-1, -1), (-1, 0), (2, 0), (0, 0), (3, 1), (0, 2)]:
             want = masking.visible_mask(0, sq, 0, sk, sq, sk, False, left, right).sum(1)
             assert torch.equal(masking.visible_counts(sq, sk, False, left, right), want), (sq, sk, left, right)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_causal_square_first_row(monkeypatch, dtype):
+    """Causal with s_q = s_k: row 0 sees key 0 only, so its dq is exactly 0 on both paths; torch's
+    kernel still serves the call (row 0 apart), by the FlashAttention rule against fp64."""
+    import flash3
+    from helpers import check_against_reference
+    q, k, v, dout = _inputs(2, 50, 50, 4, 2, 32, dtype, seed=7)
+    taken = []
+    real = _torch_cpu.backward
+    monkeypatch.setattr(_torch_cpu, "backward", lambda *a, **kw: taken.append(1) or real(*a, **kw))
+    check_against_reference(flash3.attention, q, k, v, causal=True)
+    assert taken
+    out, lse, fast = _grads(q, k, v, dout, -1, 0, 0.0)
+    monkeypatch.setattr(_torch_cpu, "USE_TORCH_CPU_KERNEL", False)
+    tiled = R.backward(dout, q, k, v, out, lse, 32 ** -0.5, -1, 0, 0.0)
+    for dq in (fast[0], tiled[0]):
+        assert torch.equal(dq[:, 0], torch.zeros_like(dq[:, 0])) and dq[:, 1].abs().max() > 0

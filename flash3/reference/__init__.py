@@ -272,7 +272,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
                     s.view(B, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
             p = s.sub_(lse_t).exp2_()  # (B, R, n)
             hot = None
-            if one_t is not None:  # one_hot(): P = 1 there, and dS = 0 without dlse
+            if one_t is not None:  # ONE_HOT_TOL: P = 1 there, and dS = 0 without dlse
                 hot = torch.zeros_like(p, dtype=torch.bool)
                 hot[:, one_t] = (p[:, one_t] - 1.0).abs_() <= ONE_HOT_TOL
                 p.masked_fill_(hot, 1.0)
@@ -301,7 +301,9 @@ def _add_one_key_rows(grads, dout, q, k, v, out, lse, softmax_scale, left, singl
     qi, doi, oi = f32(q[:, rows]), f32(dout[:, rows]), f32(out[:, rows])  # (b, n, h, .)
     kj = f32(k[:, key]).repeat_interleave(g, dim=2)
     vj = f32(v[:, key]).repeat_interleave(g, dim=2)
-    p = torch.exp((qi * kj).sum(-1) * softmax_scale - f32(lse[:, :, rows]).transpose(1, 2))
+    lse_i = f32(lse[:, :, rows]).transpose(1, 2)
+    lse_i = lse_i.masked_fill(lse_i == -math.inf, math.inf)  # as the tiled path: P = 0 there
+    p = torch.exp((qi * kj).sum(-1) * softmax_scale - lse_i)
     hot = (p - 1.0).abs() <= ONE_HOT_TOL
     p.masked_fill_(hot, 1.0)
     ds = p * ((doi * vj).sum(-1) - (doi * oi).sum(-1))
