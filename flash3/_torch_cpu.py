@@ -92,8 +92,9 @@ def forward_masked(q, k, v, softmax_scale: float, left: int, right: int):
     return out.to(q.dtype), lse
 
 
-def backward_masked(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int):
-    """Gradients of :func:`forward_masked`, contiguous, in the inputs' dtypes."""
+def backward_masked(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int,
+                    fp32=False):
+    """Gradients of :func:`forward_masked`, contiguous, in the inputs' dtypes (fp32: in fp32)."""
     _, bwd = _kernel_ops()
     dq = torch.zeros(q.shape, dtype=torch.float32)
     dk = torch.zeros(k.shape, dtype=torch.float32)
@@ -111,6 +112,8 @@ def backward_masked(dout, q, k, v, out, lse, softmax_scale: float, left: int, ri
         dq[:, m0:m1] = gq.transpose(1, 2)
         dk[:, lo:hi] += gk.transpose(1, 2)
         dv[:, lo:hi] += gv.transpose(1, 2)
+    if fp32:
+        return dq, dk, dv
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -125,9 +128,10 @@ def forward(q, k, v, softmax_scale: float, causal: bool):
     return out.transpose(1, 2).to(q.dtype).contiguous(), lse.contiguous()
 
 
-def backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool):
-    """Gradients of :func:`forward` (no dlse), contiguous, in the inputs' dtypes."""
+def backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, fp32=False):
+    """Gradients of :func:`forward` (no dlse), contiguous, in the inputs' dtypes (fp32: in fp32)."""
     _, bwd = _kernel_ops()
     dq, dk, dv = bwd(_bhsd(dout), _bhsd(q), _bhsd(k), _bhsd(v), _bhsd(out),
                      lse.to(torch.float32), 0.0, causal, attn_mask=None, scale=softmax_scale)
-    return tuple(g.transpose(1, 2).to(x.dtype).contiguous() for g, x in ((dq, q), (dk, k), (dv, v)))
+    return tuple(g.transpose(1, 2).to(torch.float32 if fp32 else x.dtype).contiguous()
+                 for g, x in ((dq, q), (dk, k), (dv, v)))

@@ -22,6 +22,7 @@ __all__ = [
     "normalize_window",
     "visible",
     "visible_mask",
+    "visible_counts",
     "key_block_range",
     "unmasked_key_block_range",
     "query_block_range",
@@ -71,6 +72,17 @@ def visible_mask(row_start: int, row_end: int, col_start: int, col_end: int,
     if right >= 0:
         ok = ok & (cols <= diag + right)
     return ok
+
+
+def visible_counts(seqlen_q: int, seqlen_k: int, causal: bool, window_left: int,
+                   window_right: int, device=None) -> torch.Tensor:
+    """Number of keys each query row sees, int64 ``(seqlen_q,)`` (``Mask::last_key(i + 1) -
+    Mask::first_key(i)`` in attn_logic.h, clamped at 0)."""
+    left, right = normalize_window(causal, (window_left, window_right))
+    diag = torch.arange(seqlen_q, device=device) + (seqlen_k - seqlen_q)
+    lo = (diag - left).clamp(min=0) if left >= 0 else torch.zeros_like(diag)
+    hi = (diag + right + 1).clamp(max=seqlen_k) if right >= 0 else torch.full_like(diag, seqlen_k)
+    return (hi - lo).clamp(min=0)
 
 
 def _block_rows(m_block, block_m, seqlen_q):

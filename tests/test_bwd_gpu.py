@@ -228,6 +228,67 @@ def test_varlen_padding_tokens_get_zero_gradients():
         assert torch.equal(g[n:], torch.zeros_like(g[n:]))
 
 
+# ----------------------------------------------------------------- one-key rows (issue 23)
+def dyadic_dout(shape, seed):
+    """Multiples of 1/16 in [-4, 4): every sum of them in dv is exact in fp32 and the dtype."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(-64, 64, shape, generator=g, device="cuda") / 16
+
+
+def exact_dv(dout, sq, sk, hk, causal, window):
+    """sum_i visible(i, j) dO_i in fp64 (exact here), over each kv head's query heads."""
+    from flash3 import masking
+    left, right = masking.normalize_window(causal, window)
+    vis = masking.visible_mask(0, sq, 0, sk, sq, sk, False, left, right, device="cuda").double()
+    b, _, h, d = dout.shape
+    return torch.einsum("qk,bqhd->bkhd", vis, dout.double()).view(b, sk, hk, h // hk, d).sum(3)
+
+
+@pytest.mark.parametrize("mode", ["full", "causal", "softcap"])
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+def test_one_key_rows_exact(dtype_name, mode):
+    """s_k = 1: a row that sees the key has softmax 1, so dq is exactly 0, dk too (no row sees two
+    keys) and dv is exactly the sum of dO (causal: only the last row sees the key)."""
+    need(dtype_name, 128, 128)
+    dt = DTYPES[dtype_name]
+    q, k, v, _ = inputs(2, 70, 1, 4, 2, 128, 128, dt, seed=23)
+    dout = dyadic_dout((2, 70, 4, 128), 23).to(dt)
+    dq, dk, dv = kernel_fwd_bwd(q, k, v, dout, **run_mode(mode))
+    assert torch.equal(dq, torch.zeros_like(dq)) and torch.equal(dk, torch.zeros_like(dk))
+    assert torch.equal(dv, exact_dv(dout, 70, 1, 2, mode == "causal", (-1, -1)).to(dt))
+
+
+@pytest.mark.parametrize("softcap", [0.0, 30.0])
+def test_diagonal_window_rows_exact(softcap):
+    """Window (0, 0): every row sees only its own key, across query and key blocks."""
+    need("bf16", 128, 128)
+    q, k, v, _ = inputs(1, 300, 300, 2, 2, 128, 128, torch.bfloat16, seed=24)
+    dout = dyadic_dout((1, 300, 2, 128), 24).to(torch.bfloat16)
+    dq, dk, dv = kernel_fwd_bwd(q, k, v, dout, window=(0, 0), softcap=softcap)
+    assert torch.equal(dq, torch.zeros_like(dq)) and torch.equal(dk, torch.zeros_like(dk))
+    assert torch.equal(dv, dout)
+
+
+@pytest.mark.parametrize("mode", ["full", "causal"])
+def test_varlen_one_key_sequences_exact(mode):
+    """(s_q, s_k) = (1, 3), (2, 1), (5, 1), (70, 1): dq exactly 0 in the one-key sequences, their dv
+    exact; the (1, 3) row by the FlashAttention rule."""
+    need("bf16", 128, 128)
+    lq, lk = [1, 2, 5, 70], [3, 1, 1, 1]
+    q, k, v, _ = inputs(0, 0, 0, 4, 2, 128, 128, torch.bfloat16, seed=25, varlen_lengths=(lq, lk))
+    dout = dyadic_dout((sum(lq), 4, 128), 25).to(torch.bfloat16)
+    cq, ck = cu(lq), cu(lk)
+    dq, dk, dv = kernel_fwd_bwd(q, k, v, dout, cu_q=cq, cu_k=ck, max_q=70, max_k=3, **run_mode(mode))
+    check((dq[:1][None], dk[:3][None], dv[:3][None]), q[:1][None], k[:3][None], v[:3][None], dout[:1][None],
+          **mode_kw(mode))
+    for i in range(1, 4):
+        a, e, j = cq[i].item(), cq[i + 1].item(), ck[i].item()
+        assert torch.equal(dq[a:e], torch.zeros_like(dq[a:e]))
+        assert torch.equal(dk[j:j + 1], torch.zeros_like(dk[j:j + 1]))
+        want = exact_dv(dout[a:e][None], e - a, 1, 2, mode == "causal", (-1, -1))[0]
+        assert torch.equal(dv[j:j + 1], want.to(torch.bfloat16))
+
+
 # ----------------------------------------------------------------- public API
 def test_public_api_backward_runs_the_kernel(recwarn):
     need("bf16", 128, 128)

@@ -383,7 +383,7 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
-    assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse")]
+    assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse", "onekey")]
     assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok"]  # perhead: FP8 only
     assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a"]
     assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a"]
@@ -410,7 +410,7 @@ def test_bwd_features_and_kernel_ids():
     """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
     feature but kvcache, plus determ and dlse (backward only)."""
     assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk",
-                            "nextdim"]
+                            "nextdim", "onekey"]
     assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim"]
     assert "nextdim" not in FP8_FEATURES
     assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
@@ -440,12 +440,13 @@ def test_bwd_case_check_classifies_on_cpu(feature):
     from flash3 import reference
     c = smoke.make_case(feature, "bf16", 64, 64, device="cpu", bwd=True)
     base = {"determ": "gqa", "dlse": "causal"}.get(feature, feature)  # backward-only: whose shapes
-    fwd = smoke.make_case(base, "bf16", 64, 64, device="cpu")
-    for n in ("q", "k", "v", "causal", "window", "softcap", "lens_q", "max_q", "max_k"):
-        if n in "qkv":  # determ, dlse: another case's shapes (their own seed)
-            assert c[n].shape == fwd[n].shape and (feature != base or torch.equal(c[n], fwd[n])), n
-        else:
-            assert c[n] == fwd[n], n
+    if feature != "onekey":  # onekey: backward only, shapes of its own
+        fwd = smoke.make_case(base, "bf16", 64, 64, device="cpu")
+        for n in ("q", "k", "v", "causal", "window", "softcap", "lens_q", "max_q", "max_k"):
+            if n in "qkv":  # determ, dlse: another case's shapes (their own seed)
+                assert c[n].shape == fwd[n].shape and (feature != base or torch.equal(c[n], fwd[n])), n
+            else:
+                assert c[n] == fwd[n], n
     # nextdim: the case's own head dims (smaller ones, routed to this kernel), the op's default
     # scale for them (what launch_bwd and check_bwd use)
     d, dv = smoke.next_dims(64, 64) if feature == "nextdim" else (64, 64)
@@ -471,6 +472,12 @@ def test_bwd_case_check_classifies_on_cpu(feature):
     again = [g.clone() for g in grads] if c["deterministic"] else None
     r = smoke.check_bwd(c, out, lse, grads, again)
     assert r["status"] == "ok" and r["err"] < r["tol"] / 2, r
+    if feature == "onekey":  # dq of a row that sees one key: exactly 0, however small the error
+        assert torch.equal(grads[0][70:72], torch.zeros_like(grads[0][70:72]))
+        off = [g.clone() for g in grads]
+        off[0][71, 1, 5] = 2 ** -20
+        r = smoke.check_bwd(c, out, lse, off)
+        assert r["status"] == "wrong" and r["detail"] == "dq: 1 nonzero values in rows that see one key", r
     bad = [g.clone() for g in grads]
     bad[1].view(-1)[-5] += 1.0
     r = smoke.check_bwd(c, out, lse, bad)
@@ -591,15 +598,15 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 9 + 10
+    assert len(cases) == 9 + 11
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse", "perhead")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f != "perhead"]  # no FP8 kernel here
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok"]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a"]
     assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok",
-                                "ok", "ok"]
-    assert "19 cases: 16 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+                                "ok", "ok", "ok"]
+    assert "20 cases: 17 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
     assert "bwd bf16 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"

@@ -187,6 +187,21 @@ def test_mask_transpose_matches_python_spec(driver):
                 assert 0 <= first and last <= sq
 
 
+def test_key_counts_match_python_spec(driver):
+    """Mask::key_count (the backward's one-key rows, bwd/kernel.cuh one_hot_rows): clamped at 0 it is
+    flash3.masking.visible_counts; and it is concave, so over any block of rows its minimum is at the
+    block's first or last row (what one_key_step looks at)."""
+    cases = random_masks(40, seed=13) + [(7, 1, False, -1, -1), (7, 1, True, -1, -1), (150, 150, False, 0, 0),
+                                         (5, 9, True, 2, -1), (9, 5, False, 0, 2), (1, 3, True, -1, -1)]
+    answers = driver([f"key_counts {sq} {sk} {int(c)} {l} {r}" for sq, sk, c, l, r in cases])
+    for (sq, sk, causal, left, right), line in zip(cases, answers):
+        n = [int(x) for x in line.split(";") if x]
+        assert [max(0, x) for x in n] == masking.visible_counts(sq, sk, causal, left, right).tolist()
+        for a in range(0, sq, 7):
+            for b in range(a, min(sq, a + 70), 5):
+                assert min(n[a:b + 1]) == min(n[a], n[b]), (sq, sk, causal, left, right, a, b)
+
+
 @pytest.mark.parametrize("align", [16, 64])
 def test_padded_seq_offsets(driver, align):
     """padded_seq_offset: every sequence starts at a multiple of `align` and its rows, rounded up

@@ -535,6 +535,9 @@ def test_bwd_op_call(feature):
         assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78]
         assert t["cu_seqlens_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
         assert lse.shape == (2, smoke.SQ + 78) and t["dout"].shape == (smoke.SQ + 78, 2, 64)
+    if feature == "onekey":  # (70, 1), (2, 1), (1, 3), (5, 1): rows that see a single key
+        assert t["cu_seqlens_q"].tolist() == [0, 70, 72, 73, 78] and t["cu_seqlens_k"].tolist() == [0, 1, 2, 5, 6]
+        assert lse.shape == (2, 78) and t["dout"].shape == (78, 2, 64) and (s["max_seqlen_q"], s["max_seqlen_k"]) == (70, 3)
     if feature == "sq_gt_sk":  # more queries than keys; dout and lse follow q
         assert lse.shape == (2, 2, smoke.SK) and t["k"].shape[1] == smoke.SQ and t["dout"].shape[1] == smoke.SK
         assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (smoke.SK, smoke.SQ)

@@ -19,7 +19,8 @@ forward kernel of the same triple is built): out/lse from fwd_sm90, then one fla
 into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_backward) in fp32 on
 the same inputs (check_bwd); their "determ" feature is the gqa case with deterministic=True, launched
 twice (bitwise equal), "dlse" the causal case with a random gradient flowing into lse (bwd_sm90's
-dlse, given to the reference too). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+dlse, given to the reference too), "onekey" a varlen batch whose rows see one key (their dq exactly 0,
+and out/lse by the forward's rule). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with
@@ -77,9 +78,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # "sq_gt_sk": causal with more queries than keys (the first s_q - s_k rows see no key: out 0, lse
 # -inf); "perhead": FP8 with one descale per head (blocks spanning the sequences); "nextdim": head
 # dims the op runs on this kernel, the next one up (next_dims); "varlen" has a sequence of 0
-# queries and one of 0 keys.
+# queries and one of 0 keys; "onekey" (backward only): a varlen batch (s_q, s_k) = (70, 1), (2, 1),
+# (1, 3), (5, 1), rows that see a single key: softmax 1, so dq is exactly 0 there (check_bwd asserts
+# it, and checks the forward's out/lse too).
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim"]
+            "perhead", "nextdim", "onekey"]
+ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
 # caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
@@ -93,8 +97,9 @@ SQ, SK = 203, 331  # partial tiles for every block size
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim"}, "bf16": {"determ", "dlse", "perhead"},
-                  "fp16": {"determ", "dlse", "perhead"}, "bwd": {"kvcache", "perhead"}}
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey"},
+                  "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
+                  "bwd": {"kvcache", "perhead"}}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -202,13 +207,13 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
     elif feature in ("gqa", "determ"):
         h, hk = 6, 2
-    if feature == "varlen":
-        c["lens_q"], c["lens_k"] = [SQ, 0, 77, 1], [SK, 40, 150, 0]
+    if feature in ("varlen", "onekey"):
+        c["lens_q"], c["lens_k"] = ([SQ, 0, 77, 1], [SK, 40, 150, 0]) if feature == "varlen" else ONEKEY_LENS
         tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
         c["q"], c["k"], c["v"] = rnd(tq, h, d), rnd(tk, hk, d), rnd(tk, hk, dv)
         cum = lambda ls: torch.tensor([0] + ls, device=device).cumsum(0).to(torch.int32)  # noqa: E731
         c["cu_q"], c["cu_k"] = cum(c["lens_q"]), cum(c["lens_k"])
-        c["max_q"], c["max_k"] = SQ, SK
+        c["max_q"], c["max_k"] = max(c["lens_q"]), max(c["lens_k"])
     else:
         if feature == "kvcache":  # a batched cache, used up to seqused_k (its tail is finite, as required)
             sq, sk = 77, 512
@@ -628,6 +633,17 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
             res.update(err=err, tol=tol)
         if err > tol:
             res.update(status="wrong", detail=f"d{n}: max err {err:.2e} > tol {tol:.2e}")
+    if c["feature"] == "onekey":  # single-key sequences: softmax 1, so dq is exactly 0
+        oq, rows = 0, []
+        for lq, lk in zip(c["lens_q"], c["lens_k"]):
+            rows += list(range(oq, oq + lq)) if lk == 1 else []
+            oq += lq
+        nz = int((grads[0][rows] != 0).sum())
+        if nz:
+            res.update(status="wrong", detail=f"dq: {nz} nonzero values in rows that see one key")
+        fwd = check(c, out, lse)  # the forward of these rows, by the forward's rule
+        if fwd["status"] != "ok":
+            res.update(status=fwd["status"], detail="forward: " + fwd.get("detail", ""))
     if again is not None and not all(torch.equal(a, b) for a, b in zip(grads, again)):
         res.update(status="wrong", detail="deterministic: a second launch gave other gradients")
     return res

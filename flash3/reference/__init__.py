@@ -49,6 +49,17 @@ _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 _FLOOR = -1e30  # finite stand-in for a running max of -inf
 
+# The backward's one-hot rows (bwd/kernel.cuh one_hot_rows does the same): a query row that sees
+# exactly one key has softmax 1, so P = 1 there and, as D = sum_j P dP is then that key's dP,
+# dS = P (dP - D) = 0 (with dlse: dS = dlse). Computed as written, P comes out 1 +- 1e-6 (the lse
+# round trip) and dP - D a few ulps (two sums in different orders): dq ~1e-7 instead of 0. So where
+# such a row's recomputed P is within ONE_HOT_TOL of 1, P is set to 1 and, without dlse, dS to 0.
+# With the row's own lse that is exact (the round trip is a few ulps of lse * log2(e), inside the
+# tolerance while |lse| < ~100); with an lse over more keys than the call sees (ring attention's
+# chunks) it fires only where this key holds >= 1 - 2^-14 of the row, and the dS it drops is then
+# at most 2^-13 max|dP| (the others' share times the spread of dP).
+ONE_HOT_TOL = 2.0 ** -14
+
 
 def _rows(x: torch.Tensor, h_k: int) -> torch.Tensor:
     """(b, s, h, d) -> fp32 (b*h_k, s*g, d), rows ordered (position, group)."""
@@ -222,15 +233,29 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
         dsinks = sink_grad(sinks, dout, out, lse, dlse)
         return backward(dout, q, k, v, out, lse, softmax_scale, left, right, softcap, dlse,
                         block_m or BLOCK_M, block_n or BLOCK_N) + (dsinks,)
-    if dlse is None and _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n):
-        return _torch_cpu.backward(dout, q, k, v, out, lse, softmax_scale, causal=right == 0)
-    if dlse is None and _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n):
-        return _torch_cpu.backward_masked(dout, q, k, v, out, lse, softmax_scale, left, right)
-    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
     dev = q.device
+    # Rows that see exactly one key (ONE_HOT_TOL below); the torch kernels do not know them.
+    single = masking.visible_counts(s_q, s_k, False, left, right, dev) == 1
+    any_single = bool(single.any()) if s_k > 0 else False
+    whole = _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n)
+    if dlse is None and (whole or _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n)):
+        # torch's kernel; rows that see one key go through it with dO = 0 (so they add exactly
+        # nothing: dP = D = 0) and get their gradients from _add_one_key_rows.
+        d_o = dout
+        if any_single:
+            d_o = dout.clone()
+            d_o[:, single] = 0
+        grads = (_torch_cpu.backward(d_o, q, k, v, out, lse, softmax_scale, right == 0, any_single)
+                 if whole else _torch_cpu.backward_masked(d_o, q, k, v, out, lse, softmax_scale,
+                                                          left, right, any_single))
+        if not any_single:
+            return grads
+        _add_one_key_rows(grads, dout, q, k, v, out, lse, softmax_scale, left, single)
+        return tuple(g_.to(x.dtype) for g_, x in zip(grads, (q, k, v)))
+    block_m, block_n = block_m or BLOCK_M, block_n or BLOCK_N
     B = b * h_k
     dq_rows = torch.zeros(B, s_q * g, d, dtype=torch.float32, device=dev)
     dk_all = torch.zeros(B, s_k, d, dtype=torch.float32, device=dev)
@@ -250,6 +275,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     qs = q_plain * _q_scale(softmax_scale, softcap)
     do_rows = _rows(dout, h_k)
     D = (do_rows * _rows(out, h_k)).sum(dim=-1)  # (B, R)
+    single_rows = single.repeat_interleave(g)  # (R,): rows are (position, group)
     if dlse is not None:
         D.sub_(_lse_bhs_to_rows(dlse.to(torch.float32), h_k))
     lse2 = _lse_bhs_to_rows(lse.to(torch.float32), h_k) * _LOG2E
@@ -268,6 +294,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
         r0, r1 = m0 * g, m1 * g
         qs_t, qp_t, do_t = qs[:, r0:r1], q_plain[:, r0:r1], do_rows[:, r0:r1]
         D_t, lse_t = D[:, r0:r1].unsqueeze(-1), lse2[:, r0:r1].unsqueeze(-1)
+        one_t = single_rows[r0:r1] if bool(single_rows[r0:r1].any()) else None
         dq_t = dq_rows[:, r0:r1]
         for nb in range(n_lo, n_hi):
             n0, n1 = nb * block_n, min((nb + 1) * block_n, s_k)
@@ -282,14 +309,47 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
                 if hide is not None:
                     s.view(B, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
             p = s.sub_(lse_t).exp2_()  # (B, R, n)
+            hot = None
+            if one_t is not None:  # ONE_HOT_TOL: P = 1 there, and dS = 0 without dlse
+                hot = torch.zeros_like(p, dtype=torch.bool)
+                hot[:, one_t] = (p[:, one_t] - 1.0).abs_() <= ONE_HOT_TOL
+                p.masked_fill_(hot, 1.0)
             dv_all[:, n0:n1].baddbmm_(p.transpose(1, 2), do_t)
             ds = torch.bmm(do_t, v_t.transpose(1, 2)).sub_(D_t).mul_(p)
+            if hot is not None and dlse is None:
+                ds.masked_fill_(hot, 0.0)
             if softcap > 0:
                 # d(cap*tanh(x/cap))/dx = 1 - tanh^2
                 ds.mul_(1.0 - t * t)
             dq_t.baddbmm_(ds, k_t, alpha=softmax_scale)
             dk_all[:, n0:n1].baddbmm_(ds.transpose(1, 2), qp_t, alpha=softmax_scale)
     return finish()
+
+
+def _add_one_key_rows(grads, dout, q, k, v, out, lse, softmax_scale, left, single):
+    """Adds to fp32 (dq, dk, dv) the gradients of the rows `single` marks (each sees one key, no
+    softcap, no dlse), by the tiled backward's rule (ONE_HOT_TOL): a few vector operations. dq of
+    those rows is overwritten (the caller's is 0 there)."""
+    dq, dk, dv = grads
+    s_q, s_k, h, h_k = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    rows = single.nonzero().squeeze(1)
+    key = (rows + (s_k - s_q) - left).clamp(min=0) if left >= 0 else torch.zeros_like(rows)
+    g = h // h_k
+    f32 = lambda x: x.to(torch.float32)  # noqa: E731
+    qi, doi, oi = f32(q[:, rows]), f32(dout[:, rows]), f32(out[:, rows])  # (b, n, h, .)
+    kj = f32(k[:, key]).repeat_interleave(g, dim=2)
+    vj = f32(v[:, key]).repeat_interleave(g, dim=2)
+    lse_i = f32(lse[:, :, rows]).transpose(1, 2)
+    lse_i = lse_i.masked_fill(lse_i == -math.inf, math.inf)  # as the tiled path: P = 0 there
+    p = torch.exp((qi * kj).sum(-1) * softmax_scale - lse_i)
+    hot = (p - 1.0).abs() <= ONE_HOT_TOL
+    p.masked_fill_(hot, 1.0)
+    ds = p * ((doi * vj).sum(-1) - (doi * oi).sum(-1))
+    ds.masked_fill_(hot, 0.0)
+    b, n, d = q.shape[0], rows.numel(), q.shape[-1]
+    dq[:, rows] = softmax_scale * ds.unsqueeze(-1) * kj
+    dk.index_add_(1, key, (softmax_scale * ds.unsqueeze(-1) * qi).view(b, n, h_k, g, d).sum(3))
+    dv.index_add_(1, key, (p.unsqueeze(-1) * doi).view(b, n, h_k, g, -1).sum(3))
 
 
 # --------------------------------------------------------------------------

@@ -76,6 +76,10 @@ int main() {
       in >> k0 >> k1;
       for (int j = k0; j < k1; ++j) std::printf("%d %d;", mask.first_query(j), mask.last_query(j));
       std::printf("\n");
+    } else if (cmd == "key_counts") {  // seqlen_q seqlen_k causal left right: Mask::key_count per row
+      const Mask mask = read_mask(in);
+      for (int i = 0; i < mask.seqlen_q; ++i) std::printf("%d;", mask.key_count(i));
+      std::printf("\n");
     } else if (cmd == "bwd_ranges") {  // seqlen_q seqlen_k causal left right block_m block_n
       // Per query block: "begin end rank..." (key_block_range, bwd_dq_rank of each key block in
       // it); then "|" and per key block: "begin end" (query_block_range).

@@ -291,6 +291,35 @@ struct BwdKernel {
     }
   }
 
+  // One-hot rows (the reference's ONE_HOT_TOL says why): where a query row that sees exactly one
+  // key has P within 2^-14 of 1 there, P = 1 and, without dlse, dS = 0 (its softmax is 1, D is that
+  // key's dP), instead of P = 1 +- 1e-6 from the lse round trip and dS = dP - D of a few ulps. Such
+  // rows exist only in masked steps (their key block holds keys they cannot see); one_key_step
+  // tells the steps that may hold one.
+  template <class TensorS, class TensorDs, class TensorC>
+  static __device__ __forceinline__ void one_hot_rows(TensorS& p_rc, TensorDs& ds_rc, TensorC const& coord_rc,
+                                                      const Mask& mask, int query0, bool zero_ds) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(p_rc); ++ni) {
+      if (mask.key_count(query0 + get<1>(coord_rc(0, ni))) != 1) continue;
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(p_rc); ++mi) {
+        if (fabsf(p_rc(mi, ni) - 1.f) <= 0x1p-14f) {  // masked entries are 0, NaN stays
+          p_rc(mi, ni) = 1.f;
+          if (zero_ds) ds_rc(mi, ni) = 0.f;
+        }
+      }
+    }
+  }
+
+  // Whether some row of the query block at query0 sees at most one key: as key_count is concave,
+  // the minimum over the block is at its first or last row. Per step, the same in every thread.
+  static __device__ __forceinline__ bool one_key_step(const Mask& mask, int query0) {
+    const int last = imin(query0 + Tr::kBlockM, mask.seqlen_q) - 1;
+    return imin(mask.key_count(query0), mask.key_count(last)) <= 1;
+  }
+
   // ptxas hoists the wait for dP^T above the exponentials meant to run under it (5 of 32 stayed
   // there); it keeps the wait below earlier shared-memory stores, so storing a value that depends on
   // every P pins it after all of them (fwd/mainloop.cuh pin_before_wait). The slot is never read.
@@ -351,6 +380,8 @@ struct BwdKernel {
         apply_mask_transposed(dp_rc, tScS_rc, w.mask, key0, query0, 0.f);
       }
     }
+    if (masked && one_key_step(w.mask, query0))
+      one_hot_rows(s_rc, dp_rc, tScS_rc, w.mask, query0, params.p.dlse == nullptr);
 
     // P^T and dS^T in 16 bits, in the A-operand layout of dV and dK (same registers).
     Tensor p16 = convert_fragment<Element>(tSrS);

@@ -44,6 +44,8 @@ struct Mask {
   FLASH3_HD int last_key(int row_end) const {
     return right < 0 ? seqlen_k : imin(seqlen_k, row_end - 1 + offset() + right + 1);
   }
+  // Keys row `row` sees (<= 0: none). Concave in the row (min of lines minus max of lines).
+  FLASH3_HD int key_count(int row) const { return last_key(row + 1) - first_key(row); }
   // The transpose, for the backward's (key, query) tiles: key `key` is seen by the queries in
   // [first_query(key), last_query(key)) (empty for a key outside [0, seqlen_k)).
   FLASH3_HD int first_query(int key) const {
