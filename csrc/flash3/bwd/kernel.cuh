@@ -136,6 +136,7 @@ struct BwdKernel {
   static __device__ __forceinline__ void zero_rows(STile&& s, int valid) {
     constexpr int kChunks = kCols * int(sizeof(Element)) / 16;
     constexpr int kPerChunk = 16 / int(sizeof(Element));
+#pragma unroll 1  // the producer runs on 24 registers (setmaxnreg): an unrolled loop spills
     for (int i = int(threadIdx.x % 32); i < (kRows - valid) * kChunks; i += 32) {
       const int r = valid + i / kChunks, c = (i % kChunks) * kPerChunk;
       *reinterpret_cast<uint4*>(&s(r, c)) = make_uint4(0, 0, 0, 0);
