@@ -289,6 +289,39 @@ def test_varlen_one_key_sequences_exact(mode):
         assert torch.equal(dv[j:j + 1], want.to(torch.bfloat16))
 
 
+def poison(x):
+    """NaN, +Inf, -Inf in turn over x (in place): what unused buffer space may hold."""
+    flat = x.view(-1)
+    for i, val in enumerate((float("nan"), float("inf"), float("-inf"))):
+        flat[i::3] = val
+
+
+@pytest.mark.parametrize("mode", ["full", "causal", "softcap"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_nan_tail_is_never_read_into_the_gradients(d, mode):
+    """Packed buffers longer than cu_seqlens[-1] whose unused rows hold NaN/Inf (q, k, v, dout; out
+    and lse there are whatever the forward left): the last sequence's partial query block and
+    key block cover them. The kernel zeroes those Q/dO and K/V rows in shared memory, so dV = P^T dO,
+    dK = dS^T Q and dQ = dS K of the real rows stay finite and right; the tail's gradients are 0."""
+    need("bf16", d, d)
+    lq, lk = [203, 0, 77, 45], [331, 40, 0, 93]
+    nq, nk = sum(lq), sum(lk)
+    q, k, v, dout = inputs(0, 0, 0, 6, 2, d, d, torch.bfloat16, seed=d + 1,
+                           varlen_lengths=([*lq, 37], [*lk, 61]))
+    for x, n in ((q, nq), (k, nk), (v, nk), (dout, nq)):
+        poison(x[n:])
+    cq, ck = cu(lq), cu(lk)
+    dq, dk, dv = kernel_fwd_bwd(q, k, v, dout, cu_q=cq, cu_k=ck, max_q=max(lq), max_k=max(lk), **run_mode(mode))
+    for g, n in ((dq, nq), (dk, nk), (dv, nk)):
+        assert torch.equal(g[n:], torch.zeros_like(g[n:]))
+    for i in range(len(lq)):
+        a, e, ka, ke = cq[i].item(), cq[i + 1].item(), ck[i].item(), ck[i + 1].item()
+        if a == e or ka == ke:  # nothing seen: zero gradients
+            assert not dq[a:e].any() and not dk[ka:ke].any() and not dv[ka:ke].any()
+            continue
+        check((dq[a:e][None], dk[ka:ke][None], dv[ka:ke][None]), q[a:e][None], k[ka:ke][None],
+              v[ka:ke][None], dout[a:e][None], **mode_kw(mode))
+
 # ----------------------------------------------------------------- public API
 def test_public_api_backward_runs_the_kernel(recwarn):
     need("bf16", 128, 128)

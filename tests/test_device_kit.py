@@ -101,10 +101,10 @@ def test_driver_classifies_kills_and_restarts(fake):
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
                            on_record=seen.append)
     assert time.monotonic() - t0 < 30
-    assert len(FWD_FEATURES) == 9
-    assert [len(x) for x in seen] == list(range(1, 28))  # progress after every case
+    assert len(FWD_FEATURES) == 10
+    assert [len(x) for x in seen] == list(range(1, 31))  # progress after every case
     c = by_case(res)
-    assert len(res["cases"]) == 27
+    assert len(res["cases"]) == 30
     assert c[("bf16:64:64", "causal")]["status"] == "hang"
     assert "silent for 1 s" in c[("bf16:64:64", "causal")]["detail"]
     assert c[("bf16:64:64", "gqa")]["status"] == "crash"
@@ -122,7 +122,7 @@ def test_driver_classifies_kills_and_restarts(fake):
                  ("fp16:128:128", "sq_gt_sk"), ("fp16:128:128", "nextdim")]:
         assert c[(k, f)]["status"] == "ok", (k, f)
         assert c[(k, f)]["flash3"] == "/fake"
-    assert smoke.counts(res["cases"]) == {"ok": 21, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
+    assert smoke.counts(res["cases"]) == {"ok": 24, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
 
 
 def test_driver_budget_leaves_not_run(fake):
@@ -133,7 +133,7 @@ def test_driver_budget_leaves_not_run(fake):
     assert time.monotonic() - t0 < 12
     n = smoke.counts(res["cases"])
     assert n.get("hang", 0) >= 2 and n.get("not run", 0) >= 10
-    assert sum(n.values()) == 18  # 2 kernels x 9 features
+    assert sum(n.values()) == 20  # 2 kernels x 10 features
     c = by_case(res)
     # Retries go to the back of the queue: both kernels got their first case before any second.
     assert c[("bf16:128:128", "full")]["status"] == c[("fp16:128:128", "full")]["status"] == "hang"
@@ -178,7 +178,7 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
     p, saved = run_smoke_cli(cmd, kernels, out)
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
-    assert len(saved["cases"]) == 36 and "partial" not in saved  # 4 kernels x 9 features
+    assert len(saved["cases"]) == 40 and "partial" not in saved  # 4 kernels x 10 features
     meta = saved["meta"]  # how the run was made, for tools/sim_report.py
     assert meta["backend"] == "gpu" and "seeds" not in meta and len(meta["date"]) == 10
     assert "tools/smoke.py --kernels " + kernels in meta["command"]
@@ -202,9 +202,9 @@ def test_render_matrix_and_hang_lines():
     text = smoke.render_matrix(cases)
     lines = text.splitlines()
     assert lines[0].split() == ["kernel"] + FWD_FEATURES
-    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
+    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
     assert lines[2].split() == ["fp16", "64", "CRASH", "-"]
-    assert "11 cases: 8 ok, 1 wrong, 1 crash, 1 not run" in text
+    assert "12 cases: 9 ok, 1 wrong, 1 crash, 1 not run" in text
     assert "bf16 192x128 causal: wrong: max err 3.1e-01 > tol 4.0e-03" in text
     assert smoke.hang_lines(cases) == [
         "fp16 64 full: warpgroup 1 waits on KFull phase 0 tile 0  (2 warps in 2 blocks)",
@@ -227,9 +227,17 @@ def test_case_check_classifies_on_cpu(feature):
         ref, ref_lse = attention_ref64(qq, k, v, **kw)
         o.copy_(ref.to(o.dtype))
         l.copy_(ref_lse.float())
+    used = smoke.used_rows(c, "out")
+    if feature == "nantail":  # rows past cu_seqlens_q[-1]: the op leaves them (NaN poison)
+        out[used.stop:], lse[:, used.stop:] = float("nan"), float("nan")
+        for name, t in (("out", out), ("lse", lse)):
+            written = t.clone()
+            written[(used.stop + 1, 0) if name == "out" else (0, used.stop + 1)] = 0.0
+            r = smoke.check(c, *((written, lse) if name == "out" else (out, written)))
+            assert r["status"] == "wrong" and r["detail"] == f"wrote {name} past cu_seqlens[-1]", r
     assert smoke.check(c, out, lse)["status"] == "ok"
     bad = out.clone()
-    bad.view(-1)[-5] += 1.0
+    bad[used].view(-1)[-5] += 1.0
     r = smoke.check(c, bad, lse)
     assert r["status"] == "wrong" and r["detail"].startswith("max err")
     i = int(torch.isfinite(lse).view(-1).nonzero()[0])  # sq_gt_sk: the rows without keys are -inf
@@ -238,7 +246,7 @@ def test_case_check_classifies_on_cpu(feature):
     r = smoke.check(c, out, bad_lse)
     assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
     if torch.isinf(lse).any():  # a row without keys must stay -inf
-        assert feature in ("sq_gt_sk", "varlen")  # varlen: the 1-query sequence of 0 keys
+        assert feature in ("sq_gt_sk", "varlen", "nantail")  # varlen: a sequence of queries and 0 keys
         bad_lse = lse.clone()
         bad_lse.view(-1)[int(torch.isinf(lse).view(-1).nonzero()[0])] = 0.0
         r = smoke.check(c, out, bad_lse)
@@ -284,7 +292,7 @@ FP8_FEATURES = [f for f in smoke.FEATURES if smoke.applies("e4m3:64:64", f)]
 
 
 def test_fp8_features_and_kernel_ids(monkeypatch):
-    assert FP8_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "sq_gt_sk", "perhead"]
+    assert FP8_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "sq_gt_sk", "perhead", "nantail"]
     info = {"fwd": [["bf16", 64, 64, "v0"], ["bf16", 64, 64, "v1"], ["fp16", 192, 128]],
             "fwd_fp8": [[64, 64], [128, 128], [256, 256]], "arch": "sm_90a"}
     ids = ["bf16:64:64", "fp16:192:128", "e4m3:64:64", "e4m3:128:128", "e4m3:256:256"]
@@ -313,7 +321,7 @@ def test_fp8_case_shapes(feature):
     for n in ("causal", "window", "softcap", "max_q", "max_k", "lens_q", "lens_k"):
         assert c[n] == ref[n], n
     h, hk = c["q"].shape[-2], c["k"].shape[-2]
-    b = 4 if feature == "varlen" else 2  # varlen: one descale block row per sequence, 4 sequences
+    b = 4 if feature in ("varlen", "nantail") else 2  # varlen: one descale block row per sequence, 4 sequences
     if feature == "perhead":  # the sequence rounded up to the kernel's 64 rows / 128 keys
         assert c["fp8_block"] == (256, 384) == (-(-smoke.SQ // 64) * 64, -(-smoke.SK // 128) * 128)
         nq = nk = 1
@@ -322,12 +330,17 @@ def test_fp8_case_shapes(feature):
         nq, nk = -(-c["max_q"] // 64), -(-c["max_k"] // 128)
     assert [tuple(x.shape) for x in c["descales"]] == [(b, h, nq), (b, hk, nk), (b, hk, nk), (b, hk, 128)]
     assert all(x.dtype == torch.float32 and (x > 0).all() for x in c["descales"])
-    assert (c["cu_q"] is not None) == (feature == "varlen") and c["seqused_k"] is None
+    assert (c["cu_q"] is not None) == (feature in ("varlen", "nantail")) and c["seqused_k"] is None
     if feature == "varlen":
         assert c["cu_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78] and c["q"].dim() == 3
         assert c["cu_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
         assert c["q"].shape[0] == smoke.SQ + 78 and c["k"].shape[0] == c["v"].shape[0] == smoke.SK + 190
         assert all(((x >= 0.5) & (x < 1.5)).all() for x in c["descales"])
+    elif feature == "nantail":  # packed, rows past cu_seqlens[-1] NaN (e4m3's NaN code; +-Inf clamped to +-448)
+        (lq, lk), (pq, pk) = smoke.NANTAIL_LENS, smoke.NANTAIL_PAD
+        assert c["q"].shape[0] == sum(lq) + pq and c["k"].shape[0] == c["v"].shape[0] == sum(lk) + pk
+        assert torch.isnan(c["q"][sum(lq):].float()).any() and torch.isnan(c["k"][sum(lk):].float()).any()
+        assert not torch.isnan(c["q"][:sum(lq)].float()).any() and not torch.isnan(c["k"][:sum(lk)].float()).any()
     elif feature == "sq_gt_sk":  # more queries than keys
         assert c["q"].shape[:2] == (b, smoke.SK) and c["k"].shape[1] == smoke.SQ and c["causal"]
         assert (c["max_q"], c["max_k"]) == (smoke.SK, smoke.SQ)
@@ -343,12 +356,16 @@ def test_fp8_case_check_classifies_on_cpu(feature):
     c = smoke.make_case(feature, "e4m3", 64, 64, device="cpu")
     ref, ref_lse = smoke.fp8_reference(c)
     out, lse = ref.to(torch.bfloat16), ref_lse.clone()
-    nq = c["q"].shape[0] if feature == "varlen" else c["q"].shape[0] * c["q"].shape[1]
+    nq = c["q"].shape[0] if feature in ("varlen", "nantail") else c["q"].shape[0] * c["q"].shape[1]
     assert out.shape == (*c["q"].shape[:-1], 64) and lse.numel() == nq * c["q"].shape[-2]
+    used = smoke.used_rows(c, "out")
+    if feature == "nantail":  # rows past cu_seqlens_q[-1]: the op leaves them (NaN poison)
+        assert smoke.check(c, out, lse)["detail"] == "wrote out, lse past cu_seqlens[-1]"
+        out[used.stop:], lse[:, used.stop:] = float("nan"), float("nan")
     r = smoke.check(c, out, lse)
     assert r["status"] == "ok" and r["err"] < r["tol"], r
     bad = out.clone()
-    bad.view(-1)[-5] += 1.0
+    bad[used].view(-1)[-5] += 1.0
     r = smoke.check(c, bad, lse)
     assert r["status"] == "wrong" and r["detail"].startswith("rms err"), r
     i = int(torch.isfinite(lse).view(-1).nonzero()[0])  # sq_gt_sk: the rows without keys are -inf
@@ -359,8 +376,8 @@ def test_fp8_case_check_classifies_on_cpu(feature):
     assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
     bad_lse.view(-1)[i] = float("-inf")
     assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
-    if feature in ("sq_gt_sk", "varlen"):  # a row without keys given a finite lse
-        assert torch.isinf(lse).any()  # varlen: the 1-query sequence of 0 keys
+    if feature in ("sq_gt_sk", "varlen", "nantail"):  # a row without keys given a finite lse
+        assert torch.isinf(lse).any()  # varlen: a sequence of queries and 0 keys
         bad_lse = lse.clone()
         bad_lse.view(-1)[int(torch.isinf(lse).view(-1).nonzero()[0])] = 0.0
         assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
@@ -379,15 +396,15 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 9 + 8 + 8
+    assert len(cases) == 10 + 9 + 9
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse", "onekey")]
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok"]  # perhead: FP8 only
-    assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a"]
-    assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a"]
-    assert "25 cases: 23 ok, 1 wrong, 1 hang" in lines[4]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok", "ok"]  # perhead: FP8 only
+    assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a", "ok"]
+    assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a", "ok"]
+    assert "28 cases: 26 ok, 1 wrong, 1 hang" in lines[4]
     assert "e4m3 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"
@@ -410,8 +427,9 @@ def test_bwd_features_and_kernel_ids():
     """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
     feature but kvcache, plus determ and dlse (backward only)."""
     assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk",
-                            "nextdim", "onekey"]
-    assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim"]
+                            "nextdim", "onekey", "nantail"]
+    assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim",
+                            "nantail"]
     assert "nextdim" not in FP8_FEATURES
     assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
     info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],
@@ -444,7 +462,8 @@ def test_bwd_case_check_classifies_on_cpu(feature):
         fwd = smoke.make_case(base, "bf16", 64, 64, device="cpu")
         for n in ("q", "k", "v", "causal", "window", "softcap", "lens_q", "max_q", "max_k"):
             if n in "qkv":  # determ, dlse: another case's shapes (their own seed)
-                assert c[n].shape == fwd[n].shape and (feature != base or torch.equal(c[n], fwd[n])), n
+                same = torch.equal(c[n].view(torch.uint8), fwd[n].view(torch.uint8))  # nantail: NaN rows
+                assert c[n].shape == fwd[n].shape and (feature != base or same), n
             else:
                 assert c[n] == fwd[n], n
     # nextdim: the case's own head dims (smaller ones, routed to this kernel), the op's default
@@ -598,15 +617,15 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 9 + 11
+    assert len(cases) == 10 + 12
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse", "perhead")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f != "perhead"]  # no FP8 kernel here
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a"]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a", "ok"]
     assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok",
-                                "ok", "ok", "ok"]
-    assert "20 cases: 17 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+                                "ok", "ok", "ok", "ok"]
+    assert "22 cases: 19 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
     assert "bwd bf16 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"
@@ -759,7 +778,7 @@ def test_summary_pass_and_fail(tmp_path):
               [("hang_build bf16 128", "ok", 80, tmp_path / "x.log")])
     (tmp_path / "w2" / "w" / "hang.json").write_text(json.dumps(hang))
     text, res, ok = device_summary.summarize(tmp_path / "w2" / "w", tmp_path / "w2" / "o", 570, 560)
-    assert not ok and "FAIL (smoke 1 of 9 not ok; pytest)" in text.splitlines()[0]
+    assert not ok and "FAIL (smoke 1 of 10 not ok; pytest)" in text.splitlines()[0]
     assert "bf16 128 kvcache: warpgroup 0 waits on VTail phase 1 tile 4  (1 warps in 1 blocks)" in text
     assert "2 passed, 1 failed, 0 errors, 1 skipped (incomplete: ok)" in text
     assert len(text) < 8000  # the device call returns 12,000 characters of output tail

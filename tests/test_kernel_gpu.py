@@ -281,6 +281,42 @@ def test_kvcache_nan_tail_is_never_read_into_the_output(used):
         assert_close_fa(step[i:i + 1], naive, ref)
 
 
+
+def poison(x):
+    """NaN, +Inf, -Inf in turn over x (in place): what unused buffer space may hold."""
+    flat = x.view(-1)
+    for i, val in enumerate((float("nan"), float("inf"), float("-inf"))):
+        flat[i::3] = val
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_nan_tail_is_never_read_into_the_output(d, causal):
+    """Packed buffers longer than cu_seqlens[-1] (unused rows of NaN/Inf) whose last sequence ends
+    inside a key block: the kernel zeroes V's rows past the sequence end before P.V (P is 0 there,
+    but 0 * NaN = NaN); K's are masked by replacing their scores. Out past cu_seqlens_q[-1] stays
+    unwritten (the poison)."""
+    need("bf16", d, d)
+    lengths_q, lengths_k = [203, 0, 77, 45], [331, 40, 0, 93]
+    pad_q, pad_k = 37, 61
+    tq, tk = sum(lengths_q), sum(lengths_k)
+    q = torch.randn(tq + pad_q, 6, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(tk + pad_k, 2, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(tk + pad_k, 2, d, device="cuda", dtype=torch.bfloat16)
+    for x, n in ((q, tq), (k, tk), (v, tk)):
+        poison(x[n:])
+    cu_q = torch.tensor([0] + lengths_q, device="cuda").cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + lengths_k, device="cuda").cumsum(0).to(torch.int32)
+    out, lse = kernel_fwd(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                          max_q=max(lengths_q), max_k=max(lengths_k))
+    assert torch.isnan(out[tq:]).all() and torch.isnan(lse[:, tq:]).all(), "wrote past cu_seqlens_q[-1]"
+    for i in range(len(lengths_q)):
+        a, e = cu_q[i].item(), cu_q[i + 1].item()
+        ka, ke = cu_k[i].item(), cu_k[i + 1].item()
+        if a < e:
+            check(out[a:e][None], lse[:, a:e][None], q[a:e][None], k[ka:ke][None], v[ka:ke][None],
+                  causal=causal)
+
 def test_dynamic_scheduler_in_a_cuda_graph():
     """The tile counter is a fresh zeroed tensor per call (a memset on the call's stream), so a
     captured causal launch replays correctly, every time."""

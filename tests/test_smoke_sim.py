@@ -68,6 +68,16 @@ def test_op_call_fwd(feature):
         assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78]
         assert t["cu_seqlens_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
         assert t["cu_seqlens_k"].dtype == torch.int32 and t["k"].shape[0] == t["v"].shape[0] == smoke.SK + 190
+    elif feature == "nantail":  # varlen with NaN/+-Inf rows past cu_seqlens[-1]; the last sequence ends mid-block
+        (lq, lk), (pq, pk) = smoke.NANTAIL_LENS, smoke.NANTAIL_PAD
+        assert t["cu_seqlens_q"].tolist()[-1] == sum(lq) and t["cu_seqlens_k"].tolist()[-1] == sum(lk)
+        assert t["q"].shape[0] == sum(lq) + pq and t["k"].shape[0] == t["v"].shape[0] == sum(lk) + pk
+        assert lse.shape == (2, sum(lq) + pq) and out.shape[0] == sum(lq) + pq
+        for x, n in ((t["q"], sum(lq)), (t["k"], sum(lk)), (t["v"], sum(lk))):
+            assert torch.isfinite(x[:n]).all()
+            tail = x[n:].reshape(-1)
+            assert torch.isnan(tail[0::3]).all() and (tail[1::3] == float("inf")).all()
+            assert (tail[2::3] == float("-inf")).all()
     elif feature == "kvcache":
         assert t["seqused_k"].tolist() == [smoke.SK, 150] and lse.shape == (2, 2, 77)
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
@@ -92,7 +102,7 @@ def test_op_call_fp8(feature):
     if feature == "perhead":
         assert [tuple(x.shape) for x in c["descales"][:3]] == [(2, 2, 1)] * 3
     assert [t[n] for n in ("q_descale", "k_descale", "v_descale", "v_channel_descale")] == list(c["descales"])
-    if feature == "varlen":
+    if feature in ("varlen", "nantail"):  # nantail: v's rows past cu_seqlens_k[-1] are not packed
         assert torch.equal(t["v"].view(torch.uint8), fp8.pack_v_fp8_varlen(c["v"], c["cu_k"]).view(torch.uint8))
         assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (smoke.SQ, smoke.SK)
     else:
@@ -632,8 +642,8 @@ def test_ci_cases_cover_every_kernel_and_feature():
     for ks in groups.values():
         assert {f for k in ks for f in got[k]} == set(smoke.kernel_features(ks[0])), ks
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim"]  # 9 features
-    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk"]
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim"]  # 10 features
+    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail"]
     assert got["dec:kve4m3:bf16:128:128"] == smoke.DEC_FEATURES  # alone in its group
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]

@@ -72,3 +72,49 @@ def test_varlen_zero_length_sequences_and_padding():
     assert torch.all(out[3:] == 0)
     out.sum().backward()
     assert torch.all(q.grad == 0) and torch.all(k.grad == 0)
+
+
+def _poison(x):
+    """NaN, +Inf, -Inf in turn over x (in place): what unused buffer space may hold."""
+    flat = x.view(-1)
+    for i, val in enumerate((float("nan"), float("inf"), float("-inf"))):
+        flat[i::3] = val
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window_size=(5, 3), softcap=2.0)],
+                         ids=["full", "causal", "window_softcap"])
+def test_varlen_non_finite_tail_is_never_read(kw):
+    # Packed buffers longer than cu_seqlens[-1] whose unused rows hold NaN/Inf (q, k, v and the
+    # output gradient): every sequence's out, lse and gradients are those of the sequence alone
+    # (finite), the tail gets 0 output and 0 gradients. Sequences of 0 queries / 0 keys included.
+    lq, lk = [37, 0, 20, 13], [45, 9, 0, 29]
+    pad_q, pad_k = 11, 17
+    cq, ck = cu(lq), cu(lk)
+    nq, nk = sum(lq), sum(lk)
+    q = torch.randn(nq + pad_q, 2, 16)
+    k = torch.randn(nk + pad_k, 1, 16)
+    v = torch.randn(nk + pad_k, 1, 8)
+    g = torch.randn(nq + pad_q, 2, 8)
+    for x, n in ((q, nq), (k, nk), (v, nk), (g, nq)):
+        _poison(x[n:])
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out, lse = flash3.attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, **kw)
+    out.backward(g)
+    assert torch.equal(out[nq:], torch.zeros_like(out[nq:]))
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    for grad in (q.grad, k.grad, v.grad):
+        assert torch.isfinite(grad).all()
+    assert not q.grad[nq:].any() and not k.grad[nk:].any() and not v.grad[nk:].any()
+    for i in range(len(lq)):
+        q0, q1, k0, k1 = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
+        if q1 == q0:
+            continue
+        qi, ki, vi = (x.detach()[None, a:b].clone().requires_grad_()
+                      for x, a, b in ((q, q0, q1), (k, k0, k1), (v, k0, k1)))
+        oi, li = flash3.attention(qi, ki, vi, return_lse=True, **kw)
+        assert torch.equal(out[q0:q1], oi[0].detach()) and torch.equal(lse[:, q0:q1], li[0])
+        ro, rl = attention_ref64(qi.detach().double(), ki.detach().double(), vi.detach().double(), **kw)
+        assert max_err(oi, ro) < 1e-5
+        oi.backward(g[None, q0:q1])
+        assert torch.equal(q.grad[q0:q1], qi.grad[0])
+        assert torch.equal(k.grad[k0:k1], ki.grad[0]) and torch.equal(v.grad[k0:k1], vi.grad[0])

@@ -80,9 +80,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # dims the op runs on this kernel, the next one up (next_dims); "varlen" has a sequence of 0
 # queries and one of 0 keys; "onekey" (backward only): a varlen batch (s_q, s_k) = (70, 1), (2, 1),
 # (1, 3), (5, 1), rows that see a single key: softmax 1, so dq is exactly 0 there (check_bwd asserts
-# it, and checks the forward's out/lse too).
+# it, and checks the forward's out/lse too); "nantail": varlen with packed tensors longer than
+# cu_seqlens[-1] and NaN/+-Inf in the unused tail (q, k, v, dout; out/lse there stay the forward's
+# NaN poison), which the last sequence's partial blocks cover.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey"]
+            "perhead", "nextdim", "onekey", "nantail"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -94,6 +96,8 @@ DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "spl
                 "causal", "window", "softcap", "badidx", "append", "rotary"]
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
+NANTAIL_LENS = ([SQ, 0, 77, 45], [SK, 40, 0, 93])  # (q, k) lengths: the last ends mid-block
+NANTAIL_PAD = (37, 61)  # unused rows after cu_seqlens[-1] in q (and dout), in k and v
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
@@ -207,10 +211,13 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
     elif feature in ("gqa", "determ"):
         h, hk = 6, 2
-    if feature in ("varlen", "onekey"):
-        c["lens_q"], c["lens_k"] = ([SQ, 0, 77, 1], [SK, 40, 150, 0]) if feature == "varlen" else ONEKEY_LENS
+    if feature in ("varlen", "onekey", "nantail"):
+        c["lens_q"], c["lens_k"] = {"varlen": ([SQ, 0, 77, 1], [SK, 40, 150, 0]), "onekey": ONEKEY_LENS,
+                                    "nantail": NANTAIL_LENS}[feature]
+        pq, pk = NANTAIL_PAD if feature == "nantail" else (0, 0)
         tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
-        c["q"], c["k"], c["v"] = rnd(tq, h, d), rnd(tk, hk, d), rnd(tk, hk, dv)
+        c["q"], c["k"], c["v"] = rnd(tq + pq, h, d), rnd(tk + pk, hk, d), rnd(tk + pk, hk, dv)
+        c["tail"] = (tq, tk)  # rows used of the packed q and k/v
         cum = lambda ls: torch.tensor([0] + ls, device=device).cumsum(0).to(torch.int32)  # noqa: E731
         c["cu_q"], c["cu_k"] = cum(c["lens_q"]), cum(c["lens_k"])
         c["max_q"], c["max_k"] = max(c["lens_q"]), max(c["lens_k"])
@@ -224,7 +231,26 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     if bwd:
         c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv),
                  dlse=torch.randn(b, h, sq, generator=g).to(device) if feature == "dlse" else None)
+    if feature == "nantail":
+        for n in ("q", "k", "v", "dout"):
+            if n in c:
+                _poison_tail(c[n][used_rows(c, n).stop:])
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
+
+
+def _poison_tail(x) -> None:
+    """NaN, +Inf and -Inf in turn over the rows of x (in place): what unused buffer space may hold."""
+    flat = x.view(-1)
+    for i, val in enumerate((float("nan"), float("inf"), float("-inf"))):
+        flat[i::3] = val
+
+
+def used_rows(c: dict, name: str) -> slice:
+    """The rows of a case tensor that belong to some sequence: all but a nantail case's unused tail
+    (q, dout, out: the first cu_seqlens_q[-1]; k, v: cu_seqlens_k[-1]; lse: its columns, q's rows)."""
+    if c.get("tail") is None:
+        return slice(None)
+    return slice(c["tail"][name.removeprefix("d") in ("k", "v")])
 
 
 def _quantize_case(c: dict, g) -> dict:
@@ -517,9 +543,23 @@ def _pieces(c, out, lse):
         yield out, lse, q, k, v
 
 
-def check(c: dict, out, lse) -> dict:
-    """Classify one launch: nan, wrong or ok, with the worst error against its tolerance."""
+def unused_written(c: dict, tensors: dict) -> str | None:
+    """nantail: what the op wrote in the rows past cu_seqlens[-1] (still all NaN poison if nothing),
+    else None. tensors: {name: tensor as the op got it} (lse: its columns)."""
     import torch
+    bad = [n for n, t in tensors.items()
+           if not torch.isnan(t[:, used_rows(c, "q").stop:] if n == "lse" else t[used_rows(c, n).stop:]).all()]
+    return f"wrote {', '.join(bad)} past cu_seqlens[-1]" if bad else None
+
+
+def check(c: dict, out, lse) -> dict:
+    """Classify one launch: nan, wrong or ok, with the worst error against its tolerance (nantail:
+    on the used rows, and wrong if the op wrote past them)."""
+    import torch
+    if c.get("tail") is not None:
+        if (msg := unused_written(c, {"out": out, "lse": lse})) is not None:
+            return {"status": "wrong", "detail": msg}
+        out, lse = out[used_rows(c, "out")], lse[:, used_rows(c, "q")]
     if torch.isnan(out).any() or torch.isnan(lse).any():
         return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
@@ -574,6 +614,7 @@ def _check_fp8(c, out, lse) -> dict:
     the same -inf rows in lse, finite lse within 1e-3 (tests/test_fp8_gpu.py's varlen rule)."""
     import torch
     ref, ref_lse = fp8_reference(c)
+    ref, ref_lse = ref[used_rows(c, "out")], ref_lse[:, used_rows(c, "q")]  # out/lse: already cut
     rms = lambda x: x.double().pow(2).mean().sqrt().item()  # noqa: E731
     out, lse = out.cpu(), lse.cpu()
     err, tol = rms(out.double() - ref.double()), 2 ** -7 * rms(ref) + 1e-6
@@ -596,7 +637,7 @@ def launch_bwd(c: dict):
     grads or None)."""
     import torch
     out, lse = launch(c)
-    if torch.isnan(out).any() or torch.isnan(lse).any():
+    if torch.isnan(out[used_rows(c, "out")]).any() or torch.isnan(lse[:, used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
 
     def once():
@@ -614,7 +655,8 @@ def launch_bwd(c: dict):
 def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
     """Against flash3.reference.backward (varlen_backward) in fp32 on the same inputs (dlse too) and
     the kernel's out/lse: each gradient's max error within 4 eps(dtype) x its largest reference element
-    (+1e-5); nan for NaN in dq/dk/dv; "determ": the second launch bitwise equal to the first."""
+    (+1e-5); nan for NaN in dq/dk/dv; "determ": the second launch bitwise equal to the first.
+    Packed tensors' rows past cu_seqlens[-1] are compared too: the op zeroes them, as the reference."""
     import torch
     from flash3 import reference
     nans = [f"{int(torch.isnan(x).sum())} NaN in d{n}" for n, x in zip("qkv", grads) if torch.isnan(x).any()]

@@ -119,6 +119,43 @@ struct BwdKernel {
   }
 
   // ------------------------------------------------------------------------ producer (warp 0)
+  // Varlen: a tile's rows past its sequence's end lie inside the packed tensor (the next sequence,
+  // or unused rows after cu_seqlens[-1], possibly NaN/Inf). They would reach real gradients as
+  // 0 * NaN: K/V rows past seqlen_k through dP = V dO^T and dQ = dS K (dS = P (dP - dpsum) with
+  // P = 0), Q/dO rows past seqlen_q through dK = dS^T Q and dV = P^T dO. (Batched tensors end at the
+  // sequence end, where TMA fills zeros.) Such a tile is loaded under the producer's own `tail`
+  // barrier, those rows are zeroed, then the consumers' barrier gets the arrival (publish).
+  // Order: the wait on `tail` makes the TMA's bytes visible to this warp; the zeros follow; the proxy
+  // fence orders them before the consumers' WGMMA (async proxy) reads; __syncwarp, then the arrive
+  // (release) that the consumers' wait (acquire) observes. lse/dpsum of those rows come from the
+  // workspace padding (+inf / 0: P = 0, dS = 0).
+
+  // Rows [valid, kRows) of a K-major tile to 0, in whole 16-byte chunks (the swizzle moves chunks
+  // within a row, never splits one).
+  template <int kRows, int kCols, class STile>
+  static __device__ __forceinline__ void zero_rows(STile&& s, int valid) {
+    constexpr int kChunks = kCols * int(sizeof(Element)) / 16;
+    constexpr int kPerChunk = 16 / int(sizeof(Element));
+#pragma unroll 1  // the producer runs on 24 registers (setmaxnreg): an unrolled loop spills
+    for (int i = int(threadIdx.x % 32); i < (kRows - valid) * kChunks; i += 32) {
+      const int r = valid + i / kChunks, c = (i % kChunks) * kPerChunk;
+      *reinterpret_cast<uint4*>(&s(r, c)) = make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  static __device__ __forceinline__ void wait_own_load(SharedStorage& smem, uint32_t& tail_phase, int tile) {
+    mbarrier_wait(&smem.tail, tail_phase, Wait::RowTail, tile);
+    tail_phase ^= 1;
+  }
+
+  // After the zeroing: the consumers' barrier `full` gets the arrival the TMA did not make.
+  static __device__ __forceinline__ void publish(uint64_t* full, bool leader) {
+    compiler_fence();  // the stores stay above the fence (CUTLASS's asm has no memory clobber)
+    cutlass::arch::fence_view_async_shared();  // generic stores -> the consumers' WGMMA (async proxy)
+    __syncwarp();
+    if (leader) cutlass::arch::ClusterBarrier::arrive(full);
+  }
+
   static __device__ __forceinline__ void produce(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                  const Work& w) {
     using namespace cute;
@@ -136,10 +173,20 @@ struct BwdKernel {
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutV{});
     auto tk = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto tv = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    uint32_t tail_phase = 0;
+    const int valid_k = w.seq.seqlen_k - w.n_block * Tr::kBlockN;
+    const bool zero_kv = p.cu_seqlens_k != nullptr && valid_k < Tr::kBlockN;
+    uint64_t* kv_bar = zero_kv ? &smem.tail : &smem.kv_full;
     if (leader) {
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Tr::kKVBytes);
-      copy(params.tma_k.with(smem.kv_full), get<0>(tk), get<1>(tk));
-      copy(params.tma_v.with(smem.kv_full), get<0>(tv), get<1>(tv));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(kv_bar, Tr::kKVBytes);
+      copy(params.tma_k.with(*kv_bar), get<0>(tk), get<1>(tk));
+      copy(params.tma_v.with(*kv_bar), get<0>(tv), get<1>(tv));
+    }
+    if (zero_kv) {
+      wait_own_load(smem, tail_phase, w.n_block);
+      zero_rows<Tr::kBlockN, Tr::kHeadDim>(sK, valid_k);
+      zero_rows<Tr::kBlockN, Tr::kHeadDimV>(sV, valid_k);
+      publish(&smem.kv_full, leader);
     }
 
     Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
@@ -157,22 +204,40 @@ struct BwdKernel {
       auto td = tma_partition(params.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDo), group_modes<0, 2>(gDo));
       const int64_t ws_row = w.seq.ws_base + int64_t(head) * w.seq.ws_head_stride;
       for (int m = w.queries.begin; m < w.queries.end; ++m) {
+        const int valid_q = w.seq.seqlen_q - m * Tr::kBlockM;
+        const bool zero_q = p.cu_seqlens_q != nullptr && valid_q < Tr::kBlockM;
         mbarrier_wait(empty_barrier(smem.pipe_q, sq.index()), sq.phase(), Wait::QEmpty, m);
-        if (leader) {
+        {
           uint64_t* full = full_barrier(smem.pipe_q, sq.index());
-          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Tr::kQBytes);
-          copy(params.tma_q.with(*full), get<0>(tq)(_, m), get<1>(tq)(_, sq.index()));
-          SM90_BULK_COPY_G2S::copy(p.lse_log2 + ws_row + m * Tr::kBlockM, full, smem.lse[sq.index()],
-                                   Tr::kBlockM * sizeof(float));
+          uint64_t* bar = zero_q ? &smem.tail : full;
+          if (leader) {
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, Tr::kQBytes);
+            copy(params.tma_q.with(*bar), get<0>(tq)(_, m), get<1>(tq)(_, sq.index()));
+            SM90_BULK_COPY_G2S::copy(p.lse_log2 + ws_row + m * Tr::kBlockM, bar, smem.lse[sq.index()],
+                                     Tr::kBlockM * sizeof(float));
+          }
+          if (zero_q) {
+            wait_own_load(smem, tail_phase, m);
+            zero_rows<Tr::kBlockM, Tr::kHeadDim>(sQ(_, _, sq.index()), valid_q);
+            publish(full, leader);
+          }
         }
         ++sq;
         mbarrier_wait(empty_barrier(smem.pipe_do, sd.index()), sd.phase(), Wait::DoEmpty, m);
-        if (leader) {
+        {
           uint64_t* full = full_barrier(smem.pipe_do, sd.index());
-          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Tr::kDoBytes);
-          copy(params.tma_do.with(*full), get<0>(td)(_, m), get<1>(td)(_, sd.index()));
-          SM90_BULK_COPY_G2S::copy(p.dpsum + ws_row + m * Tr::kBlockM, full, smem.dpsum[sd.index()],
-                                   Tr::kBlockM * sizeof(float));
+          uint64_t* bar = zero_q ? &smem.tail : full;
+          if (leader) {
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, Tr::kDoBytes);
+            copy(params.tma_do.with(*bar), get<0>(td)(_, m), get<1>(td)(_, sd.index()));
+            SM90_BULK_COPY_G2S::copy(p.dpsum + ws_row + m * Tr::kBlockM, bar, smem.dpsum[sd.index()],
+                                     Tr::kBlockM * sizeof(float));
+          }
+          if (zero_q) {
+            wait_own_load(smem, tail_phase, m);
+            zero_rows<Tr::kBlockM, Tr::kHeadDimV>(sDo(_, _, sd.index()), valid_q);
+            publish(full, leader);
+          }
         }
         ++sd;
       }
@@ -540,6 +605,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.tail, 1);
   }
   typename PipelineQ::Params pq;
   pq.role = warpgroup == 0 ? PipelineQ::ThreadCategory::Producer : PipelineQ::ThreadCategory::Consumer;

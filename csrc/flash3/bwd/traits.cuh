@@ -155,6 +155,7 @@ struct BwdTraits {
     typename PipelineQ::SharedStorage pipe_q;
     typename PipelineDo::SharedStorage pipe_do;
     uint64_t kv_full;
+    uint64_t tail;  // the producer's own barrier for a tile whose rows past the sequence end it zeroes
     float overlap_pin[kNumConsumerThreads];  // written, never read: see BwdKernel::pin_before_wait
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

@@ -38,6 +38,8 @@ enum class Wait : int {
   DqEmpty,     // consumers: the dQ writer finished reading the staged tile
   // Decode (fwd kernel, kDecode).
   Gather,      // producer warpgroup: every thread's gathered K/V rows have landed
+  // Backward again (appended: the values above keep their numbers).
+  RowTail,     // producer: its own load of a tile with rows past the sequence end landed (zeroing)
 };
 
 }  // namespace flash3

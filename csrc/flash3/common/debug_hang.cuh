@@ -65,6 +65,7 @@ __device__ __forceinline__ const char* wait_name(int w) {
     case Wait::DqFull: return "DqFull";
     case Wait::DqEmpty: return "DqEmpty";
     case Wait::Gather: return "Gather";
+    case Wait::RowTail: return "RowTail";
   }
   return "named barrier id >= 16 (debug_hang.cuh kMaxIds)";
 }

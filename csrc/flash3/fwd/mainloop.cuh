@@ -34,9 +34,15 @@ struct FwdProducer {
     if (leader) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(Tr::full_barrier(pipe, s.index()), bytes);
   }
 
-  // V of a key block whose rows past seqlen_k lie inside the allocation (a kv cache's unused tail):
-  // load it under the producer's own barrier, zero those rows, then mark the stage full. P is 0
-  // there, but 0 * NaN is NaN, so garbage must not reach the P.V WGMMA.
+  // V of a key block whose rows past seqlen_k lie inside the tensor (a kv cache's unused tail; varlen:
+  // the next sequence, or the packed tensor's unused rows after cu_seqlens_k[-1]): load it under the
+  // producer's own barrier, zero those rows, then mark the stage full. P is 0 there, but 0 * NaN is
+  // NaN, so garbage must not reach the P.V WGMMA. (K's rows there are harmless: a partial block is
+  // always masked, and apply_mask replaces their scores by -inf. Q's rows past seqlen_q only feed
+  // their own O/lse rows, which are never stored.)
+  // Order: the wait on v_tail makes the TMA's bytes visible to this warp; the zeros follow; the proxy
+  // fence orders them before the consumers' WGMMA (async proxy) reads, which wait on the full
+  // barrier that this warp arrives on (release) only after __syncwarp.
   template <class SrcV, class SVt>
   static __device__ __forceinline__ void load_v_zero_tail(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                           SrcV const& src, SVt& sVt, PipelineState const& s,
@@ -113,8 +119,13 @@ struct FwdProducer {
       copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
     }
     if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+    // Rows past seqlen_k in the first (rightmost) block lie inside the tensor with a kv cache or
+    // packed sequences; batched tensors end at seqlen_k, where TMA fills zeros. FP8 takes no kv
+    // cache, and its packed vt (fp8.pack_v_fp8_varlen) holds zeros between sequences and past
+    // cu_seqlens_k[-1]; the next sequence's columns are finite (e4m3 v must be finite).
     const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
-    if (!Tr::kFp8 && p.seqused_k != nullptr && valid_rows < Tr::kBlockN) {  // FP8 takes no kv cache
+    const bool rows_past_end_in_tensor = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
+    if (!Tr::kFp8 && rows_past_end_in_tensor && valid_rows < Tr::kBlockN) {
       if constexpr (!Tr::kFp8) load_v_zero_tail(params, smem, tVgV(_, n), tVsV, state_v, valid_rows, tail_phase, leader, tile);
     } else {
       acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
