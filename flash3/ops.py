@@ -30,6 +30,11 @@ def _lse_batched(q: Tensor) -> Tensor:
     return torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
 
 
+def _lse_varlen(q: Tensor) -> Tensor:
+    """The (h, total_q) fp32 lse of a packed q (total_q, h, d), unwritten."""
+    return torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+
+
 def _like(x: Tensor) -> Tensor:
     """Contiguous tensor of x's shape (empty_like would copy x's strides)."""
     return x.new_empty(x.shape)
@@ -143,7 +148,7 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
       window_left, window_right, softcap, deterministic=False):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
-    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    return out, _lse_varlen(q)
 
 
 @torch.library.custom_op("flash3::attention_varlen_bwd", mutates_args=())
@@ -317,4 +322,4 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale
       v_descale, softmax_scale, window_left, window_right, softcap, block_m, block_n,
       v_channel_descale=None):
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
-    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    return out, _lse_varlen(q)

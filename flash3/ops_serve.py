@@ -92,7 +92,7 @@ def attention_varlen_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Te
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, max_seqlen_q, max_seqlen_k, softmax_scale,
       window_left, window_right, softcap, deterministic=False):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
-    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    return out, ops._lse_varlen(q)
 
 
 @torch.library.custom_op("flash3::attention_varlen_sinks_bwd", mutates_args=())
@@ -157,4 +157,4 @@ def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, ma
       softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
       sinks=None):
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
-    return out, torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    return out, ops._lse_varlen(q)
