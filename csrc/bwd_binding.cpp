@@ -2,9 +2,12 @@
 //
 //   flash3::bwd_sm90(dout, q, k, v, out, lse, dlse?, dq!, dk!, dv!, cu_seqlens_q?, cu_seqlens_k?,
 //                    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
-//                    softcap, deterministic) -> ()
+//                    softcap, deterministic, sinks?=None, dsinks!?=None) -> ()
 //       CUDA: dq, dk, dv of attention (the forward's out and lse given), with the gradient dlse
-//       flowing into lse when given, exactly as flash3/reference/__init__.py backward defines them; the
+//       flowing into lse when given, exactly as flash3/reference/__init__.py backward defines them;
+//       with attention sinks (float32 (num_heads,); lse then includes them, dq/dk/dv need nothing
+//       else) also their gradient into dsinks (float32 (num_heads,), required with sinks), summed in
+//       a fixed order (bitwise reproducible whatever `deterministic`); the
 //       workspace (csrc/flash3/bwd/params.h) is allocated on the current stream, nothing is read
 //       back to the host. deterministic: bitwise reproducible run to run. Meta: nothing.
 // Batched tensors (b, s, heads, dim), lse/dlse (b, h, s_q); varlen (total, heads, dim), lse/dlse
@@ -43,7 +46,7 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
                    const Tensor& dv, const std::optional<Tensor>& cu_seqlens_q,
                    const std::optional<Tensor>& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-                   bool deterministic) {
+                   bool deterministic, const std::optional<Tensor>& sinks, const std::optional<Tensor>& dsinks) {
   TORCH_CHECK(q.is_cuda(), kOp, ": q must be a CUDA tensor, got ", q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   const DeviceInfo& dev = device_info(q.get_device());
@@ -92,6 +95,16 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   check_shape(dk, "dk", k.sizes().vec());
   check_shape(dv, "dv", v.sizes().vec());
   if (dlse) check_shape(*dlse, "dlse", lse.sizes().vec());
+  TORCH_CHECK(sinks.has_value() == dsinks.has_value(), kOp,
+              ": pass both sinks and dsinks (its gradient, written), or neither");
+  for (auto [t, name] : {std::make_pair(sinks ? &*sinks : nullptr, "sinks"),
+                         std::make_pair(dsinks ? &*dsinks : nullptr, "dsinks")}) {
+    if (t == nullptr) continue;
+    TORCH_CHECK(t->device() == q.device(), kOp, ": ", name, " must be on ", q.device(), ", got ", t->device());
+    TORCH_CHECK(t->scalar_type() == at::kFloat, kOp, ": ", name, " must be float32, got ", t->scalar_type());
+    check_shape(*t, name, {h});
+    TORCH_CHECK(t->is_contiguous(), kOp, ": ", name, " must be contiguous");
+  }
   check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1, q);
   check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1, q);
   TORCH_CHECK(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
@@ -113,11 +126,15 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
     dk.zero_();
     dv.zero_();
   }
-  if (total_q == 0 || h == 0 || batch == 0 || s_q == 0 || total_k == 0) {  // nothing sees anything
+  const bool no_rows = total_q == 0 || h == 0 || batch == 0 || s_q == 0;
+  if (no_rows || total_k == 0) {  // nothing sees anything
     dq.zero_();
     dk.zero_();
     dv.zero_();
-    return;
+    if (dsinks) dsinks->zero_();
+    // With sinks and queries but no key, the sink still has a gradient (every row's P_sink is 1):
+    // the launcher runs only the preprocess and the sink kernel then.
+    if (no_rows || !sinks) return;
   }
 
   BwdParams p;
@@ -144,6 +161,10 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
     p.dlse = dlse->data_ptr<float>();
     p.dlse_batch_stride = varlen ? 0 : dlse->stride(0);
     p.dlse_head_stride = dlse->stride(varlen ? 0 : 1);
+  }
+  if (sinks) {
+    p.sinks = sinks->data_ptr<float>();
+    p.dsinks = dsinks->data_ptr<float>();
   }
   p.batch = to_int(batch, "batch");
   p.seqlen_q = to_int(s_q, "seqlen_q");
@@ -191,7 +212,7 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
 void bwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t, int64_t, double, bool,
-                   int64_t, int64_t, double, bool) {}
+                   int64_t, int64_t, double, bool, const std::optional<Tensor>&, const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -201,7 +222,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       "bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, "
       "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_left, "
-      "int window_right, float softcap, bool deterministic) -> ()");
+      "int window_right, float softcap, bool deterministic, Tensor? sinks=None, Tensor(d!)? dsinks=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("bwd_sm90", &flash3::bwd_sm90_cuda); }

@@ -253,8 +253,9 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
 
 def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
                    deterministic, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-                   max_seqlen_k=0):
-    """Call flash3::bwd_sm90; returns (dq, dk, dv), contiguous, in q/k/v's shapes and dtypes.
+                   max_seqlen_k=0, sinks=None):
+    """Call flash3::bwd_sm90; returns (dq, dk, dv), contiguous, in q/k/v's shapes and dtypes, and
+    with ``sinks`` (h,) (lse must then include them) d_sinks (h,) float32 last.
 
     Layouts as run_kernel_fwd's (lse and dlse (b, h, s_q), varlen (h, total_q)). dout comes from
     autograd in any layout (an expanded gradient has stride 0 everywhere): copied when its last
@@ -269,11 +270,15 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
     if cu_seqlens_q is None:  # batched: the lengths are the shapes
         max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
     causal = right == 0
+    tail = ()
+    if sinks is not None:  # passed only then: the schema's trailing (sinks, dsinks), both optional
+        sinks = sinks.to(torch.float32).contiguous()
+        tail = (sinks, torch.empty_like(sinks))
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
                               cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                               float(softmax_scale), causal, int(left), -1 if causal else int(right),
-                              float(softcap), bool(deterministic))
-    return dq, dk, dv
+                              float(softcap), bool(deterministic), *tail)
+    return (dq, dk, dv) + tail[1:]
 
 
 # ----------------------------------------------------------------- FP8 forward kernel

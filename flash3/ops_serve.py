@@ -2,8 +2,10 @@
 ``flash3``): attention sinks (forward and backward, batched and varlen) and packed
 variable-length queries against a (paged) KV cache.
 
-Sinks: no Hopper kernel has them yet, so on CUDA these operators run the reference backend
-with a one-time RuntimeWarning (the package's fallback rule, flash3/ops.py).  Varlen queries
+Sinks: the forward has no Hopper kernel with them yet, so on CUDA it runs the reference backend
+with a one-time RuntimeWarning (the package's fallback rule, flash3/ops.py); the backward runs the
+backward kernel (flash3::bwd_sm90 with sinks: dq/dk/dv from the lse that includes the sink, and
+d_sink) where it can, else the reference with the same warning rule.  Varlen queries
 on a KV cache run the reference on the CPU only: on CUDA its per-sequence loop would read
 cu_seqlens on the host, so the public function raises NotImplementedError there instead.
 """
@@ -16,7 +18,7 @@ from torch import Tensor
 
 from . import _backend, _checks, ops, reference, validation
 
-SINKS_NOT_IN_KERNELS = "attention sinks (sinks=) are not implemented in the kernels yet"
+SINKS_NOT_IN_KERNELS = "attention sinks (sinks=) are not implemented in the forward kernels yet"
 
 
 def _sink_fallback(q, what):
@@ -44,9 +46,12 @@ def attention_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
                         dlse: Optional[Tensor], sinks: Tensor, softmax_scale: float,
                         window_left: int, window_right: int, softcap: float,
                         deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    _sink_fallback(q, "backward")
-    dq, dk, dv, ds = reference.backward(dout, q, k, v, out, lse, softmax_scale, window_left,
-                                        window_right, softcap, dlse=dlse, sinks=sinks)
+    args = (softmax_scale, window_left, window_right, softcap)
+    dq, dk, dv, ds = ops._bwd_dispatch(
+        q, k, v, softmax_scale,
+        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
+                                        sinks=sinks),
+        lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse, sinks=sinks))
     return dq, dk, dv, ds.to(sinks.dtype)
 
 
@@ -102,10 +107,16 @@ def attention_varlen_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, ou
                                max_seqlen_k: int, softmax_scale: float, window_left: int,
                                window_right: int, softcap: float, deterministic: bool = False
                                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    _sink_fallback(q, "backward")
-    dq, dk, dv, ds = reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q,
-                                               cu_seqlens_k, softmax_scale, window_left,
-                                               window_right, softcap, dlse=dlse, sinks=sinks)
+    # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
+    args = (softmax_scale, window_left, window_right, softcap)
+    dq, dk, dv, ds = ops._bwd_dispatch(
+        q, k, v, softmax_scale,
+        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
+                                        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                        sinks=sinks),
+        lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                          *args, dlse=dlse, sinks=sinks))
     return dq, dk, dv, ds.to(sinks.dtype)
 
 

@@ -349,3 +349,141 @@ def test_public_api_varlen_backward_runs_the_kernel(recwarn):
         if a < e:
             check([x.grad[a:e][None] for x in leaves], q[a:e][None], k[a:e][None], v[a:e][None],
                   dout[a:e][None], causal=True)
+
+
+# ----------------------------------------------------------------- attention sinks
+# bwd_sm90 with sinks (float32 (h,)) writes d_sink into dsinks; lse must include the sink, so out/lse
+# come from flash3.reference's forward with sinks (the forward kernel has none yet). d_sink: fp32 sums
+# in a fixed order against the fp64 sink_grad, within DSINK_REL of the sum of the magnitudes it is
+# summed from (tools/smoke.py DSINK_REL says why); dq/dk/dv against the fp64 reference backward of
+# the same out/lse by the smoke matrix's rule (4 eps(dtype) x the largest reference element + 1e-5).
+DSINK_REL = 2.0 ** -16
+
+
+def sink_fwd(q, k, v, sinks, causal, cu_q=None, cu_k=None):
+    from flash3 import reference
+    left, right = -1, 0 if causal else -1
+    if cu_q is None:
+        return reference.forward(q, k, v, q.shape[-1] ** -0.5, left, right, 0.0, sinks=sinks)
+    return reference.varlen_forward(q, k, v, cu_q, cu_k, q.shape[-1] ** -0.5, left, right, 0.0, sinks=sinks)
+
+
+def kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, *, causal, cu_q=None, cu_k=None, max_q=0, max_k=0,
+                     deterministic=False):
+    if cu_q is None:
+        max_q, max_k = q.shape[1], k.shape[1]
+    dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+    ds = torch.full_like(sinks, float("nan"))
+    torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_q, cu_k, max_q, max_k,
+                              q.shape[-1] ** -0.5, causal, -1, -1, 0.0, deterministic, sinks, ds)
+    return dq, dk, dv, ds
+
+
+def sink_expected(dout, q, k, v, out, lse, dlse, sinks, causal, cu_q=None, cu_k=None):
+    """fp64 (dq, dk, dv, d_sink) of the reference on these very inputs, and d_sink's bound."""
+    from flash3 import reference
+    f64 = [x.double() for x in (dout, q, k, v, out, lse)]
+    dl = None if dlse is None else dlse.double()
+    kw = dict(dlse=dl, sinks=sinks.double())
+    sc, right = q.shape[-1] ** -0.5, 0 if causal else -1
+    ref = (reference.backward(*f64, sc, -1, right, 0.0, **kw) if cu_q is None
+           else reference.varlen_backward(*f64, cu_q, cu_k, sc, -1, right, 0.0, **kw))
+    absd = (dout.double().abs(), out.double().abs())
+    neg = None if dlse is None else -dlse.double().abs()
+    if cu_q is None:
+        bound = -reference.sink_grad(sinks.double(), *absd, lse.double(), neg)
+    else:
+        bound = torch.zeros_like(ref[3])
+        c = cu_q.tolist()
+        for a, e in zip(c[:-1], c[1:]):
+            bound -= reference.sink_grad(sinks.double(), absd[0][None, a:e], absd[1][None, a:e],
+                                         lse.double()[None, :, a:e], None if neg is None else neg[None, :, a:e])
+    return ref, bound
+
+
+def check_sinks(got, ref, bound, dtype):
+    eps = torch.finfo(dtype).eps
+    for name, a, r in zip(("dq", "dk", "dv"), got[:3], ref[:3]):
+        assert not torch.isnan(a).any(), f"{name}: unwritten (NaN-poisoned) or non-finite elements"
+        tol = 4 * eps * (r.abs().max().item() if r.numel() else 0.0) + 1e-5
+        err = (a.double() - r).abs().max().item() if r.numel() else 0.0
+        assert err <= tol, f"{name}: max err {err:.3e} > tol {tol:.3e}"
+    ds = got[3]
+    assert ds.dtype == torch.float32 and torch.isfinite(ds).all(), "dsinks unwritten or non-finite"
+    err, tol = (ds.double() - ref[3]).abs(), DSINK_REL * bound
+    assert (err <= tol).all(), f"d_sink: err {err.tolist()} > tol {tol.tolist()}"
+
+
+@pytest.mark.parametrize("hdims", [(64, 64), (128, 128)], ids=lambda h: f"d{h[0]}_{h[1]}")
+@pytest.mark.parametrize("causal", [False, True])
+def test_sinks_batched(hdims, causal):
+    need("bf16", *hdims)
+    q, k, v, dout = inputs(2, 203, 331, 6, 2, *hdims, torch.bfloat16, seed=31)
+    sinks = torch.randn(6, device="cuda") + 4.0
+    sinks[1] = -float("inf")  # no sink for head 1
+    dlse = torch.randn(2, 6, 203, device="cuda")
+    out, lse = sink_fwd(q, k, v, sinks, causal)
+    got = kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, causal=causal)
+    ref, bound = sink_expected(dout, q, k, v, out, lse, dlse, sinks, causal)
+    check_sinks(got, ref, bound, torch.bfloat16)
+    again = kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, causal=causal)
+    assert torch.equal(got[3], again[3]), "d_sink must be bitwise reproducible"
+
+
+def test_sinks_varlen_causal_gqa():
+    """A sequence of 0 queries, one of 0 keys (its rows: P_sink = 1), one with more queries than keys."""
+    need("bf16", 128, 128)
+    lq, lk = [203, 0, 77, 90], [331, 40, 0, 61]
+    q, k, v, dout = inputs(0, 0, 0, 6, 2, 128, 128, torch.bfloat16, seed=32, varlen_lengths=(lq, lk))
+    cq, ck = cu(lq), cu(lk)
+    sinks = torch.randn(6, device="cuda") + 4.0
+    dlse = torch.randn(6, sum(lq), device="cuda")
+    out, lse = sink_fwd(q, k, v, sinks, True, cq, ck)
+    kw = dict(causal=True, cu_q=cq, cu_k=ck, max_q=max(lq), max_k=max(lk))
+    got = kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, **kw, deterministic=True)
+    ref, bound = sink_expected(dout, q, k, v, out, lse, dlse, sinks, True, cq, ck)
+    check_sinks(got, ref, bound, torch.bfloat16)
+    again = kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, **kw, deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, again)), "deterministic mode: bitwise reproducible"
+
+
+def test_sinks_no_key_at_all():
+    """No key anywhere (k empty): dq = 0, and only the sink has a gradient (every row's P_sink = 1)."""
+    need("bf16", 64, 64)
+    lq, lk = [5, 0, 70], [0, 0, 0]
+    q, k, v, dout = inputs(0, 0, 0, 4, 2, 64, 64, torch.bfloat16, seed=33, varlen_lengths=(lq, lk))
+    cq, ck = cu(lq), cu(lk)
+    sinks = torch.randn(4, device="cuda")
+    dlse = torch.randn(4, sum(lq), device="cuda")
+    out, lse = sink_fwd(q, k, v, sinks, False, cq, ck)
+    got = kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, causal=False, cu_q=cq, cu_k=ck,
+                           max_q=max(lq), max_k=0)
+    ref, bound = sink_expected(dout, q, k, v, out, lse, dlse, sinks, False, cq, ck)
+    assert torch.equal(got[0], torch.zeros_like(q))
+    check_sinks(got, ref, bound, torch.bfloat16)
+
+
+def test_sinks_are_validated():
+    need("bf16", 64, 64)
+    q, k, v, dout = inputs(1, 16, 16, 4, 2, 64, 64, torch.bfloat16, seed=34)
+    out, lse = sink_fwd(q, k, v, torch.zeros(4, device="cuda"), False)
+    bad = [torch.zeros(4, device="cuda", dtype=torch.bfloat16), torch.zeros(2, device="cuda"),
+           torch.zeros(8, device="cuda")[::2], torch.zeros(4)]
+    for s in bad:
+        with pytest.raises(RuntimeError, match="sinks"):
+            kernel_bwd_sinks(dout, q, k, v, out, lse, None, s, causal=False)
+
+
+def test_public_api_sink_backward_runs_the_kernel(recwarn):
+    """flash3.attention(..., sinks=): the forward falls back to the reference (no forward kernel has
+    sinks yet), the backward runs bwd_sm90 with sinks (no backward fallback warning)."""
+    need("bf16", 128, 128)
+    q, k, v, dout = inputs(2, 130, 150, 4, 2, 128, 128, torch.bfloat16, seed=35)
+    sinks = torch.randn(4, device="cuda")
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, sinks)]
+    out, lse = flash3.attention(*leaves[:3], causal=True, sinks=leaves[3], return_lse=True)
+    g_lse = torch.randn_like(lse)
+    torch.autograd.backward((out, lse), (dout, g_lse))
+    assert not [w for w in recwarn if "backward uses the slow reference" in str(w.message)], "bwd fell back"
+    ref, bound = sink_expected(dout, q, k, v, out.detach(), lse.detach(), g_lse, sinks, True)
+    check_sinks([x.grad for x in leaves], ref, bound, torch.bfloat16)

@@ -234,3 +234,64 @@ def test_opcheck_sink_operators():
     args = (qv.requires_grad_(), kv.requires_grad_(), vv.requires_grad_(), cq, ck,
             torch.randn(4, requires_grad=True), 7, 7, 0.3, -1, 0, 0.0)
     torch.library.opcheck(torch.ops.flash3.attention_varlen_sinks_fwd.default, args)
+
+
+@pytest.fixture
+def fake_bwd_op_with_sinks(monkeypatch):
+    """The sink backward operators' kernel branch on CPU tensors, through the real
+    _backend.run_kernel_bwd, with flash3::bwd_sm90 replaced by a stand-in of its schema (sinks and
+    dsinks trailing) that computes the reference into dq/dk/dv and dsinks."""
+    from flash3 import ops
+    calls = []
+
+    def bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                 max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+                 softcap, deterministic, sinks=None, dsinks=None):
+        assert sinks is not None and dsinks is not None
+        assert sinks.dtype == dsinks.dtype == torch.float32 and sinks.is_contiguous()
+        assert sinks.shape == dsinks.shape == (q.shape[-2],)
+        calls.append(dict(varlen=cu_seqlens_q is not None, max_q=max_seqlen_q, max_k=max_seqlen_k))
+        args = (softmax_scale, window_left, 0 if causal else window_right, softcap)
+        if cu_seqlens_q is None:
+            grads = reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse, sinks=sinks)
+        else:
+            grads = reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                              *args, dlse=dlse, sinks=sinks)
+        for dst, src in zip((dq, dk, dv, dsinks), grads):
+            dst.copy_(src)
+
+    monkeypatch.setattr(torch.ops.flash3, "bwd_sm90", bwd_sm90, raising=False)
+    monkeypatch.setattr(ops, "_bwd_dispatch", lambda q, k, v, scale, run_kernel, run_reference: run_kernel())
+    return calls
+
+
+def _sink_grads(fn, inputs, g, g_lse):
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    out, lse = fn(*leaves)
+    torch.autograd.backward((out, lse), (g, g_lse))
+    return [x.grad for x in leaves]
+
+
+def test_sink_backward_kernel_branch_plumbing(fake_bwd_op_with_sinks, monkeypatch):
+    """attention_sinks_bwd / attention_varlen_sinks_bwd call bwd_sm90 with sinks (float32,
+    contiguous) and a dsinks buffer, and return d_sink in sinks' dtype: the same gradients as the
+    reference branch, bit for bit (the stand-in computes the reference)."""
+    q, k, v, sinks = inputs(2, 13, 17, 4, 2, 16)
+    sinks = sinks.to(torch.bfloat16)
+    g, g_lse = torch.randn(2, 13, 4, 16), torch.randn(2, 4, 13)
+    fn = lambda q, k, v, s: batched(q, k, v, s, causal=True)  # noqa: E731
+    cq, ck = torch.tensor([0, 5, 5, 19], dtype=torch.int32), torch.tensor([0, 9, 12, 12], dtype=torch.int32)
+    qv, kv, vv = torch.randn(19, 4, 16), torch.randn(12, 2, 16), torch.randn(12, 2, 16)
+    gv, gv_lse = torch.randn(19, 4, 16), torch.randn(4, 19)
+    fnv = lambda q, k, v, s: flash3.attention_varlen(q, k, v, cq, ck, 14, 9, sinks=s,  # noqa: E731
+                                                     return_lse=True, deterministic=True)
+    got = _sink_grads(fn, (q, k, v, sinks), g, g_lse)
+    got_v = _sink_grads(fnv, (qv, kv, vv, sinks), gv, gv_lse)
+    calls = list(fake_bwd_op_with_sinks)
+    assert calls == [dict(varlen=False, max_q=13, max_k=17), dict(varlen=True, max_q=14, max_k=9)]
+    assert got[3].dtype == got_v[3].dtype == torch.bfloat16
+    monkeypatch.undo()  # the reference branch
+    want = _sink_grads(fn, (q, k, v, sinks), g, g_lse)
+    want_v = _sink_grads(fnv, (qv, kv, vv, sinks), gv, gv_lse)
+    for a, b in zip(got + got_v, want + want_v):
+        assert torch.equal(a, b)

@@ -2,6 +2,7 @@
 format, the case -> op-argument mapping, exit-status classification, the kernel selection and the
 build cache key. The launches themselves run under `python tools/smoke.py --backend sim`."""
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -526,21 +527,30 @@ def test_bwd_op_call(feature):
     c = smoke.make_case(feature, "bf16", 64, 64, device="cpu", bwd=True)
     out, lse = smoke_sim.poisoned_outputs(c)
     dq, dk, dv = (torch.full_like(c[n], float("nan")) for n in "qkv")
-    op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv)
+    dsinks = torch.full_like(c["sinks"], float("nan")) if feature == "sinks" else None
+    op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv, dsinks)
     assert op == "bwd"
     want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
-                cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"])
+                cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks)
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
     left, right = (97, 13) if feature == "window" else (-1, -1)  # causal: the op makes the right side 0
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)  # nextdim: the case's own head dims
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], t["dout"].shape[-1]) == (d, d, dv, dv)
     assert s == dict(max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], softmax_scale=d ** -0.5,
-                     causal=feature in ("causal", "dlse", "sq_gt_sk"), window_left=left, window_right=right,
+                     causal=feature in ("causal", "dlse", "sq_gt_sk", "sinks"), window_left=left, window_right=right,
                      softcap=5.0 if feature == "softcap" else 0.0, deterministic=feature == "determ")
     if feature == "dlse":  # lse's shape and dtype (batched: (b, h, s_q))
         assert t["dlse"].dtype == torch.float32 and t["dlse"].shape == lse.shape == (2, 2, smoke.SQ)
+    elif feature == "sinks":  # varlen: (h, total_q); GQA 6/2; float32 (h,) sinks, head 1's -inf
+        n = smoke.SQ + 77 + 90
+        assert t["dlse"].dtype == torch.float32 and t["dlse"].shape == lse.shape == (6, n)
+        assert t["sinks"].dtype == torch.float32 and t["sinks"].shape == (6,) and t["sinks"][1] == -math.inf
+        assert torch.isfinite(t["sinks"][[0, 2, 3, 4, 5]]).all()
+        assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, n]
+        assert t["cu_seqlens_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 40, smoke.SK + 101]
+        assert (t["q"].shape[1], t["k"].shape[1]) == (6, 2)
     else:
-        assert t["dlse"] is None
+        assert t["dlse"] is None and t["sinks"] is None
     if feature == "varlen":
         assert t["cu_seqlens_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78]
         assert t["cu_seqlens_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
@@ -560,12 +570,13 @@ def _fake_run_case(calls, fwd_value=0.0):
         calls.append((op, seed, tensors, keep))
         if op == "fwd":
             return {n: torch.full_like(t, fwd_value) for n, t in outputs.items()}
-        assert list(outputs) == ["dq", "dk", "dv"] and all(torch.isnan(x).all() for x in outputs.values())
+        assert list(outputs) in (["dq", "dk", "dv"], ["dq", "dk", "dv", "dsinks"])
+        assert all(torch.isnan(x).all() for x in outputs.values())
         return {n: torch.full_like(x, seed) for n, x in outputs.items()}
     return run
 
 
-@pytest.mark.parametrize("feature", ["full", "determ"])
+@pytest.mark.parametrize("feature", ["full", "determ", "sinks"])
 def test_bwd_launch_mirrors_launch_bwd(monkeypatch, tmp_path, feature):
     """The forward, then one backward launch on its out/lse (deterministic: a second one with the
     next schedule seed), each in its own case directory under keep."""
@@ -578,7 +589,12 @@ def test_bwd_launch_mirrors_launch_bwd(monkeypatch, tmp_path, feature):
         ("fwd", 5, "fwd"), ("bwd", 5, "bwd")] + ([("bwd", 6, "bwd_again")] if det else [])
     for _, _, t, _ in calls[1:]:
         assert t["out"] is out and t["lse"] is lse and t["dout"] is c["dout"]
-    assert [g.shape for g in grads] == [c[n].shape for n in "qkv"] and all((g == 5).all() for g in grads)
+    names = ["q", "k", "v"] + (["sinks"] if feature == "sinks" else [])
+    assert [g.shape for g in grads] == [c[n].shape for n in names] and all((g == 5).all() for g in grads)
+    if feature == "sinks":  # the forward's out/lse (0 here) with the sink added: lse = logaddexp(0, sink)
+        assert torch.equal(lse, torch.logaddexp(torch.zeros(6, 1, dtype=torch.float64),
+                                                c["sinks"].double().view(-1, 1)).float().expand(lse.shape))
+        assert torch.equal(out, torch.zeros_like(out))
     assert (again is not None) == det and (not det or all((g == 6).all() for g in again))
 
 
@@ -648,7 +664,8 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
-    assert set(got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]) >= {"determ", "dlse"}
+    bwd_cases = got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]
+    assert set(bwd_cases) >= {"determ", "dlse", "sinks"} and bwd_cases.count("sinks") == 1
     # The wide tile: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the backward).
     assert (128, 128) in set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     for k in ("bf16:128:128", "fp16:128:128"):

@@ -20,7 +20,7 @@ into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_ba
 the same inputs (check_bwd); their "determ" feature is the gqa case with deterministic=True, launched
 twice (bitwise equal), "dlse" the causal case with a random gradient flowing into lse (bwd_sm90's
 dlse, given to the reference too), "onekey" a varlen batch whose rows see one key (their dq exactly 0,
-and out/lse by the forward's rule). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+and out/lse by the forward's rule), "sinks" attention sinks (bwd_sm90's sinks/dsinks: d_sink too). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with
@@ -61,6 +61,7 @@ import argparse
 import collections
 import ctypes
 import json
+import math
 import os
 import queue
 import shlex
@@ -82,9 +83,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # (1, 3), (5, 1), rows that see a single key: softmax 1, so dq is exactly 0 there (check_bwd asserts
 # it, and checks the forward's out/lse too); "nantail": varlen with packed tensors longer than
 # cu_seqlens[-1] and NaN/+-Inf in the unused tail (q, k, v, dout; out/lse there stay the forward's
-# NaN poison), which the last sequence's partial blocks cover.
+# NaN poison), which the last sequence's partial blocks cover; "sinks" (backward here): attention
+# sinks, a causal GQA varlen batch with dlse (SINKS_LENS: a sequence of 0 queries, one of 0 keys, one
+# with more queries than keys), one head's sink -inf (no sink: its rows that see one key are one-hot);
+# until the forward kernel has sinks the backward gets the forward's out/lse with the sink added on
+# the host (sink_corrected), and check_bwd checks d_sink against the fp64 sink_grad too.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -98,11 +103,13 @@ BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
 NANTAIL_LENS = ([SQ, 0, 77, 45], [SK, 40, 0, 93])  # (q, k) lengths: the last ends mid-block
 NANTAIL_PAD = (37, 61)  # unused rows after cu_seqlens[-1] in q (and dout), in k and v
+SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the "sinks" case
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey"},
-                  "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks"},
+                  "bf16": {"determ", "dlse", "perhead", "onekey", "sinks"},
+                  "fp16": {"determ", "dlse", "perhead", "onekey", "sinks"},
                   "bwd": {"kvcache", "perhead"}}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
@@ -211,9 +218,11 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
     elif feature in ("gqa", "determ"):
         h, hk = 6, 2
-    if feature in ("varlen", "onekey", "nantail"):
+    elif feature == "sinks":
+        c["causal"], h, hk = True, 6, 2
+    if feature in ("varlen", "onekey", "nantail", "sinks"):
         c["lens_q"], c["lens_k"] = {"varlen": ([SQ, 0, 77, 1], [SK, 40, 150, 0]), "onekey": ONEKEY_LENS,
-                                    "nantail": NANTAIL_LENS}[feature]
+                                    "nantail": NANTAIL_LENS, "sinks": SINKS_LENS}[feature]
         pq, pk = NANTAIL_PAD if feature == "nantail" else (0, 0)
         tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
         c["q"], c["k"], c["v"] = rnd(tq + pq, h, d), rnd(tk + pk, hk, d), rnd(tk + pk, hk, dv)
@@ -231,6 +240,9 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     if bwd:
         c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv),
                  dlse=torch.randn(b, h, sq, generator=g).to(device) if feature == "dlse" else None)
+    if feature == "sinks":  # logits near the rows' lse (~log of the keys seen); head 1: no sink
+        c["sinks"] = (torch.randn(h, generator=g) + 4.0).index_fill_(0, torch.tensor([1]), -math.inf).to(device)
+        c["dlse"] = torch.randn(h, c["q"].shape[0], generator=g).to(device)  # varlen lse: (h, total_q)
     if feature == "nantail":
         for n in ("q", "k", "v", "dout"):
             if n in c:
@@ -631,21 +643,42 @@ def _check_fp8(c, out, lse) -> dict:
     return res
 
 
+def sink_corrected(c: dict, out, lse):
+    """out/lse of a forward without sinks -> those of the forward with c["sinks"] (unchanged without):
+    lse' = logaddexp(lse, sink), out' = out * exp(lse - lse') (0 where lse' = -inf: no key, no sink),
+    in fp64, rounded back to fp32 / out's dtype. The "sinks" backward case's inputs while the forward
+    kernel has no sinks; the reference then gets these very out'/lse' (the backward's exact inputs)."""
+    import torch
+    sinks = c.get("sinks")
+    if sinks is None:
+        return out, lse
+    sink = sinks.double().view(-1, 1) if c["cu_q"] is not None else sinks.double().view(1, -1, 1)
+    l64 = lse.double()
+    new = torch.logaddexp(l64, sink)
+    scale = torch.where(new == -math.inf, 0.0, torch.exp(l64 - new))  # (h, total_q) / (b, h, s_q)
+    scale = scale.transpose(0, 1) if c["cu_q"] is not None else scale.transpose(1, 2)
+    return (out.double() * scale.unsqueeze(-1)).to(out.dtype), new.float()
+
+
 def launch_bwd(c: dict):
-    """out/lse from the forward kernel (launch), then one synchronized bwd_sm90 launch (with the
-    case's dlse) into NaN-poisoned dq/dk/dv; "determ" a second one. Returns (out, lse, grads, second
-    grads or None)."""
+    """out/lse from the forward kernel (launch; with sinks: sink_corrected), then one synchronized
+    bwd_sm90 launch (with the case's dlse, sinks) into NaN-poisoned dq/dk/dv (and dsinks); "determ" a
+    second one. Returns (out, lse, grads, second grads or None): grads [dq, dk, dv] (+ [dsinks])."""
     import torch
     out, lse = launch(c)
     if torch.isnan(out[used_rows(c, "out")]).any() or torch.isnan(lse[:, used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
+    out, lse = sink_corrected(c, out, lse)
 
     def once():
         grads = [torch.full_like(c[n], float("nan")) for n in ("q", "k", "v")]
-        torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, c["dlse"], *grads,
+        sinks = c.get("sinks")
+        if sinks is not None:  # d_sink last, NaN-poisoned too
+            grads.append(torch.full_like(sinks, float("nan")))
+        torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, c["dlse"], *grads[:3],
                                   c["cu_q"], c["cu_k"], c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5,
                                   c["causal"], c["window"][0], c["window"][1], c["softcap"],
-                                  c["deterministic"])
+                                  c["deterministic"], *((sinks, grads[3]) if sinks is not None else ()))
         torch.cuda.synchronize()
         return grads
     grads = once()
@@ -656,16 +689,19 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
     """Against flash3.reference.backward (varlen_backward) in fp32 on the same inputs (dlse too) and
     the kernel's out/lse: each gradient's max error within 4 eps(dtype) x its largest reference element
     (+1e-5); nan for NaN in dq/dk/dv; "determ": the second launch bitwise equal to the first.
-    Packed tensors' rows past cu_seqlens[-1] are compared too: the op zeroes them, as the reference."""
+    Packed tensors' rows past cu_seqlens[-1] are compared too: the op zeroes them, as the reference.
+    With sinks grads[3] is d_sink, checked by check_dsinks (and the reference gets the sinks)."""
     import torch
     from flash3 import reference
-    nans = [f"{int(torch.isnan(x).sum())} NaN in d{n}" for n, x in zip("qkv", grads) if torch.isnan(x).any()]
+    nans = [f"{int(torch.isnan(x).sum())} NaN in {n}" for n, x in zip(("dq", "dk", "dv", "dsinks"), grads)
+            if torch.isnan(x).any()]
     if nans:
         return {"status": "nan", "detail": ", ".join(nans) + " (unwritten?)"}
     args = [c[n].float() for n in ("dout", "q", "k", "v")] + [out.float(), lse.float()]
     kw = (c["q"].shape[-1] ** -0.5, *((-1, 0) if c["causal"] else c["window"]), c["softcap"])
-    ref = (reference.backward(*args, *kw, dlse=c["dlse"]) if c["cu_q"] is None
-           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"]))
+    sk = {"sinks": c["sinks"]} if c.get("sinks") is not None else {}
+    ref = (reference.backward(*args, *kw, dlse=c["dlse"], **sk) if c["cu_q"] is None
+           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"], **sk))
     eps = torch.finfo(c["q"].dtype).eps
     res = {"status": "ok", "err": 0.0, "tol": 1.0}
     for n, x, r in zip("qkv", grads, ref):
@@ -675,6 +711,12 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
             res.update(err=err, tol=tol)
         if err > tol:
             res.update(status="wrong", detail=f"d{n}: max err {err:.2e} > tol {tol:.2e}")
+    if sk:
+        if len(grads) < 4:
+            return {"status": "error", "detail": "sinks case without d_sink"}
+        bad = check_dsinks(c, out, lse, grads[3])
+        if bad is not None:
+            res.update(status="wrong", detail=bad)
     if c["feature"] == "onekey":  # single-key sequences: softmax 1, so dq is exactly 0
         oq, rows = 0, []
         for lq, lk in zip(c["lens_q"], c["lens_k"]):
@@ -689,6 +731,55 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
     if again is not None and not all(torch.equal(a, b) for a, b in zip(grads, again)):
         res.update(status="wrong", detail="deterministic: a second launch gave other gradients")
     return res
+
+
+def dsinks_expected(c: dict, out, lse):
+    """(d_sink, bound) in fp64 from flash3.reference.sink_grad on the backward's own inputs (only
+    the rows of some sequence when packed): d_sink = -sum P_sink (rowsum(dO O) - dlse), and bound =
+    sum P_sink (sum |dO O| + |dlse|), the sum of the magnitudes d_sink is summed from."""
+    import torch
+    from flash3 import reference
+    sinks = c["sinks"].double()
+    pieces = []
+    if c["cu_q"] is None:
+        pieces.append((c["dout"], out, lse, c["dlse"]))
+    else:
+        oq = 0
+        for lq in c["lens_q"]:
+            dl = None if c["dlse"] is None else c["dlse"][None, :, oq:oq + lq]
+            pieces.append((c["dout"][oq:oq + lq][None], out[oq:oq + lq][None], lse[:, oq:oq + lq][None], dl))
+            oq += lq
+    ds = torch.zeros_like(sinks)
+    bound = torch.zeros_like(sinks)
+    for d_o, o, l, dl in pieces:
+        d_o, o, l = d_o.double(), o.double(), l.double()
+        dl = None if dl is None else dl.double()
+        ds += reference.sink_grad(sinks, d_o, o, l, dl)
+        # the magnitudes: sink_grad of |dO O| (as dout = |dO|, out = |O|) and |dlse|, negated back
+        bound -= reference.sink_grad(sinks, d_o.abs(), o.abs(), l, None if dl is None else -dl.abs())
+    return ds, bound
+
+
+# d_sink's rule: fp32 sums of fp32 terms in another order than the fp64 reference: within 2^-16
+# (256 fp32 ulps) of the sum of the magnitudes it is summed from (per head). The kernel's path of
+# one term: rowsum(dO O) over d_v <= 256 products in 4 quads of sequential fmas, - dlse, the
+# fast-math exp (<= 2 + 1.2 |sink - lse| ulps), one product, then a per-thread sum over the
+# batch's rows (256 threads) and an 8-level tree: ~100 roundings for these cases' sizes. A wrong
+# sign (error 2 |d_sink|) or a dropped dlse term (error |sum P_sink dlse|) is far above it.
+DSINK_REL = 2.0 ** -16
+
+
+def check_dsinks(c: dict, out, lse, dsinks) -> str | None:
+    """None when d_sink (the kernel's, fp32 (h,)) is within DSINK_REL x bound of dsinks_expected, else
+    why not."""
+    ref, bound = dsinks_expected(c, out, lse)
+    err = (dsinks.double() - ref).abs().nan_to_num(nan=math.inf)
+    tol = DSINK_REL * bound
+    if bool((err <= tol).all()):
+        return None
+    i = int((err - tol).argmax())
+    return (f"dsinks[{i}]: {float(dsinks[i]):.6e} vs reference {float(ref[i]):.6e}, "
+            f"err {float(err[i]):.2e} > tol {float(tol[i]):.2e}")
 
 
 def _emit(obj) -> None:
@@ -766,9 +857,10 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
                 c = make_case(f, *parse_kernel(kernel), device="cpu", bwd=True)
 
                 def run_bwd(c, seed):
-                    out, lse, (dq, dk, dv), again = smoke_sim.bwd_launch(c, Path(driver), seed=seed, sms=sms)
-                    return dict(out=out, lse=lse, dq=dq, dk=dk, dv=dv, again=again)
-                todo = [(c, run_bwd, lambda c, r: check_bwd(c, r["out"], r["lse"], [r["dq"], r["dk"], r["dv"]],
+                    out, lse, grads, again = smoke_sim.bwd_launch(c, Path(driver), seed=seed, sms=sms)
+                    return dict(out=out, lse=lse, again=again, **dict(zip(("dq", "dk", "dv", "dsinks"), grads)))
+                todo = [(c, run_bwd, lambda c, r: check_bwd(c, r["out"], r["lse"],
+                                                            [r[n] for n in ("dq", "dk", "dv", "dsinks") if n in r],
                                                             r["again"]))]
             else:
                 c = make_case(f, *parse_kernel(kernel), device="cpu")

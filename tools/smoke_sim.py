@@ -259,11 +259,12 @@ def dec_launch(part: dict, driver: Path, seed: int = 1, sms: int | None = None, 
             "q_out": res.get("q_out")}
 
 
-def bwd_op_call(c: dict, out, lse, dq, dk, dv) -> tuple[str, dict, dict]:
+def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, dict]:
     """(op, tensors, scalars) of one backward launch of case c (smoke.make_case(..., bwd=True)):
-    what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's)."""
+    what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's, sink_corrected;
+    sinks and dsinks when the case has sinks)."""
     tensors = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk,
-                   dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"])
+                   dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks)
     scalars = dict(max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]),
                    softmax_scale=float(c["q"].shape[-1] ** -0.5), causal=bool(c["causal"]),
                    window_left=int(c["window"][0]), window_right=int(c["window"][1]), softcap=float(c["softcap"]),
@@ -274,7 +275,8 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv) -> tuple[str, dict, dict]:
 def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
                keep: Path | None = None):
     """smoke.launch_bwd under simrun -> (out, lse, grads, second grads or None): the forward
-    (sim_launch), then one backward launch into NaN-poisoned dq/dk/dv; deterministic: a second one
+    (sim_launch; with sinks its out/lse through smoke.sink_corrected), then one backward launch into
+    NaN-poisoned dq/dk/dv (and dsinks: grads [dq, dk, dv, dsinks]); deterministic: a second one
     with schedule seed + 1 (another schedule is the simulator's run-to-run variation). keep: each
     launch's case directory under it (fwd, bwd, bwd_again)."""
     import torch
@@ -283,9 +285,12 @@ def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, tim
     import smoke  # tools/, beside this file
     if torch.isnan(out[smoke.used_rows(c, "out")]).any() or torch.isnan(lse[:, smoke.used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
+    out, lse = smoke.sink_corrected(c, out, lse)
 
     def once(s, name):
         grads = {f"d{n}": torch.full_like(c[n], float("nan")) for n in "qkv"}
+        if c.get("sinks") is not None:
+            grads["dsinks"] = torch.full_like(c["sinks"], float("nan"))
         op, tensors, scalars = bwd_op_call(c, out, lse, *grads.values())
         res = run_case(op, tensors, scalars, grads, driver, s, sms, timeout, sub(name))
         return [res[n] for n in grads]

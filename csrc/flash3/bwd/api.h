@@ -7,8 +7,10 @@
 
 namespace flash3 {
 
-// Runs preprocess, main kernel and postprocess on `cuda_stream` (a cudaStream_t); the workspace in
-// `params` must be allocated (bwd_workspace) but need not be initialized.
+// Runs preprocess, (with params.sinks) the sink-gradient kernel, main kernel and postprocess on
+// `cuda_stream` (a cudaStream_t); the workspace in `params` must be allocated (bwd_workspace) but
+// need not be initialized. With sinks and no key at all (total_k / seqlen_k 0) only preprocess and
+// sink gradient run (dq/dk/dv left to the caller: zeros).
 using BwdLauncher = void (*)(const BwdParams& params, void* cuda_stream);
 
 struct BwdKernelEntry {

@@ -1,6 +1,7 @@
 // Host side of the backward: checks the call, builds the TMA descriptors and launches preprocess,
-// main kernel and postprocess on the caller's stream (no synchronization). Errors are thrown as
-// std::runtime_error (the binding turns them into Python exceptions).
+// (with sinks) the sink-gradient kernel, main kernel and postprocess on the caller's stream (no
+// synchronization). Errors are thrown as std::runtime_error (the binding turns them into Python
+// exceptions).
 #pragma once
 
 #include <cstdint>
@@ -41,14 +42,28 @@ void launch_bwd(const BwdParams& p, void* cuda_stream) {
                 p.head_dim_v <= kHeadDimV && p.head_dim_v % 8 == 0,
             "head dims must be multiples of 8 no larger than the compiled kernel's");
   bwd_check(p.softmax_scale > 0.f, "softmax_scale must be > 0");
-  bwd_check(p.q && p.k && p.v && p.o && p.dout && p.lse && p.dq && p.dk && p.dv, "null tensor pointer");
+  const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
+  bwd_check(varlen_q == varlen_k, "q and k must both be packed (varlen) or both batched");
+  // No key anywhere, with sinks (the binding has zeroed dq/dk/dv): P = 0 and only the sink has a
+  // gradient; k/v may be empty (no TMA descriptor for them): preprocess and sink gradient only.
+  const bool sinks_only = p.sinks != nullptr && (varlen_k ? p.total_k : p.seqlen_k) == 0;
+  bwd_check(p.q && (sinks_only || (p.k && p.v && p.dk && p.dv)) && p.o && p.dout && p.lse && p.dq,
+            "null tensor pointer");
+  bwd_check((p.sinks == nullptr) == (p.dsinks == nullptr), "sinks and dsinks go together");
   bwd_check(p.lse_log2 && p.dpsum && p.dq_accum && (!p.deterministic || p.dq_semaphore), "workspace not allocated");
   bwd_check(p.batch >= 1 && p.batch <= 65535 && p.num_heads_k >= 1 && p.num_heads_k <= 65535 &&
                 p.num_heads % p.num_heads_k == 0 && p.num_heads <= 65535,
             "batch and heads must be in [1, 65535], num_heads a multiple of num_heads_k");
   bwd_check(p.seqlen_q >= 1 && p.seqlen_k >= 0, "seqlen_q must be >= 1");
-  const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
-  bwd_check(varlen_q == varlen_k, "q and k must both be packed (varlen) or both batched");
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  const dim3 rows_grid(ceil_div(p.seqlen_q, kBwdBlockM), p.num_heads, p.batch);
+  if (sinks_only) {
+    bwd_preprocess_kernel<Tr><<<rows_grid, kBwdPrePostThreads, 0, stream>>>(p);
+    detail::bwd_check_cuda(cudaGetLastError(), "preprocess launch");
+    bwd_sink_grad_kernel<<<p.num_heads, kBwdPrePostThreads, 0, stream>>>(p);
+    detail::bwd_check_cuda(cudaGetLastError(), "sink grad launch");
+    return;
+  }
   const int rows_q = varlen_q ? p.total_q : p.seqlen_q;
   const int rows_k = varlen_k ? p.total_k : (p.seqlen_k > 0 ? p.seqlen_k : 1);
   const int batch_q = varlen_q ? 1 : p.batch, batch_k = varlen_k ? 1 : p.batch;
@@ -102,10 +117,12 @@ void launch_bwd(const BwdParams& p, void* cuda_stream) {
       has_softcap ? p.softmax_scale / p.softcap : 0.f,
       has_softcap};
 
-  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
-  const dim3 rows_grid(ceil_div(p.seqlen_q, kBwdBlockM), p.num_heads, p.batch);
   bwd_preprocess_kernel<Tr><<<rows_grid, kBwdPrePostThreads, 0, stream>>>(p);
   detail::bwd_check_cuda(cudaGetLastError(), "preprocess launch");
+  if (p.sinks != nullptr) {  // reads the preprocess's dpsum; independent of the main kernel
+    bwd_sink_grad_kernel<<<p.num_heads, kBwdPrePostThreads, 0, stream>>>(p);
+    detail::bwd_check_cuda(cudaGetLastError(), "sink grad launch");
+  }
   const int n_blocks = ceil_div(p.seqlen_k, Tr::kBlockN);
   if (n_blocks > 0) {
     auto kernel = &bwd_kernel<Tr>;

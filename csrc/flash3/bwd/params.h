@@ -12,6 +12,13 @@
 //             (bwd/kernel.cuh), zeroed by the preprocess, summed into by the main kernel, scaled
 //             and converted into dq by the postprocess;
 //   dq_semaphore  one int32 per (b, h, query block): deterministic mode's ordering counter.
+//
+// Attention sinks (gpt-oss: one fp32 logit per query head joining every row's softmax denominator,
+// no value): the forward's lse already includes the sink, so P = exp(S - lse) and dpsum need
+// nothing new and dq/dk/dv are unchanged. With `sinks` given the preprocess is followed by
+// bwd_sink_grad_kernel (bwd/prepost.cuh), which writes
+//   dsinks[h] = -sum over batch entries and real rows of head h of exp(sinks[h] - lse) * dpsum
+// (0 where lse = -inf) in a fixed order: bitwise reproducible, no atomics.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +37,8 @@ struct BwdParams {
   const void* dout = nullptr;
   const float* lse = nullptr;
   const float* dlse = nullptr;  // optional: the gradient flowing into lse
+  const float* sinks = nullptr;  // optional (num_heads,): attention sink logits (natural-log units)
+  float* dsinks = nullptr;       // (num_heads,): their gradient; required with sinks
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;

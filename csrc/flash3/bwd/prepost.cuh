@@ -3,6 +3,7 @@
 //  preprocess  dpsum = rowsum(dO * O) - dlse and lse * log2(e) (+inf where lse is -inf and for
 //              padding rows, so P = 0 there) into the padded per-row workspace; zeroes the block's
 //              dQ accumulator tile and its deterministic-mode semaphore.
+//  sink grad   (only with BwdParams::sinks) one CTA per query head, after the preprocess: d_sink.
 //  postprocess dq = softmax_scale * dq_accum, read in the main kernel's fragment order (the dQ
 //              tiled MMA's thread partition says which row and column each float is).
 #pragma once
@@ -67,6 +68,43 @@ __global__ void __launch_bounds__(kBwdPrePostThreads) bwd_preprocess_kernel(BwdP
     dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   if (p.dq_semaphore != nullptr && threadIdx.x == 0)
     p.dq_semaphore[(int64_t(batch) * p.num_heads + head) * ceil_div(p.seqlen_q, kBwdBlockM) + m] = 0;
+}
+
+// d_sink[head] = -sum over batch entries b and real rows r of exp(sink - lse[b, head, r]) *
+// dpsum[b, head, r] (a row with lse = -inf: 0), dpsum = rowsum(dO * O) - dlse from the preprocess's
+// workspace, lse the forward's natural-log one (it includes the sink) read as the preprocess reads
+// it. One CTA per query head: thread t sums rows t, t + 256, ... of every batch entry in order, then
+// a fixed shared-memory tree: the same order on every run and schedule (no atomics), fp32.
+// Not templated on the traits (nothing here depends on them) and `static`: each backward TU that
+// includes this header compiles its own copy of this small kernel without a host-stub clash at link.
+static __global__ void __launch_bounds__(kBwdPrePostThreads) bwd_sink_grad_kernel(BwdParams const p) {
+  const int head = int(blockIdx.x);
+  const float sink = p.sinks[head];
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  // Rows the preprocess covers: its grid has ceil(seqlen_q / 64) blocks per sequence.
+  const int covered = ceil_div(p.seqlen_q, kBwdBlockM) * kBwdBlockM;
+  float acc = 0.f;
+  for (int batch = 0; batch < p.batch; ++batch) {
+    const BwdSeq s = bwd_seq(p, batch);
+    const float* lse = p.lse + (varlen ? int64_t(s.offset_q) : int64_t(batch) * p.lse_batch_stride) +
+                       int64_t(head) * p.lse_head_stride;
+    const float* dpsum = p.dpsum + s.ws_base + int64_t(head) * s.ws_head_stride;
+    const int rows = imin(s.seqlen_q, covered);
+    for (int r = int(threadIdx.x); r < rows; r += kBwdPrePostThreads) {
+      const float l = lse[r];
+      const float p_sink = l == -INFINITY ? 0.f : expf(sink - l);
+      acc = fmaf(p_sink, dpsum[r], acc);
+    }
+  }
+  __shared__ float part[kBwdPrePostThreads];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  CUTE_UNROLL
+  for (int w = kBwdPrePostThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.dsinks[head] = -part[0];
 }
 
 template <class Tr>

@@ -1,10 +1,10 @@
 // The driver's "bwd" op: torch.ops.flash3.bwd_sm90 (csrc/bwd_binding.cpp bwd_sm90_cuda) line for
 // line on simdrv::Tensor, so BwdParams and the workspace get exactly what the torch binding gives
 // them. Keep the two in step.
-//   tensors: dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k
+//   tensors: dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k sinks dsinks
 //   scalars: max_seqlen_q max_seqlen_k softmax_scale causal window_left window_right softcap
 //            deterministic
-//   outputs: dq dk dv
+//   outputs: dq dk dv, dsinks (when given)
 #include "sim_case.h"
 
 #include "flash3/bwd/api.h"
@@ -37,6 +37,7 @@ void bwd_sm90(const Case& c, const DeviceInfo& dev) {
   const Tensor &dout = c.t("dout"), &q = c.t("q"), &k = c.t("k"), &v = c.t("v"), &out = c.t("out"),
                &lse = c.t("lse"), &dq = c.t("dq"), &dk = c.t("dk"), &dv = c.t("dv");
   const Tensor *dlse = c.opt("dlse"), *cu_seqlens_q = c.opt("cu_seqlens_q"), *cu_seqlens_k = c.opt("cu_seqlens_k");
+  const Tensor *sinks = c.opt("sinks"), *dsinks = c.opt("dsinks");
   const int64_t max_seqlen_q = c.integer("max_seqlen_q"), max_seqlen_k = c.integer("max_seqlen_k");
   const double softmax_scale = c.num("softmax_scale"), softcap = c.num("softcap");
   const bool causal = c.integer("causal") != 0, deterministic = c.integer("deterministic") != 0;
@@ -82,6 +83,13 @@ void bwd_sm90(const Case& c, const DeviceInfo& dev) {
   check_shape(dk, "dk", k.sizes);
   check_shape(dv, "dv", v.sizes);
   if (dlse) check_shape(*dlse, "dlse", lse.sizes);
+  check((sinks != nullptr) == (dsinks != nullptr), kOp, ": pass both sinks and dsinks (its gradient, written), or neither");
+  for (auto [t, name] : {std::make_pair(sinks, "sinks"), std::make_pair(dsinks, "dsinks")}) {
+    if (t == nullptr) continue;
+    check(t->dtype == DType::f32, kOp, ": ", name, " must be float32, got ", dtype_str(t->dtype));
+    check_shape(*t, name, {h});
+    check(t->stride(0) == 1 || t->size(0) <= 1, kOp, ": ", name, " must be contiguous");
+  }
   check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1);
   check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1);
   check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
@@ -105,11 +113,15 @@ void bwd_sm90(const Case& c, const DeviceInfo& dev) {
     fill(dk, 0.f);
     fill(dv, 0.f);
   }
-  if (total_q == 0 || h == 0 || batch == 0 || s_q == 0 || total_k == 0) {  // nothing sees anything
+  const bool no_rows = total_q == 0 || h == 0 || batch == 0 || s_q == 0;
+  if (no_rows || total_k == 0) {  // nothing sees anything
     fill(dq, 0.f);
     fill(dk, 0.f);
     fill(dv, 0.f);
-    return;
+    if (dsinks) fill(*dsinks, 0.f);
+    // With sinks and queries but no key, the sink still has a gradient (every row's P_sink is 1):
+    // the launcher runs only the preprocess and the sink kernel then.
+    if (no_rows || !sinks) return;
   }
 
   flash3::BwdParams p;
@@ -136,6 +148,10 @@ void bwd_sm90(const Case& c, const DeviceInfo& dev) {
     p.dlse = static_cast<const float*>(dlse->data_ptr());
     p.dlse_batch_stride = varlen ? 0 : dlse->stride(0);
     p.dlse_head_stride = dlse->stride(varlen ? 0 : 1);
+  }
+  if (sinks) {
+    p.sinks = static_cast<const float*>(sinks->data_ptr());
+    p.dsinks = static_cast<float*>(dsinks->data_ptr());
   }
   p.batch = to_int(batch, "batch");
   p.seqlen_q = to_int(s_q, "seqlen_q");
@@ -164,9 +180,10 @@ void bwd_sm90(const Case& c, const DeviceInfo& dev) {
   if (deterministic) p.dq_semaphore = static_cast<int*>(scratch(size_t(std::max<int64_t>(ws.semaphore_ints, 1)) * 4));
 
   std::fprintf(stderr, "sim_driver: %s %s d=%d d_v=%d b=%d s_q=%d s_k=%d h=%d h_k=%d causal=%d window=(%d,%d) "
-               "softcap=%g varlen=%d dlse=%d deterministic=%d\n", kOp, dtype_name(is_bf16), p.head_dim, p.head_dim_v,
-               p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_heads_k, int(p.is_causal), p.window_left,
-               p.window_right, p.softcap, int(varlen), int(p.dlse != nullptr), int(p.deterministic));
+               "softcap=%g varlen=%d dlse=%d deterministic=%d sinks=%d\n", kOp, dtype_name(is_bf16), p.head_dim,
+               p.head_dim_v, p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_heads_k, int(p.is_causal),
+               p.window_left, p.window_right, p.softcap, int(varlen), int(p.dlse != nullptr), int(p.deterministic),
+               int(p.sinks != nullptr));
   try {
     kernel->launch(p, nullptr);  // the default stream (the binding: torch's current stream)
   } catch (const std::exception& e) {
@@ -193,6 +210,6 @@ std::string bwd_info() {
   return os.str();
 }
 
-const RegisterOp reg_bwd{{"bwd", bwd_sm90, {"dq", "dk", "dv"}, bwd_info}};
+const RegisterOp reg_bwd{{"bwd", bwd_sm90, {"dq", "dk", "dv", "dsinks"}, bwd_info}};
 
 }  // namespace
