@@ -166,10 +166,14 @@ torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, Non
 check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
                       "Tensor? dlse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, "
                       "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
-                      "bool causal, int window_left, int window_right, float softcap, bool deterministic) -> ()"))
+                      "bool causal, int window_left, int window_right, float softcap, bool deterministic, "
+                      "Tensor? sinks=None, Tensor(d!)? dsinks=None) -> ()"))
 assert "bwd" in info, info
 g = [torch.empty_like(q) for _ in range(3)]
 torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True)
+sk = torch.empty(q.shape[2], dtype=torch.float32, device="meta")  # with sinks: d_sink into dsinks
+torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True,
+                          sk, torch.empty_like(sk))
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
                           d ** -0.5, False, -1, -1, 0.0, False)
