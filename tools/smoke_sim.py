@@ -136,6 +136,7 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
                    cu_seqlens_k=c["cu_k"])
     if c["dtype"] != "e4m3":
         tensors["seqused_k"] = c["seqused_k"]
+        tensors["sinks"] = c.get("sinks")
         return "fwd", tensors, scalars
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -231,7 +232,8 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     fwd_kvcache_sm90. q_out: the NaN-poisoned rotated-q buffer (rotary only)."""
     kd, vd = part["descales"] or (None, None)
     tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
-                   seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd)
+                   seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd,
+                   sinks=part.get("sinks"))
     left, right = part["window"]
     scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), causal=bool(part["causal"]),
                    window_left=int(left), window_right=0 if part["causal"] else int(right),
