@@ -28,19 +28,19 @@
 //                                                causal window_left window_right softcap q_block
 //                                                kv_block (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
-// cu_seqlens_q cu_seqlens_k seqused_k sinks (fwd and kvcache: float32 (h,), attention sinks); fwd_fp8: q_descale k_descale v_descale, optional
-// v_channel_descale. kvcache: q k_cache v_cache out lse seqused_k, optional page_table, k_descale
-// v_descale (FP8 caches); scalars softmax_scale causal window_left window_right softcap num_splits;
-// the fused append when tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out
-// (q_out with rotary: the attention then takes q_out, as flash3/ops.py attention_kvcache does),
-// scalars rotary_interleaved q_per_token. seqused_k is what ops.py computes (cache_seqlens + s_new,
-// clamped to int32). bwd (sim_op_bwd.cu, torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv,
-// optional dlse cu_seqlens_q cu_seqlens_k; scalars max_seqlen_q max_seqlen_k softmax_scale causal
-// window_left window_right softcap deterministic. quantize_fp8 (sim_op_quantize.cu,
-// torch.ops.flash3.quantize_fp8_sm90): x out descale, optional signs mean channel_descale; scalars
-// block_size layout. Outputs hold what the caller passed (NaN poison,
-// the caches' old contents); after the launches the driver writes their whole buffers to
-// NAME.out.bin.
+// cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8); fwd_fp8:
+// q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
+// seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks; scalars softmax_scale
+// causal window_left window_right softcap num_splits; the fused append when tensor k is given: k v
+// cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
+// q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
+// seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
+// torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k;
+// scalars max_seqlen_q max_seqlen_k softmax_scale causal window_left window_right softcap
+// deterministic. quantize_fp8 (sim_op_quantize.cu, torch.ops.flash3.quantize_fp8_sm90): x out
+// descale, optional signs mean channel_descale; scalars block_size layout. Outputs hold what the
+// caller passed (NaN poison, the caches' old contents); after the launches the driver writes their
+// whole buffers to NAME.out.bin.
 //
 // Exit: 0 launched and synchronized; 3 the call was refused (what TORCH_CHECK or the launcher would
 // raise; the message goes to stderr as "sim_driver: error: ..."); 2 bad case files or CUDA errors.
