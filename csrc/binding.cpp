@@ -1,14 +1,17 @@
 // The torch side of flash3._C: the ops under torch.ops.flash3 and a minimal Python module.
 //
 //   flash3::fwd_sm90(q, k, v, out!, lse!, cu_seqlens_q?, cu_seqlens_k?, seqused_k?, max_seqlen_q,
-//                    max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap) -> ()
+//                    max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+//                    sinks?=None) -> ()
 //       CUDA: checks the arguments, fills flash3::FwdParams, runs the registered kernel for
-//       (dtype, d, d_v) on the current stream. Meta: nothing (shapes of out/lse are the caller's),
+//       (dtype, d, d_v) on the current stream. sinks: float32 (h,), attention sinks (one logit
+//       per query head, joining every row's softmax denominator; lse includes it). Meta: nothing (shapes of out/lse are the caller's),
 //       so torch.compile can trace calls.
 //   flash3::fwd_fp8_sm90(q, k, vt, out!, lse!, q_descale, k_descale, v_descale, v_channel_descale?,
 //                        q_block, kv_block, softmax_scale, causal, window_left, window_right, softcap,
 //                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k) -> ()
-//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out.
+//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out. No
+//       sinks argument: attention sinks are not offered with FP8 inputs (flash3/_checks.py sinks).
 //   flash3::kernel_info() -> str
 //       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...], "decode": [...],
 //       "decode_fp8_cache": [["bf16", 128, 128], ...] (16-bit q, FP8 cache), "arch": "sm_90a", "cutlass": "4.2.0"}.
@@ -61,7 +64,7 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const std::optional<Tensor>& cu_seqlens_k,
                    const std::optional<Tensor>& seqused_k, int64_t max_seqlen_q,
                    int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-                   int64_t window_right, double softcap) {
+                   int64_t window_right, double softcap, const std::optional<Tensor>& sinks) {
   // Device and dtypes.
   TORCH_CHECK(q.is_cuda(), "flash3.fwd_sm90: q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k, &v, &out, &lse})
@@ -128,6 +131,7 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               "flash3.fwd_sm90: softmax_scale must be finite and > 0, got ", softmax_scale);
   TORCH_CHECK(window_left >= -1 && window_right >= -1,
               "flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)");
+  const float* sinks_ptr = check_sinks(sinks, h, q, "flash3.fwd_sm90");
 
   // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
   // columns); full attention takes the wide-tile variant where (d, d_v) has one.
@@ -138,9 +142,9 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
               "and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel");
 
   if (total_q == 0 || h == 0 || batch == 0 || seqlen_q == 0) return;  // nothing to compute
-  if (total_k == 0) {  // no keys at all: every row sees nothing (out 0, lse -inf, as the reference)
+  if (total_k == 0) {  // no keys at all: every row sees nothing (out 0, lse -inf or the sink, as the reference)
     out.zero_();
-    lse.fill_(-std::numeric_limits<float>::infinity());
+    fill_empty_lse(lse, sinks, varlen ? 0 : 1);
     return;
   }
 
@@ -158,6 +162,7 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   p.v_row_stride = tma_stride(v, qdim - 3);
   p.v_head_stride = tma_stride(v, qdim - 2);
   p.seqused_k = seqused_k.has_value() ? seqused_k->data_ptr<int>() : nullptr;
+  p.sinks = sinks_ptr;
 
   p.is_bf16 = is_bf16;
   set_mask_and_launch(p, launch, q, dev, softmax_scale, softcap, causal, window_left, window_right,
@@ -306,7 +311,7 @@ void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const std::optional<Tensor>&,
                    const std::optional<Tensor>&, int64_t, int64_t, double, bool, int64_t, int64_t,
-                   double) {}
+                   double, const std::optional<Tensor>&) {}
 
 std::string kernel_info() {
   std::vector<std::tuple<int, int, int>> entries;  // (dtype order, d, d_v)
@@ -360,7 +365,7 @@ TORCH_LIBRARY(flash3, m) {
       "fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
-      "float softcap) -> ()");
+      "float softcap, Tensor? sinks=None) -> ()");
   m.def(
       "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "

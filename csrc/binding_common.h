@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -98,6 +99,32 @@ inline void check_seqlens(const std::optional<Tensor>& t, const char* name, int6
   TORCH_CHECK(t->dim() == 1 && t->numel() == numel, "flash3: ", name, " must have shape (",
               numel, "), got ", t->sizes());
   TORCH_CHECK(t->is_contiguous(), "flash3: ", name, " must be contiguous");
+}
+
+// Attention sinks (FwdParams::sinks): nullptr without, else the data of a contiguous float32
+// (num_heads,) tensor on q's device, one logit per query head.
+inline const float* check_sinks(const std::optional<Tensor>& sinks, int64_t num_heads, const Tensor& q,
+                                const char* op) {
+  if (!sinks.has_value()) return nullptr;
+  const Tensor& s = *sinks;
+  TORCH_CHECK(s.scalar_type() == at::kFloat, op, ": sinks must be float32, got ", s.scalar_type());
+  TORCH_CHECK(s.device() == q.device(), op, ": sinks must be on ", q.device(), ", got ", s.device());
+  TORCH_CHECK(s.dim() == 1 && s.size(0) == num_heads, op, ": sinks must have shape (", num_heads,
+              ",) (one logit per query head), got ", s.sizes());
+  TORCH_CHECK(s.is_contiguous(), op, ": sinks must be contiguous");
+  return s.data_ptr<float>();
+}
+
+// The lse of a call whose rows all see no key: -inf, or with sinks each row's sink (lse's head
+// dimension: head_dim; every other dimension broadcasts).
+inline void fill_empty_lse(const Tensor& lse, const std::optional<Tensor>& sinks, int head_dim) {
+  if (!sinks.has_value()) {
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return;
+  }
+  std::vector<int64_t> shape(lse.dim(), 1);
+  shape[head_dim] = lse.size(head_dim);
+  lse.copy_(sinks->view(shape).expand_as(lse));
 }
 
 inline int to_int(int64_t v, const char* what) {

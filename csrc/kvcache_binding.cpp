@@ -3,13 +3,14 @@
 //
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
 //                            causal, window_left, window_right, softcap, num_splits, k_descale?,
-//                            v_descale?) -> ()
+//                            v_descale?, sinks?) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
 //       first seqused_k[i] keys (clamped to the cache). Packed GQA, split-KV (num_splits 0: the
 //       heuristic of decode/split_heuristic.h, from shapes only) merged by the combine kernel.
 //       Caches of q's dtype, or float8_e4m3fn with float32 k_descale/v_descale (num_slabs, h_k):
-//       the stored x8 of slab s, kv head j is x8 * descale[s, j].
+//       the stored x8 of slab s, kv head j is x8 * descale[s, j]. sinks: float32 (h,), attention
+//       sinks (the kernel's epilogue without splits, else the combine; lse includes them).
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
 // flash3/ops.py validates first; these checks are a defence of the kernels' memory accesses.
 #include <ATen/core/Tensor.h>
@@ -40,7 +41,7 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
                            const Tensor& lse, const Tensor& seqused_k, const std::optional<Tensor>& page_table,
                            double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
                            double softcap, int64_t num_splits, const std::optional<Tensor>& k_descale,
-                           const std::optional<Tensor>& v_descale) {
+                           const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks) {
   TORCH_CHECK(q.is_cuda(), kOp, ": q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
     TORCH_CHECK(t->device() == q.device(), kOp, ": all tensors must be on ", q.device(), ", got one on ",
@@ -80,6 +81,7 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   TORCH_CHECK(softmax_scale > 0.0 && std::isfinite(softmax_scale), kOp, ": softmax_scale must be finite and > 0");
   TORCH_CHECK(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1");
   TORCH_CHECK(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
+  const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
   int64_t capacity = slab_rows;  // keys a row can hold
   if (page_table.has_value()) {
     const Tensor& pt = *page_table;
@@ -106,9 +108,9 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
               " decode kernel for head dim (", d, ", ", d_v,
               ") or larger in this build of flash3._C; see torch.ops.flash3.kernel_info()");
   if (b == 0 || s_q == 0 || h == 0) return;
-  if (slabs == 0 || slab_rows == 0 || capacity == 0) {  // no keys: out 0, lse -inf
+  if (slabs == 0 || slab_rows == 0 || capacity == 0) {  // no keys: out 0, lse -inf (or the sink)
     out.zero_();
-    lse.fill_(-std::numeric_limits<float>::infinity());
+    fill_empty_lse(lse, sinks, 1);
     return;
   }
   check_tma_layout(q, "q", kOp);
@@ -131,6 +133,7 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
     p.page_table_stride = page_table->stride(0);
   }
   p.is_bf16 = is_bf16;
+  p.sinks = sinks_ptr;  // the epilogue adds them without splits; split partials stay sink-free
   if (fp8_cache) {
     auto descale = [](const Tensor& t) {
       Descale ds;
@@ -168,6 +171,7 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
     c.num_splits = p.num_splits;
     c.batch = p.batch, c.seqlen_q = p.seqlen_q, c.num_heads = p.num_heads, c.head_dim_v = p.head_dim_v;
     c.is_bf16 = is_bf16;
+    c.sinks = sinks_ptr;  // the combine adds each row's sink once
     const int err = run_combine(c, c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
     TORCH_CHECK(err == 0, kOp, ": combine launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   }
@@ -175,7 +179,8 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
 
 void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                            const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t,
-                           const std::optional<Tensor>&, const std::optional<Tensor>&) {}
+                           const std::optional<Tensor>&, const std::optional<Tensor>&,
+                           const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -184,7 +189,8 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
   m.def(
       "fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor seqused_k, Tensor? page_table, float softmax_scale, bool causal, int window_left, "
-      "int window_right, float softcap, int num_splits, Tensor? k_descale=None, Tensor? v_descale=None) -> ()");
+      "int window_right, float softcap, int num_splits, Tensor? k_descale=None, Tensor? v_descale=None, "
+      "Tensor? sinks=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("fwd_kvcache_sm90", &flash3::fwd_kvcache_sm90_cuda); }

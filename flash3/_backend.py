@@ -58,6 +58,32 @@ def has_extension() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
+def has_sink_kernels() -> bool:
+    """True when flash3._C's forward and decode ops take attention sinks (their ``sinks``
+    argument: fwd_sm90 and fwd_kvcache_sm90 built with the sink epilogue and combine)."""
+    if not has_extension():
+        return False
+    try:
+        ops = (torch.ops.flash3.fwd_sm90.default, torch.ops.flash3.fwd_kvcache_sm90.default)
+        return all(any(a.name == "sinks" for a in op._schema.arguments) for op in ops)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def kernel_sinks_reason(q) -> str | None:
+    """Why no kernel can add attention sinks to this call (checked after the kernel's own reason);
+    None if the forward and decode kernels can."""
+    if q.is_cuda and not has_sink_kernels():
+        return "flash3._C's kernels take no attention sinks (an older build)"
+    return None
+
+
+def kernel_sinks(sinks):
+    """The kernels' form of ``sinks``: None, or contiguous float32 (h,)."""
+    return None if sinks is None else sinks.detach().to(torch.float32).contiguous()
+
+
+@functools.lru_cache(maxsize=None)
 def kernel_info() -> dict:
     """The extension's self-description ({} when not built)."""
     if not has_extension():
@@ -216,11 +242,13 @@ def warn_fallback(reason: str, what: str = "forward") -> None:
 
 
 def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q=None,
-                   cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0):
+                   cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, sinks=None):
     """Call flash3::fwd_sm90; returns (out, lse).
 
     Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
-    ``right == 0`` is passed as causal (same mask, bottom-right aligned).
+    ``right == 0`` is passed as causal (same mask, bottom-right aligned). ``sinks`` (h,): attention
+    sinks (made float32 contiguous; lse includes them); passed only when given, so a build without
+    them serves calls without.
     """
     q, k, v = (_tma_ready(x) for x in (q, k, v))
     out = q.new_empty(*q.shape[:-1], v.shape[-1])
@@ -229,25 +257,28 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
     else:
         lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     causal = right == 0
+    extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
-                              causal, int(left), -1 if causal else int(right), float(softcap))
+                              causal, int(left), -1 if causal else int(right), float(softcap),
+                              **extra)
     return out, lse
 
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
-                       softcap, num_splits, k_descale=None, v_descale=None):
+                       softcap, num_splits, k_descale=None, v_descale=None, sinks=None):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
     device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
-    (slabs, h_k)."""
+    (slabs, h_k). ``sinks`` (h,) as in run_kernel_fwd."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     causal = right == 0
+    extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), causal, int(left),
                                       -1 if causal else int(right), float(softcap),
-                                      int(num_splits), k_descale, v_descale)
+                                      int(num_splits), k_descale, v_descale, **extra)
     return out, lse
 
 

@@ -27,8 +27,9 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     ``sinks`` (h,) float, optional: attention sinks (gpt-oss), one logit per query head in the
     space of softmax_scale·q·kᵀ after softcap.  It joins every row's softmax denominator and
     carries no value; lse includes it (a row with no visible key gets out 0, lse = sink); its
-    gradient is returned; a -inf sink is no sink.  Not in the kernels yet: on CUDA it runs the
-    reference backend with a one-time warning.  Not with float8 inputs.
+    gradient is returned; a -inf sink is no sink.  The forward kernel adds it (its epilogue); the
+    backward has no kernel with sinks yet: on CUDA it runs the reference backend with a one-time
+    warning.  Not with float8 inputs.
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
@@ -126,8 +127,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     (flash3.decode_plan).  It changes speed only: the result is the same up to fp32
     rounding.  The reference computes the splits explicitly when num_splits > 1.
 
-    ``sinks`` (h,) as in :func:`attention` (forward only here); not in the decode kernel yet:
-    on CUDA it runs the reference with a one-time warning.
+    ``sinks`` (h,) as in :func:`attention` (forward only here): the decode kernel adds them (its
+    epilogue, or the split-KV combine).
 
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend

@@ -246,13 +246,13 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         # Each row's key count (no host read); the kernel clamps it into [0, capacity].
         seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
-                                           kd, vd)
+                                           kd, vd, sinks)
 
-    if sinks is not None:  # no kernel has sinks yet: the reference (warned on CUDA)
-        if q.is_cuda:
-            _backend.warn_fallback("attention sinks (sinks=) are not implemented in the kernels "
-                                   "yet", "attention_with_kvcache")
-        return run_reference()
+    if sinks is not None:  # the decode kernel adds them (its epilogue, or the split combine)
+        why_not = lambda: (_backend.kernel_kvcache_reason(q, k_cache, v_cache,  # noqa: E731
+                                                          softmax_scale)
+                           or _backend.kernel_sinks_reason(q))
+        return _dispatch(q, why_not, "attention_with_kvcache", kernel, run_reference)
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference)
 
 

@@ -2,12 +2,10 @@
 ``flash3``): attention sinks (forward and backward, batched and varlen) and packed
 variable-length queries against a (paged) KV cache.
 
-Sinks: the forward has no Hopper kernel with them yet, so on CUDA it runs the reference backend
-with a one-time RuntimeWarning (the package's fallback rule, flash3/ops.py); the backward runs the
-backward kernel (flash3::bwd_sm90 with sinks: dq/dk/dv from the lse that includes the sink, and
-d_sink) where it can, else the reference with the same warning rule.  Varlen queries
-on a KV cache run the reference on the CPU only: on CUDA its per-sequence loop would read
-cu_seqlens on the host, so the public function raises NotImplementedError there instead.
+Sinks: on CUDA the forward operators run the Hopper forward kernel (the sink is added in its
+epilogue) and the backward operators the backward kernel (dq/dk/dv from the lse that includes the
+sink, and d_sink from its preprocess); where a kernel cannot run (flash3/_backend.py's reasons)
+they run the reference with a one-time RuntimeWarning (the package's fallback rule, flash3/ops.py).
 """
 
 # No ``from __future__ import annotations``: custom_op reads real annotations.
@@ -18,12 +16,12 @@ from torch import Tensor
 
 from . import _backend, _checks, ops, reference, validation
 
-SINKS_NOT_IN_KERNELS = "attention sinks (sinks=) are not implemented in the forward kernels yet"
 
-
-def _sink_fallback(q, what):
-    if q.is_cuda:
-        _backend.warn_fallback(SINKS_NOT_IN_KERNELS, what)
+def _sinks_fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
+    """ops._fwd_dispatch, plus: the extension's kernels take sinks."""
+    return ops._dispatch(q, lambda: (_backend.kernel_fwd_reason(q, k, v, softmax_scale)
+                                     or _backend.kernel_sinks_reason(q)),
+                         "forward", run_kernel, run_reference)
 
 
 # ----------------------------------------------------------------- batched, with sinks
@@ -31,9 +29,11 @@ def _sink_fallback(q, what):
 def attention_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, softmax_scale: float,
                         window_left: int, window_right: int, softcap: float,
                         deterministic: bool = False) -> tuple[Tensor, Tensor]:
-    _sink_fallback(q, "forward")
-    return reference.forward(q, k, v, softmax_scale, window_left, window_right, softcap,
-                             sinks=sinks)
+    args = (softmax_scale, window_left, window_right, softcap)
+    return _sinks_fwd_dispatch(
+        q, k, v, softmax_scale,
+        lambda: _backend.run_kernel_fwd(q, k, v, *args, sinks=sinks),
+        lambda: reference.forward(q, k, v, *args, sinks=sinks))
 
 
 @attention_sinks_fwd.register_fake
@@ -88,9 +88,13 @@ def attention_varlen_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Te
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
-    _sink_fallback(q, "forward")
-    return reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-                                    window_left, window_right, softcap, sinks=sinks)
+    args = (softmax_scale, window_left, window_right, softcap)
+    return _sinks_fwd_dispatch(
+        q, k, v, softmax_scale,
+        lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
+                                        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                                        max_seqlen_k=max_seqlen_k, sinks=sinks),
+        lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args, sinks=sinks))
 
 
 @attention_varlen_sinks_fwd.register_fake

@@ -28,12 +28,14 @@ def _mask(s_q, s_k, causal, window, device):
 
 
 def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1),
-                    softcap=0.0, compute_dtype=None):
+                    softcap=0.0, compute_dtype=None, sinks=None):
     """Plain attention; full (s_q, s_k) matrix. Returns (out, lse).
 
     ``compute_dtype`` None means q's dtype: fp64 gives the oracle; fp16/bf16
     gives the "naive same precision" baseline (matmuls in that dtype, softmax
     upcast then rounded back, as a straightforward implementation would do).
+    ``sinks`` (h,): attention sinks, one more score column per row (the head's
+    logit, after softcap) that joins the softmax and lse and carries no value.
     """
     dt = compute_dtype or q.dtype
     d = q.shape[-1]
@@ -49,8 +51,12 @@ def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     keep = _mask(q.shape[1], k.shape[1], causal, window_size, q.device)
     s = s.float() if dt in (torch.float16, torch.bfloat16) else s
     s = s.masked_fill(~keep, -math.inf)
+    if sinks is not None:
+        s = torch.cat([s, sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.softmax(s, dim=-1)
+    if sinks is not None:
+        p = p[..., :-1]  # the sink's column carries no value
     p = torch.where(keep.any(-1)[:, None], p, torch.zeros_like(p))  # empty rows: 0
     p = p.to(dt)
     out = torch.einsum("bhqk,bkhd->bqhd", p, v)

@@ -60,7 +60,8 @@ def test_op_call_fwd(feature):
     # the op's default for them
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], out.shape[-1]) == (d, d, dv, dv)
-    assert s["softmax_scale"] == d ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk"))
+    assert s["softmax_scale"] == d ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk", "sinks"))
+    assert t["sinks"] is c["sinks"] and (c["sinks"] is None) == (feature != "sinks")
     assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, -1))
     assert s["softcap"] == (5.0 if feature == "softcap" else 0.0)
     assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (c["max_q"], c["max_k"])
@@ -81,6 +82,11 @@ def test_op_call_fwd(feature):
             assert (tail[2::3] == float("-inf")).all()
     elif feature == "kvcache":
         assert t["seqused_k"].tolist() == [smoke.SK, 150] and lse.shape == (2, 2, 77)
+    elif feature == "sinks":  # causal GQA, SK queries over SINKS_SK keys: more than a tile of rows see none
+        assert t["q"].shape[1:3] == (smoke.SK, 6) and t["k"].shape[1:3] == (smoke.SINKS_SK, 2)
+        assert smoke.SK - smoke.SINKS_SK > 128 and (smoke.SK - smoke.SINKS_SK) % 64 != 0
+        sk = t["sinks"]
+        assert sk.dtype == torch.float32 and sk.shape == (6,) and sk[3] == 8 and sk[4] == float("-inf")
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
         s_q, s_k = (smoke.SK, smoke.SQ) if feature == "sq_gt_sk" else (smoke.SQ, smoke.SK)
         assert lse.shape == (2, c["q"].shape[2], s_q) and t["k"].shape[1] == s_k
@@ -226,6 +232,10 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert sc["num_splits"] == p["num_splits"] and sc["causal"] == p["causal"]
         assert sc["window_right"] == (0 if p["causal"] else p["window"][1])
         assert ("k" in t) == (feature in ("append", "rotary"))
+        assert t["sinks"] is p["sinks"] and (p["sinks"] is None) == (feature != "sinks")
+    if feature == "sinks":  # packed GQA, a row of 0 keys; the epilogue (no split) and the combine (3)
+        assert [p["num_splits"] for p in parts] == [1, 3] and all(0 in p["seqused"].tolist() for p in parts)
+        assert all(p["q"].shape[1:3] == (5, 4 * p["kc"].shape[2]) for p in parts)
     if feature == "split":
         assert parts[0]["num_splits"] > 1 and 0 in parts[0]["seqused"].tolist()
     if feature in ("causal", "window", "softcap"):
@@ -255,7 +265,7 @@ def _reference_result(p):
         assert ((pt >= 0) & (pt < kc.shape[0])).all()
     out, lse = reference.kvcache_forward(q, kc, vc, k, v, lens.clamp(0, kc.shape[1] * (1 if pt is None else pt.shape[1]))
                                          if a is None else lens, pt, q.shape[-1] ** -0.5, left, right, p["softcap"],
-                                         cos, sin, False, kd, vd)
+                                         cos, sin, False, kd, vd, 1, p.get("sinks"))
     q_out = None
     if a is not None and cos is not None:
         from flash3.rotary import kvcache_rotary
@@ -263,7 +273,7 @@ def _reference_result(p):
     return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
 
 
-@pytest.mark.parametrize("feature", ["contig", "page48", "split", "gqa", "window", "append", "rotary"])
+@pytest.mark.parametrize("feature", ["contig", "page48", "split", "gqa", "window", "append", "rotary", "sinks"])
 def test_check_dec_accepts_the_reference_and_catches_errors(feature):
     for p in smoke.make_dec_case(feature, "dec:bf16:128:128", device="cpu"):
         r = _reference_result(p)
@@ -281,6 +291,19 @@ def test_check_dec_accepts_the_reference_and_catches_errors(feature):
             kc.view(torch.uint8).view(-1)[5] ^= 1
             res = smoke.check_dec(p, dict(r, kc=kc))
             assert res["status"] == "wrong" and "k_cache" in res["detail"]
+
+
+def test_sinks_checks_need_the_sink():
+    """The "sinks" features accept flash3.reference's result with the sinks and reject its result
+    without them (what a kernel ignoring FwdParams::sinks / CombineParams::sinks writes)."""
+    from flash3 import reference
+    c = smoke.make_case("sinks", "bf16", 64, 64, device="cpu")
+    args = (c["q"], c["k"], c["v"], c["q"].shape[-1] ** -0.5, -1, 0, 0.0)
+    assert smoke.check(c, *reference.forward(*args, sinks=c["sinks"]))["status"] == "ok"
+    assert smoke.check(c, *reference.forward(*args))["status"] == "wrong"
+    for p in smoke.make_dec_case("sinks", "dec:bf16:128:128", device="cpu"):
+        assert smoke.check_dec(p, _reference_result(p))["status"] == "ok"
+        assert smoke.check_dec(p, _reference_result(dict(p, sinks=None)))["status"] == "wrong"
 
 
 def test_check_dec_fp8_append_is_bitwise():
@@ -591,10 +614,9 @@ def test_bwd_launch_mirrors_launch_bwd(monkeypatch, tmp_path, feature):
         assert t["out"] is out and t["lse"] is lse and t["dout"] is c["dout"]
     names = ["q", "k", "v"] + (["sinks"] if feature == "sinks" else [])
     assert [g.shape for g in grads] == [c[n].shape for n in names] and all((g == 5).all() for g in grads)
-    if feature == "sinks":  # the forward's out/lse (0 here) with the sink added: lse = logaddexp(0, sink)
-        assert torch.equal(lse, torch.logaddexp(torch.zeros(6, 1, dtype=torch.float64),
-                                                c["sinks"].double().view(-1, 1)).float().expand(lse.shape))
-        assert torch.equal(out, torch.zeros_like(out))
+    if feature == "sinks":  # the forward kernel itself takes the sinks; its out/lse go on unchanged
+        assert calls[0][2]["sinks"] is c["sinks"] and all(t["sinks"] is c["sinks"] for _, _, t, _ in calls[1:])
+        assert torch.equal(lse, torch.zeros_like(lse)) and torch.equal(out, torch.zeros_like(out))
     assert (again is not None) == det and (not det or all((g == 6).all() for g in again))
 
 
@@ -655,12 +677,16 @@ def test_ci_cases_cover_every_kernel_and_feature():
     for k in ids:
         groups.setdefault((smoke.family(k), smoke.dec_fp8_cache(k)), []).append(k)
     assert len(groups) == 7  # bf16, fp16, e4m3, bwd, dec, dec FP8 cache, quant
-    for ks in groups.values():
-        assert {f for k in ks for f in got[k]} == set(smoke.kernel_features(ks[0])), ks
+    firsts = {("bf16", False), ("bwd", False), ("dec", False)}  # CI_ONCE features run in these groups only
+    for key, ks in groups.items():
+        want = set(smoke.kernel_features(ks[0])) - (set() if key in firsts else smoke.CI_ONCE)
+        assert {f for k in ks for f in got[k]} == want, ks
+    assert smoke.CI_ONCE == {"sinks"}
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim"]  # 10 features
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks"]  # 11 features
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail"]
-    assert got["dec:kve4m3:bf16:128:128"] == smoke.DEC_FEATURES  # alone in its group
+    assert "sinks" not in got["fp16:128:128"] and "sinks" in got["dec:bf16:128:128"]
+    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f != "sinks"]  # alone in its group
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES

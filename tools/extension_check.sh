@@ -102,7 +102,7 @@ def check_op(name, expected):
 check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
             "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
-            "float softcap) -> ()"))
+            "float softcap, Tensor? sinks=None) -> ()"))
 
 # The Meta kernel: shapes only, no device; what torch.compile traces through.
 b, s, h, d = 2, 64, 4, 128
@@ -110,6 +110,8 @@ q = torch.empty(b, s, h, d, dtype=torch.bfloat16, device="meta")
 out = torch.empty_like(q)
 lse = torch.empty(b, h, s, dtype=torch.float32, device="meta")
 torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0)
+sk = torch.empty(h, dtype=torch.float32, device="meta")  # attention sinks (one logit per query head)
+torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, sk)
 
 # No GPU here: a CPU call must fail cleanly (no CPU kernel), not crash.
 try:
@@ -182,7 +184,7 @@ torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] f
 check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, "
                               "Tensor(b!) lse, Tensor seqused_k, Tensor? page_table, float softmax_scale, "
                               "bool causal, int window_left, int window_right, float softcap, int num_splits, "
-                              "Tensor? k_descale=None, Tensor? v_descale=None) -> ()"))
+                              "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
 assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
@@ -197,6 +199,8 @@ pages8 = torch.empty(7, 16, 2, d, dtype=torch.float8_e4m3fn, device="meta")  # a
 pd8 = torch.empty(7, 2, dtype=torch.float32, device="meta")
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 0,
                                   pd8, pd8)
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 3,
+                                  sinks=torch.empty(4, dtype=torch.float32, device="meta"))
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).

@@ -83,11 +83,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # (1, 3), (5, 1), rows that see a single key: softmax 1, so dq is exactly 0 there (check_bwd asserts
 # it, and checks the forward's out/lse too); "nantail": varlen with packed tensors longer than
 # cu_seqlens[-1] and NaN/+-Inf in the unused tail (q, k, v, dout; out/lse there stay the forward's
-# NaN poison), which the last sequence's partial blocks cover; "sinks" (backward here): attention
-# sinks, a causal GQA varlen batch with dlse (SINKS_LENS: a sequence of 0 queries, one of 0 keys, one
-# with more queries than keys), one head's sink -inf (no sink: its rows that see one key are one-hot);
-# until the forward kernel has sinks the backward gets the forward's out/lse with the sink added on
-# the host (sink_corrected), and check_bwd checks d_sink against the fp64 sink_grad too.
+# NaN poison), which the last sequence's partial blocks cover; "sinks": attention sinks (one fp32 logit
+# per query head). Forward: sink_logits with causal GQA and more queries than keys (SK queries over
+# SINKS_SK keys: the first tile's rows see no key, lse = the sink, and the next tile mixes such rows
+# with others). Backward: a causal GQA varlen batch with dlse (SINKS_LENS: a sequence of 0 queries,
+# one of 0 keys, one with more queries than keys), one head's sink -inf (no sink: its rows that see
+# one key are one-hot); the forward kernel runs with the sinks too, and check_bwd checks d_sink
+# against the fp64 sink_grad.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
             "perhead", "nextdim", "onekey", "nantail", "sinks"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
@@ -96,21 +98,26 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
 # combine); packed GQA (s_q 5, 1 and 4 splits); causal / window / softcap each at s_q 1 and 70;
 # bad page ids and seqused past the capacity; the fused append (FP8: quantizing, with descales)
-# without and with rotary.
+# without and with rotary; attention sinks on packed GQA with a row of 0 keys, without splits (the
+# kernel's epilogue) and with 3 (the combine).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
-                "causal", "window", "softcap", "badidx", "append", "rotary"]
+                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks"]
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
 NANTAIL_LENS = ([SQ, 0, 77, 45], [SK, 40, 0, 93])  # (q, k) lengths: the last ends mid-block
 NANTAIL_PAD = (37, 61)  # unused rows after cu_seqlens[-1] in q (and dout), in k and v
-SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the "sinks" case
+SINKS_SK = 190  # forward "sinks": keys for SK queries, causal: rows 0 .. SK - SINKS_SK - 1 see none
+SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the backward "sinks" case
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
-# gradient flowing into lse). Keyed by family(): the dtype, or "bwd".
+# gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
 NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks"},
-                  "bf16": {"determ", "dlse", "perhead", "onekey", "sinks"},
-                  "fp16": {"determ", "dlse", "perhead", "onekey", "sinks"},
+                  "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
                   "bwd": {"kvcache", "perhead"}}
+# Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
+# fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
+# epilogue/combine code that neither q's dtype nor the cache's changes.
+CI_ONCE = {"sinks"}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -190,6 +197,16 @@ def next_dims(d: int, dv: int) -> tuple[int, int]:
     return (64, 128) if (d, dv) == (128, 128) else (d - 24, dv - 24)
 
 
+def sink_logits(h: int, g, device="cpu"):
+    """The "sinks" features' fp32 (h,) logits: N(0, 2^2), about the rows' lse (scores ~ N(0, 1) over
+    a few hundred keys), with head 1 at 5 and head 3 at 8 (the sink then carries most of the
+    softmax: O scaled by ~0.07) and head 4 at -inf (no sink)."""
+    import torch
+    s = torch.randn(h, generator=g) * 2
+    s[1], s[3], s[4] = 5.0, 8.0, float("-inf")
+    return s.to(torch.float32).to(device)
+
+
 def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0,
               bwd=False) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
@@ -204,14 +221,16 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
-             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None)
+             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None, sinks=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
     if feature == "nextdim":
         d, dv = next_dims(d, dv)
-    if feature in ("causal", "dlse", "sq_gt_sk"):
+    if feature in ("causal", "dlse", "sq_gt_sk") or (feature == "sinks" and not bwd):
         c["causal"] = True
         if feature == "sq_gt_sk":
             sq, sk = SK, SQ
+        elif feature == "sinks":
+            sq, sk, h, hk = SK, SINKS_SK, 6, 2
     elif feature == "window":
         c["window"] = (97, 13)
     elif feature == "softcap":
@@ -220,7 +239,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         h, hk = 6, 2
     elif feature == "sinks":
         c["causal"], h, hk = True, 6, 2
-    if feature in ("varlen", "onekey", "nantail", "sinks"):
+    if feature in ("varlen", "onekey", "nantail") or (feature == "sinks" and bwd):
         c["lens_q"], c["lens_k"] = {"varlen": ([SQ, 0, 77, 1], [SK, 40, 150, 0]), "onekey": ONEKEY_LENS,
                                     "nantail": NANTAIL_LENS, "sinks": SINKS_LENS}[feature]
         pq, pk = NANTAIL_PAD if feature == "nantail" else (0, 0)
@@ -237,10 +256,12 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
             c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
         c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
         c["max_q"], c["max_k"] = sq, sk
+    if feature == "sinks" and not bwd:
+        c["sinks"] = sink_logits(h, g, device)
     if bwd:
         c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv),
                  dlse=torch.randn(b, h, sq, generator=g).to(device) if feature == "dlse" else None)
-    if feature == "sinks":  # logits near the rows' lse (~log of the keys seen); head 1: no sink
+    if feature == "sinks" and bwd:  # logits near the rows' lse (~log of the keys seen); head 1: no sink
         c["sinks"] = (torch.randn(h, generator=g) + 4.0).index_fill_(0, torch.tensor([1]), -math.inf).to(device)
         c["dlse"] = torch.randn(h, c["q"].shape[0], generator=g).to(device)  # varlen lse: (h, total_q)
     if feature == "nantail":
@@ -338,10 +359,10 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=()):
+             append=None, unchecked=(), sinks=None):
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
-                    unchecked=set(unchecked))
+                    unchecked=set(unchecked), sinks=sinks)
 
     h, h_k = 4, 2
     if feature == "contig" or feature.startswith("page"):
@@ -361,6 +382,12 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
         kc, vc, pt, ds = cache(2, 400, h_k, 16)
         return [part(rnd(2, s_q, h, d), kc, vc, pt, ds, i32([s_q + 17, 400]), num_splits=0, **mask)
                 for s_q in (1, 70)]
+    if feature == "sinks":  # packed GQA (g = 4, s_q 5), a row of 0 keys; no split (epilogue), 3 (combine)
+        kc, vc, pt, ds = cache(3, 500, h_k, 64)
+        q = rnd(3, 5, 4 * h_k, d)
+        sinks = sink_logits(4 * h_k, g, device)
+        return [part(q, kc, vc, pt, ds, i32([0, 333, 500]), num_splits=n, causal=True, sinks=sinks)
+                for n in (1, 3)]
     if feature == "badidx":  # test_bad_index_values_stay_in_bounds
         kc, vc, pt, ds = cache(3, 256, h_k, 16)
         bad = pt.clone()
@@ -412,9 +439,10 @@ def launch_dec(p: dict) -> dict:
                                         q_out if q_out is not None else q, kd, vd)
         q = q_out if q_out is not None else q
     left, right = p["window"]
+    extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       p["causal"], left, 0 if p["causal"] else right, p["softcap"],
-                                      p["num_splits"], kd, vd)
+                                      p["num_splits"], kd, vd, **extra)
     torch.cuda.synchronize()
     return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
 
@@ -425,8 +453,8 @@ def check_dec(p: dict, r: dict) -> dict:
     row on its first clamp(seqused, 0, capacity) keys against the fp64 oracle with the FA rule and
     the lse rule of test_kvcache_gpu.check_rows (FP8: out's oracle on the exact x8 * descale, the
     naive baseline and lse's oracle on those values in q's dtype, which the kernel computes with);
-    a row of no keys: out 0, lse -inf; rows the
-    bad-index contract leaves undefined: finite."""
+    a row of no keys: out 0, lse -inf (with sinks: the head's sink); rows the
+    bad-index contract leaves undefined: finite. Sinks: the oracles' sink column (helpers)."""
     import torch
     from flash3 import reference
     if str(ROOT / "tests") not in sys.path:
@@ -458,6 +486,9 @@ def check_dec(p: dict, r: dict) -> dict:
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
     cap = kc.shape[1] * (pt.shape[1] if pt is not None else 1)
     kw = dict(causal=p["causal"], window_size=p["window"], softcap=p["softcap"], softmax_scale=q.shape[-1] ** -0.5)
+    sinks = p.get("sinks")
+    if sinks is not None:
+        kw["sinks"] = sinks.double()
     res = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
     lse_bad = None  # reported after every row's out passed (out first: it says more)
     for i, n in enumerate(p["seqused"].tolist()):
@@ -467,7 +498,15 @@ def check_dec(p: dict, r: dict) -> dict:
                 return dict(res, status="wrong", detail=f"row {i} (bad page ids): non-finite out")
             continue
         if n == 0:
-            if not ((out[i] == 0).all() and torch.isinf(lse[i]).all() and (lse[i] < 0).all()):
+            if sinks is not None:  # lse = the head's sink (-inf: no sink)
+                want = sinks.double().view(-1, 1).expand(lse[i].shape)
+                fin = torch.isfinite(want)
+                lerr = (lse[i][fin].double() - want[fin]).abs().max().item() if fin.any() else 0.0
+                ok = (torch.equal(torch.isinf(lse[i]), ~fin) and bool((lse[i][~fin] < 0).all())
+                      and lerr <= 1e-5 * (1 + want[fin].abs().max().item() if fin.any() else 1))
+                if not ((out[i] == 0).all() and ok):
+                    return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse = the sink")
+            elif not ((out[i] == 0).all() and torch.isinf(lse[i]).all() and (lse[i] < 0).all()):
                 return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse -inf")
             continue
         k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None]
@@ -521,9 +560,10 @@ def launch(c: dict):
 
 def _launch_fwd(c, out, lse):
     import torch
+    extra = {} if c.get("sinks") is None else {"sinks": c["sinks"]}  # builds without sinks: no argument
     torch.ops.flash3.fwd_sm90(c["q"], c["k"], c["v"], out, lse, c["cu_q"], c["cu_k"], c["seqused_k"],
                               c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, c["causal"],
-                              c["window"][0], c["window"][1], c["softcap"])
+                              c["window"][0], c["window"][1], c["softcap"], **extra)
 
 
 def _launch_fp8(c, out, lse):
@@ -579,12 +619,15 @@ def check(c: dict, out, lse) -> dict:
 
 
 def _check_fa(c, out, lse) -> dict:
-    """Per sequence against the fp64 reference: the FlashAttention rule of tests/helpers.py."""
+    """Per sequence against the fp64 reference: the FlashAttention rule of tests/helpers.py (sinks:
+    its sink column)."""
     import torch
     if str(ROOT / "tests") not in sys.path:
         sys.path.insert(0, str(ROOT / "tests"))
     from helpers import attention_naive, attention_ref64, fa_tolerance, max_err
     kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
+    if c.get("sinks") is not None:
+        kw["sinks"] = c["sinks"].double()
     worst = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
     for o, l, q, k, v in _pieces(c, out, lse):
         ref, ref_lse = attention_ref64(q, k, v, **kw)
@@ -643,32 +686,14 @@ def _check_fp8(c, out, lse) -> dict:
     return res
 
 
-def sink_corrected(c: dict, out, lse):
-    """out/lse of a forward without sinks -> those of the forward with c["sinks"] (unchanged without):
-    lse' = logaddexp(lse, sink), out' = out * exp(lse - lse') (0 where lse' = -inf: no key, no sink),
-    in fp64, rounded back to fp32 / out's dtype. The "sinks" backward case's inputs while the forward
-    kernel has no sinks; the reference then gets these very out'/lse' (the backward's exact inputs)."""
-    import torch
-    sinks = c.get("sinks")
-    if sinks is None:
-        return out, lse
-    sink = sinks.double().view(-1, 1) if c["cu_q"] is not None else sinks.double().view(1, -1, 1)
-    l64 = lse.double()
-    new = torch.logaddexp(l64, sink)
-    scale = torch.where(new == -math.inf, 0.0, torch.exp(l64 - new))  # (h, total_q) / (b, h, s_q)
-    scale = scale.transpose(0, 1) if c["cu_q"] is not None else scale.transpose(1, 2)
-    return (out.double() * scale.unsqueeze(-1)).to(out.dtype), new.float()
-
-
 def launch_bwd(c: dict):
-    """out/lse from the forward kernel (launch; with sinks: sink_corrected), then one synchronized
+    """out/lse from the forward kernel (launch; with the case's sinks), then one synchronized
     bwd_sm90 launch (with the case's dlse, sinks) into NaN-poisoned dq/dk/dv (and dsinks); "determ" a
     second one. Returns (out, lse, grads, second grads or None): grads [dq, dk, dv] (+ [dsinks])."""
     import torch
     out, lse = launch(c)
     if torch.isnan(out[used_rows(c, "out")]).any() or torch.isnan(lse[:, used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
-    out, lse = sink_corrected(c, out, lse)
 
     def once():
         grads = [torch.full_like(c[n], float("nan")) for n in ("q", "k", "v")]
@@ -1210,8 +1235,11 @@ def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
     for k in kernels:
         groups.setdefault((family(k), dec_fp8_cache(k)), []).append(k)
     jobs: dict = collections.OrderedDict((k, []) for k in kernels)
+    once: set = set()  # (feature list, feature) of CI_ONCE features an earlier group runs
     for ks in groups.values():
-        feats = kernel_features(ks[0])
+        order = (family(ks[0]) == "bwd", id(family_features(ks[0])))  # the backward: its own group
+        feats = [f for f in kernel_features(ks[0]) if (order, f) not in once]
+        once |= {(order, f) for f in feats if f in CI_ONCE}
         for j in range(max(len(ks), len(feats))):
             jobs[ks[j % len(ks)]].append(feats[j % len(feats)])
     import flash3_build  # tools/, beside this file

@@ -136,6 +136,7 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
                    cu_seqlens_k=c["cu_k"])
     if c["dtype"] != "e4m3":
         tensors["seqused_k"] = c["seqused_k"]
+        tensors["sinks"] = c.get("sinks")
         return "fwd", tensors, scalars
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -231,7 +232,8 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     fwd_kvcache_sm90. q_out: the NaN-poisoned rotated-q buffer (rotary only)."""
     kd, vd = part["descales"] or (None, None)
     tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
-                   seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd)
+                   seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd,
+                   sinks=part.get("sinks"))
     left, right = part["window"]
     scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), causal=bool(part["causal"]),
                    window_left=int(left), window_right=0 if part["causal"] else int(right),
@@ -261,7 +263,7 @@ def dec_launch(part: dict, driver: Path, seed: int = 1, sms: int | None = None, 
 
 def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, dict]:
     """(op, tensors, scalars) of one backward launch of case c (smoke.make_case(..., bwd=True)):
-    what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's, sink_corrected;
+    what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's, with the sinks;
     sinks and dsinks when the case has sinks)."""
     tensors = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk,
                    dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks)
@@ -275,7 +277,7 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
 def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
                keep: Path | None = None):
     """smoke.launch_bwd under simrun -> (out, lse, grads, second grads or None): the forward
-    (sim_launch; with sinks its out/lse through smoke.sink_corrected), then one backward launch into
+    (sim_launch, with the case's sinks), then one backward launch into
     NaN-poisoned dq/dk/dv (and dsinks: grads [dq, dk, dv, dsinks]); deterministic: a second one
     with schedule seed + 1 (another schedule is the simulator's run-to-run variation). keep: each
     launch's case directory under it (fwd, bwd, bwd_again)."""
@@ -285,7 +287,6 @@ def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, tim
     import smoke  # tools/, beside this file
     if torch.isnan(out[smoke.used_rows(c, "out")]).any() or torch.isnan(lse[:, smoke.used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
-    out, lse = smoke.sink_corrected(c, out, lse)
 
     def once(s, name):
         grads = {f"d{n}": torch.full_like(c[n], float("nan")) for n in "qkv"}

@@ -44,11 +44,14 @@ __global__ void __launch_bounds__(kWarps * 32) combine_kernel(const CombineParam
   float m = -INFINITY;
   for (int s = lane; s < p.num_splits; s += 32) m = fmaxf(m, lse_in[s * split_lse]);
   for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (m == -INFINITY) m = 0.f;  // every split empty: the weights below are exactly 0
+  const float sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;  // a term with no value
+  m = fmaxf(m, sink);
+  if (m == -INFINITY) m = 0.f;  // every split empty (and no sink): the weights below are exactly 0
   float sum = 0.f;
   for (int s = lane; s < p.num_splits; s += 32) sum += expf(lse_in[s * split_lse] - m);
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  const float lse = m + logf(sum);  // log(0) = -inf: no split saw the row
+  sum += expf(sink - m);  // every lane holds the full sum: each adds the sink's term once (0 without)
+  const float lse = m + logf(sum);  // log(0) = -inf: no split saw the row (and no sink)
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   for (int s = lane; s < p.num_splits; s += 32) weights[warp][s] = expf(lse_in[s * split_lse] - m) * inv;
   __syncwarp();

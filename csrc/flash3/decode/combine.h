@@ -2,6 +2,9 @@
 // keys, fp32) and lse_s; the row's result is lse = m + log(sum_s exp(lse_s - m)) with m the largest
 // lse_s (0 when all are -inf, so no inf - inf), out = sum_s exp(lse_s - lse) o_s, and out = 0,
 // lse = -inf for a row no split saw (flash3/reference/__init__.py combine_splits is the specification).
+// Attention sinks (sinks non-null, one fp32 logit per head): the sink is one more term of the
+// logsumexp with no value (m also covers it), so lse includes it and a row no split saw gets out 0,
+// lse = sink.
 // Plain C++ (no torch, no CUDA headers): the binding fills CombineParams.
 #pragma once
 
@@ -18,6 +21,7 @@ struct CombineParams {
   int64_t lse_batch_stride, lse_head_stride;
   int num_splits, batch, seqlen_q, num_heads, head_dim_v;
   bool is_bf16;
+  const float* sinks = nullptr;  // (num_heads) fp32 logits, or nullptr
 };
 
 // Launches the combine on `stream` (a cudaStream_t). Returns 0 or a cudaError_t value.

@@ -91,6 +91,51 @@ struct FwdEpilogue {
     else return false;
   }
 
+  // Attention sinks (FwdParams::sinks): on the stored O and LSE only; split partials stay
+  // sink-free (the combine adds the sink once).
+  static __device__ __forceinline__ bool has_sinks(const FwdParams& p) {
+    return p.sinks != nullptr && !split_output(p);
+  }
+  // The sink of tile row `row`'s head (decode: the packed row's query head; -inf, no sink, past
+  // the last packed row, which is not stored).
+  static __device__ __forceinline__ float row_sink(const FwdParams& p, const WorkTile& w, int row) {
+    if constexpr (Tr::kDecode) {
+      PackedRow r;
+      return packed_row(p, w, row, r) ? p.sinks[r.head] : -INFINITY;
+    } else {
+      return p.sinks[w.coord.head];
+    }
+  }
+  // logaddexp(lse, sink) without overflow, and in `factor` exp(lse - that), which O is scaled by
+  // (0 for a row that saw no key: lse -inf). Neither term (both -inf): lse unchanged, factor 1.
+  static __device__ __forceinline__ float add_sink(float lse, float sink, float& factor) {
+    const float m = fmaxf(lse, sink);
+    if (m == -INFINITY) {
+      factor = 1.f;
+      return lse;
+    }
+    const float out = m + log1pf(expf(-fabsf(lse - sink)));
+    factor = expf(lse - out);
+    return out;
+  }
+  template <class TensorO, int kRows>
+  static __device__ __forceinline__ void apply_sinks(const FwdParams& p, const WorkTile& w, TensorO& tOrO,
+                                                     float (&lse)[kRows]) {
+    using namespace cute;
+    typename Tr::TiledMmaO mma_o;
+    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
+    Tensor tOcO = mma_o.get_thread_slice(consumer_thread_idx()).partition_C(cO);
+    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      float factor;
+      lse[mi] = add_sink(lse[mi], row_sink(p, w, get<0>(tOcO_rc(mi, 0))), factor);
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) *= factor;
+    }
+  }
+
   // LSE: after the quad reduction the four threads of a quad agree; the one holding column 0 writes.
   template <int kRows>
   static __device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w,
@@ -133,12 +178,17 @@ struct FwdEpilogue {
     }
   }
 
+  // O and LSE of a tile after its mainloop (tOrO is scaled in place when sinks are on).
   template <class TensorO, int kRows>
   static __device__ __forceinline__ void store(typename Tr::KernelParams const& params,
                                                typename Tr::SharedStorage& smem, const WorkTile& w,
-                                               TensorO const& tOrO, const float (&lse)[kRows]) {
+                                               TensorO& tOrO, const float (&lse_in)[kRows]) {
     using namespace cute;
     const FwdParams& p = params.p;
+    float lse[kRows];
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) lse[mi] = lse_in[mi];
+    if (has_sinks(p)) apply_sinks(p, w, tOrO, lse);
     store_lse(p, w, lse);
     const int tidx = consumer_thread_idx();
     if (split_output(p)) {
@@ -188,8 +238,8 @@ struct FwdEpilogue {
     cutlass::arch::ClusterBarrier::arrive(&smem.o_free);
   }
 
-  // A tile whose rows see no key at all: O = 0 and LSE = -inf, straight to global memory (the
-  // producer loads nothing for it, so shared memory is not touched).
+  // A tile whose rows see no key at all: O = 0 and LSE = -inf (with sinks: the row's sink),
+  // straight to global memory (the producer loads nothing for it, so shared memory is not touched).
   static __device__ __forceinline__ void store_empty(const FwdParams& p, const WorkTile& w) {
     const int tidx = consumer_thread_idx();
     if (split_output(p)) {  // this split saw no key of these rows: o = 0, lse = -inf
@@ -212,7 +262,7 @@ struct FwdEpilogue {
     if (p.lse != nullptr) {
       for (int r = tidx; r < Tr::kBlockM; r += Tr::kNumConsumerThreads) {
         float* l = lse_entry(p, w, r);
-        if (l != nullptr) *l = -INFINITY;
+        if (l != nullptr) *l = has_sinks(p) ? row_sink(p, w, r) : -INFINITY;
       }
     }
   }

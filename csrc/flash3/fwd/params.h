@@ -60,6 +60,12 @@ struct FwdParams {
   bool is_causal = false;
   int window_left = -1, window_right = -1;
 
+  // Attention sinks (gpt-oss): one fp32 logit per query head, in the space of softmax_scale * q.k
+  // after softcap, joining every row's softmax denominator with no value: the epilogue stores
+  // lse' = logaddexp(lse, sink) and O * exp(lse - lse') (a row that sees no key: O = 0, lse' = sink).
+  // Split-KV partials stay sink-free; the combine adds the sink once (decode/combine.h).
+  const float* sinks = nullptr;  // (num_heads) fp32 logits; null = none
+
   bool is_bf16 = true;  // else fp16 (the FP8 kernel: inputs e4m3, output bf16)
   Fp8Descales fp8;
 

@@ -135,6 +135,15 @@ inline void check_seqlens(const Tensor* t, const char* name, int64_t numel) {
   check(t->stride(0) == 1 || t->numel() <= 1, "flash3: ", name, " must be contiguous");
 }
 
+inline const float* check_sinks(const Tensor* sinks, int64_t num_heads, const char* op) {
+  if (sinks == nullptr) return nullptr;
+  check(sinks->dtype == DType::f32, op, ": sinks must be float32, got ", dtype_str(sinks->dtype));
+  check(sinks->dim() == 1 && sinks->size(0) == num_heads, op, ": sinks must have shape (", num_heads,
+        ",) (one logit per query head), got ", shape_str(sinks->sizes));
+  check(sinks->stride(0) == 1 || sinks->numel() <= 1, op, ": sinks must be contiguous");
+  return static_cast<const float*>(sinks->data_ptr());
+}
+
 inline int to_int(int64_t v, const char* what) {
   check(v >= 0 && v <= INT32_MAX, "flash3: ", what, " = ", v, " does not fit in int32");
   return static_cast<int>(v);
@@ -347,6 +356,24 @@ inline void fill(const Tensor& t, float value) {
     for (int d = t.dim() - 1; d >= 0 && ++idx[d] == t.sizes[d]; --d) idx[d] = 0;
   }
   ck(cudaMemcpy(t.ptr, host.data(), t.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
+// binding_common.h fill_empty_lse: lse.fill_(-inf), or with sinks lse[..., head (dim head_dim), ...]
+// = sinks[head].
+inline void fill_empty_lse(const Tensor& lse, const Tensor* sinks, int head_dim) {
+  if (sinks == nullptr) return fill(lse, -std::numeric_limits<float>::infinity());
+  std::vector<float> s(size_t(sinks->numel()));
+  if (!s.empty()) ck(cudaMemcpy(s.data(), sinks->ptr, s.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  std::vector<char> host(lse.bytes);
+  ck(cudaMemcpy(host.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  std::vector<int64_t> idx(lse.dim(), 0);
+  for (int64_t n = 0; n < lse.numel(); ++n) {
+    int64_t off = 0;
+    for (int d = 0; d < lse.dim(); ++d) off += idx[d] * lse.strides[d];
+    std::memcpy(&host[off * 4], &s[idx[head_dim]], 4);
+    for (int d = lse.dim() - 1; d >= 0 && ++idx[d] == lse.sizes[d]; --d) idx[d] = 0;
+  }
+  ck(cudaMemcpy(lse.ptr, host.data(), lse.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
 // ---- ops ---------------------------------------------------------------------------------------

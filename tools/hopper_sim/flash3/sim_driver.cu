@@ -28,19 +28,19 @@
 //                                                causal window_left window_right softcap q_block
 //                                                kv_block (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
-// cu_seqlens_q cu_seqlens_k seqused_k; fwd_fp8: q_descale k_descale v_descale, optional
-// v_channel_descale. kvcache: q k_cache v_cache out lse seqused_k, optional page_table, k_descale
-// v_descale (FP8 caches); scalars softmax_scale causal window_left window_right softcap num_splits;
-// the fused append when tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out
-// (q_out with rotary: the attention then takes q_out, as flash3/ops.py attention_kvcache does),
-// scalars rotary_interleaved q_per_token. seqused_k is what ops.py computes (cache_seqlens + s_new,
-// clamped to int32). bwd (sim_op_bwd.cu, torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv,
-// optional dlse cu_seqlens_q cu_seqlens_k; scalars max_seqlen_q max_seqlen_k softmax_scale causal
-// window_left window_right softcap deterministic. quantize_fp8 (sim_op_quantize.cu,
-// torch.ops.flash3.quantize_fp8_sm90): x out descale, optional signs mean channel_descale; scalars
-// block_size layout. Outputs hold what the caller passed (NaN poison,
-// the caches' old contents); after the launches the driver writes their whole buffers to
-// NAME.out.bin.
+// cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8); fwd_fp8:
+// q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
+// seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks; scalars softmax_scale
+// causal window_left window_right softcap num_splits; the fused append when tensor k is given: k v
+// cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
+// q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
+// seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
+// torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k;
+// scalars max_seqlen_q max_seqlen_k softmax_scale causal window_left window_right softcap
+// deterministic. quantize_fp8 (sim_op_quantize.cu, torch.ops.flash3.quantize_fp8_sm90): x out
+// descale, optional signs mean channel_descale; scalars block_size layout. Outputs hold what the
+// caller passed (NaN poison, the caches' old contents); after the launches the driver writes their
+// whole buffers to NAME.out.bin.
 //
 // Exit: 0 launched and synchronized; 3 the call was refused (what TORCH_CHECK or the launcher would
 // raise; the message goes to stderr as "sim_driver: error: ..."); 2 bad case files or CUDA errors.
@@ -60,7 +60,7 @@ using namespace simdrv;
 void fwd_sm90(const Case& c, const DeviceInfo& dev) {
   const Tensor &q = c.t("q"), &k = c.t("k"), &v = c.t("v"), &out = c.t("out"), &lse = c.t("lse");
   const Tensor *cu_seqlens_q = c.opt("cu_seqlens_q"), *cu_seqlens_k = c.opt("cu_seqlens_k"),
-               *seqused_k = c.opt("seqused_k");
+               *seqused_k = c.opt("seqused_k"), *sinks = c.opt("sinks");
   const int64_t max_seqlen_q = c.integer("max_seqlen_q"), max_seqlen_k = c.integer("max_seqlen_k");
   const double softmax_scale = c.num("softmax_scale"), softcap = c.num("softcap");
   const bool causal = c.integer("causal") != 0;
@@ -115,6 +115,7 @@ void fwd_sm90(const Case& c, const DeviceInfo& dev) {
   check(softmax_scale > 0.0 && std::isfinite(softmax_scale), "flash3.fwd_sm90: softmax_scale must be finite and > 0, got ",
         softmax_scale);
   check(window_left >= -1 && window_right >= -1, "flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)");
+  const float* sinks_ptr = check_sinks(sinks, h, "flash3.fwd_sm90");
 
   const bool wide = !causal && window_left < 0 && window_right < 0;
   const flash3::FwdLauncher launch =
@@ -131,7 +132,7 @@ void fwd_sm90(const Case& c, const DeviceInfo& dev) {
   if (total_q == 0 || h == 0 || batch == 0 || seqlen_q == 0) return;
   if (total_k == 0) {
     fill(out, 0.f);
-    fill(lse, -std::numeric_limits<float>::infinity());
+    fill_empty_lse(lse, sinks, varlen ? 0 : 1);
     return;
   }
   check_tma_layout(q, "q");
@@ -147,6 +148,7 @@ void fwd_sm90(const Case& c, const DeviceInfo& dev) {
   p.v_row_stride = tma_stride(v, qdim - 3);
   p.v_head_stride = tma_stride(v, qdim - 2);
   p.seqused_k = seqused_k != nullptr ? static_cast<const int*>(seqused_k->data_ptr()) : nullptr;
+  p.sinks = sinks_ptr;
   p.is_bf16 = is_bf16;
   set_mask_and_launch(p, launch, dev, softmax_scale, softcap, causal, window_left, window_right, "flash3.fwd_sm90",
                       dtype_name(is_bf16));
@@ -394,7 +396,8 @@ void append_kv_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
 void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& out,
                       const Tensor& lse, const Tensor& seqused_k, const Tensor* page_table, double softmax_scale,
                       bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
-                      const Tensor* k_descale, const Tensor* v_descale, const DeviceInfo& dev) {
+                      const Tensor* k_descale, const Tensor* v_descale, const Tensor* sinks,
+                      const DeviceInfo& dev) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(dev.major == 9 && dev.minor == 0, kOp, " needs an sm_90 (Hopper) GPU; it is sm_", dev.major, dev.minor);
   const DType dtype = q.dtype;
@@ -427,6 +430,7 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   check(softmax_scale > 0.0 && std::isfinite(softmax_scale), kOp, ": softmax_scale must be finite and > 0");
   check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1");
   check(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
+  const float* sinks_ptr = check_sinks(sinks, h, kOp);
   int64_t capacity = slab_rows;
   if (page_table != nullptr) {
     const Tensor& pt = *page_table;
@@ -451,7 +455,7 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   if (b == 0 || s_q == 0 || h == 0) return;
   if (slabs == 0 || slab_rows == 0 || capacity == 0) {
     fill(out, 0.f);
-    fill(lse, -std::numeric_limits<float>::infinity());
+    fill_empty_lse(lse, sinks, 1);
     return;
   }
   check_tma_layout(q, "q", kOp);
@@ -474,6 +478,7 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
     p.page_table_stride = page_table->stride(0);
   }
   p.is_bf16 = is_bf16;
+  p.sinks = sinks_ptr;
   if (fp8_cache) {
     auto descale = [](const Tensor& t) {
       flash3::Descale ds;
@@ -513,6 +518,7 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
     cp.num_splits = p.num_splits;
     cp.batch = p.batch, cp.seqlen_q = p.seqlen_q, cp.num_heads = p.num_heads, cp.head_dim_v = p.head_dim_v;
     cp.is_bf16 = is_bf16;
+    cp.sinks = sinks_ptr;
     const int err = flash3::run_combine(cp, nullptr);
     check(err == 0, kOp, ": combine launch failed: ", cudaGetErrorString(static_cast<cudaError_t>(err)));
   }
@@ -534,7 +540,8 @@ void kvcache_step(const Case& c, const DeviceInfo& dev) {
   }
   fwd_kvcache_sm90(*q_att, k_cache, v_cache, c.t("out"), c.t("lse"), c.t("seqused_k"), page_table,
                    c.num("softmax_scale"), c.integer("causal") != 0, c.integer("window_left"),
-                   c.integer("window_right"), c.num("softcap"), c.integer("num_splits"), k_descale, v_descale, dev);
+                   c.integer("window_right"), c.num("softcap"), c.integer("num_splits"), k_descale, v_descale,
+                   c.opt("sinks"), dev);
 }
 
 // kernel_info()'s "fwd", "fwd_fp8", "decode" and "decode_fp8_cache" lists, as binding.cpp prints them.
