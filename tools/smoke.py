@@ -424,7 +424,8 @@ def launch_dec(p: dict) -> dict:
     left, right = p["window"]
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       p["causal"], left, 0 if p["causal"] else right, p["softcap"],
-                                      p["num_splits"], kd, vd, p.get("cu_q"), int(p.get("max_q") or 0))
+                                      p["num_splits"], kd, vd, cu_seqlens_q=p.get("cu_q"),
+                                      max_seqlen_q=int(p.get("max_q") or 0))
     torch.cuda.synchronize()
     return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
 
