@@ -3,7 +3,7 @@
 //
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
 //                            causal, window_left, window_right, softcap, num_splits, k_descale?,
-//                            v_descale?, sinks?) -> ()
+//                            v_descale?, sinks?, cu_seqlens_q?, max_seqlen_q) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
 //       first seqused_k[i] keys (clamped to the cache). Packed GQA, split-KV (num_splits 0: the
@@ -11,10 +11,18 @@
 //       Caches of q's dtype, or float8_e4m3fn with float32 k_descale/v_descale (num_slabs, h_k):
 //       the stored x8 of slab s, kv head j is x8 * descale[s, j]. sinks: float32 (h,), attention
 //       sinks (the kernel's epilogue without splits, else the combine; lse includes them).
+//       Packed (varlen) queries (cu_seqlens_q int32 (b + 1,), max_seqlen_q): q (total_q, h, d),
+//       out (total_q, h, d_v), lse (h, total_q); sequence i's queries are rows
+//       cu_seqlens_q[i]..cu_seqlens_q[i+1] (0 allowed), masks bottom-right per sequence; rows of
+//       no sequence get out 0, lse -inf (the op zero-fills out and fills lse first; with sinks and
+//       a combine, those rows' lse is reset to -inf after it); split-KV partials are indexed by
+//       packed row (combined as one batch of total_q rows).
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
 // flash3/ops.py validates first; these checks are a defence of the kernels' memory accesses.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -41,7 +49,9 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
                            const Tensor& lse, const Tensor& seqused_k, const std::optional<Tensor>& page_table,
                            double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
                            double softcap, int64_t num_splits, const std::optional<Tensor>& k_descale,
-                           const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks) {
+                           const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks,
+                           // ---- varlen (packed) queries: appended last, defaults keep old callers valid
+                           const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q) {
   TORCH_CHECK(q.is_cuda(), kOp, ": q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
     TORCH_CHECK(t->device() == q.device(), kOp, ": all tensors must be on ", q.device(), ", got one on ",
@@ -62,16 +72,38 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
               fp8_cache ? ": an FP8 cache needs k_descale and v_descale" : ": descales go with an FP8 cache only");
   TORCH_CHECK(lse.scalar_type() == at::kFloat, kOp, ": lse must be float32");
   const bool is_bf16 = dtype == at::kBFloat16;
-  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k_cache, "k_cache"),
-                         std::make_pair(&v_cache, "v_cache"), std::make_pair(&out, "out")})
+  const bool varlen_q = cu_seqlens_q.has_value();
+  const int64_t q_dims = varlen_q ? 3 : 4;  // varlen: q/out (total_q, h, ·)
+  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&out, "out")})
+    TORCH_CHECK(t->dim() == q_dims, kOp, ": ", name, " must be ", q_dims, "-D", varlen_q ? " with cu_seqlens_q" : "",
+                ", got ", t->sizes());
+  for (auto [t, name] : {std::make_pair(&k_cache, "k_cache"), std::make_pair(&v_cache, "v_cache")})
     TORCH_CHECK(t->dim() == 4, kOp, ": ", name, " must be 4-D, got ", t->sizes());
-  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
+  if (varlen_q) {
+    const Tensor& cu = *cu_seqlens_q;
+    TORCH_CHECK(cu.device() == q.device(), kOp, ": cu_seqlens_q must be on ", q.device(), ", got ", cu.device());
+    TORCH_CHECK(cu.scalar_type() == at::kInt, kOp, ": cu_seqlens_q must be int32, got ", cu.scalar_type());
+    TORCH_CHECK(cu.dim() == 1 && cu.size(0) >= 1 && cu.is_contiguous(), kOp,
+                ": cu_seqlens_q must be a contiguous (batch + 1,) vector, got ", cu.sizes());
+    TORCH_CHECK(max_seqlen_q >= 0, kOp, ": max_seqlen_q must be >= 0, got ", max_seqlen_q);
+  } else {
+    TORCH_CHECK(max_seqlen_q == 0, kOp, ": max_seqlen_q goes with cu_seqlens_q");
+  }
+  // Varlen: b from cu_seqlens_q, s_q = max_seqlen_q (sizes the tile grid), total_q = q.size(0).
+  const int64_t b = varlen_q ? cu_seqlens_q->size(0) - 1 : q.size(0);
+  const int64_t s_q = varlen_q ? max_seqlen_q : q.size(1), total_q = varlen_q ? q.size(0) : b * s_q;
+  const int64_t h = q.size(-2), d = q.size(-1);
   const int64_t slabs = k_cache.size(0), slab_rows = k_cache.size(1), h_k = k_cache.size(2);
   const int64_t d_v = v_cache.size(3);
   check_shape(k_cache, "k_cache", {slabs, slab_rows, h_k, d});
   check_shape(v_cache, "v_cache", {slabs, slab_rows, h_k, d_v});
-  check_shape(out, "out", {b, s_q, h, d_v});
-  check_shape(lse, "lse", {b, h, s_q});
+  if (varlen_q) {
+    check_shape(out, "out", {total_q, h, d_v});
+    check_shape(lse, "lse", {h, total_q});
+  } else {
+    check_shape(out, "out", {b, s_q, h, d_v});
+    check_shape(lse, "lse", {b, h, s_q});
+  }
   check_seqlens(seqused_k, "seqused_k", b, q);
   TORCH_CHECK(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
               ") must be a multiple of the number of kv heads (", h_k, ")");
@@ -107,10 +139,19 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   TORCH_CHECK(entry != nullptr, kOp, ": no ", dtype_name(is_bf16), fp8_cache ? " FP8-cache" : "",
               " decode kernel for head dim (", d, ", ", d_v,
               ") or larger in this build of flash3._C; see torch.ops.flash3.kernel_info()");
-  if (b == 0 || s_q == 0 || h == 0) return;
+  if (total_q == 0 || h == 0) return;
+  if (varlen_q) {  // rows of no sequence (cu_seqlens_q[b] < total_q) are never visited by a tile
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+  }
+  if (b == 0 || s_q == 0) return;
   if (slabs == 0 || slab_rows == 0 || capacity == 0) {  // no keys: out 0, lse -inf (or the sink)
     out.zero_();
-    fill_empty_lse(lse, sinks, 1);
+    fill_empty_lse(lse, sinks, varlen_q ? 0 : 1);
+    if (varlen_q && sinks.has_value()) {  // rows of no sequence: -inf (compared on the device, no sync)
+      const Tensor past = at::arange(total_q, cu_seqlens_q->options()).ge(cu_seqlens_q->select(0, b));
+      lse.masked_fill_(past.unsqueeze(0), -std::numeric_limits<float>::infinity());
+    }
     return;
   }
   check_tma_layout(q, "q", kOp);
@@ -121,6 +162,13 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
 
   FwdParams p;
   set_q_k_out(p, q, k_cache, out, lse, std::nullopt, std::nullopt, b, s_q, capacity);
+  if (varlen_q) {  // packed q/out rows (no batch stride), lse (h, total_q)
+    p.q_batch_stride = 0, p.q_row_stride = tma_stride(q, 0), p.q_head_stride = tma_stride(q, 1);
+    p.o_batch_stride = 0, p.o_row_stride = tma_stride(out, 0), p.o_head_stride = tma_stride(out, 1);
+    p.lse_batch_stride = 0, p.lse_head_stride = lse.stride(0);
+    p.total_q = total_rows(total_q, true, "total_q");
+    p.cu_seqlens_q = cu_seqlens_q->data_ptr<int>();
+  }
   p.v = v_cache.data_ptr();
   p.v_batch_stride = tma_stride(v_cache, 0);
   p.v_row_stride = tma_stride(v_cache, 1);
@@ -153,8 +201,13 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   Tensor o_partial, lse_partial;
   if (p.num_splits > 1) {
     const auto f32 = q.options().dtype(at::kFloat);
-    o_partial = at::empty({p.num_splits, b, s_q, h, d_v}, f32);
-    lse_partial = at::empty({p.num_splits, b, h, s_q}, f32);
+    if (varlen_q) {  // by packed row; -inf for rows of no sequence (no tile writes them)
+      o_partial = at::empty({p.num_splits, total_q, h, d_v}, f32);
+      lse_partial = at::full({p.num_splits, h, total_q}, -std::numeric_limits<float>::infinity(), f32);
+    } else {
+      o_partial = at::empty({p.num_splits, b, s_q, h, d_v}, f32);
+      lse_partial = at::empty({p.num_splits, b, h, s_q}, f32);
+    }
     p.o_partial = o_partial.data_ptr<float>();
     p.lse_partial = lse_partial.data_ptr<float>();
   }
@@ -170,6 +223,12 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
     c.lse_batch_stride = lse.stride(0), c.lse_head_stride = lse.stride(1);
     c.num_splits = p.num_splits;
     c.batch = p.batch, c.seqlen_q = p.seqlen_q, c.num_heads = p.num_heads, c.head_dim_v = p.head_dim_v;
+    if (varlen_q) {  // the packed layout is the batched one with b = 1, s_q = total_q
+      c.o_batch_stride = 0, c.o_row_stride = out.stride(0), c.o_head_stride = out.stride(1);
+      c.lse_batch_stride = 0, c.lse_head_stride = lse.stride(0);
+      c.batch = 1, c.seqlen_q = p.total_q;
+      c.seq_end = p.cu_seqlens_q + b;  // rows after the last sequence keep out 0, lse -inf
+    }
     c.is_bf16 = is_bf16;
     c.sinks = sinks_ptr;  // the combine adds each row's sink once
     const int err = run_combine(c, c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
@@ -180,7 +239,7 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
 void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                            const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t,
                            const std::optional<Tensor>&, const std::optional<Tensor>&,
-                           const std::optional<Tensor>&) {}
+                           const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t) {}
 
 }  // namespace
 }  // namespace flash3
@@ -190,7 +249,10 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       "fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor seqused_k, Tensor? page_table, float softmax_scale, bool causal, int window_left, "
       "int window_right, float softcap, int num_splits, Tensor? k_descale=None, Tensor? v_descale=None, "
-      "Tensor? sinks=None) -> ()");
+      "Tensor? sinks=None"
+      // varlen (packed) queries: keep these last
+      ", Tensor? cu_seqlens_q=None, int max_seqlen_q=0"
+      ") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("fwd_kvcache_sm90", &flash3::fwd_kvcache_sm90_cuda); }

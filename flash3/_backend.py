@@ -205,6 +205,17 @@ def kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale) -> str | None:
     return None
 
 
+def kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k=None,
+                                 sinks=None) -> str | None:
+    """Why the decode kernel cannot run packed (varlen) queries against this cache; None if it
+    can: a paged or contiguous cache (not a packed one, cu_seqlens_k), a build whose kernels take
+    sinks when they are given, and what kernel_kvcache_reason asks of any decode call."""
+    if cu_seqlens_k is not None:
+        return "a packed cache (cu_seqlens_k) has no decode-kernel path (use page_table or a contiguous cache)"
+    return (kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale)
+            or (kernel_sinks_reason(q) if sinks is not None else None))
+
+
 def _missing_bwd_op() -> str | None:
     return None if has_bwd_kernel() else "flash3._C has no backward kernel (flash3::bwd_sm90)"
 
@@ -399,4 +410,29 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
                                   v_channel_descale, int(q_block), int(kv_block), float(softmax_scale),
                                   causal, int(left), -1 if causal else int(right), float(softcap),
                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+    return out, lse
+
+
+def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k,
+                              page_table, softmax_scale, left, right, softcap, num_splits=0,
+                              k_descale=None, v_descale=None, sinks=None):
+    """Call flash3::fwd_kvcache_sm90 with packed queries (cu_seqlens_q, max_seqlen_q): q
+    (total_q, h, d) -> out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0,
+    lse -inf (the op fills them). Reads no device value on the host (capturable in a CUDA graph).
+    Split-KV as in run_kernel_kvcache (partials by packed row). FP8 caches take float32
+    descales (slabs, h_k). ``sinks`` (h,) as in run_kernel_fwd."""
+    q = _tma_ready(q)
+    out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+    lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()  # noqa: E731
+    f32 = lambda t: None if t is None else t.to(torch.float32)  # noqa: E731
+    causal = right == 0
+    # cu_seqlens_q / max_seqlen_q by keyword: they are the op's last (defaulted) arguments.
+    torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, i32(seqused_k), i32(page_table),
+                                      float(softmax_scale), causal, int(left),
+                                      -1 if causal else int(right), float(softcap),
+                                      int(num_splits), f32(k_descale), f32(v_descale),
+                                      **({} if sinks is None else {"sinks": kernel_sinks(sinks)}),
+                                      cu_seqlens_q=i32(cu_seqlens_q),
+                                      max_seqlen_q=int(max_seqlen_q))
     return out, lse

@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from . import _checks, ops, ops_serve
+from . import _backend, _checks, ops, ops_serve
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
@@ -64,7 +64,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ``sinks`` (h,) as in :func:`attention`.
 
     Keys from a cache (chunked prefill, prefix caching, mixed prefill/decode batches), forward
-    only, CPU reference only for now (NotImplementedError on CUDA: no kernel yet):
+    only; on CUDA the decode kernel runs paged and contiguous caches (16-bit q, a cache of q's
+    dtype or float8_e4m3fn; sinks too; no host reads), other CUDA calls (a packed cache with
+    cu_seqlens_k, fp32 q) raise NotImplementedError; CPU tensors run the reference:
     ``seqused_k`` int32 (b,) uses the first seqused_k[i] keys of sequence i (from
     cu_seqlens_k[i] in the packed k/v); with ``page_table`` int32 (b, max_pages), k/v are a
     paged cache (num_pages, page_size, h_k, d|d_v) (any page size), cu_seqlens_k must be None
@@ -133,8 +135,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
     to its cache_seqlens[i] cached keys, masks bottom-right aligned per sequence; returns out
-    (total_q, h, d_v) and lse (h, total_q).  No new k/v or rotary with it; CPU reference only
-    for now (NotImplementedError on CUDA: no kernel yet).
+    (total_q, h, d_v) and lse (h, total_q).  No new k/v or rotary with it.  On CUDA the decode
+    kernel runs it (``num_splits`` as above; packed rows of no sequence get out 0, lse -inf);
+    sinks included; fp32 q raises NotImplementedError there.
 
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
@@ -210,12 +213,12 @@ def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal
     return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
                             page_table, None, causal, softmax_scale, window_size, softcap,
                             k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
-                            "cache_seqlens", "k_cache", "v_cache")
+                            "cache_seqlens", "k_cache", "v_cache", num_splits)
 
 
 def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
                      causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
-                     return_lse, who, lens_name, kn, vn):
+                     return_lse, who, lens_name, kn, vn, num_splits=0):
     """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                          cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
@@ -223,14 +226,18 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     _checks.sinks(q, sinks)
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
-    if q.is_cuda:  # the reference reads the metadata on the host: not a path for the GPU
-        raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) has no "
-                                  "CUDA kernel yet; it runs on CPU tensors (the reference)")
+    if q.is_cuda:  # the decode kernel; the reference (host reads of the metadata) is CPU-only
+        reason = _backend.kernel_varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks)
+        if reason is not None:
+            raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot "
+                                      f"run the CUDA kernel: {reason}; the reference runs on CPU "
+                                      "tensors")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise NotImplementedError(f"{who}: {what} is forward only (no backward); call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
     out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
                                                   cu_seqlens_k, int(max_seqlen_q), scale, left,
-                                                  right, softcap, k_descale, v_descale, sinks)
+                                                  right, softcap, k_descale, v_descale, sinks,
+                                                  int(num_splits))
     return (out, lse) if return_lse else out

@@ -17,8 +17,8 @@ conventions, and map onto flash3's public API:
   cache.  ``return_softmax_lse=True`` returns ``(out, softmax_lse, out_accum, lse_accum)`` as
   FA3's code does (the split partials are not exposed here: the last two are empty tensors).
   ``cache_batch_idx`` is honoured by addressing the contiguous cache as pages of a whole
-  row (no copy); ``cu_seqlens_q``/``max_seqlen_q`` by flash3's packed-query path (CPU only
-  for now).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
+  row (no copy); ``cu_seqlens_q``/``max_seqlen_q`` by flash3's packed-query path (the
+  decode kernel on CUDA).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 

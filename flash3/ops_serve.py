@@ -6,6 +6,10 @@ Sinks: on CUDA the forward operators run the Hopper forward kernel (the sink is 
 epilogue) and the backward operators the backward kernel (dq/dk/dv from the lse that includes the
 sink, and d_sink from its preprocess); where a kernel cannot run (flash3/_backend.py's reasons)
 they run the reference with a one-time RuntimeWarning (the package's fallback rule, flash3/ops.py).
+Varlen queries on a paged or contiguous KV cache run the decode kernel on CUDA (fwd_kvcache_sm90
+with cu_seqlens_q: no host reads; sinks too) and the reference on the CPU; a CUDA call the kernel
+cannot take (a packed cache, fp32 q, ...) raises NotImplementedError naming why: the reference's
+per-sequence loop would read cu_seqlens on the host.
 """
 
 # No ``from __future__ import annotations``: custom_op reads real annotations.
@@ -157,11 +161,23 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                              softmax_scale: float, window_left: int, window_right: int,
                              softcap: float, k_descale: Optional[Tensor] = None,
                              v_descale: Optional[Tensor] = None,
-                             sinks: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    # Forward only.  The public functions raise on CUDA before reaching here (no kernel yet).
+                             sinks: Optional[Tensor] = None,
+                             num_splits: int = 0) -> tuple[Tensor, Tensor]:
+    # Forward only.  CUDA: the decode kernel (packed GQA, split-KV by packed row), or
+    # NotImplementedError (kernel_varlen_kvcache_reason); CPU: the reference.
     if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table):
         _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table,
                                     cu_seqlens_k, max_seqlen_q, k_descale, v_descale)
+    if q.is_cuda:
+        reason = _backend.kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale,
+                                                       cu_seqlens_k, sinks)
+        if reason is not None:
+            raise NotImplementedError(f"packed queries against a KV cache on CUDA: {reason} "
+                                      "(the reference runs on CPU tensors)")
+        return _backend.run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q,
+                                                  seqused_k, page_table, softmax_scale,
+                                                  window_left, window_right, softcap, num_splits,
+                                                  k_descale, v_descale, sinks)
     return reference.varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                           page_table, cu_seqlens_k, softmax_scale, window_left,
                                           window_right, softcap, k_descale, v_descale, sinks)
@@ -170,6 +186,6 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
 @attention_varlen_kvcache.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, max_seqlen_q,
       softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
-      sinks=None):
+      sinks=None, num_splits=0):
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     return out, ops._lse_varlen(q)

@@ -212,6 +212,18 @@ def test_make_dec_case_and_op_call(kid, feature):
     fp8 = smoke.dec_fp8_cache(kid)
     for p in parts:
         q, kc, vc, pt = p["q"], p["kc"], p["vc"], p["pt"]
+        if p["cu_q"] is not None:  # packed queries (vpaged): q (total_q, h, d)
+            assert feature == "vpaged" and q.dim() == 3 and p["cu_q"].dtype == torch.int32
+            b, h = p["cu_q"].shape[0] - 1, q.shape[1]
+            lens = p["cu_q"].diff().tolist()
+            assert p["max_q"] == max(lens) and p["cu_q"][-1] < q.shape[0]  # rows of no sequence
+            out, lse, q_out = smoke.dec_poisoned_outputs(p)
+            assert out.shape == (q.shape[0], h, vc.shape[-1]) and lse.shape == (h, q.shape[0]) and q_out is None
+            op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+            assert t["cu_seqlens_q"] is p["cu_q"] and sc["max_seqlen_q"] == p["max_q"]
+            assert pt.shape[0] == b and p["seqused"].shape == (b,) and p["causal"]
+            continue
+        assert p["cu_q"] is None and p["max_q"] == 0
         b, s_q, h, d = q.shape
         assert kc.dtype == (torch.float8_e4m3fn if fp8 else q.dtype) and vc.dtype == kc.dtype
         assert (p["descales"] is not None) == fp8
@@ -240,6 +252,10 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert parts[0]["num_splits"] > 1 and 0 in parts[0]["seqused"].tolist()
     if feature in ("causal", "window", "softcap"):
         assert sorted(p["q"].shape[1] for p in parts) == [1, 70]
+    if feature == "vpaged":  # TMA per page (256 = 2 key blocks), gathered pages (16, 1), splits
+        assert [p["kc"].shape[1] for p in parts] == [256, 16, 1] and max(p["num_splits"] for p in parts) > 1
+        lens_q, lens_k = smoke.VPAGED_LENS
+        assert 0 in lens_q and 0 in lens_k and max(lens_q) * 4 > 128  # a sequence of several tiles
     if feature == "page48":
         assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
     if feature == "badidx":
@@ -315,6 +331,33 @@ def test_check_dec_fp8_append_is_bitwise():
     vc.view(torch.uint8)[tuple(idx)] ^= 1
     res = smoke.check_dec(p, dict(r, vc=vc))
     assert res["status"] == "wrong" and "v_cache" in res["detail"]
+
+
+def test_check_dec_vpaged_per_sequence():
+    """vpaged (packed queries): each sequence against the oracle, the rows of no sequence 0 / -inf;
+    the reference passes, a wrong row, a NaN and a written tail row do not."""
+    from flash3 import reference
+    parts = smoke.make_dec_case("vpaged", "dec:bf16:128:128", device="cpu")
+    assert [p["sinks"] is not None for p in parts] == [False, True, True]  # the epilogue's and combine's
+    for p in parts:
+        args = (p["q"], p["kc"], p["vc"], p["cu_q"], p["seqused"], p["pt"], None, p["q"].shape[-1] ** -0.5, -1, 0, 0.0)
+        out, lse = reference.varlen_cache_forward(*args, sinks=p["sinks"])
+        r = {"out": out, "lse": lse, "kc": p["kc"], "vc": p["vc"], "q_out": None}
+        assert smoke.check_dec(p, r)["status"] == "ok"
+        if p["sinks"] is not None:  # the sinks are checked: the result without them is wrong
+            assert smoke.check_dec(p, dict(r, **dict(zip(("out", "lse"),
+                                                         reference.varlen_cache_forward(*args)))))["status"] == "wrong"
+        last = int(p["cu_q"][-1]) - 1  # the last row of the longest sequence
+        bad = out.clone()
+        bad[last, 0, :8] += 0.25
+        assert smoke.check_dec(p, dict(r, out=bad))["status"] == "wrong"
+        nan = lse.clone()
+        nan[0, 0] = float("nan")
+        assert smoke.check_dec(p, dict(r, lse=nan))["status"] == "nan"
+        tail = out.clone()
+        tail[-1] = 1
+        res = smoke.check_dec(p, dict(r, out=tail))
+        assert res["status"] == "wrong" and "no sequence" in res["detail"]
 
 
 def test_check_dec_bad_index_contract():

@@ -99,9 +99,15 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # combine); packed GQA (s_q 5, 1 and 4 splits); causal / window / softcap each at s_q 1 and 70;
 # bad page ids and seqused past the capacity; the fused append (FP8: quantizing, with descales)
 # without and with rotary; attention sinks on packed GQA with a row of 0 keys, without splits (the
-# kernel's epilogue) and with 3 (the combine).
+# kernel's epilogue) and with 3 (the combine); packed (varlen) queries on a paged cache (vpaged:
+# VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA per block), 16 keys with 3 splits and 1 key
+# (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
-                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks"]
+                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged"]
+# vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
+# packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
+VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
+VPAGED_TAIL = 3  # packed q rows after cu_seqlens_q[-1]: out 0, lse -inf
 BAD = ("wrong", "nan", "error", "crash", "hang")
 SQ, SK = 203, 331  # partial tiles for every block size
 NANTAIL_LENS = ([SQ, 0, 77, 45], [SK, 40, 0, 93])  # (q, k) lengths: the last ends mid-block
@@ -359,12 +365,25 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=(), sinks=None):
+             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0):
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
-                    unchecked=set(unchecked), sinks=sinks)
+                    unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q)
 
     h, h_k = 4, 2
+    if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
+        lens_q, lens_k = VPAGED_LENS
+        cu = [0]
+        for n in lens_q:
+            cu.append(cu[-1] + n)
+        parts = []
+        for page, splits, with_sinks in ((256, 1, False), (16, 3, True), (1, 1, True)):
+            kc, vc, pt, ds = cache(len(lens_q), 256, h_k, page)
+            q = rnd(cu[-1] + VPAGED_TAIL, 4 * h_k, d)
+            sinks = sink_logits(4 * h_k, g, device) if with_sinks else None  # the combine's / epilogue's
+            parts.append(part(q, kc, vc, pt, ds, i32(lens_k), num_splits=splits, causal=True, cu_q=i32(cu),
+                              max_q=max(lens_q), sinks=sinks))
+        return parts
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
@@ -413,9 +432,13 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
 
 
 def dec_poisoned_outputs(p: dict):
-    """NaN out (b, s_q, h, d_v) / lse (b, h, s_q), and q_out (NaN, q's shape) when rotary."""
+    """NaN out (b, s_q, h, d_v) / lse (b, h, s_q) (packed q: (total_q, h, d_v) / (h, total_q)), and
+    q_out (NaN, q's shape) when rotary."""
     import torch
     q = p["q"]
+    if p.get("cu_q") is not None:
+        return (torch.full((q.shape[0], q.shape[1], p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device),
+                torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device), None)
     b, s_q, h, _ = q.shape
     out = torch.full((b, s_q, h, p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, h, s_q), float("nan"), device=q.device)
@@ -442,7 +465,8 @@ def launch_dec(p: dict) -> dict:
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       p["causal"], left, 0 if p["causal"] else right, p["softcap"],
-                                      p["num_splits"], kd, vd, **extra)
+                                      p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
+                                      max_seqlen_q=int(p.get("max_q") or 0))
     torch.cuda.synchronize()
     return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
 
@@ -491,44 +515,56 @@ def check_dec(p: dict, r: dict) -> dict:
         kw["sinks"] = sinks.double()
     res = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
     lse_bad = None  # reported after every row's out passed (out first: it says more)
+    # Each batch row's (q (1, s, h, d), out (s, h, d_v), lse (h, s)): batched rows, or packed
+    # sequences cu_q[i]..cu_q[i+1] (varlen q, whose rows after cu_q[-1] must be out 0, lse -inf).
+    if p.get("cu_q") is not None:
+        cu = p["cu_q"].tolist()
+        rows = [(q[None, a:e], out[a:e], lse[:, a:e]) for a, e in zip(cu, cu[1:])]
+        if not ((out[cu[-1]:] == 0).all() and torch.isinf(lse[:, cu[-1]:]).all() and (lse[:, cu[-1]:] < 0).all()):
+            return dict(res, status="wrong", detail=f"packed rows {cu[-1]}.. of no sequence: want out 0, lse -inf")
+    else:
+        rows = [(q[i:i + 1], out[i], lse[i]) for i in range(q.shape[0])]
     for i, n in enumerate(p["seqused"].tolist()):
         n = max(0, min(n, cap))
+        q_i, out_i, lse_i = rows[i]
+        if q_i.shape[1] == 0:
+            continue
         if i in p["unchecked"]:
-            if not torch.isfinite(out[i]).all():
+            if not torch.isfinite(out_i).all():
                 return dict(res, status="wrong", detail=f"row {i} (bad page ids): non-finite out")
             continue
         if n == 0:
             if sinks is not None:  # lse = the head's sink (-inf: no sink)
-                want = sinks.double().view(-1, 1).expand(lse[i].shape)
+                want = sinks.double().view(-1, 1).expand(lse_i.shape)
                 fin = torch.isfinite(want)
-                lerr = (lse[i][fin].double() - want[fin]).abs().max().item() if fin.any() else 0.0
-                ok = (torch.equal(torch.isinf(lse[i]), ~fin) and bool((lse[i][~fin] < 0).all())
+                lerr = (lse_i[fin].double() - want[fin]).abs().max().item() if fin.any() else 0.0
+                ok = (torch.equal(torch.isinf(lse_i), ~fin) and bool((lse_i[~fin] < 0).all())
                       and lerr <= 1e-5 * (1 + want[fin].abs().max().item() if fin.any() else 1))
-                if not ((out[i] == 0).all() and ok):
+                if not ((out_i == 0).all() and ok):
                     return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse = the sink")
-            elif not ((out[i] == 0).all() and torch.isinf(lse[i]).all() and (lse[i] < 0).all()):
+            elif not ((out_i == 0).all() and torch.isinf(lse_i).all() and (lse_i < 0).all()):
                 return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse -inf")
             continue
         k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None]
         v_i = reference.kvcache_gather(vc, i, n, pt, vd)[None]
-        ref, ref_lse = attention_ref64(*(x.double() for x in (q[i:i + 1], k_i, v_i)), **kw)
-        naive, _ = attention_naive(q[i:i + 1], k_i.to(q.dtype), v_i.to(q.dtype), **kw)
-        err, tol = max_err(out[i:i + 1], ref), fa_tolerance(naive, ref, out.dtype)
+        ref, ref_lse = attention_ref64(*(x.double() for x in (q_i, k_i, v_i)), **kw)
+        naive, _ = attention_naive(q_i, k_i.to(q.dtype), v_i.to(q.dtype), **kw)
+        err, tol = max_err(out_i[None], ref), fa_tolerance(naive, ref, out.dtype)
         if err / tol > res["err"] / res["tol"]:
             res.update(err=err, tol=tol)
         if err > tol:
             return dict(res, status="wrong", detail=f"out[{i}] (n={n}): max err {err:.3e} > tolerance {tol:.3e}")
-        if not torch.equal(torch.isinf(lse[i]), torch.isinf(ref_lse[0])):
+        if not torch.equal(torch.isinf(lse_i), torch.isinf(ref_lse[0])):
             return dict(res, status="wrong", detail=f"lse[{i}]: -inf pattern differs from the reference")
         if kd is not None:
             # An FP8 cache's kernel computes with x8 * descale rounded once to q's dtype (its
             # documented algorithm, the 16-bit cache's precision): lse, checked tightly, is checked
             # against the fp64 oracle of exactly those values; out above keeps the exact oracle.
-            _, ref_lse = attention_ref64(q[i:i + 1].double(), k_i.to(q.dtype).double(),
+            _, ref_lse = attention_ref64(q_i.double(), k_i.to(q.dtype).double(),
                                          v_i.to(q.dtype).double(), **kw)
         fin = torch.isfinite(ref_lse[0])
         if fin.any():
-            lerr = (lse[i][fin].double() - ref_lse[0][fin]).abs().max().item()
+            lerr = (lse_i[fin].double() - ref_lse[0][fin]).abs().max().item()
             res["lse_err"] = max(res["lse_err"], lerr)
             ltol = 1e-4 * (1 + ref_lse[0][fin].abs().max().item())
             if lerr > ltol and lse_bad is None:

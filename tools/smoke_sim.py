@@ -238,6 +238,9 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), causal=bool(part["causal"]),
                    window_left=int(left), window_right=0 if part["causal"] else int(right),
                    softcap=float(part["softcap"]), num_splits=int(part["num_splits"]))
+    if part.get("cu_q") is not None:  # packed (varlen) queries: q/out (total_q, h, .), lse (h, total_q)
+        tensors["cu_seqlens_q"] = part["cu_q"]
+        scalars["max_seqlen_q"] = int(part["max_q"])
     a = part["append"]
     if a is not None:
         tensors.update(k=a["k"], v=a["v"], cache_seqlens=a["cache_seqlens"], rotary_cos=a["cos"],

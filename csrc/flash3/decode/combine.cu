@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kWarps * 32) combine_kernel(const CombineParam
   if (row >= rows) return;
   const int head = int(row % p.num_heads);
   const int t = int((row / p.num_heads) % p.seqlen_q);
+  if (p.seq_end != nullptr && t >= *p.seq_end) return;  // a packed row of no sequence: left as filled
   const int b = int(row / (int64_t(p.num_heads) * p.seqlen_q));
   const int64_t split_lse = int64_t(p.batch) * p.num_heads * p.seqlen_q;  // one split's lse entries
   const float* lse_in = p.lse_partial + (int64_t(b) * p.num_heads + head) * p.seqlen_q + t;

@@ -22,6 +22,9 @@ struct CombineParams {
   int num_splits, batch, seqlen_q, num_heads, head_dim_v;
   bool is_bf16;
   const float* sinks = nullptr;  // (num_heads) fp32 logits, or nullptr
+  // Packed (varlen) queries combined as one batch of total_q rows: rows t >= *seq_end (device int32,
+  // cu_seqlens_q[b]) belong to no sequence and are not written (the caller filled out 0, lse -inf).
+  const int* seq_end = nullptr;
 };
 
 // Launches the combine on `stream` (a cudaStream_t). Returns 0 or a cudaError_t value.

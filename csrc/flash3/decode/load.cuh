@@ -113,8 +113,11 @@ struct DecodeProducer {
     if (tile_count > 0) mbarrier_wait(&smem.q_free, (tile_count - 1) & 1, Wait::QFree, w.index);
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
     const int g = p.num_heads / p.num_heads_k;
-    const int rows = p.seqlen_q * g, row0 = w.coord.m_block * Tr::kBlockM;
-    const Element* q = static_cast<const Element*>(p.q) + int64_t(w.coord.batch) * p.q_batch_stride;
+    const int rows = w.seq.seqlen_q * g, row0 = w.coord.m_block * Tr::kBlockM;
+    // Varlen q: the batch entry's tokens are packed rows offset_q..; batched: offset_q is 0.
+    const Element* q = static_cast<const Element*>(p.q) +
+                       (p.cu_seqlens_q != nullptr ? int64_t(w.seq.offset_q) * p.q_row_stride
+                                                  : int64_t(w.coord.batch) * p.q_batch_stride);
     constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks per row; the swizzle never splits one
     const int lane = threadIdx.x % 32;
     for (int i = lane; i < Tr::kBlockM * kChunks; i += 32) {

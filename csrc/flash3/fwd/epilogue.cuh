@@ -37,14 +37,15 @@ struct FwdEpilogue {
     return p.cu_seqlens_q != nullptr ? l + w.seq.offset_q : l + int64_t(w.coord.batch) * p.lse_batch_stride;
   }
 
-  // Decode (packed GQA): tile row `row` (m_block's rows counted from 0) is (token, query head);
-  // false past the last packed row.
+  // Decode (packed GQA): tile row `row` (m_block's rows counted from 0) is (token, query head),
+  // token counted within the batch entry's w.seq.seqlen_q queries (varlen: packed row offset_q +
+  // token of q/o/lse); false past the last packed row.
   struct PackedRow {
     int token, head;
   };
   static __device__ __forceinline__ bool packed_row(const FwdParams& p, const WorkTile& w, int row, PackedRow& r) {
     const int g = p.num_heads / p.num_heads_k, packed = w.coord.m_block * Tr::kBlockM + row;
-    if (packed >= p.seqlen_q * g) return false;
+    if (packed >= w.seq.seqlen_q * g) return false;
     r.token = packed / g;
     r.head = w.head_k * g + (packed - r.token * g);
     return true;
@@ -55,8 +56,10 @@ struct FwdEpilogue {
     if constexpr (Tr::kDecode) {
       PackedRow r;
       if (!packed_row(p, w, row, r)) return nullptr;
-      return static_cast<Element*>(p.o) + int64_t(w.coord.batch) * p.o_batch_stride +
-             int64_t(r.token) * p.o_row_stride + int64_t(r.head) * p.o_head_stride;
+      // Varlen q: packed rows (no batch stride); batched: offset_q is 0.
+      const int64_t batch_off = p.cu_seqlens_q != nullptr ? 0 : int64_t(w.coord.batch) * p.o_batch_stride;
+      return static_cast<Element*>(p.o) + batch_off + int64_t(w.seq.offset_q + r.token) * p.o_row_stride +
+             int64_t(r.head) * p.o_head_stride;
     } else {
       row += w.coord.m_block * Tr::kBlockM;
       return row < w.seq.seqlen_q ? o_base(p, w) + int64_t(row) * p.o_row_stride : nullptr;
@@ -66,7 +69,9 @@ struct FwdEpilogue {
     if constexpr (Tr::kDecode) {
       PackedRow r;
       if (!packed_row(p, w, row, r)) return nullptr;
-      return p.lse + int64_t(w.coord.batch) * p.lse_batch_stride + int64_t(r.head) * p.lse_head_stride + r.token;
+      // Varlen q: lse (h, total_q); batched: (b, h, s_q).
+      const int64_t batch_off = p.cu_seqlens_q != nullptr ? 0 : int64_t(w.coord.batch) * p.lse_batch_stride;
+      return p.lse + batch_off + int64_t(r.head) * p.lse_head_stride + (w.seq.offset_q + r.token);
     } else {
       row += w.coord.m_block * Tr::kBlockM;
       return row < w.seq.seqlen_q ? lse_base(p, w) + row : nullptr;
@@ -74,15 +79,21 @@ struct FwdEpilogue {
   }
 
   // Split-KV partials of tile row `row` (FwdParams: o_partial, lse_partial), nullptr past the rows.
+  // Varlen q: indexed by packed row, o_partial (num_splits, total_q, h, d_v) and lse_partial
+  // (num_splits, h, total_q): the batched layout with b = 1 and s_q = total_q (combine.cu runs so).
   static __device__ __forceinline__ float* o_partial_row(const FwdParams& p, const WorkTile& w, int row) {
     PackedRow r;
     if (!packed_row(p, w, row, r)) return nullptr;
-    const int64_t entry = (int64_t(w.split) * p.batch + w.coord.batch) * p.seqlen_q + r.token;
+    const int64_t entry = p.cu_seqlens_q != nullptr
+                              ? int64_t(w.split) * p.total_q + w.seq.offset_q + r.token
+                              : (int64_t(w.split) * p.batch + w.coord.batch) * p.seqlen_q + r.token;
     return p.o_partial + (entry * p.num_heads + r.head) * p.head_dim_v;
   }
   static __device__ __forceinline__ float* lse_partial_entry(const FwdParams& p, const WorkTile& w, int row) {
     PackedRow r;
     if (!packed_row(p, w, row, r)) return nullptr;
+    if (p.cu_seqlens_q != nullptr)
+      return p.lse_partial + (int64_t(w.split) * p.num_heads + r.head) * p.total_q + w.seq.offset_q + r.token;
     const int64_t entry = (int64_t(w.split) * p.batch + w.coord.batch) * p.num_heads + r.head;
     return p.lse_partial + entry * p.seqlen_q + r.token;
   }

@@ -64,7 +64,9 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   fwd_check(p.seqlen_q >= 1 && p.seqlen_k >= 0, "seqlen_q must be >= 1");
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
   if constexpr (Tr::kDecode) {
-    fwd_check(!varlen_q && !varlen_k && p.seqused_k != nullptr, "the decode kernel takes batched q and seqused_k");
+    // q batched (b, s_q, h, d) or packed (varlen: cu_seqlens_q, total_q rows; seqlen_q is then
+    // max_seqlen_q, which sizes the tile grid); keys always from the cache with seqused_k.
+    fwd_check(!varlen_k && p.seqused_k != nullptr, "the decode kernel takes a KV cache with seqused_k (no cu_seqlens_k)");
     fwd_check(p.slab_rows >= 1 && p.num_slabs >= 1 && (p.page_table != nullptr || p.num_slabs == p.batch),
               "decode: slab_rows and num_slabs must be >= 1 (num_slabs = batch without a page table)");
     fwd_check(p.num_splits >= 1 && p.num_splits <= 128 && (p.num_splits == 1 || (p.o_partial && p.lse_partial)),

@@ -30,15 +30,16 @@
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
 // cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8); fwd_fp8:
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
-// seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks; scalars softmax_scale
-// causal window_left window_right softcap num_splits; the fused append when tensor k is given: k v
+// seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cu_seqlens_q (varlen q:
+// q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale causal
+// window_left window_right softcap num_splits; the fused append when tensor k is given: k v
 // cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
 // q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
 // seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
-// torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k;
-// scalars max_seqlen_q max_seqlen_k softmax_scale causal window_left window_right softcap
-// deterministic. quantize_fp8 (sim_op_quantize.cu, torch.ops.flash3.quantize_fp8_sm90): x out
-// descale, optional signs mean channel_descale; scalars block_size layout. Outputs hold what the
+// torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k
+// sinks dsinks; scalars max_seqlen_q max_seqlen_k softmax_scale causal window_left window_right
+// softcap deterministic. quantize_fp8 (sim_op_quantize.cu, torch.ops.flash3.quantize_fp8_sm90): x
+// out descale, optional signs mean channel_descale; scalars block_size layout. Outputs hold what the
 // caller passed (NaN poison, the caches' old contents); after the launches the driver writes their
 // whole buffers to NAME.out.bin.
 //
@@ -397,7 +398,7 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                       const Tensor& lse, const Tensor& seqused_k, const Tensor* page_table, double softmax_scale,
                       bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
                       const Tensor* k_descale, const Tensor* v_descale, const Tensor* sinks,
-                      const DeviceInfo& dev) {
+                      const Tensor* cu_seqlens_q, int64_t max_seqlen_q, const DeviceInfo& dev) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(dev.major == 9 && dev.minor == 0, kOp, " needs an sm_90 (Hopper) GPU; it is sm_", dev.major, dev.minor);
   const DType dtype = q.dtype;
@@ -411,16 +412,36 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
         fp8_cache ? ": an FP8 cache needs k_descale and v_descale" : ": descales go with an FP8 cache only");
   check(lse.dtype == DType::f32, kOp, ": lse must be float32");
   const bool is_bf16 = dtype == DType::bf16;
-  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k_cache, "k_cache"),
-                         std::make_pair(&v_cache, "v_cache"), std::make_pair(&out, "out")})
+  const bool varlen_q = cu_seqlens_q != nullptr;
+  const int64_t q_dims = varlen_q ? 3 : 4;  // varlen: q/out (total_q, h, ·)
+  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&out, "out")})
+    check(t->dim() == q_dims, kOp, ": ", name, " must be ", q_dims, "-D", varlen_q ? " with cu_seqlens_q" : "",
+          ", got ", shape_str(t->sizes));
+  for (auto [t, name] : {std::make_pair(&k_cache, "k_cache"), std::make_pair(&v_cache, "v_cache")})
     check(t->dim() == 4, kOp, ": ", name, " must be 4-D, got ", shape_str(t->sizes));
-  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
+  if (varlen_q) {
+    const Tensor& cu = *cu_seqlens_q;
+    check(cu.dtype == DType::i32, kOp, ": cu_seqlens_q must be int32, got ", dtype_str(cu.dtype));
+    check(cu.dim() == 1 && cu.size(0) >= 1 && (cu.stride(0) == 1 || cu.size(0) <= 1), kOp,
+          ": cu_seqlens_q must be a contiguous (batch + 1,) vector, got ", shape_str(cu.sizes));
+    check(max_seqlen_q >= 0, kOp, ": max_seqlen_q must be >= 0, got ", max_seqlen_q);
+  } else {
+    check(max_seqlen_q == 0, kOp, ": max_seqlen_q goes with cu_seqlens_q");
+  }
+  const int64_t b = varlen_q ? cu_seqlens_q->size(0) - 1 : q.size(0);
+  const int64_t s_q = varlen_q ? max_seqlen_q : q.size(1), total_q = varlen_q ? q.size(0) : b * s_q;
+  const int64_t h = q.size(-2), d = q.size(-1);
   const int64_t slabs = k_cache.size(0), slab_rows = k_cache.size(1), h_k = k_cache.size(2);
   const int64_t d_v = v_cache.size(3);
   check_shape(k_cache, "k_cache", {slabs, slab_rows, h_k, d});
   check_shape(v_cache, "v_cache", {slabs, slab_rows, h_k, d_v});
-  check_shape(out, "out", {b, s_q, h, d_v});
-  check_shape(lse, "lse", {b, h, s_q});
+  if (varlen_q) {
+    check_shape(out, "out", {total_q, h, d_v});
+    check_shape(lse, "lse", {h, total_q});
+  } else {
+    check_shape(out, "out", {b, s_q, h, d_v});
+    check_shape(lse, "lse", {b, h, s_q});
+  }
   check_seqlens(&seqused_k, "seqused_k", b);
   check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
         ") must be a multiple of the number of kv heads (", h_k, ")");
@@ -452,10 +473,24 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
         " decode kernel for head dim (", d, ", ", d_v, ") or larger in this build of sim_driver");
   std::fprintf(stderr, "sim_driver: kernel decode %s%s d=%d d_v=%d\n", dtype_name(entry->is_bf16),
                fp8_cache ? " kve4m3" : "", entry->head_dim, entry->head_dim_v);
-  if (b == 0 || s_q == 0 || h == 0) return;
+  if (total_q == 0 || h == 0) return;
+  if (varlen_q) {  // rows of no sequence are never visited by a tile
+    fill(out, 0.f);
+    fill(lse, -std::numeric_limits<float>::infinity());
+  }
+  if (b == 0 || s_q == 0) return;
   if (slabs == 0 || slab_rows == 0 || capacity == 0) {
     fill(out, 0.f);
-    fill_empty_lse(lse, sinks, 1);
+    fill_empty_lse(lse, sinks, varlen_q ? 0 : 1);
+    if (varlen_q && sinks != nullptr) {  // rows of no sequence: -inf (the binding's masked_fill_)
+      int end = 0;
+      ck(cudaMemcpy(&end, static_cast<const int*>(cu_seqlens_q->data_ptr()) + b, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      const float ninf = -std::numeric_limits<float>::infinity();
+      for (int64_t head = 0; head < h; ++head)
+        for (int64_t r = std::max<int64_t>(end, 0); r < total_q; ++r)
+          ck(cudaMemcpy(static_cast<float*>(lse.data_ptr()) + head * lse.strides[0] + r * lse.strides[1], &ninf, 4,
+                        cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
     return;
   }
   check_tma_layout(q, "q", kOp);
@@ -466,6 +501,13 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
 
   flash3::FwdParams p;
   set_q_k_out(p, q, k_cache, out, lse, nullptr, nullptr, b, s_q, capacity);
+  if (varlen_q) {  // packed q/out rows (no batch stride), lse (h, total_q)
+    p.q_batch_stride = 0, p.q_row_stride = tma_stride(q, 0), p.q_head_stride = tma_stride(q, 1);
+    p.o_batch_stride = 0, p.o_row_stride = tma_stride(out, 0), p.o_head_stride = tma_stride(out, 1);
+    p.lse_batch_stride = 0, p.lse_head_stride = lse.stride(0);
+    p.total_q = to_int(total_q, "total_q");
+    p.cu_seqlens_q = static_cast<const int*>(cu_seqlens_q->data_ptr());
+  }
   p.v = v_cache.data_ptr();
   p.v_batch_stride = tma_stride(v_cache, 0);
   p.v_row_stride = tma_stride(v_cache, 1);
@@ -495,8 +537,13 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   p.num_splits = flash3::decode::resolve_num_splits(int(num_splits), tiles, dev.num_sms, n_blocks);
   if (p.num_splits > 1) {  // at::empty: uninitialized (simrun --uninit fills it with 0xFF)
     void *o = nullptr, *l = nullptr;
-    ck(cudaMalloc(&o, size_t(p.num_splits) * b * s_q * h * d_v * 4), "cudaMalloc");
-    ck(cudaMalloc(&l, size_t(p.num_splits) * b * h * s_q * 4), "cudaMalloc");
+    const size_t rows = varlen_q ? size_t(total_q) : size_t(b) * s_q;  // varlen: by packed row
+    ck(cudaMalloc(&o, size_t(p.num_splits) * rows * h * d_v * 4), "cudaMalloc");
+    ck(cudaMalloc(&l, size_t(p.num_splits) * h * rows * 4), "cudaMalloc");
+    if (varlen_q) {  // at::full(-inf): rows of no sequence
+      std::vector<float> inf(size_t(p.num_splits) * h * rows, -std::numeric_limits<float>::infinity());
+      ck(cudaMemcpy(l, inf.data(), inf.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
     g_scratch.push_back(o);
     g_scratch.push_back(l);
     p.o_partial = static_cast<float*>(o);
@@ -517,6 +564,12 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
     cp.lse_batch_stride = lse.stride(0), cp.lse_head_stride = lse.stride(1);
     cp.num_splits = p.num_splits;
     cp.batch = p.batch, cp.seqlen_q = p.seqlen_q, cp.num_heads = p.num_heads, cp.head_dim_v = p.head_dim_v;
+    if (varlen_q) {  // the packed layout is the batched one with b = 1, s_q = total_q
+      cp.o_batch_stride = 0, cp.o_row_stride = out.stride(0), cp.o_head_stride = out.stride(1);
+      cp.lse_batch_stride = 0, cp.lse_head_stride = lse.stride(0);
+      cp.batch = 1, cp.seqlen_q = p.total_q;
+      cp.seq_end = p.cu_seqlens_q + b;  // rows after the last sequence keep out 0, lse -inf
+    }
     cp.is_bf16 = is_bf16;
     cp.sinks = sinks_ptr;
     const int err = flash3::run_combine(cp, nullptr);
@@ -541,7 +594,8 @@ void kvcache_step(const Case& c, const DeviceInfo& dev) {
   fwd_kvcache_sm90(*q_att, k_cache, v_cache, c.t("out"), c.t("lse"), c.t("seqused_k"), page_table,
                    c.num("softmax_scale"), c.integer("causal") != 0, c.integer("window_left"),
                    c.integer("window_right"), c.num("softcap"), c.integer("num_splits"), k_descale, v_descale,
-                   c.opt("sinks"), dev);
+                   c.opt("sinks"), c.opt("cu_seqlens_q"), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0,
+                   dev);
 }
 
 // kernel_info()'s "fwd", "fwd_fp8", "decode" and "decode_fp8_cache" lists, as binding.cpp prints them.
