@@ -184,7 +184,8 @@ torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] f
 check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, "
                               "Tensor(b!) lse, Tensor seqused_k, Tensor? page_table, float softmax_scale, "
                               "bool causal, int window_left, int window_right, float softcap, int num_splits, "
-                              "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None) -> ()"))
+                              "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None, "
+                              "Tensor? cu_seqlens_q=None, int max_seqlen_q=0) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
 assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
@@ -201,6 +202,11 @@ torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** 
                                   pd8, pd8)
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 3,
                                   sinks=torch.empty(4, dtype=torch.float32, device="meta"))
+# Packed (varlen) queries on the paged cache: q/out (total_q, h, d), lse (h, total_q).
+qv = torch.empty(9, 4, d, dtype=torch.bfloat16, device="meta")
+cuq = torch.empty(b + 1, dtype=torch.int32, device="meta")
+torch.ops.flash3.fwd_kvcache_sm90(qv, pages, pages, torch.empty_like(qv), torch.empty(4, 9, dtype=torch.float32, device="meta"),
+                                  used, table, d ** -0.5, True, -1, -1, 0.0, 2, cu_seqlens_q=cuq, max_seqlen_q=7)
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
