@@ -113,10 +113,14 @@ struct DecodeProducer {
     if (tile_count > 0) mbarrier_wait(&smem.q_free, (tile_count - 1) & 1, Wait::QFree, w.index);
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
     const int g = p.num_heads / p.num_heads_k;
-    const int rows = w.seq.seqlen_q * g, row0 = w.coord.m_block * Tr::kBlockM;
-    // Varlen q: the batch entry's tokens are packed rows offset_q..; batched: offset_q is 0.
+    // The batch entry's queries, read here rather than taken from w.seq: the FP8-cache producer
+    // calls this inside its block loop, where keeping w.seq's two ints live would spill its 56
+    // registers (compile-check: decode_bf16_kve4m3_hdim96). Varlen q: packed rows offset_q..
+    int offset_q = 0, seqlen_q = p.seqlen_q;
+    if (p.cu_seqlens_q != nullptr) packed_rows(p.cu_seqlens_q, w.coord.batch, p.total_q, offset_q, seqlen_q);
+    const int rows = seqlen_q * g, row0 = w.coord.m_block * Tr::kBlockM;
     const Element* q = static_cast<const Element*>(p.q) +
-                       (p.cu_seqlens_q != nullptr ? int64_t(w.seq.offset_q) * p.q_row_stride
+                       (p.cu_seqlens_q != nullptr ? int64_t(offset_q) * p.q_row_stride
                                                   : int64_t(w.coord.batch) * p.q_batch_stride);
     constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks per row; the swizzle never splits one
     const int lane = threadIdx.x % 32;
