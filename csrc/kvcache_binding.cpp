@@ -14,8 +14,8 @@
 //       Packed (varlen) queries (cu_seqlens_q int32 (b + 1,), max_seqlen_q): q (total_q, h, d),
 //       out (total_q, h, d_v), lse (h, total_q); sequence i's queries are rows
 //       cu_seqlens_q[i]..cu_seqlens_q[i+1] (0 allowed), masks bottom-right per sequence; rows of
-//       no sequence get out 0, lse -inf (the op zero-fills out and fills lse first; with sinks and
-//       a combine, those rows' lse is reset to -inf after it); split-KV partials are indexed by
+//       no sequence get out 0, lse -inf (the op zero-fills out and fills lse first; no tile and,
+//       through CombineParams::seq_end, no combine writes them); split-KV partials are indexed by
 //       packed row (combined as one batch of total_q rows).
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
 // flash3/ops.py validates first; these checks are a defence of the kernels' memory accesses.
