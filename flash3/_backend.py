@@ -314,7 +314,7 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
     causal = right == 0
     tail = ()
     if sinks is not None:  # passed only then: the schema's trailing (sinks, dsinks), both optional
-        sinks = sinks.to(torch.float32).contiguous()
+        sinks = kernel_sinks(sinks)
         tail = (sinks, torch.empty_like(sinks))
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
                               cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
