@@ -4,10 +4,21 @@ installed nvidia-cutlass wheel's sources with the sim flags, run under simrun wi
 sizes; each example's own verification line decides pass/fail.
 
   python tools/hopper_sim/cutlass_examples.py [--only NAME] [--build-only] [--seeds N] [--jobs N]
+                                             [--reuse-record]
+
+A run in which every selected example passed is written to ground_truth.json beside this script,
+under a key that hashes everything the outcome depends on: the simulator's sources (src/, Makefile,
+simrun), this file (the examples, their arguments and pass patterns), the CUTLASS wheel's version,
+nvcc's and g++'s version strings, and the seeds. With --reuse-record (what `make sim-check` passes)
+a record whose key matches the current one and which holds every selected run as passed stands in
+for building and running them again: the examples are rerun exactly when something they test
+changed. Commit the record after a run that changed it (`make sim-ground-truth`).
 """
 import argparse
 import concurrent.futures as cf
+import datetime
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -17,6 +28,10 @@ import time
 
 SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 BUILD_DIR = os.path.join(SIM_DIR, "build", "examples")
+RECORD = os.path.join(SIM_DIR, "ground_truth.json")
+# What the simulator's verdict on an example depends on, besides the example itself.
+KEY_FILES = ("Makefile", "simrun", "cutlass_examples.py")
+KEY_DIRS = ("src",)
 SIM_FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-cudart", "shared",
              "-no-compress"]
 COMMON_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr"]
@@ -146,6 +161,42 @@ def binary_path(name, flags, nvcc):
     return os.path.join(BUILD_DIR, f"{name}-{key}")
 
 
+def tool_version(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+
+
+def record_key(seeds):
+    """sha256 over the simulator's sources, this script, the wheel, nvcc, g++ and the seeds."""
+    h = hashlib.sha256()
+    files = [f for f in KEY_FILES]
+    for d in KEY_DIRS:
+        files += sorted(os.path.join(d, f) for f in os.listdir(os.path.join(SIM_DIR, d)))
+    for rel in files:
+        with open(os.path.join(SIM_DIR, rel), "rb") as f:
+            data = f.read()
+        h.update(f"{rel}\0{len(data)}\0".encode() + data)
+    for extra in (wheel_version(), tool_version([os.environ.get("NVCC", "nvcc"), "--version"]),
+                  tool_version([os.environ.get("CXX", "g++"), "--version"]).split("\n")[0], str(seeds)):
+        h.update(extra.encode() + b"\0")
+    return h.hexdigest()
+
+
+def run_tags(names, seeds):
+    return [f"{n}{f' [{label}]' if label else ''} seed {seed}"
+            for n in names for label, *_ in EXAMPLES[n][2] for seed in range(1, seeds + 1)]
+
+
+def load_record():
+    try:
+        with open(RECORD) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def build(name, src_root, curand_dir):
     nvcc, flags, src = nvcc_cmd(name, src_root, curand_dir)
     out = binary_path(name, flags, nvcc)
@@ -185,6 +236,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2, help="parallel nvcc builds (default 2)")
     ap.add_argument("--timeout", type=int, default=2400, help="seconds per run (88 takes ~7 min of CPU each way)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print each run's output")
+    ap.add_argument("--reuse-record", action="store_true",
+                    help="skip building and running when ground_truth.json holds a passing run of "
+                         "every selected example under the current key")
     a = ap.parse_args()
 
     names = list(EXAMPLES)
@@ -196,6 +250,19 @@ def main():
                 sys.exit(f"cutlass_examples: --only {o} matches {m or 'nothing'}; names: {names}")
             sel += m
         names = sel
+
+    key = record_key(a.seeds)
+    if a.reuse_record:
+        rec = load_record()
+        want = run_tags(names, a.seeds)
+        if rec and rec.get("key") == key and all(rec.get("runs", {}).get(t, {}).get("result") == "passed"
+                                                 for t in want):
+            print(f"cutlass_examples: every selected run passed under this simulator on {rec.get('date')} "
+                  f"(ground_truth.json, key {key[:16]}): {len(want)} runs, not rebuilt or rerun")
+            return 0
+        why = "no record" if not rec else ("the key changed (simulator, examples, wheel, nvcc or g++)"
+                                           if rec.get("key") != key else "a selected run is not recorded as passed")
+        print(f"cutlass_examples: ground_truth.json does not cover this run ({why}): building and running", flush=True)
 
     src_root = cutlass_source()
     curand_dir = curand_include()
@@ -254,6 +321,19 @@ def main():
     for row, ok in results:
         rows.append(row)
         failed |= not ok
+
+    if not failed:
+        # Keep the record's other runs under the same key (an --only run adds to it).
+        rec = load_record()
+        runs = rec.get("runs", {}) if rec and rec.get("key") == key else {}
+        for (name, label, args, *_rest, seed), (row, ok) in zip(jobs, results):
+            tag = f"{name}{f' [{label}]' if label else ''} seed {seed}"
+            runs[tag] = {"args": row[1], "result": row[2], "seconds": round(row[3], 1)}
+        with open(RECORD, "w") as f:
+            json.dump({"key": key, "date": datetime.date.today().isoformat(), "cutlass": wheel_version(),
+                       "runs": dict(sorted(runs.items()))}, f, indent=1)
+            f.write("\n")
+        print(f"cutlass_examples: recorded in {RECORD} (key {key[:16]}); commit it")
 
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
