@@ -2,6 +2,7 @@
 // a minimal tensor type standing in for at::Tensor, and csrc/binding_common.h's checks and
 // FwdParams setup on it, line for line (keep the two in step).
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -277,6 +278,43 @@ inline void write_file(const std::string& path, const void* data, size_t n) {
   if (!f || std::fwrite(data, 1, n, f) != n || std::fclose(f) != 0) fatal("cannot write " + path);
 }
 
+// Tensor contents made here instead of read from NAME.bin (large timing cases): `random` gives
+// N(0,1) values (a fixed generator per tensor index), `nan` the NaN poison of outputs.
+inline std::vector<char> generated(const Tensor& t, const std::string& kind, size_t index) {
+  if (kind != "random" && kind != "nan") fatal("tensor " + t.name + ": unknown fill '" + kind + "'");
+  std::vector<char> out(t.bytes);
+  const size_t n = t.bytes / t.element_size();
+  uint64_t state = 0x9E3779B97F4A7C15ull * (index + 1);
+  for (size_t i = 0; i < n; ++i) {
+    float v = std::numeric_limits<float>::quiet_NaN();
+    if (kind == "random") {   // sum of four uniforms, centred and scaled to unit variance
+      float u = 0;
+      for (int r = 0; r < 4; ++r) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        u += float(state >> 40) * (1.0f / 16777216.0f);
+      }
+      v = (u - 2.0f) * 1.7320508f;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    switch (t.element_size()) {
+      case 4: std::memcpy(&out[i * 4], &v, 4); break;
+      case 2: {   // bf16 or fp16, round to nearest even
+        uint16_t h;
+        if (t.dtype == DType::bf16) {
+          h = std::isnan(v) ? uint16_t(0x7FC0) : uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+        } else {
+          h = std::isnan(v) ? uint16_t(0x7E00) : __half_as_ushort(__float2half_rn(v));
+        }
+        std::memcpy(&out[i * 2], &h, 2);
+        break;
+      }
+      default: fatal("tensor " + t.name + ": fill '" + kind + "' needs a 16- or 32-bit dtype");
+    }
+  }
+  return out;
+}
+
 inline Case load_case(const std::string& dir) {
   Case c;
   c.dir = dir;
@@ -308,10 +346,13 @@ inline Case load_case(const std::string& dir) {
       for (auto& s : t.sizes) ls >> s;
       for (auto& s : t.strides) ls >> s;
       if (!ls) fatal("bad tensor line: " + line);
+      std::string fill_kind;   // optional: `random` (N(0,1)) or `nan` instead of NAME.bin
+      ls >> fill_kind;
       int64_t span = t.numel() ? 1 : 0;  // elements 0 .. largest offset
       for (int d = 0; d < nd && t.numel(); ++d) span += (t.sizes[d] - 1) * t.strides[d];
       t.bytes = size_t(span) * t.element_size();
-      const std::vector<char> data = read_file(dir + "/" + t.name + ".bin");
+      const std::vector<char> data = fill_kind.empty() ? read_file(dir + "/" + t.name + ".bin")
+                                                       : generated(t, fill_kind, c.tensors.size());
       if (data.size() != t.bytes)
         fatal(t.name + ".bin has " + std::to_string(data.size()) + " bytes, want " + std::to_string(t.bytes));
       ck(cudaMalloc(&t.ptr, std::max<size_t>(t.bytes, 16)), "cudaMalloc");

@@ -21,9 +21,11 @@
 // case.txt (written by tools/smoke_sim.py, write_case), one item per line, '#' comments:
 //   flash3-sim-case 1
 //   op fwd | fwd_fp8 | kvcache | bwd | quantize_fp8 | (the other ops' names)
-//   tensor NAME DTYPE NDIM SIZE... STRIDE...     data: CASE_DIR/NAME.bin, the elements from offset 0
+//   tensor NAME DTYPE NDIM SIZE... STRIDE... [random|nan]
+//                                                data: CASE_DIR/NAME.bin, the elements from offset 0
 //                                                to the largest one addressed (row-major for
-//                                                contiguous tensors), little endian
+//                                                contiguous tensors), little endian; or made by the
+//                                                driver: N(0,1) values / NaN (large timing cases)
 //   NAME VALUE                                   scalars: max_seqlen_q max_seqlen_k softmax_scale
 //                                                causal window_left window_right softcap q_block
 //                                                kv_block (floats in any strtod form, e.g. hex)
@@ -664,7 +666,9 @@ int main(int argc, char** argv) {
     return 3;
   }
   ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  for (const char* n : op->outputs) {
+  // no_outputs 1: a timing case (tools/perf_model.py), whose outputs nobody reads
+  const bool write_outputs = c.scalars.count("no_outputs") == 0 || c.integer("no_outputs") == 0;
+  for (const char* n : write_outputs ? op->outputs : std::vector<const char*>{}) {
     if (c.opt(n) == nullptr) continue;  // an optional output (q_out: only with rotary)
     const Tensor& t = c.t(n);
     std::vector<char> host(t.bytes);
