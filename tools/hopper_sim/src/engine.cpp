@@ -50,6 +50,7 @@ Device::Device() : impl_(new Impl) {
   o.timing = env_u64("HSIM_TIMING", 0) != 0;
   if (const char* j = getenv("HSIM_TIMING_JSON")) o.timing_json = j;
   o.timing_sample = (int)env_u64("HSIM_TIMING_SAMPLE", 0);
+  if (const char* j = getenv("HSIM_TIMING_ONLY")) o.timing_only = j;
   if (!o.timing_json.empty() || o.timing_sample) o.timing = true;
   if (o.sms < 1) o.sms = 1;
 }
@@ -265,6 +266,10 @@ int Device::launch(KernelInfo* k, const LaunchParams& lp0, void** args) {
   if (lp.grid.x % lp.cluster.x || lp.grid.y % lp.cluster.y || lp.grid.z % lp.cluster.z) return 1;
   if (csize > 16 || (csize > 8 && !k->non_portable_cluster_ok)) return 1;
   if (occupancy(k, (uint32_t)threads, lp.dyn_smem) == 0) return 701;                   // cudaErrorLaunchOutOfResources
+  if (I.opt.timing && !I.opt.timing_only.empty() && k->name.find(I.opt.timing_only) == std::string::npos) {
+    if (I.opt.verbose) fprintf(stderr, "hopper_sim timing: skipped %s (--timing-only)\n", k->name.c_str());
+    return 0;
+  }
   const LoadedModule* lm = I.modules[k->module].get();
   const LoadedFunction* lf = &lm->funcs[k->function];
   std::vector<uint8_t> params(k->param_bytes + 16, 0);

@@ -592,14 +592,16 @@ void Recorder::report(const Function* fn, const std::string& kernel, const Launc
   if (json_path.empty()) return;
   FILE* f = fopen(json_path.c_str(), "a");
   if (!f) { fprintf(stderr, "hopper_sim timing: cannot open %s\n", json_path.c_str()); return; }
-  double sm_cycles = (double)std::max<uint64_t>(1, cycles) * rp.S.size();
+  size_t busy_sms = 0;   // SMs that got a CTA: the busy fractions' denominator
+  for (auto& sm : rp.S) busy_sms += !sm.queue.empty();
+  double sm_cycles = (double)std::max<uint64_t>(1, cycles) * std::max<size_t>(1, busy_sms);
   double smsp_cycles = sm_cycles * tp::kSubPartitions;
   fprintf(f, "{\"kernel\":%s,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"cluster\":[%u,%u,%u],", jstr(kernel).c_str(),
           lp.grid.x, lp.grid.y, lp.grid.z, lp.block.x, lp.block.y, lp.block.z, lp.cluster.x, lp.cluster.y, lp.cluster.z);
   fprintf(f, "\"cycles\":%llu,\"us\":%.4f,\"sm_cycles\":%llu,\"hbm_cycles\":%llu,\"hbm_bytes\":%.0f,",
           (unsigned long long)kernel_cycles, us, (unsigned long long)cycles, (unsigned long long)hbm_cycles, hbm_bytes);
-  fprintf(f, "\"simulated_sms\":%zu,\"sampled\":%s,\"ctas_simulated\":%llu,\"ctas_total\":%llu,\"ctas_per_sm\":%d,",
-          rp.S.size(), sample_sms > 0 ? "true" : "false", (unsigned long long)sampled_ctas, (unsigned long long)total_ctas,
+  fprintf(f, "\"simulated_sms\":%zu,\"sms_with_ctas\":%zu,\"sampled\":%s,\"ctas_simulated\":%llu,\"ctas_total\":%llu,\"ctas_per_sm\":%d,",
+          rp.S.size(), busy_sms, sample_sms > 0 ? "true" : "false", (unsigned long long)sampled_ctas, (unsigned long long)total_ctas,
           rp.ctas_per_sm);
   fprintf(f, "\"waves\":%.3f,", (double)total_ctas / ((double)tp::kSMs / csize * csize * rp.ctas_per_sm));
   fprintf(f, "\"busy\":{\"tensor\":%.4f,\"mufu\":%.4f,\"fma\":%.4f,\"alu\":%.4f,\"cvt\":%.4f,\"shfl\":%.4f,\"lsu\":%.4f,\"tma\":%.4f},",

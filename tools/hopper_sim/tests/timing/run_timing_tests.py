@@ -43,6 +43,11 @@ def run():
         sys.stderr.write(p.stderr)
         if p.returncode != 0:
             sys.exit(f"timing_kernels failed with status {p.returncode}: {p.stdout}")
+        # the same program without timing must compute the same bytes
+        q = subprocess.run([os.path.join(SIM, "simrun"), BIN], capture_output=True, text=True)
+        if q.returncode != 0 or q.stdout != p.stdout:
+            sys.exit(f"FAIL: output differs with --timing:\n  {p.stdout.strip()}\n  {q.stdout.strip()}")
+        print(f"ok   same output with and without --timing ({p.stdout.strip()})")
         return [json.loads(line) for line in open(js)]
 
 
