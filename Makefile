@@ -99,7 +99,7 @@ sim-flags:
 SIM_SMOKE = $(SIM_PY) tools/smoke.py --backend sim --seeds 1,2
 sim-check: sim
 	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t" | tail -3; done
-	@set -e; for r in $(SIM_DIR)/tests/run_isa.py $(SIM_DIR)/tests/run_checks.py; do \
+	@set -e; for r in $(SIM_DIR)/tests/run_isa.py $(SIM_DIR)/tests/run_checks.py $(SIM_DIR)/tests/timing/run_timing_tests.py; do \
 	  [ -f "$$r" ] || continue; echo "== $$r"; $(SIM_PY) "$$r"; done
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py --reuse-record
 	$(SIM_SMOKE) --ci

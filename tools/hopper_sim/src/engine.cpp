@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "numeric.h"
+#include "timing_params.h"
 #include "tma.h"
 
 namespace hsim {
@@ -46,6 +47,11 @@ Device::Device() : impl_(new Impl) {
   o.strict = env_u64("HSIM_STRICT", 1) != 0;
   o.check_uninit = env_u64("HSIM_UNINIT", 0) != 0;
   o.verbose = (int)env_u64("HSIM_VERBOSE", 0);
+  o.timing = env_u64("HSIM_TIMING", 0) != 0;
+  if (const char* j = getenv("HSIM_TIMING_JSON")) o.timing_json = j;
+  o.timing_sample = (int)env_u64("HSIM_TIMING_SAMPLE", 0);
+  if (const char* j = getenv("HSIM_TIMING_ONLY")) o.timing_only = j;
+  if (!o.timing_json.empty() || o.timing_sample) o.timing = true;
   if (o.sms < 1) o.sms = 1;
 }
 
@@ -260,6 +266,10 @@ int Device::launch(KernelInfo* k, const LaunchParams& lp0, void** args) {
   if (lp.grid.x % lp.cluster.x || lp.grid.y % lp.cluster.y || lp.grid.z % lp.cluster.z) return 1;
   if (csize > 16 || (csize > 8 && !k->non_portable_cluster_ok)) return 1;
   if (occupancy(k, (uint32_t)threads, lp.dyn_smem) == 0) return 701;                   // cudaErrorLaunchOutOfResources
+  if (I.opt.timing && !I.opt.timing_only.empty() && k->name.find(I.opt.timing_only) == std::string::npos) {
+    if (I.opt.verbose) fprintf(stderr, "hopper_sim timing: skipped %s (--timing-only)\n", k->name.c_str());
+    return 0;
+  }
   const LoadedModule* lm = I.modules[k->module].get();
   const LoadedFunction* lf = &lm->funcs[k->function];
   std::vector<uint8_t> params(k->param_bytes + 16, 0);
@@ -267,7 +277,14 @@ int Device::launch(KernelInfo* k, const LaunchParams& lp0, void** args) {
     if (k->param_sizes[i]) memcpy(params.data() + k->param_offsets[i], args[i], k->param_sizes[i]);
   auto t0 = std::chrono::steady_clock::now();
   Engine e(&I, lm, lf, k, lp, params, I.opt);
+  std::unique_ptr<Recorder> rec;
+  if (I.opt.timing) { rec.reset(new Recorder); e.rec_ = rec.get(); }
   e.run();
+  if (rec) {
+    uint32_t csize = lp.cluster.x * lp.cluster.y * lp.cluster.z;
+    rec->report(lf->fn, k->name, lp, e.total_clusters(), csize, occupancy(k, (uint32_t)threads, lp.dyn_smem),
+                I.opt.timing_sample, I.opt.timing_json);
+  }
   I.instructions += e.instructions();
   I.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (I.opt.verbose)
@@ -322,6 +339,7 @@ void Engine::dispatch_clusters() {
   uint32_t nthreads = bx * by * bz;
   while (clusters_.size() < max_resident_clusters_ && next_cluster_ < total_clusters_) {
     uint64_t ci = next_cluster_++;
+    if (rec_ && opt_.timing_sample > 0 && !sampled(ci)) continue;   // not on a sampled SM: skipped
     auto cl = std::make_unique<Cluster>();
     cl->id[0] = (uint32_t)(ci % ncl_[0]);
     cl->id[1] = (uint32_t)((ci / ncl_[0]) % ncl_[1]);
@@ -379,10 +397,20 @@ void Engine::dispatch_clusters() {
       c->live = nthreads;
       cl->live += nthreads;
       cl->ctas.push_back(c.get());
+      if (rec_) rec_->cta_started(c.get(), ci);
       ctas_.push_back(std::move(c));
     }
     clusters_.push_back(std::move(cl));
   }
+}
+
+// Round-robin dispatch over 132 SMs in groups of a cluster's size: cluster ci lands on group
+// ci % groups; sampling K SMs keeps the clusters of the first ceil(K / cluster size) groups.
+bool Engine::sampled(uint64_t ci) const {
+  uint32_t csize = lp_.cluster.x * lp_.cluster.y * lp_.cluster.z;
+  uint32_t groups = std::max<uint32_t>(1, tp::kSMs / csize);
+  uint32_t keep = (uint32_t)((opt_.timing_sample + csize - 1) / csize);
+  return ci % groups < keep;
 }
 
 void Engine::run() {
@@ -845,6 +873,7 @@ void Engine::check_bar_complete(Cta* c, uint32_t id) {
   std::vector<Thread*> w;
   w.swap(b.waiters);
   b.arrived = 0;
+  if (rec_) rec_->bar_completed(c, id);
   for (Thread* t : w) {
     merge_knowledge(t->know, b.carry);
     if (t->wait_instr && t->wait_instr->op == Op::BarRed) {   // bar.red: every waiter gets the reduction

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "interp.h"
+#include "timing.h"
 
 namespace hsim {
 
@@ -70,6 +71,9 @@ class Engine {
   void check_delivered(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
   uint32_t next_mbar_id() { return mbar_ids_++; }
   uint64_t instructions() const { return instr_total_; }
+  Recorder* rec_ = nullptr;           // the timing recorder (--timing), else null: hooks test only this
+  bool sampled(uint64_t cluster_index) const;   // --timing-sample: does this cluster run?
+  uint64_t total_clusters() const { return total_clusters_; }
 
   // Collective rendezvous: returns true when this thread's arrival completed the collective (the
   // caller then executes it for all participants); false when the thread must wait.

@@ -910,6 +910,7 @@ void Engine::step(Thread* t, int budget) {
     ++t->instructions;
     ++t->cta->clock;
     ++instr_total_;
+    if (rec_) rec_->instr(t, &d);
     if (d.guard >= 0) {
       check_reg_read(c, d.guard);
       bool g = c.R[d.guard] & 1;
@@ -1638,13 +1639,17 @@ void Engine::step(Thread* t, int budget) {
         if (id > 15) fail("named-barrier", t, &d, "barrier id " + std::to_string(id) + " > 15");
         t->wait_instr = &d;
         f->pc = pcnext;
+        if (rec_) rec_->bar(t, &d, id, d.op != Op::BarArrive);
         bar_arrive(t, &d, id, count, has_count, d.op != Op::BarArrive);
         progress();
         if (t->state != TS::Runnable) return;
         continue;
       }
-      case Op::ClusterArrive: cluster_arrive(t, d.mode != 1); progress(); break;   // .relaxed: no release
+      case Op::ClusterArrive:
+        if (rec_) rec_->cluster_arrive(t, &d, t->cta->cluster->arrive_gen);
+        cluster_arrive(t, d.mode != 1); progress(); break;   // .relaxed: no release
       case Op::ClusterWait: {
+        if (rec_) rec_->cluster_wait(t, &d, t->cluster_gen);
         f->pc = pcnext;
         cluster_wait(t, &d);
         if (t->state != TS::Runnable) return;
@@ -1691,6 +1696,7 @@ void Engine::step(Thread* t, int budget) {
             if (mm.expected < cnt) fail("mbarrier", t, &d, "arrive_drop below zero");
             mm.expected -= cnt;
           }
+          if (rec_) rec_->arrive(t, &d, m.id, (uint32_t)state, off);
           mbar_arrive(t, &d, owner, off, cnt, d.flags & F_NOCOMPLETE);
           if (owner != t->cta && o[0].kind != Operand::kSink)
             fail("mbarrier", t, &d, "remote arrive must use the sink `_` as its state");
@@ -1704,6 +1710,8 @@ void Engine::step(Thread* t, int budget) {
           bool done;
           if (d.flags & F_PARITY) done = (m.phase & 1) != (s & 1);
           else done = m.phase != (uint32_t)s;
+          // the phase a successful wait observed: parity -> the last completed one; token -> its phase
+          if (rec_) rec_->wait_result(t, &d, done, m.id, (d.flags & F_PARITY) ? m.phase - 1 : (uint32_t)s, off);
           if (!done && d.op == Op::MbarTestWait) {   // non-blocking: report, and let others run
             dst(c, o[0], 0);
             budget = 0;
@@ -1776,10 +1784,12 @@ void Engine::step(Thread* t, int budget) {
         t->cp_groups.push_back(std::move(t->cp_uncommitted));
         t->cp_uncommitted.clear();
         complete_thread_cp_async(t, 0);
+        if (rec_) rec_->arrive(t, &d, m.id, m.phase, off);
         mbar_arrive(t, &d, owner, off, 1);
         break;
       }
       case Op::BulkTensor: case Op::BulkCopy: {
+        uint64_t tfoot_key = 0, tfoot_bytes = 0;
         AsyncOp op{};
         op.issuer = t;
         op.instr = &d;
@@ -1814,6 +1824,11 @@ void Engine::step(Thread* t, int budget) {
             fail("tensormap", t, &d, "instruction is " + std::to_string(d.a) + "d, map rank " + std::to_string(m.rank));
           for (size_t i = 0; i < coords.size(); ++i) op.coords[i] = coords[i];
           op.bytes = tma::box_bytes(m);
+          if (rec_) {   // the tensor's whole extent: what it costs from HBM once (timing model)
+            tfoot_key = m.global_address;
+            tfoot_bytes = m.rank ? m.strides[m.rank - 1] * m.dims[m.rank - 1] : 0;
+            if (m.rank == 1) tfoot_bytes = m.dims[0] * m.elem_bytes;
+          }
           int next = to_shared ? 3 : 2;
           if (to_shared) {
             op.kind = AsyncOp::kTmaLoad;
@@ -1927,6 +1942,8 @@ void Engine::step(Thread* t, int budget) {
               op.kind = AsyncOp::kBulkG2S;
               mem(t, &d, Sp::Global, sa, n, false);
               op.gaddr = sa;
+              tfoot_key = sa;
+              tfoot_bytes = n;
             }
             for (Cta* dc : op.dst_ctas)
               for (uint32_t b = 0; b < n; ++b) {
@@ -1937,6 +1954,17 @@ void Engine::step(Thread* t, int budget) {
               }
           }
         }
+        if (rec_) {
+          TmaRec r;
+          r.bytes = op.bytes;
+          r.store = op.dst_ctas.empty();
+          r.ndst = (uint32_t)op.dst_ctas.size();
+          for (Cta* dc : op.dst_ctas) {
+            MBar& mb = mbar(t, &d, dc, op.mbar);
+            r.keys.push_back(phase_key(kKeyMbar, mb.id, mb.phase));
+          }
+          rec_->tma(t, &d, std::move(r), tfoot_key, tfoot_bytes);
+        }
         enqueue(std::move(op));
         progress();
         break;
@@ -1946,6 +1974,7 @@ void Engine::step(Thread* t, int budget) {
         // all but the `keep` most recent committed groups must be complete (for .read, their source
         // reads; a completed operation has done both): complete this thread's older operations
         uint64_t keep = val(c, o[0]);
+        if (rec_) rec_->bulk_wait(t, &d);
         for (size_t i = 0; i < async_.size();) {
           AsyncOp& q = async_[i];
           if (q.issuer == t && q.counts_bulk_group && q.group + keep < t->bulk_group) {

@@ -21,6 +21,11 @@ struct Options {               // from the environment (simrun sets them), see D
   bool strict = true;          // HSIM_STRICT=0 turns the strict checks off
   bool check_uninit = false;   // HSIM_UNINIT=1: reads of never-written registers / shared memory
   int verbose = 0;             // HSIM_VERBOSE
+  bool timing = false;         // HSIM_TIMING=1: record and replay each launch on the timing model
+  std::string timing_json;     // HSIM_TIMING_JSON: append one JSON record per launch to this file
+  int timing_sample = 0;       // HSIM_TIMING_SAMPLE=K: run only the CTAs K of the 132 SMs would get
+  std::string timing_only;     // HSIM_TIMING_ONLY=S: with timing, launches of kernels whose name lacks
+                               // S are skipped (not run at all: e.g. a program's reference GEMM)
 };
 
 constexpr int kStrictExit = 86;

@@ -1,0 +1,633 @@
+// Timing model: recording (engine hooks) and the replay on a discrete-event model of H100 SMs.
+// See timing.h and README.md "Timing model". Parameters: timing_params.h.
+//
+// PTX is not SASS: each PTX instruction is mapped to an issue cost of the SASS it usually becomes
+// (classify() below): register moves, ld.param (a constant-bank operand in SASS), cvta and the like
+// cost no issue slot; 64-bit integer adds cost two; the rest one. ptxas also schedules, unrolls,
+// and fuses differently from the PTX order: a known error source of this model.
+#include "timing.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+
+#include "engine.h"
+#include "timing_params.h"
+
+namespace hsim {
+
+// =============================================================================================
+// Recording
+
+// The recorded lane: the lowest live lane; lanes run independently in the functional engine, so
+// when it exits the next lowest takes over only past the point the previous one reached (counted
+// in executed instructions), which for converged code continues the same stream.
+bool Recorder::leader(Thread* t) {
+  WarpTrace* tr = trace(t);
+  uint32_t m = t->warp->live_mask;
+  if (tr->rec_lane < 0 || !(m >> tr->rec_lane & 1)) {
+    if (!m) return false;
+    tr->rec_lane = __builtin_ctz(m);
+  }
+  if ((int)t->lane != tr->rec_lane) return false;
+  return t->instructions > tr->rec_pos || tr->rec_owner == t;
+}
+
+WarpTrace* Recorder::trace(Thread* t) { return by_warp_.at(t->warp); }
+
+uint32_t* Recorder::bar_round(Cta* c) {
+  auto& v = rounds_[c];
+  if (v.size() < 16) v.assign(16, 0);
+  return v.data();
+}
+
+void Recorder::cta_started(Cta* c, uint64_t cluster_index) {
+  uint32_t ci = (uint32_t)ctas.size();
+  ctas.push_back(CtaRec{cluster_index, c->rank, c->linear});
+  cta_index_[c] = ci;
+  rounds_[c].assign(16, 0);
+  cluster_id_[c->cluster] = (uint32_t)cluster_index;
+  for (auto& w : c->warps) {
+    auto tr = std::make_unique<WarpTrace>();
+    tr->cta_index = ci;
+    tr->warp = w->id;
+    by_warp_[w.get()] = tr.get();
+    warps.push_back(std::move(tr));
+  }
+}
+
+void Recorder::instr(Thread* t, const DInstr* d) {
+  if (!leader(t)) return;
+  WarpTrace* tr = trace(t);
+  tr->rec_owner = t;
+  tr->rec_pos = t->instructions;
+  TEvent e;
+  e.d = d;
+  e.lanes = (uint32_t)__builtin_popcount(t->warp->live_mask);
+  tr->ev.push_back(e);
+  if ((d->op == Op::Ld || d->op == Op::St) && d->sp == Sp::Global) {
+    uint64_t b = (uint64_t)std::max(1, tbits(d->t) / 8) * d->vec * e.lanes;
+    (d->op == Op::Ld ? global_ld_bytes : global_st_bytes) += b;
+  }
+}
+
+// The leader's event annotates the instruction it is executing (the trace's last entry); another
+// lane's event is placed at the leader's current position, once per warp and key.
+void Recorder::event(Thread* t, const DInstr* d, TEvent::Kind k, uint64_t key, uint32_t aux) {
+  WarpTrace* tr = trace(t);
+  if (k != TEvent::kTma && k != TEvent::kBulkWait) {
+    if (!tr->seen.insert(key).second) return;
+  }
+  if (leader(t) && !tr->ev.empty() && tr->ev.back().d == d && tr->ev.back().kind == TEvent::kPlain) {
+    tr->ev.back().kind = k;
+    tr->ev.back().key = key;
+    tr->ev.back().aux = aux;
+    return;
+  }
+  TEvent e;
+  e.d = d;
+  e.kind = k;
+  e.key = key;
+  e.aux = aux;
+  e.synthetic = true;
+  tr->ev.push_back(e);
+}
+
+void Recorder::wait_result(Thread* t, const DInstr* d, bool ok, uint32_t mbar_id, uint32_t phase, uint32_t off) {
+  if (!leader(t)) return;
+  WarpTrace* tr = trace(t);
+  if (!ok) {   // a spin: remember where it started
+    if (tr->spin_pos < 0) tr->spin_pos = (int64_t)tr->ev.size() - 1;
+    return;
+  }
+  if (tr->spin_pos >= 0) {
+    // collapse the spin loop into one blocking wait, keeping other lanes' events recorded meanwhile
+    std::vector<TEvent> keep;
+    for (size_t i = (size_t)tr->spin_pos; i < tr->ev.size(); ++i)
+      if (tr->ev[i].synthetic) keep.push_back(tr->ev[i]);
+    tr->ev.resize((size_t)tr->spin_pos);
+    for (auto& e : keep) tr->ev.push_back(e);
+    TEvent e;
+    e.d = d;
+    e.lanes = (uint32_t)__builtin_popcount(t->warp->live_mask);
+    tr->ev.push_back(e);
+    tr->spin_pos = -1;
+  }
+  if (phase == 0xFFFFFFFFu) return;   // waits for the phase before the first: no dependency
+  TEvent& e = tr->ev.back();
+  e.kind = TEvent::kWait;
+  e.key = phase_key(kKeyMbar, mbar_id, phase);
+  e.aux = off;
+}
+
+void Recorder::arrive(Thread* t, const DInstr* d, uint32_t mbar_id, uint32_t phase, uint32_t off) {
+  event(t, d, TEvent::kArrive, phase_key(kKeyMbar, mbar_id, phase), off);
+}
+
+void Recorder::bar(Thread* t, const DInstr* d, uint32_t id, bool wait) {
+  uint32_t ci = cta_index_.at(t->cta);
+  uint64_t key = phase_key(kKeyNamedBar, ci * 16 + id, bar_round(t->cta)[id]);
+  event(t, d, wait ? TEvent::kBarSync : TEvent::kBarArrive, key, id);
+}
+
+void Recorder::cluster_arrive(Thread* t, const DInstr* d, uint64_t gen) {
+  event(t, d, TEvent::kArrive, phase_key(kKeyCluster, cluster_id_.at(t->cta->cluster), (uint32_t)gen), 0);
+}
+void Recorder::cluster_wait(Thread* t, const DInstr* d, uint64_t gen) {
+  if (!leader(t)) return;
+  WarpTrace* tr = trace(t);
+  if (tr->ev.empty() || tr->ev.back().d != d) return;
+  tr->ev.back().kind = TEvent::kWait;
+  tr->ev.back().key = phase_key(kKeyCluster, cluster_id_.at(t->cta->cluster), (uint32_t)gen);
+}
+
+void Recorder::tma(Thread* t, const DInstr* d, TmaRec r, uint64_t fkey, uint64_t fbytes) {
+  if (fbytes && !r.store) footprints[fkey] = std::max(footprints[fkey], fbytes);
+  tmas.push_back(std::move(r));
+  event(t, d, TEvent::kTma, 0, (uint32_t)tmas.size() - 1);
+}
+
+void Recorder::bulk_wait(Thread* t, const DInstr* d) { event(t, d, TEvent::kBulkWait, 0, 0); }
+
+// =============================================================================================
+// Replay
+
+namespace {
+
+enum Pipe : uint8_t { kPNone, kPFma, kPAlu, kPMufu, kPCvt, kPShfl, kPLsu, kPTensor, kPTma, kPBranch, kNPipes };
+const char* const kPipeNames[kNPipes] = {"none", "fma", "alu", "mufu", "cvt", "shfl", "lsu", "tensor", "tma", "branch"};
+
+struct Cls {
+  Pipe pipe = kPAlu;
+  int slots = 1;        // issue slots (SASS instructions) this PTX instruction costs
+  int interval = tp::kAluInterval;
+  int latency = tp::kAluLatency;
+  bool memory = false;  // its result comes from memory (stall reason "memory")
+};
+
+bool is_mov_like(const DInstr& d) {
+  if (d.op == Op::Mov && d.nops >= 2 && d.ops[1].kind == Operand::kReg) return true;   // reg-to-reg
+  return false;
+}
+
+Cls classify(const DInstr& d) {
+  Cls c;
+  bool f32 = d.t == T::F32, f64 = d.t == T::F64;
+  bool half2 = d.t == T::F16x2 || d.t == T::BF16x2 || d.t == T::F16 || d.t == T::BF16;
+  switch (d.op) {
+    case Op::Mov:
+      if (is_mov_like(d) || (d.nops >= 2 && (d.ops[1].kind == Operand::kImm || d.ops[1].kind == Operand::kSym)))
+        { c.slots = 0; c.pipe = kPNone; c.latency = 0; }   // a register rename / immediate operand in SASS
+      break;
+    case Op::Cvta: case Op::CvtaTo:   // address-window arithmetic folded into addressing in SASS
+      c.slots = 0; c.pipe = kPNone; c.latency = 0; break;
+    case Op::Ld: case Op::Ldu:
+      if (d.sp == Sp::Param || d.sp == Sp::Const) { c.slots = 0; c.pipe = kPNone; c.latency = 0; break; }
+      c.pipe = kPLsu; c.interval = 1; c.memory = true;
+      c.latency = (d.sp == Sp::Shared || d.sp == Sp::SharedCluster) ? tp::kSmemLatency : tp::kGlobalLatency;
+      break;
+    case Op::St: case Op::Atom: case Op::Red: case Op::Ldmatrix: case Op::Stmatrix: case Op::Prefetch:
+      c.pipe = kPLsu; c.interval = 1; c.memory = true;
+      c.latency = (d.sp == Sp::Global || d.sp == Sp::Generic) ? tp::kGlobalLatency : tp::kSmemLatency;
+      break;
+    case Op::Fma: case Op::Add: case Op::Sub: case Op::Mul: case Op::Min: case Op::Max: case Op::Neg: case Op::Abs:
+    case Op::Mad:
+      if (f32) { c.pipe = kPFma; c.interval = tp::kFmaInterval; c.latency = tp::kFmaLatency; }
+      else if (half2) { c.pipe = kPFma; c.interval = tp::kHalf2Interval; c.latency = tp::kFmaLatency; }
+      else if (f64) { c.pipe = kPFma; c.interval = tp::kFp64Interval; c.latency = 8; }
+      else if ((d.op == Op::Add || d.op == Op::Sub) && tbits(d.t) == 64) c.slots = 2;   // IADD3 + IADD3.X
+      break;
+    case Op::Ex2: case Op::Lg2: case Op::Rcp: case Op::Rsqrt: case Op::Sqrt: case Op::Sin: case Op::Cos: case Op::Tanh:
+      c.pipe = kPMufu; c.interval = tp::kMufuInterval; c.latency = tp::kMufuLatency; break;
+    case Op::Div:
+      if (f32) { c.pipe = kPMufu; c.interval = tp::kMufuInterval; c.latency = tp::kMufuLatency + 2 * tp::kFmaLatency; c.slots = 3; }
+      break;
+    case Op::Cvt:
+      c.pipe = kPCvt; c.interval = tp::kCvtInterval; c.latency = tp::kCvtLatency; break;
+    case Op::Shfl: case Op::Vote: case Op::Match: case Op::Redux:
+      c.pipe = kPShfl; c.interval = tp::kShflInterval; c.latency = tp::kShflLatency; break;
+    case Op::Wgmma: c.pipe = kPTensor; c.interval = 1; c.latency = 0; break;
+    case Op::BulkTensor: case Op::BulkCopy: c.pipe = kPTma; c.interval = 1; c.latency = 0; break;
+    case Op::Bra: case Op::Call: case Op::Ret: case Op::Exit:
+      c.pipe = kPBranch; c.interval = 1; c.latency = 0; break;
+    case Op::WgmmaFence: case Op::WgmmaCommit: case Op::WgmmaWait: case Op::Fence: case Op::FenceProxyAsync:
+    case Op::Membar: case Op::BarWarpSync: case Op::Setmaxnreg: case Op::BulkCommit: case Op::BulkWait:
+    case Op::Nop: case Op::Griddep:
+      c.pipe = kPBranch; c.interval = 1; c.latency = 0; break;
+    default: break;
+  }
+  return c;
+}
+
+bool writes_first_operand(Op op) {
+  switch (op) {
+    case Op::St: case Op::Red: case Op::Prefetch: case Op::Bra: case Op::Call: case Op::Ret: case Op::Exit:
+    case Op::BarSync: case Op::BarArrive: case Op::MbarInit: case Op::MbarInval: case Op::MbarExpectTx:
+    case Op::MbarCompleteTx: case Op::CpAsync: case Op::CpAsyncCommit: case Op::CpAsyncWait: case Op::CpAsyncWaitAll:
+    case Op::CpAsyncMbarArrive: case Op::BulkTensor: case Op::BulkCopy: case Op::BulkCommit: case Op::BulkWait:
+    case Op::BulkPrefetch: case Op::BulkPrefetchTensor: case Op::WgmmaFence: case Op::WgmmaCommit: case Op::WgmmaWait:
+    case Op::Stmatrix: case Op::Membar: case Op::Fence: case Op::FenceProxyAsync: case Op::ClusterArrive:
+    case Op::ClusterWait: case Op::Setmaxnreg: case Op::Nanosleep: case Op::Griddep: case Op::BarWarpSync:
+    case Op::Trap: case Op::Brkpt: case Op::Nop: case Op::Pmevent: case Op::StAsync: case Op::RedAsync:
+      return false;
+    default: return true;
+  }
+}
+
+// Register slots an operand names (kVec elements through the function's vec storage).
+template <class F> void operand_regs(const Function& fn, const Operand& o, F f) {
+  if (o.kind == Operand::kReg || (o.kind == Operand::kMem && o.reg >= 0)) f(o.reg);
+  else if (o.kind == Operand::kVec)
+    for (uint32_t i = 0; i < o.vec_count; ++i) {
+      const Operand& e = fn.vec_elems[o.vec_begin + i];
+      if (e.kind == Operand::kReg) f(e.reg);
+    }
+}
+
+enum Reason : uint8_t { kRNone, kRDep, kRMem, kRPipe, kRMbar, kRNamedBar, kRCluster, kRWgmma, kRTmaMem, kRSetmaxnreg, kRNotSelected, kNReasons };
+const char* const kReasonNames[kNReasons] = {"none", "dependency", "memory", "pipe_throttle", "mbarrier", "named_barrier",
+                                             "cluster_barrier", "wgmma_wait", "tma_store_wait", "setmaxnreg", "not_selected"};
+constexpr uint64_t kInf = std::numeric_limits<uint64_t>::max() / 4;
+
+struct KeyState {
+  int remaining = 0;
+  uint64_t tmax = 0;
+  bool done = false;
+  uint64_t tdone = 0;
+  std::vector<struct RWarp*> waiters;
+};
+
+struct RWarp {
+  WarpTrace* tr = nullptr;
+  const Function* fn = nullptr;
+  int sm = 0, smsp = 0;
+  size_t pc = 0;
+  bool started = false, done = false, blocked = false, bar_pending = false;
+  uint64_t bar_key = 0;
+  uint64_t ready = 0, last_issue = 0;
+  Reason reason = kRNone;
+  uint32_t reason_aux = 0;
+  std::vector<uint64_t> rdy;
+  std::vector<uint8_t> rmem;
+  std::vector<uint64_t> groups;   // committed wgmma groups' completion times, oldest first
+  uint64_t uncommitted = 0;
+  uint64_t bulk_done = 0;
+  uint32_t cta = 0;
+};
+
+struct RSM {
+  uint64_t pipe_free[tp::kSubPartitions][kNPipes] = {};
+  uint64_t lsu_free = 0, tma_free = 0, l2_free = 0;
+  std::vector<uint32_t> queue;    // CTA indices in dispatch order
+  size_t next = 0;
+  int running = 0;
+  uint64_t finish = 0;
+  int rr[tp::kSubPartitions] = {};
+};
+
+struct Replay {
+  Recorder& R;
+  std::vector<RWarp> W;
+  std::vector<RSM> S;
+  std::vector<std::vector<uint32_t>> cta_warps;
+  std::vector<int> cta_left;      // warps of the CTA not done
+  std::vector<int> cta_sm;
+  std::unordered_map<uint64_t, KeyState> keys;
+  uint64_t busy[kNPipes] = {};
+  uint64_t issued = 0, slots = 0;
+  uint64_t stall[kNReasons] = {};
+  std::map<uint32_t, uint64_t> mbar_stall;     // mbarrier shared offset -> cycles
+  std::map<uint32_t, std::array<uint64_t, kNReasons>> role_stall;   // warp index in CTA -> reasons
+  std::map<uint32_t, uint64_t> role_issued;
+  int ctas_per_sm = 1;
+  bool debug = getenv("HSIM_TIMING_DEBUG") != nullptr;   // prints every issue (small kernels only)
+  explicit Replay(Recorder& r) : R(r) {}
+
+  KeyState& key(uint64_t k) { return keys[k]; }
+
+  void contribute(uint64_t k, uint64_t t) {
+    KeyState& ks = keys[k];
+    ks.tmax = std::max(ks.tmax, t);
+    if (--ks.remaining > 0) return;
+    ks.done = true;
+    ks.tdone = ks.tmax;
+    for (RWarp* w : ks.waiters) {
+      w->blocked = false;
+      w->ready = std::max(w->ready, ks.tdone + latency_of(k));
+    }
+    ks.waiters.clear();
+  }
+  static uint64_t latency_of(uint64_t k) {
+    return (k >> 62) == kKeyNamedBar ? tp::kNamedBarLatency : tp::kMbarLatency;
+  }
+  static Reason reason_of(uint64_t k) {
+    uint64_t kind = k >> 62;
+    return kind == kKeyNamedBar ? kRNamedBar : kind == kKeyCluster ? kRCluster : kRMbar;
+  }
+
+  void start_cta(int sm, uint32_t ci, uint64_t t) {
+    RSM& s = S[sm];
+    ++s.running;
+    cta_sm[ci] = sm;
+    for (uint32_t wi : cta_warps[ci]) {
+      RWarp& w = W[wi];
+      w.started = true;
+      w.sm = sm;
+      w.ready = t;
+      w.last_issue = t;
+      if (w.tr->ev.empty()) { w.done = true; --cta_left[ci]; }
+    }
+    if (cta_left[ci] == 0) finish_cta(ci, t);
+  }
+  void finish_cta(uint32_t ci, uint64_t t) {
+    RSM& s = S[cta_sm[ci]];
+    --s.running;
+    s.finish = std::max(s.finish, t);
+    if (s.next < s.queue.size()) start_cta(cta_sm[ci], s.queue[s.next++], t + tp::kCtaLaunchCycles);
+  }
+
+  // Tries to issue w's next instruction at `now`: 0 (and w.ready/reason set) when it cannot, 1 when
+  // it issued, 2 when it issued an instruction that costs no issue slot (the warp may go on).
+  int try_issue(RWarp& w, uint64_t now) {
+    if (w.bar_pending) {   // bar.sync: arrived, waiting for the round
+      KeyState& ks = key(w.bar_key);
+      if (!ks.done) { w.blocked = true; ks.waiters.push_back(&w); w.reason = kRNamedBar; return 0; }
+      uint64_t t = ks.tdone + tp::kNamedBarLatency;
+      if (t > now) { w.ready = t; w.reason = kRNamedBar; return 0; }
+      w.bar_pending = false;
+      if (w.pc >= w.tr->ev.size()) { retire(w, now); return 0; }
+    }
+    const TEvent& e = w.tr->ev[w.pc];
+    const DInstr& d = *e.d;
+    if (e.kind == TEvent::kWait) {
+      KeyState& ks = key(e.key);
+      if (!ks.done) {
+        w.blocked = true; ks.waiters.push_back(&w); w.reason = reason_of(e.key); w.reason_aux = e.aux; return 0;
+      }
+      uint64_t t = ks.tdone + latency_of(e.key);
+      if (t > now) { w.ready = t; w.reason = reason_of(e.key); w.reason_aux = e.aux; return 0; }
+    }
+    Cls c = classify(d);
+    const Function& fn = *w.fn;
+    // source operands ready?
+    uint64_t need = 0;
+    bool mem = false;
+    uint32_t first_src = (writes_first_operand(d.op) && d.op != Op::Wgmma) ? 1 : 0;
+    if (d.op == Op::Wgmma) first_src = 1;
+    auto chk = [&](int32_t r) {
+      if (r >= 0 && (size_t)r < w.rdy.size() && w.rdy[r] > need) { need = w.rdy[r]; mem = w.rmem[r]; }
+    };
+    for (uint32_t i = first_src; i < d.nops; ++i) operand_regs(fn, d.ops[i], chk);
+    if (!writes_first_operand(d.op) && d.nops > 0) operand_regs(fn, d.ops[0], chk);
+    if (d.guard >= 0) chk(d.guard);
+    if (need > now) { w.ready = need; w.reason = mem ? kRMem : kRDep; return 0; }
+    if (d.op == Op::WgmmaWait) {
+      uint32_t keep = d.nops > 0 && d.ops[0].kind == Operand::kImm ? (uint32_t)d.ops[0].imm : 0;
+      uint64_t t = 0;
+      if (w.groups.size() > keep)
+        for (size_t i = 0; i + keep < w.groups.size(); ++i) t = std::max(t, w.groups[i]);
+      if (t > now) { w.ready = t; w.reason = kRWgmma; return 0; }
+      if (w.groups.size() > keep) w.groups.erase(w.groups.begin(), w.groups.end() - keep);
+    }
+    if (e.kind == TEvent::kBulkWait && w.bulk_done > now) { w.ready = w.bulk_done; w.reason = kRTmaMem; return 0; }
+    RSM& s = S[w.sm];
+    uint64_t* pf = c.pipe == kPLsu ? &s.lsu_free : &s.pipe_free[w.smsp][c.pipe];
+    if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma && *pf > now) {
+      w.ready = *pf; w.reason = kRPipe; return 0;
+    }
+    // ---- issue ----
+    uint64_t gap = now > w.last_issue + 1 ? now - w.last_issue - 1 : 0;
+    if (gap) {
+      Reason r = w.reason == kRNone ? kRNotSelected : w.reason;
+      stall[r] += gap;
+      role_stall[w.tr->warp][r] += gap;
+      if (r == kRMbar) mbar_stall[w.reason_aux] += gap;
+    }
+    if (c.slots > 0) {
+      w.reason = kRNone;
+      w.last_issue = now + (c.slots - 1);
+    }
+    issued += c.slots;
+    role_issued[w.tr->warp] += c.slots;
+    int occupy = c.interval;
+    if (c.pipe == kPLsu) {   // shared-memory port: bytes / 128 per clock, at least one cycle
+      uint32_t bytes = std::max(1, tbits(d.t) / 8) * d.vec * e.lanes;
+      if (d.op == Op::Ldmatrix || d.op == Op::Stmatrix) bytes = 128u * (d.vec ? d.vec : 1);
+      occupy = std::max<int>(1, (int)((bytes + tp::kSmemBytesPerClk - 1) / tp::kSmemBytesPerClk));
+    }
+    if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma) { *pf = now + occupy; busy[c.pipe] += occupy; }
+    if (writes_first_operand(d.op) && d.op != Op::Wgmma && d.nops > 0) {
+      uint64_t t = now + c.latency;
+      operand_regs(fn, d.ops[0], [&](int32_t r) {
+        if (r < 0) return;
+        if ((size_t)r >= w.rdy.size()) { w.rdy.resize(r + 1, 0); w.rmem.resize(r + 1, 0); }
+        w.rdy[r] = t; w.rmem[r] = c.memory;
+      });
+    }
+    switch (d.op) {
+      case Op::Wgmma: {
+        // per-warp share of an m64nNk wgmma on this SMSP's tensor core: N/2 cycles for 16-bit k16,
+        // 8-bit k32, tf32 k8 alike (see timing_params.h)
+        uint64_t dur = (uint64_t)std::max(1, d.a / 2);
+        uint64_t st = std::max(now, s.pipe_free[w.smsp][kPTensor]);
+        s.pipe_free[w.smsp][kPTensor] = st + dur;
+        busy[kPTensor] += dur;
+        w.uncommitted = std::max(w.uncommitted, st + dur + tp::kWgmmaLatency);
+        break;
+      }
+      case Op::WgmmaCommit: w.groups.push_back(std::max(w.uncommitted, now)); w.uncommitted = 0; break;
+      default: break;
+    }
+    if (e.kind == TEvent::kTma) {
+      const TmaRec& tr = R.tmas[e.aux];
+      uint64_t st = std::max(now, s.tma_free);
+      s.tma_free = st + tp::kTmaIssueCycles;
+      busy[kPTma] += tp::kTmaIssueCycles;
+      uint64_t l2 = std::max(st, s.l2_free);
+      s.l2_free = l2 + (uint64_t)(tr.bytes / (tp::kL2BytesPerClkGPU / tp::kSMs) + 0.5);
+      uint64_t done = s.l2_free + tp::kTmaLatency;
+      if (tr.store) w.bulk_done = std::max(w.bulk_done, done);
+      for (uint64_t k : tr.keys) contribute(k, done);
+    }
+    if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive) contribute(e.key, now);
+    if (debug) fprintf(stderr, "  t=%llu sm%d smsp%d w%u pc=%zu line %d %s\n", (unsigned long long)now, w.sm, w.smsp,
+                       w.tr->warp, w.pc, d.src ? d.src->line : 0, d.src ? d.src->opcode.c_str() : "?");
+    ++w.pc;
+    w.ready = now + (c.slots > 0 ? c.slots : 0);
+    if (e.kind == TEvent::kBarSync) {
+      contribute(e.key, now);
+      w.bar_pending = true;
+      w.bar_key = e.key;
+      return 1;
+    }
+    if (w.pc >= w.tr->ev.size()) retire(w, now + 1);
+    return c.slots > 0 ? 1 : 2;
+  }
+  void retire(RWarp& w, uint64_t t) {
+    if (w.done) return;
+    w.done = true;
+    // a warp's outstanding wgmma/stores finish before the CTA's slot frees
+    t = std::max({t, w.bulk_done, w.uncommitted});
+    if (--cta_left[w.cta] == 0) finish_cta(w.cta, t);
+    else S[w.sm].finish = std::max(S[w.sm].finish, t);
+  }
+};
+
+std::string jstr(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') o += '\\';
+    o += ch;
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
+void Recorder::report(const Function* fn, const std::string& kernel, const LaunchParams& lp, uint64_t total_clusters, uint32_t csize,
+                      int ctas_per_sm, int sample_sms, const std::string& json_path) {
+  Replay rp(*this);
+  rp.ctas_per_sm = std::max(1, ctas_per_sm);
+  // placement: cluster ci -> group (ci % groups) of csize SMs; CTA rank r -> SM group*csize + r
+  uint32_t groups = std::max<uint32_t>(1, tp::kSMs / csize);
+  uint32_t used_groups = groups;
+  if (sample_sms > 0) used_groups = std::min<uint32_t>(groups, (uint32_t)((sample_sms + csize - 1) / csize));
+  rp.S.resize(used_groups * csize);
+  rp.cta_warps.resize(ctas.size());
+  rp.cta_left.assign(ctas.size(), 0);
+  rp.cta_sm.assign(ctas.size(), 0);
+  rp.W.resize(warps.size());
+  for (size_t i = 0; i < warps.size(); ++i) {
+    RWarp& w = rp.W[i];
+    w.tr = warps[i].get();
+    w.cta = w.tr->cta_index;
+    w.smsp = (int)(w.tr->warp % tp::kSubPartitions);
+    rp.cta_warps[w.cta].push_back((uint32_t)i);
+    ++rp.cta_left[w.cta];
+  }
+  for (size_t i = 0; i < ctas.size(); ++i) {
+    uint64_t g = ctas[i].cluster % groups;
+    if (g >= used_groups) continue;   // not placed on a simulated SM (cannot happen when sampling)
+    rp.S[g * csize + ctas[i].rank].queue.push_back((uint32_t)i);
+  }
+  // contributors per key
+  for (auto& tr : warps)
+    for (auto& e : tr->ev) {
+      if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive || e.kind == TEvent::kBarSync) ++rp.keys[e.key].remaining;
+      if (e.kind == TEvent::kTma)
+        for (uint64_t k : tmas[e.aux].keys) ++rp.keys[k].remaining;
+    }
+  for (auto& kv : rp.keys) if (kv.second.remaining == 0) kv.second.done = true;
+  // keys that are waited on but had no contributor in the sample: complete at time 0
+  for (auto& tr : warps)
+    for (auto& e : tr->ev)
+      if (e.kind == TEvent::kWait && !rp.keys.count(e.key)) rp.keys[e.key].done = true;
+  // register slots are the kernel function's (calls are rare in our kernels; a callee's slots alias)
+  for (auto& w : rp.W) w.fn = fn;
+  for (size_t s = 0; s < rp.S.size(); ++s)
+    for (int k = 0; k < rp.ctas_per_sm && rp.S[s].next < rp.S[s].queue.size(); ++k)
+      rp.start_cta((int)s, rp.S[s].queue[rp.S[s].next++], 0);
+
+  // the issue loop: every cycle each SMSP issues at most one ready warp's instruction (loose
+  // round-robin); time jumps to the next cycle at which some warp can be ready
+  uint64_t now = 0;
+  std::vector<std::vector<std::vector<RWarp*>>> per(rp.S.size(), std::vector<std::vector<RWarp*>>(tp::kSubPartitions));
+  bool stuck = false;
+  for (;;) {
+    for (auto& v : per) for (auto& x : v) x.clear();
+    uint64_t next = kInf;
+    bool any = false;
+    for (auto& w : rp.W) {
+      if (!w.started || w.done) continue;
+      any = true;
+      if (w.blocked) continue;
+      if (w.ready <= now) per[w.sm][w.smsp].push_back(&w);
+    }
+    if (!any) break;
+    for (size_t s = 0; s < per.size(); ++s)
+      for (int p = 0; p < tp::kSubPartitions; ++p) {
+        auto& v = per[s][p];
+        size_t n = v.size();
+        if (!n) continue;
+        int& rr = rp.S[s].rr[p];
+        for (size_t k = 0; k < n; ++k) {
+          RWarp* w = v[(rr + k) % n];
+          int r;
+          while ((r = rp.try_issue(*w, now)) == 2 && !w->done && !w->blocked) {}
+          if (r == 1) { rr = (int)((rr + k + 1) % n); break; }
+        }
+      }
+    for (auto& w : rp.W)
+      if (w.started && !w.done && !w.blocked) next = std::min(next, std::max(w.ready, now + 1));
+    if (next == kInf) {
+      bool left = false;
+      for (auto& w : rp.W) if (w.started && !w.done) left = true;
+      if (left) { stuck = true; break; }
+      break;
+    }
+    now = next;
+  }
+  uint64_t cycles = 0;
+  for (auto& s : rp.S) cycles = std::max(cycles, s.finish);
+  cycles = std::max(cycles, now);
+  if (stuck) fprintf(stderr, "hopper_sim timing: replay stopped at cycle %llu with warps blocked on barriers no recorded event completes (model gap)\n",
+                     (unsigned long long)now);
+  // HBM bound: the source tensors' footprints once, plus stores and plain global loads scaled from
+  // the sampled CTAs to the grid
+  uint64_t sampled_ctas = ctas.size(), total_ctas = total_clusters * csize;
+  double scale = sampled_ctas ? (double)total_ctas / sampled_ctas : 1.0;
+  double hbm_bytes = 0;
+  for (auto& kv : footprints) hbm_bytes += kv.second;
+  double st_bytes = global_st_bytes, ld_bytes = global_ld_bytes;
+  for (auto& t : tmas) if (t.store) st_bytes += t.bytes;
+  hbm_bytes += (st_bytes + ld_bytes) * scale;
+  uint64_t hbm_cycles = (uint64_t)(hbm_bytes / tp::kHbmBytesPerSec * tp::kClockHz);
+  uint64_t kernel_cycles = std::max(cycles, hbm_cycles);
+  double us = kernel_cycles / tp::kClockHz * 1e6;
+  fprintf(stderr, "hopper_sim timing: kernel=%s grid=%u,%u,%u cycles=%llu us=%.3f\n", kernel.c_str(), lp.grid.x, lp.grid.y,
+          lp.grid.z, (unsigned long long)kernel_cycles, us);
+  if (json_path.empty()) return;
+  FILE* f = fopen(json_path.c_str(), "a");
+  if (!f) { fprintf(stderr, "hopper_sim timing: cannot open %s\n", json_path.c_str()); return; }
+  size_t busy_sms = 0;   // SMs that got a CTA: the busy fractions' denominator
+  for (auto& sm : rp.S) busy_sms += !sm.queue.empty();
+  double sm_cycles = (double)std::max<uint64_t>(1, cycles) * std::max<size_t>(1, busy_sms);
+  double smsp_cycles = sm_cycles * tp::kSubPartitions;
+  fprintf(f, "{\"kernel\":%s,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"cluster\":[%u,%u,%u],", jstr(kernel).c_str(),
+          lp.grid.x, lp.grid.y, lp.grid.z, lp.block.x, lp.block.y, lp.block.z, lp.cluster.x, lp.cluster.y, lp.cluster.z);
+  fprintf(f, "\"cycles\":%llu,\"us\":%.4f,\"sm_cycles\":%llu,\"hbm_cycles\":%llu,\"hbm_bytes\":%.0f,",
+          (unsigned long long)kernel_cycles, us, (unsigned long long)cycles, (unsigned long long)hbm_cycles, hbm_bytes);
+  fprintf(f, "\"simulated_sms\":%zu,\"sms_with_ctas\":%zu,\"sampled\":%s,\"ctas_simulated\":%llu,\"ctas_total\":%llu,\"ctas_per_sm\":%d,",
+          rp.S.size(), busy_sms, sample_sms > 0 ? "true" : "false", (unsigned long long)sampled_ctas, (unsigned long long)total_ctas,
+          rp.ctas_per_sm);
+  fprintf(f, "\"waves\":%.3f,", (double)total_ctas / ((double)tp::kSMs / csize * csize * rp.ctas_per_sm));
+  fprintf(f, "\"busy\":{\"tensor\":%.4f,\"mufu\":%.4f,\"fma\":%.4f,\"alu\":%.4f,\"cvt\":%.4f,\"shfl\":%.4f,\"lsu\":%.4f,\"tma\":%.4f},",
+          rp.busy[kPTensor] / smsp_cycles, rp.busy[kPMufu] / smsp_cycles, rp.busy[kPFma] / smsp_cycles,
+          rp.busy[kPAlu] / smsp_cycles, rp.busy[kPCvt] / smsp_cycles, rp.busy[kPShfl] / smsp_cycles,
+          rp.busy[kPLsu] / sm_cycles, rp.busy[kPTma] / sm_cycles);
+  fprintf(f, "\"issue_slot_use\":%.4f,\"stall_cycles\":{", rp.issued / smsp_cycles);
+  for (int r = 1; r < kNReasons; ++r) fprintf(f, "%s%s:%llu", r > 1 ? "," : "", jstr(kReasonNames[r]).c_str(), (unsigned long long)rp.stall[r]);
+  fprintf(f, "},\"mbarrier_stall_by_offset\":{");
+  bool first = true;
+  for (auto& kv : rp.mbar_stall) {
+    fprintf(f, "%s\"0x%x\":%llu", first ? "" : ",", kv.first, (unsigned long long)kv.second);
+    first = false;
+  }
+  fprintf(f, "},\"per_warp_index\":{");
+  first = true;
+  for (auto& kv : rp.role_stall) {
+    fprintf(f, "%s\"%u\":{\"issued\":%llu", first ? "" : ",", kv.first, (unsigned long long)rp.role_issued[kv.first]);
+    for (int r = 1; r < kNReasons; ++r)
+      if (kv.second[r]) fprintf(f, ",%s:%llu", jstr(kReasonNames[r]).c_str(), (unsigned long long)kv.second[r]);
+    fprintf(f, "}");
+    first = false;
+  }
+  fprintf(f, "},\"replay_stuck\":%s}\n", stuck ? "true" : "false");
+  fclose(f);
+  (void)kPipeNames;
+}
+
+}  // namespace hsim

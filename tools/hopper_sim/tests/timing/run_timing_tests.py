@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Timing-model unit tests: builds timing_kernels.cu with the sim flags (cached), runs it under
+`simrun --timing-json`, and checks each case's cycle difference between its two sizes against a
+formula worked by hand from the parameter table (src/timing_params.h, parsed here, never the
+model's output). The difference cancels the fixed prologue/epilogue cost of each kernel.
+
+  python tools/hopper_sim/tests/timing/run_timing_tests.py
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIM = os.path.normpath(os.path.join(HERE, "..", ".."))
+SRC = os.path.join(HERE, "timing_kernels.cu")
+BIN = os.path.join(SIM, "build", "tests", "timing_kernels")
+FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-cudart", "shared", "-no-compress",
+         "-O3", "-DNDEBUG", "-std=c++17"]
+
+
+def params():
+    text = open(os.path.join(SIM, "src", "timing_params.h")).read()
+    p = {}
+    for m in re.finditer(r"constexpr\s+(?:int|double)\s+(k\w+)\s*=\s*([0-9.e]+)\s*;", text):
+        p[m.group(1)] = float(m.group(2))
+    return p
+
+
+def build():
+    if os.path.exists(BIN) and os.path.getmtime(BIN) > os.path.getmtime(SRC):
+        return
+    os.makedirs(os.path.dirname(BIN), exist_ok=True)
+    subprocess.run(["nice", "-n", "5", os.environ.get("NVCC", "nvcc")] + FLAGS + [SRC, "-o", BIN], check=True)
+
+
+def run():
+    with tempfile.TemporaryDirectory() as d:
+        js = os.path.join(d, "t.jsonl")
+        p = subprocess.run([os.path.join(SIM, "simrun"), "--timing-json", js, BIN], capture_output=True, text=True)
+        sys.stderr.write(p.stderr)
+        if p.returncode != 0:
+            sys.exit(f"timing_kernels failed with status {p.returncode}: {p.stdout}")
+        # the same program without timing must compute the same bytes
+        q = subprocess.run([os.path.join(SIM, "simrun"), BIN], capture_output=True, text=True)
+        if q.returncode != 0 or q.stdout != p.stdout:
+            sys.exit(f"FAIL: output differs with --timing:\n  {p.stdout.strip()}\n  {q.stdout.strip()}")
+        print(f"ok   same output with and without --timing ({p.stdout.strip()})")
+        return [json.loads(line) for line in open(js)]
+
+
+def main():
+    build()
+    P = params()
+    recs = run()
+    by = {}
+    for r in recs:
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong)ILi(\d+)E", r["kernel"])
+        by[(m.group(1), int(m.group(2)))] = r["cycles"]
+    l2_per_sm = P["kL2BytesPerClkGPU"] / P["kSMs"]
+    cases = [
+        # dependent chain: each FMA issues one FMA latency after the previous one
+        ("fma_chain", 256, 768, (768 - 256) * P["kFmaLatency"]),
+        # 4 warps per sub-partition share its MUFU pipe: each ex2 occupies it kMufuInterval cycles
+        ("mufu_bound", 64, 192, 4 * (192 - 64) * P["kMufuInterval"]),
+        # each warp's share of m64n128k16 bf16 occupies its SMSP's tensor core 128/2 cycles; dependent
+        # wgmma on the same accumulators pipeline (the latency shows once, at the wait)
+        ("wgmma_chain", 4, 20, (20 - 4) * 128 / 2),
+        # bulk copies serialize on the SM's share of L2 bandwidth: round(8192 B / (L2 B/clk / SMs)) each
+        ("tma_stream", 2, 6, (6 - 2) * int(8192 / l2_per_sm + 0.5)),
+        # per round, twice: phase completes at the arrive; the waiter's try_wait issues kMbarLatency
+        # later, its predicate is ready kAluLatency after that, the @!p bra issues, the arrive one cycle later
+        ("mbar_pingpong", 20, 60, (60 - 20) * 2 * (P["kMbarLatency"] + P["kAluLatency"] + 1)),
+    ]
+    bad = 0
+    for name, a, b, want in cases:
+        got = by[(name, b)] - by[(name, a)]
+        ok = abs(got - want) <= max(2, 0.01 * want)   # 1% (or 2 cycles) for rounding at the edges
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: cycles({b}) - cycles({a}) = {got}, expected {want:.0f}")
+    print(f"timing tests: {len(cases) - bad}/{len(cases)} passed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
