@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 SELFTEST_FLAGS := -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
 
 .PHONY: setup main test compile-check hang-build-check extension-check device-prep device-check bench bench-fp8 \
-        bench-bwd fp8-accuracy clean sim sim-flags sim-check sim-check-all sim-ground-truth sim-report
+        bench-bwd fp8-accuracy clean sim sim-flags sim-check sim-check-all sim-ground-truth sim-report perf-model
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,15 @@ sim-check: sim
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py --reuse-record
 	$(SIM_SMOKE) --ci
 	PYTHON=$(SIM_PY) bash $(SIM_DIR)/flash3/mutant_check.sh
+	$(SIM_PY) tools/timing_smoke.py
+
+# The H100 timing model's report (tools/perf_model.py): parameter table with sources, validation on
+# CUTLASS's GEMMs and FlashAttention-3 (FA3_SRC=<flash-attention checkout>; without it FA3's rows
+# are left out), flash3 at the same shapes, a plot -> benchmarks/results/perf_model.md.
+# PERF_ROWS=paper runs every published shape (hours of CPU); quick is a handful.
+PERF_ROWS ?= quick
+perf-model: sim
+	$(SIM_PY) tools/perf_model.py --rows $(PERF_ROWS) $(if $(FA3_SRC),--fa3-src $(FA3_SRC))
 
 # CUTLASS's Hopper examples built and run under the simulator whatever the record says; a passing
 # run rewrites tools/hopper_sim/ground_truth.json (commit it: sim-check then reuses it until the

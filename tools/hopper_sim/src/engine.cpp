@@ -51,6 +51,7 @@ Device::Device() : impl_(new Impl) {
   if (const char* j = getenv("HSIM_TIMING_JSON")) o.timing_json = j;
   o.timing_sample = (int)env_u64("HSIM_TIMING_SAMPLE", 0);
   if (const char* j = getenv("HSIM_TIMING_ONLY")) o.timing_only = j;
+  o.timing_sample_atomics = env_u64("HSIM_TIMING_SAMPLE_ATOMICS", 0) != 0;
   if (!o.timing_json.empty() || o.timing_sample) o.timing = true;
   if (o.sms < 1) o.sms = 1;
 }
@@ -411,6 +412,18 @@ bool Engine::sampled(uint64_t ci) const {
   uint32_t groups = std::max<uint32_t>(1, tp::kSMs / csize);
   uint32_t keep = (uint32_t)((opt_.timing_sample + csize - 1) / csize);
   return ci % groups < keep;
+}
+
+// A dynamic tile scheduler (tile = atomicAdd(counter, 1) + gridDim) run on sampled SMs alone would
+// hand them every tile. With --timing-sample-atomics each global integer atom.add adds its value
+// times groups / sampled groups, as if the skipped SMs took tiles at the sampled SMs' rate: a
+// sampled CTA then gets every (groups / kept)-th tile, the round-robin share of a balanced run.
+uint64_t Engine::atomic_scale() const {
+  if (!rec_ || opt_.timing_sample <= 0 || !opt_.timing_sample_atomics) return 1;
+  uint32_t csize = lp_.cluster.x * lp_.cluster.y * lp_.cluster.z;
+  uint32_t groups = std::max<uint32_t>(1, tp::kSMs / csize);
+  uint32_t keep = std::min(groups, (uint32_t)((opt_.timing_sample + csize - 1) / csize));
+  return std::max<uint32_t>(1, groups / keep);
 }
 
 void Engine::run() {

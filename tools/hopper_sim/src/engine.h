@@ -73,6 +73,7 @@ class Engine {
   uint64_t instructions() const { return instr_total_; }
   Recorder* rec_ = nullptr;           // the timing recorder (--timing), else null: hooks test only this
   bool sampled(uint64_t cluster_index) const;   // --timing-sample: does this cluster run?
+  uint64_t atomic_scale() const;                  // --timing-sample-atomics: factor for atom.add (else 1)
   uint64_t total_clusters() const { return total_clusters_; }
 
   // Collective rendezvous: returns true when this thread's arrival completed the collective (the

@@ -1470,6 +1470,7 @@ void Engine::step(Thread* t, int budget) {
           uint64_t old = 0;
           memcpy(&old, p, n / 8);
           uint64_t b = val(c, is_red ? o[1] : o[2]);
+          if (d.aop == AtomOp::Add && sp == Sp::Global && !tfloat(ty)) b *= atomic_scale();   // sampling
           uint64_t cc = (!is_red && d.aop == AtomOp::Cas) ? val(c, o[3]) : 0;
           uint64_t nv = atomic_apply(c, d.aop, ty, old, b, cc);
           memcpy(p, &nv, n / 8);

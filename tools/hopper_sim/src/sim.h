@@ -26,6 +26,9 @@ struct Options {               // from the environment (simrun sets them), see D
   int timing_sample = 0;       // HSIM_TIMING_SAMPLE=K: run only the CTAs K of the 132 SMs would get
   std::string timing_only;     // HSIM_TIMING_ONLY=S: with timing, launches of kernels whose name lacks
                                // S are skipped (not run at all: e.g. a program's reference GEMM)
+  bool timing_sample_atomics = false;   // HSIM_TIMING_SAMPLE_ATOMICS=1: with sampling, a global integer
+                               // atom.add adds its value times (SM groups / sampled groups): the
+                               // skipped SMs take their share of an atomic tile counter
 };
 
 constexpr int kStrictExit = 86;

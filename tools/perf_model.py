@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""`make perf-model`: the H100 timing model's report, benchmarks/results/perf_model.md (+ a plot).
+
+Runs kernels under tools/hopper_sim/simrun --timing (README "Timing model"), each at the size its
+published H100 SXM5 number was measured, with CTAs sampled (--timing-sample K: the CTAs K of the
+132 SMs get, extrapolated over the grid), and writes:
+  - the model's parameter table (tools/hopper_sim/src/timing_params.h, each value with its source)
+    and its hash;
+  - the validation table on kernels no one here wrote: CUTLASS's Hopper GEMMs from the
+    nvidia-cutlass wheel and FlashAttention-3's forward (FA3_SRC=<flash-attention checkout>):
+    published | model | error;
+  - flash3's forward in the same model at the same shapes: flash3 / FA3 and flash3 / GEMM line,
+    with each row's dominant stall;
+  - one plot: predicted TFLOP/s against seqlen (flash3, FA3, the GEMM line).
+No number here is asserted by a test; the parameters are never fitted to these rows.
+
+  python tools/perf_model.py [--fa3-src PATH] [--sample K] [--rows quick|paper] [--only gemm,fa3,flash3]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "tools" / "hopper_sim"
+SIMRUN = SIM / "simrun"
+PARAMS = SIM / "src" / "timing_params.h"
+OUT_MD = ROOT / "benchmarks" / "results" / "perf_model.md"
+WORK = ROOT / "build" / "perf_model"
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(SIM))
+
+# ---- published H100 SXM5 numbers (TFLOP/s), each with its source ---------------------------------
+FA3_PAPER = "FA3 paper (arXiv 2407.08608), Fig. 5 (bf16 fwd, H100 80GB SXM5, b*s = 16k, hidden 2048)"
+FA3_PAPER_FP8 = "FA3 paper (arXiv 2407.08608), Fig. 7 (FP8 fwd, same setting)"
+FA3_ABLATION = "FA3 paper (arXiv 2407.08608), Table 2 (ablation, b 4, s 8448, h 16, d 128)"
+# (d, causal, seqlen) -> TFLOP/s
+FA3_PUBLISHED = {
+    (128, False, 1024): 565, (128, False, 2048): 625, (128, False, 4096): 638, (128, False, 8192): 646,
+    (128, False, 16384): 648,
+    (128, True, 512): 292, (128, True, 1024): 423, (128, True, 2048): 521, (128, True, 4096): 579,
+    (128, True, 8192): 602, (128, True, 16384): 616,
+    (64, True, 512): 197, (64, True, 1024): 265, (64, True, 2048): 371, (64, True, 4096): 420,
+    (64, True, 8192): 460, (64, True, 16384): 473, (64, False, 16384): 497,
+    (256, True, 512): 286, (256, True, 1024): 427, (256, True, 2048): 537, (256, True, 4096): 612,
+    (256, True, 8192): 628, (256, True, 16384): 642, (256, False, 16384): 756,
+}
+GEMM_SOURCE = ("cuBLAS bf16 8192^3 measured 769-798 TFLOP/s on lent H100/H200 machines (shared/hopper-notes.md); "
+               "dense peaks from the H100 whitepaper: 989.4 (16-bit), 494.7 (tf32), 1978.9 (fp8) TFLOP/s")
+
+
+def flops_fwd(b, h, sq, sk, d, causal):
+    f = 4.0 * b * h * sq * sk * d
+    return f / 2 if causal else f
+
+
+def paper_shape(s, d):
+    """The FA3 paper's setting: b*s = 16k tokens, hidden 2048."""
+    return max(1, 16384 // s), s, 2048 // d, d
+
+
+# ---- running one program under the timing model ----------------------------------------------------
+def run_timed(cmd: list[str], tag: str, sample: int, only: str = "", timeout: int = 3600,
+              atomics: bool = False) -> list[dict]:
+    WORK.mkdir(parents=True, exist_ok=True)
+    js = WORK / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', tag)}.jsonl"
+    js.unlink(missing_ok=True)
+    # --sms 132: programs that size persistent grids from the SM count see an H100
+    full = [str(SIMRUN), "--sms", "132", "--timing-json", str(js)] + (["--timing-sample", str(sample)] if sample else [])
+    # attention's dynamic (causal) schedulers take tiles from an atomic counter: see simrun
+    full += (["--timing-sample-atomics"] if atomics and sample else []) + (["--timing-only", only] if only else []) + cmd
+    env = dict(os.environ)
+    t0 = time.time()
+    r = subprocess.run(full, capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
+    dt = time.time() - t0
+    recs = [json.loads(line) for line in js.read_text().splitlines()] if js.exists() else []
+    for rec in recs:
+        rec["_wall_s"] = dt
+    if not recs:
+        print(f"perf_model: {tag}: no timing record (rc {r.returncode})\n{(r.stdout + r.stderr)[-3000:]}", flush=True)
+    else:
+        print(f"perf_model: {tag}: {len(recs)} launch(es), {dt:.0f} s of simulation", flush=True)
+    return recs
+
+
+def dominant_stall(rec: dict) -> str:
+    st = rec.get("stall_cycles", {})
+    if not st:
+        return ""
+    k = max(st, key=lambda x: st[x])
+    tot = sum(st.values()) or 1
+    return f"{k} {100.0 * st[k] / tot:.0f}%"
+
+
+# ---- CUTLASS GEMMs ------------------------------------------------------------------------------------
+def gemm_rows(sizes, sample):
+    import cutlass_examples as ce
+    src_root, curand = ce.cutlass_source(), ce.curand_include()
+    rows = []
+    for name, dtype, peak in (("48_hopper_warp_specialized_gemm", "tf32", 494.7),
+                              ("49_hopper_gemm_with_collective_builder", "fp16", 989.4),
+                              ("54_hopper_fp8_warp_specialized_gemm", "fp8", 1978.9)):
+        nm, binary, _, _, log = ce.build(name, src_root, curand)
+        if binary is None:
+            print(f"perf_model: {name}: build failed\n{log[-2000:]}")
+            continue
+        for n in sizes:
+            args = [f"--m={n}", f"--n={n}", f"--k={n}"] + (["--l=1"] if name.startswith(("49", "54")) else [])
+            args += [] if name.startswith("49") else ["--iterations=0"]
+            # only the GEMM itself: the examples' reference GEMMs would take hours in the interpreter
+            recs = run_timed([binary] + args, f"{name}-{n}", sample, only="GemmUniversal")
+            for rec in recs:
+                sched = next((s for s in ("Pingpong", "Cooperative", "StreamK") if s in rec["kernel"]), "")
+                tf = 2.0 * n ** 3 / (rec["us"] * 1e-6) / 1e12
+                rows.append(dict(kernel=f"CUTLASS {name.split('_')[0]} {dtype} {sched}".strip(), size=f"{n}^3",
+                                 model=tf, peak=peak, stall=dominant_stall(rec), rec=rec))
+    return rows
+
+
+# ---- FlashAttention-3 ---------------------------------------------------------------------------------
+def fa3_binary(fa3_src, d):
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d),
+                        "--fa3-src", fa3_src], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"perf_model: FA3 d {d} build failed:\n{r.stderr[-3000:]}")
+        return None
+    return r.stdout.strip().splitlines()[-1]
+
+
+def fa3_row(binary, d, causal, s, sample):
+    b, s, h, d = paper_shape(s, d)
+    recs = run_timed([binary, str(b), str(s), str(h), str(d), str(int(causal)), "0", "132"],
+                     f"fa3-d{d}-{'causal' if causal else 'full'}-s{s}", sample, only="FlashAttnFwdSm90",
+                     atomics=True)
+    if not recs:
+        return None
+    rec = recs[-1]
+    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
+
+
+# ---- flash3 --------------------------------------------------------------------------------------------
+def flash3_driver(d):
+    os.environ["FLASH3_HDIMS"], os.environ["FLASH3_DTYPES"] = str(d), "bf16"
+    import smoke_sim
+    return smoke_sim.build_driver(kinds=("fwd",))
+
+
+def flash3_row(driver, d, causal, s, sample):
+    b, s, h, d = paper_shape(s, d)
+    case = WORK / f"flash3-d{d}-{'causal' if causal else 'full'}-s{s}"
+    case.mkdir(parents=True, exist_ok=True)
+    st = [s * h * d, h * d, d, 1]
+    lines = ["flash3-sim-case 1", "op fwd"]
+    for name in ("q", "k", "v"):
+        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
+    lines.append(f"tensor out bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
+    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 nan")
+    scal = dict(softmax_scale=float(d) ** -0.5, causal=int(causal), window_left=-1, window_right=-1,
+                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, no_outputs=1)
+    lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
+    (case / "case.txt").write_text("\n".join(lines) + "\n")
+    recs = run_timed([str(driver), str(case)], case.name, sample, atomics=True)
+    if not recs:
+        return None
+    rec = recs[-1]
+    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
+
+
+# ---- report --------------------------------------------------------------------------------------------
+def params_table():
+    text = PARAMS.read_text()
+    rows = []
+    for m in re.finditer(r"constexpr\s+\w+\s+(k\w+)\s*=\s*([^;]+);\s*(?://\s*(.*))?", text):
+        rows.append((m.group(1), m.group(2).strip(), (m.group(3) or "").strip()))
+    return rows, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fmt_err(model, pub):
+    return f"{100.0 * (model - pub) / pub:+.0f}%"
+
+
+def write_report(gemm, fa3, f3, args, fa3_commit):
+    prows, phash = params_table()
+    L = ["# flash3 in the H100 timing model", "",
+         f"Generated by `make perf-model` (tools/perf_model.py) on {datetime.date.today().isoformat()}; "
+         f"timing parameters hash `{phash}` (tools/hopper_sim/src/timing_params.h)"
+         + (f"; FlashAttention-3 at commit `{fa3_commit}`" if fa3_commit else "") + f"; CTAs sampled on "
+         f"{args.sample or 'all'} of 132 SMs.", "",
+         "The model is a trace-and-replay of each kernel's PTX (tools/hopper_sim README, \"Timing model\"). "
+         "Its parameters come from published sources and are never fitted to the rows below; "
+         "a GPU run is the final word.", "",
+         "## Parameters", "", "| parameter | value | source |", "|---|---|---|"]
+    L += [f"| `{n}` | {v} | {c} |" for n, v, c in prows]
+    L += ["", "## Validation on kernels no one here wrote", "",
+          "| kernel | shape | published TFLOP/s | model TFLOP/s | error | model's dominant stall | source |",
+          "|---|---|---|---|---|---|---|"]
+    for g in gemm:
+        pub = {"tf32": None, "fp16": 780.0, "fp8": None}.get(g["kernel"].split()[2])
+        L.append(f"| {g['kernel']} | {g['size']} | {pub if pub else '-'} | {g['model']:.0f} | "
+                 f"{fmt_err(g['model'], pub) if pub else '-'} | {g['stall']} | "
+                 f"{'cuBLAS bf16 8192^3 (hopper-notes)' if pub else 'dense peak ' + str(g['peak'])} |")
+    for (d, causal, s), r in sorted(fa3.items()):
+        pub = FA3_PUBLISHED.get((d, causal, s))
+        b, s_, h, _ = paper_shape(s, d)
+        L.append(f"| FA3 fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {pub or '-'} | "
+                 f"{r['tflops']:.0f} | {fmt_err(r['tflops'], pub) if pub else '-'} | {dominant_stall(r['rec'])} | "
+                 f"{FA3_PAPER if pub else ''} |")
+    L += ["", "## flash3 against FlashAttention-3 in the model (same shapes)", "",
+          "| row | shape | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3 / 989.4 peak | flash3's dominant stall |",
+          "|---|---|---|---|---|---|---|"]
+    for (d, causal, s), r in sorted(f3.items()):
+        b, s_, h, _ = paper_shape(s, d)
+        o = fa3.get((d, causal, s))
+        L.append(f"| fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {r['tflops']:.0f} | "
+                 f"{o['tflops']:.0f} | {r['tflops'] / o['tflops']:.2f} | " if o else
+                 f"| fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {r['tflops']:.0f} | - | - | ")
+        L[-1] += f"{r['tflops'] / 989.4:.2f} | {dominant_stall(r['rec'])} |"
+    L += ["", "![predicted TFLOP/s against seqlen](perf_model.png)", ""]
+    OUT_MD.parent.mkdir(parents=True, exist_ok=True)
+    OUT_MD.write_text("\n".join(L) + "\n")
+    plot(gemm, fa3, f3)
+    print(f"perf_model: wrote {OUT_MD}")
+
+
+def plot(gemm, fa3, f3):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("perf_model: matplotlib missing: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, rows, style in (("flash3", f3, "-o"), ("FA3", fa3, "--s")):
+        for d in sorted({k[0] for k in rows}):
+            for causal in (False, True):
+                pts = sorted((k[2], v["tflops"]) for k, v in rows.items() if k[0] == d and k[1] == causal)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style,
+                            label=f"{name} d{d}{' causal' if causal else ''} (model)")
+    g16 = [g["model"] for g in gemm if "fp16" in g["kernel"]]
+    if g16:
+        ax.axhline(max(g16), color="gray", linestyle=":", label="CUTLASS fp16 GEMM (model)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("seqlen (b*s = 16k, hidden 2048)")
+    ax.set_ylabel("TFLOP/s (model)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT_MD.with_suffix(".png"), dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--fa3-src", default=os.environ.get("FA3_SRC"))
+    ap.add_argument("--sample", type=int, default=1, help="SMs whose CTAs are simulated (0: all)")
+    ap.add_argument("--rows", choices=("quick", "paper"), default="quick")
+    ap.add_argument("--only", default="gemm,fa3,flash3")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    if a.rows == "quick":
+        attn = [(128, False, s) for s in (1024, 4096, 16384)] + [(128, True, s) for s in (1024, 4096, 16384)]
+        gsizes = [4096]
+    else:
+        attn = [k for k in FA3_PUBLISHED]
+        gsizes = [4096, 8192]
+    gemm = gemm_rows(gsizes, a.sample) if "gemm" in only else []
+    fa3, f3, commit = {}, {}, ""
+    if "fa3" in only and a.fa3_src:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("fa3build", ROOT / "tools" / "fa3_peer" / "build.py")
+        fb = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fb)
+        commit = fb.fa3_commit(a.fa3_src)
+        bins = {}
+        for d, causal, s in attn:
+            bins.setdefault(d, fa3_binary(a.fa3_src, d))
+            if bins[d]:
+                r = fa3_row(bins[d], d, causal, s, a.sample)
+                if r:
+                    fa3[(d, causal, s)] = r
+    elif "fa3" in only:
+        print("perf_model: no FA3_SRC: FlashAttention-3 rows left out")
+    if "flash3" in only:
+        drivers = {}
+        for d, causal, s in attn:
+            drivers.setdefault(d, flash3_driver(d))
+            r = flash3_row(drivers[d], d, causal, s, a.sample)
+            if r:
+                f3[(d, causal, s)] = r
+    write_report(gemm, fa3, f3, a, commit)
+
+
+if __name__ == "__main__":
+    main()
