@@ -23,9 +23,18 @@ conventions, and map onto flash3's public API:
   returns (out, lse (b, s, h)).
 
 ``num_splits``, ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata`` only tune speed in FA3:
-they are accepted (``num_splits`` reaches flash3's decode call).  What flash3 cannot honour
-(``qv``, ``attention_chunk`` != 0, ``seqused_q``, ``cache_leftpad``, ``cu_seqlens_k_new``,
-``rotary_seqlens``, an FP8 paged cache) raises NotImplementedError naming the argument.
+they are accepted (``num_splits`` reaches flash3's decode call; ``get_scheduler_metadata``
+returns an int32 tensor that ``flash_attn_with_kvcache`` accepts back and ignores).
+
+FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the direct spec of
+FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
+``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
+when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
+intersected with causal/windows), ``seqused_q`` (rows past it: out 0, lse -inf),
+``cache_leftpad``, ``cache_batch_idx`` with ``page_table`` (it picks the page-table row),
+``cu_seqlens_k_new`` (packed new keys), ``rotary_seqlens``, new k/v or rotary with packed
+queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
+float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
 from __future__ import annotations
@@ -125,7 +134,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     (out, softmax_lse (b, h, s_q)) with ``return_attn_probs``."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     qd, kd, vd = _fp8_descales(q, k, q.shape[0], q_descale, k_descale, v_descale)
-    reason = _reference_reason(qv=qv, attention_chunk=attention_chunk)
+    reason = _reference_reason(qv=qv, attention_chunk=attention_chunk,
+                               head_dim_v_over_256=v.shape[-1] > 256)
     if reason is not None:
         _reference_shapes(q, k, v, 4, "(batch, seqlen, heads, headdim)")
         out, lse = _on_reference("flash_attn_func", q, reason, k=k, v=v, qv=qv, causal=causal,
@@ -178,7 +188,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
-    reason = _reference_reason(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk)
+    reason = _reference_reason(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
+                               head_dim_v_over_256=v.shape[-1] > 256)
     if reason is not None:
         _reference_shapes(q, k, v, 3, "(total, heads, headdim)")
         for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -242,7 +253,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
     reason = _reference_reason(
-        qv=qv, cache_leftpad=cache_leftpad, cu_seqlens_k_new=cu_seqlens_k_new,
+        qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256, cache_leftpad=cache_leftpad,
+        cu_seqlens_k_new=cu_seqlens_k_new,
         rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
         cache_batch_idx_with_page_table=cache_batch_idx is not None and page_table is not None,
         fp8_paged_cache=fp8_cache and page_table is not None,

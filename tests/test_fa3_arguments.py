@@ -70,16 +70,19 @@ def assert_close(a, b, tol):
 # ------------------------------------------------------------------ qv and attention_chunk
 @pytest.mark.parametrize("d_v", [64, 256, 512])
 @pytest.mark.parametrize("causal", [False, True])
-def test_qv(d_v, causal):
-    """MLA: scores q.k + qv.v, scale 1/sqrt(d + d_v) by default (d <= 64 with d_v up to 512)."""
+@pytest.mark.parametrize("with_qv", [False, True])
+def test_qv(d_v, causal, with_qv):
+    """MLA: scores q.k + qv.v, scale 1/sqrt(d + d_v) by default; d <= 64 takes d_v up to 512,
+    with or without qv."""
     torch.manual_seed(0)
     b, s_q, s_k, h, h_k, d = 2, 5, 9, 4, 2, 64
-    q, qv = torch.randn(b, s_q, h, d), torch.randn(b, s_q, h, d_v)
+    q, qv = torch.randn(b, s_q, h, d), torch.randn(b, s_q, h, d_v) if with_qv else None
     k, v = torch.randn(b, s_k, h_k, d), torch.randn(b, s_k, h_k, d_v)
     out, lse = fai.flash_attn_func(q, k, v, causal=causal, qv=qv, return_attn_probs=True)
-    scale = 1 / math.sqrt(d + d_v)
+    scale = 1 / math.sqrt(d + (d_v if with_qv else 0))
     for i in range(b):
-        o, l = entry64(*f64(q[i], k[i], v[i], qv[i]), scale, causal, (-1, -1), 0)
+        o, l = entry64(*f64(q[i], k[i], v[i], qv[i] if with_qv else None), scale, causal,
+                       (-1, -1), 0)
         assert_close(out[i], o, 1e-5)
         assert_close(lse[i], l, 1e-5)
 
