@@ -32,7 +32,7 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
 intersected with causal/windows), ``seqused_q`` (rows past it: out 0, lse -inf),
 ``cache_leftpad``, ``cache_batch_idx`` with ``page_table`` (it picks the page-table row),
-``cu_seqlens_k_new`` (packed new keys), ``rotary_seqlens``, new k/v or rotary with packed
+``cu_seqlens_k_new`` (packed new keys), ``rotary_seqlens``, ``seqused_k`` with autograd, new k/v or rotary with packed
 queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
@@ -188,8 +188,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, qv))
     reason = _reference_reason(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
-                               head_dim_v_over_256=v.shape[-1] > 256)
+                               head_dim_v_over_256=v.shape[-1] > 256,
+                               seqused_k_with_grad=seqused_k is not None and needs_grad)
     if reason is not None:
         _reference_shapes(q, k, v, 3, "(total, heads, headdim)")
         for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
