@@ -118,7 +118,19 @@ def backward_masked(dout, q, k, v, out, lse, softmax_scale: float, left: int, ri
 
 
 def _bhsd(x):
-    return x.transpose(1, 2).to(torch.float32)
+    """(b, s, h, d) -> the (b, h, s, d) fp32 form torch's kernel reads correctly: a view where the
+    strides allow it, else a contiguous copy.
+
+    The kernel reads each row's d values as consecutive (it ignores the last dim's stride, so
+    ``x[..., ::2]``, a permuted head dim or a stride-0 last dim give wrong results) and hands the
+    sequence stride to its GEMMs as the leading dimension: a stride below d (an expanded or
+    overlapping sequence dim) computes other fp32 sums than the contiguous call. Stride-0 batch or
+    head dims (expanded GQA heads) are read exactly."""
+    y = x.transpose(1, 2).to(torch.float32)
+    s, d = y.shape[-2], y.shape[-1]
+    if (d > 1 and y.stride(-1) != 1) or (s > 1 and y.stride(-2) < d):
+        y = y.contiguous()
+    return y
 
 
 def forward(q, k, v, softmax_scale: float, causal: bool):

@@ -23,9 +23,18 @@ conventions, and map onto flash3's public API:
   returns (out, lse (b, s, h)).
 
 ``num_splits``, ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata`` only tune speed in FA3:
-they are accepted (``num_splits`` reaches flash3's decode call).  What flash3 cannot honour
-(``qv``, ``attention_chunk`` != 0, ``seqused_q``, ``cache_leftpad``, ``cu_seqlens_k_new``,
-``rotary_seqlens``, an FP8 paged cache) raises NotImplementedError naming the argument.
+they are accepted (``num_splits`` reaches flash3's decode call; ``get_scheduler_metadata``
+returns an int32 tensor that ``flash_attn_with_kvcache`` accepts back and ignores).
+
+FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the direct spec of
+FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
+``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
+when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
+intersected with causal/windows), ``seqused_q`` (rows past it: out 0, lse -inf),
+``cache_leftpad``, ``cache_batch_idx`` with ``page_table`` (it picks the page-table row),
+``cu_seqlens_k_new`` (packed new keys), ``rotary_seqlens``, ``seqused_k`` with autograd, new k/v or rotary with packed
+queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
+float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
 from __future__ import annotations
@@ -34,20 +43,58 @@ import numbers
 
 import torch
 
-from . import _checks
+from . import _backend, _checks
 from .api import attention, attention_varlen, attention_with_kvcache
 from .reference import combine_splits
+from .reference.fa3 import fa3_forward
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
-           "flash_attn_with_kvcache", "flash_attn_combine"]
+           "flash_attn_with_kvcache", "flash_attn_combine", "get_scheduler_metadata"]
 
 
-def _unsupported(fn, **named):
-    """NotImplementedError for the first argument given a value flash3 cannot honour."""
-    for name, value in named.items():
-        if value is not None and value is not False and not (isinstance(value, int) and value == 0):
-            raise NotImplementedError(f"flash_attn_interface.{fn}: {name} is not supported by "
-                                      f"flash3 (got {type(value).__name__} {value!r:.60})")
+def _window(window_size):
+    """FA3 takes any pair whose entries convert to int (its tests pass a 2-element tensor)."""
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size must be a pair of ints, got {window_size!r}") from None
+    return max(left, -1), max(right, -1)  # FA3: any negative entry is unbounded
+
+
+def _on_reference(fn, q, reason, **kw):
+    """FA3 arguments flash3's kernels do not take: the reference spec (flash3/reference/fa3.py),
+    on CUDA with the package's one-time fallback warning."""
+    if q.is_cuda:
+        _backend.warn_fallback(reason, f"flash_attn_interface.{fn}")
+    left, right = kw.pop("window")
+    if kw.pop("causal"):
+        right = 0
+    scale = kw.pop("softmax_scale")
+    if scale is None:  # FA3: qv's head dim joins the scale
+        qv = kw.get("qv")
+        scale = (q.shape[-1] + (0 if qv is None else qv.shape[-1])) ** -0.5
+    return fa3_forward(q, softmax_scale=float(scale), window_left=left, window_right=right, **kw)
+
+
+def _reference_shapes(q, k, v, dims, what):
+    """The shape rules of the reference route: FA3's (d_v up to 512 when d <= 64, for MLA)."""
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        _checks.tensor(n, t, dims, what)
+    h, d, h_k, d_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    if h_k == 0 or v.shape[-2] != h_k or h % h_k or k.shape[-1] != d:
+        raise ValueError(f"q/k/v shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}: "
+                         "need heads(q) % heads(k) == 0, heads(v) == heads(k), headdim(k) == "
+                         "headdim(q)")
+    if not 1 <= d <= 256 or not 1 <= d_v <= (512 if d <= 64 else 256):
+        raise ValueError(f"head dims d={d}, d_v={d_v}: FA3 takes d <= 256 and d_v <= 256, or "
+                         "d_v <= 512 with d <= 64")
+
+
+def _reference_reason(**named):
+    """Names of the given arguments that only the reference computes, or None."""
+    given = [n for n, x in named.items()
+             if x is not None and x is not False and not (isinstance(x, int) and x == 0)]
+    return ", ".join(given) or None
 
 
 def _speed_only(num_splits, pack_gqa, sm_margin):
@@ -85,11 +132,19 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                     return_attn_probs=False):
     """FA3 ``flash_attn_func``: q (b, s_q, h, d), k/v (b, s_k, h_k, d|d_v) -> out, or
     (out, softmax_lse (b, h, s_q)) with ``return_attn_probs``."""
-    _unsupported("flash_attn_func", qv=qv, attention_chunk=attention_chunk)
     _speed_only(num_splits, pack_gqa, sm_margin)
     qd, kd, vd = _fp8_descales(q, k, q.shape[0], q_descale, k_descale, v_descale)
+    reason = _reference_reason(qv=qv, attention_chunk=attention_chunk,
+                               head_dim_v_over_256=v.shape[-1] > 256)
+    if reason is not None:
+        _reference_shapes(q, k, v, 4, "(batch, seqlen, heads, headdim)")
+        out, lse = _on_reference("flash_attn_func", q, reason, k=k, v=v, qv=qv, causal=causal,
+                                 softmax_scale=softmax_scale, window=_window(window_size),
+                                 attention_chunk=int(attention_chunk), softcap=float(softcap),
+                                 q_descale=qd, k_descale=kd, v_descale=vd)
+        return (out, lse) if return_attn_probs else out
     out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                         window_size=tuple(window_size), softcap=softcap, return_lse=True,
+                         window_size=_window(window_size), softcap=softcap, return_lse=True,
                          q_descale=qd, k_descale=kd, v_descale=vd, deterministic=deterministic)
     return (out, lse) if return_attn_probs else out
 
@@ -130,14 +185,28 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
     or (out, softmax_lse (h, total_q)).  ``seqused_k`` (the first seqused_k[i] keys of
     sequence i) runs flash3's forward-only, CPU-only cache path for now."""
-    _unsupported("flash_attn_varlen_func", seqused_q=seqused_q, qv=qv,
-                 attention_chunk=attention_chunk)
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, qv))
+    reason = _reference_reason(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
+                               head_dim_v_over_256=v.shape[-1] > 256,
+                               seqused_k_with_grad=seqused_k is not None and needs_grad)
+    if reason is not None:
+        _reference_shapes(q, k, v, 3, "(total, heads, headdim)")
+        for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            _checks.tensor(n, t, 1)
+        out, lse = _on_reference("flash_attn_varlen_func", q, reason, k=k, v=v, qv=qv,
+                                 causal=causal, softmax_scale=softmax_scale,
+                                 window=_window(window_size), attention_chunk=int(attention_chunk),
+                                 softcap=float(softcap), cu_seqlens_q=cu_seqlens_q,
+                                 cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q,
+                                 seqused_k=seqused_k, q_descale=qd, k_descale=kd, v_descale=vd)
+        return (out, lse) if return_attn_probs else out
     out, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 causal=causal, softmax_scale=softmax_scale,
-                                window_size=tuple(window_size), softcap=softcap,
+                                window_size=_window(window_size), softcap=softcap,
                                 return_lse=True, deterministic=deterministic, q_descale=qd,
                                 k_descale=kd, v_descale=vd, seqused_k=seqused_k)
     return (out, lse) if return_attn_probs else out
@@ -178,13 +247,50 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False):
     """FA3 ``flash_attn_with_kvcache`` (forward only; k/v, if given, are appended in place)."""
     fn = "flash_attn_with_kvcache"
-    _unsupported(fn, qv=qv, cache_leftpad=cache_leftpad, cu_seqlens_k_new=cu_seqlens_k_new,
-                 rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk)
     _speed_only(num_splits, pack_gqa, sm_margin)
+    if scheduler_metadata is not None:  # speed only in FA3; flash3 plans for itself
+        _checks.tensor("scheduler_metadata", scheduler_metadata, 1)
     for n, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _checks.tensor(n, t)
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+    fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
+    reason = _reference_reason(
+        qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256, cache_leftpad=cache_leftpad,
+        cu_seqlens_k_new=cu_seqlens_k_new,
+        rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
+        cache_batch_idx_with_page_table=cache_batch_idx is not None and page_table is not None,
+        fp8_paged_cache=fp8_cache and page_table is not None,
+        fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
+        cu_seqlens_q_with_new_kv=varlen and (k is not None or rotary_cos is not None))
+    if reason is not None:
+        if cache_seqlens is None:
+            full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
+            cache_seqlens = full
+        if isinstance(cache_seqlens, numbers.Integral):
+            cache_seqlens = torch.full((b,), int(cache_seqlens), dtype=torch.int32,
+                                       device=q.device)
+        qd = kd = vd = None
+        if _checks.is_fp8(q) or fp8_cache:
+            h_k = k_cache.shape[2]
+            qd, kd, vd = (None if x is None else _descale(x, n, b, h_k, q.device) for x, n in
+                          ((q_descale if _checks.is_fp8(q) else None, "q_descale"),
+                           (k_descale if fp8_cache else None, "k_descale"),
+                           (v_descale if fp8_cache else None, "v_descale")))
+        with torch.no_grad():
+            out, lse = _on_reference(
+                fn, q, reason, k=k_cache, v=v_cache, k_new=k, v_new=v, qv=qv, causal=causal,
+                softmax_scale=softmax_scale, window=_window(window_size),
+                attention_chunk=int(attention_chunk), softcap=float(softcap),
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
+                cache_seqlens=cache_seqlens, page_table=page_table,
+                cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens,
+                rotary_interleaved=rotary_interleaved, q_descale=qd, k_descale=kd, v_descale=vd)
+        if not return_softmax_lse:
+            return out
+        empty = torch.empty(0, device=out.device)
+        return out, lse, empty, empty
     if cache_batch_idx is not None:  # the contiguous cache as pages of one whole row each
         if page_table is not None:
             raise ValueError("cache_batch_idx and page_table cannot be combined")
@@ -199,11 +305,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
         cache_seqlens = full
     kd = vd = None
-    if _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache):
-        if page_table is not None and cache_batch_idx is None:
-            raise NotImplementedError(f"{fn}: an FP8 cache with page_table is not supported here "
-                                      "(FA3's descales are per (batch, kv head), flash3's per "
-                                      "page): call flash3.attention_with_kvcache")
+    if fp8_cache:  # contiguous here (a paged one took the reference above)
         h_k = k_cache.shape[2]
         kd, vd = (_descale(d, n, b, h_k, q.device) for d, n in
                   ((k_descale, "k_descale"), (v_descale, "v_descale")))
@@ -218,7 +320,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             k, v = (_dequantize_new(x, d, cache_batch_idx, q.dtype) for x, d in ((k, kd), (v, vd)))
     out, lse = attention_with_kvcache(
         q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, page_table=page_table,
-        causal=causal, softmax_scale=softmax_scale, window_size=tuple(window_size),
+        causal=causal, softmax_scale=softmax_scale, window_size=_window(window_size),
         softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
@@ -245,3 +347,26 @@ def _dequantize_new(x8, d, cache_batch_idx, dtype):
     """New FP8 k/v (b, s_new, h_k, d) times the descale of their cache row."""
     rows = d if cache_batch_idx is None else d[cache_batch_idx.long()]
     return (x8.to(torch.float32) * rows[:, None, :, None]).to(dtype)
+
+
+def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv,
+                           headdim, cache_seqlens, qkv_dtype=torch.bfloat16, headdim_v=None,
+                           cu_seqlens_q=None, cu_seqlens_k_new=None, cache_leftpad=None,
+                           page_size=None, max_seqlen_k_new=0, causal=False,
+                           window_size=(-1, -1), attention_chunk=0, has_softcap=False,
+                           num_splits=0, pack_gqa=None, sm_margin=0):
+    """FA3 ``get_scheduler_metadata``: an int32 tensor on cache_seqlens' device to pass back as
+    ``flash_attn_with_kvcache(..., scheduler_metadata=...)``.
+
+    In FA3 it precomputes the split-KV schedule (speed only).  flash3's decode path plans its
+    own splits (flash3.decode_plan) without host reads, so the tensor it returns records the
+    problem it was made for -- (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q,
+    num_heads_kv, headdim, headdim_v, num_splits) -- and flash_attn_with_kvcache accepts and
+    ignores it: results never depend on it."""
+    _checks.tensor("cache_seqlens", cache_seqlens, 1)
+    _speed_only(num_splits, pack_gqa, sm_margin)
+    _window(window_size)
+    headdim_v = headdim if headdim_v is None else headdim_v
+    fields = (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim,
+              headdim_v, num_splits)
+    return torch.tensor([int(x) for x in fields], dtype=torch.int32, device=cache_seqlens.device)

@@ -260,24 +260,3 @@ def test_combine(out_dtype):
     assert res is buf
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda q, k, v: fai.flash_attn_func(q, k, v, qv=q), "qv"),
-    (lambda q, k, v: fai.flash_attn_func(q, k, v, attention_chunk=8), "attention_chunk"),
-    (lambda q, k, v: fai.flash_attn_varlen_func(
-        q[0], k[0], v[0], cu([33]), cu([40]), 33, 40, seqused_q=torch.tensor([3], dtype=torch.int32)),
-     "seqused_q"),
-    (lambda q, k, v: fai.flash_attn_with_kvcache(
-        q, k, v, cache_seqlens=3, cache_leftpad=torch.zeros(2, dtype=torch.int32)), "cache_leftpad"),
-    (lambda q, k, v: fai.flash_attn_with_kvcache(
-        q, k, v, cache_seqlens=3, cu_seqlens_k_new=cu([1, 1])), "cu_seqlens_k_new"),
-    (lambda q, k, v: fai.flash_attn_with_kvcache(
-        q, k, v, cache_seqlens=3, rotary_seqlens=torch.zeros(2, dtype=torch.int32)),
-     "rotary_seqlens"),
-    (lambda q, k, v: fai.flash_attn_with_kvcache(
-        q, k.to(torch.float8_e4m3fn).view(20, 4, 2, 32), v.to(torch.float8_e4m3fn).view(20, 4, 2, 32),
-        cache_seqlens=3, page_table=torch.zeros(2, 5, dtype=torch.int32)), "page_table"),
-])
-def test_not_implemented_names_the_argument(call, name):
-    q, k, v = qkv()
-    with pytest.raises(NotImplementedError, match=name):
-        call(q, k, v)

@@ -1,0 +1,335 @@
+"""FA3 arguments that run on the reference spec (flash3/reference/fa3.py), each against an fp64
+computation written out here from FA3's documented meaning (hopper/flash_attn_interface.py and
+the oracle of hopper/test_flash_attn.py): qv, attention_chunk, a tensor window_size, seqused_q,
+cache_leftpad, cache_batch_idx with page_table, cu_seqlens_k_new, rotary_seqlens, FP8 q/k/v with
+a paged cache and per-(batch, kv head) descales, fp8 rotary tables, get_scheduler_metadata."""
+
+import math
+
+import pytest
+import torch
+
+from flash3 import flash_attn_interface as fai
+
+
+def cu(lens):
+    return torch.tensor([0] + list(lens), dtype=torch.int32).cumsum(0, dtype=torch.int32)
+
+
+def visible64(t, c, n_q, n_k, causal, window, chunk):
+    """Key c visible to query t (both counted from the entry's first valid row/key)."""
+    left, right = window
+    if causal:
+        right = 0
+    p = t + n_k - n_q  # the query's diagonal position
+    if left >= 0 and c < p - left:
+        return False
+    if right >= 0 and c > p + right:
+        return False
+    if chunk > 0:
+        start = (p // chunk) * chunk  # floor division: p may be negative
+        if not start <= c < start + chunk:
+            return False
+    return True
+
+
+def entry64(q, k, v, qv, scale, causal, window, chunk, softcap=0.0):
+    """q (n_q, h, d), k/v (n_k, h_k, .) fp64 -> out (n_q, h, d_v), lse (h, n_q)."""
+    n_q, h, _ = q.shape
+    n_k, h_k, d_v = v.shape
+    out = torch.zeros(n_q, h, d_v, dtype=torch.float64)
+    lse = torch.full((h, n_q), -math.inf, dtype=torch.float64)
+    for hh in range(h):
+        kh = hh // (h // h_k)
+        for t in range(n_q):
+            cols = [c for c in range(n_k) if visible64(t, c, n_q, n_k, causal, window, chunk)]
+            if not cols:
+                continue
+            s = k[cols, kh] @ q[t, hh] * scale
+            if qv is not None:
+                s = s + v[cols, kh] @ qv[t, hh] * scale
+            if softcap > 0:
+                s = softcap * torch.tanh(s / softcap)
+            m = s.max()
+            w = torch.exp(s - m)
+            lse[hh, t] = m + torch.log(w.sum())
+            out[t, hh] = (w / w.sum()) @ v[cols, kh]
+    return out, lse
+
+
+def f64(*xs):
+    return [None if x is None else x.to(torch.float64) for x in xs]
+
+
+def assert_close(a, b, tol):
+    assert a.shape == b.shape
+    err = (a.to(torch.float64) - b).abs().max().item() if a.numel() else 0.0
+    assert err <= tol, f"max |err| {err} > {tol}"
+
+
+# ------------------------------------------------------------------ qv and attention_chunk
+@pytest.mark.parametrize("d_v", [64, 256, 512])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("with_qv", [False, True])
+def test_qv(d_v, causal, with_qv):
+    """MLA: scores q.k + qv.v, scale 1/sqrt(d + d_v) by default; d <= 64 takes d_v up to 512,
+    with or without qv."""
+    torch.manual_seed(0)
+    b, s_q, s_k, h, h_k, d = 2, 5, 9, 4, 2, 64
+    q, qv = torch.randn(b, s_q, h, d), torch.randn(b, s_q, h, d_v) if with_qv else None
+    k, v = torch.randn(b, s_k, h_k, d), torch.randn(b, s_k, h_k, d_v)
+    out, lse = fai.flash_attn_func(q, k, v, causal=causal, qv=qv, return_attn_probs=True)
+    scale = 1 / math.sqrt(d + (d_v if with_qv else 0))
+    for i in range(b):
+        o, l = entry64(*f64(q[i], k[i], v[i], qv[i] if with_qv else None), scale, causal,
+                       (-1, -1), 0)
+        assert_close(out[i], o, 1e-5)
+        assert_close(lse[i], l, 1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 32])
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (True, (5, -1)),
+                                           (False, (6, 2)), (False, (-1, 3))])
+@pytest.mark.parametrize("s_q,s_k", [(11, 11), (6, 19), (13, 5)])
+def test_attention_chunk(chunk, causal, window, s_q, s_k):
+    torch.manual_seed(1)
+    b, h, h_k, d = 2, 4, 2, 16
+    q, k, v = torch.randn(b, s_q, h, d), torch.randn(b, s_k, h_k, d), torch.randn(b, s_k, h_k, d)
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse = fai.flash_attn_func(qg, kg, vg, causal=causal, window_size=window,
+                                   attention_chunk=chunk, return_attn_probs=True)
+    for i in range(b):
+        o, l = entry64(*f64(q[i], k[i], v[i]), None, 1 / math.sqrt(d), causal, window, chunk)
+        assert_close(out[i], o, 1e-5)
+        fin = torch.isfinite(l)
+        assert_close(lse[i][fin], l[fin], 1e-5)
+        assert bool((lse[i][~fin] == -math.inf).all())
+    # differentiable through the spec (FA3 itself has no backward with attention_chunk)
+    q64, k64, v64 = (x.to(torch.float64).requires_grad_() for x in (q, k, v))
+    o64 = torch.stack([entry64(q64[i], k64[i], v64[i], None, 1 / math.sqrt(d), causal, window,
+                               chunk)[0] for i in range(b)])
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (o64 * g.to(torch.float64)).sum().backward()
+    for x, x64 in ((qg, q64), (kg, k64), (vg, v64)):
+        assert_close(x.grad, x64.grad, 1e-4)
+
+
+def test_tensor_window_size_and_seqused_q():
+    torch.manual_seed(2)
+    lq, lk, used = [7, 3, 9], [10, 4, 12], [5, 0, 9]
+    h, h_k, d = 4, 1, 16
+    q, k, v = torch.randn(sum(lq), h, d), torch.randn(sum(lk), h_k, d), torch.randn(sum(lk), h_k, d)
+    win = torch.tensor([3, 1])
+    out, lse = fai.flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk),
+                                          seqused_q=torch.tensor(used, dtype=torch.int32),
+                                          window_size=win, return_attn_probs=True)
+    cq, ck = cu(lq), cu(lk)
+    for i in range(3):
+        r0 = int(cq[i])
+        qi = q[r0:r0 + used[i]]
+        ki, vi = k[int(ck[i]):int(ck[i + 1])], v[int(ck[i]):int(ck[i + 1])]
+        o, l = entry64(*f64(qi, ki, vi), None, 1 / math.sqrt(d), False, (3, 1), 0)
+        assert_close(out[r0:r0 + used[i]], o, 1e-5)
+        assert_close(lse[:, r0:r0 + used[i]], l, 1e-5)
+        pad = out[r0 + used[i]:int(cq[i + 1])]
+        assert torch.equal(pad, torch.zeros_like(pad))  # rows past seqused_q: out 0
+    same = fai.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk),
+                                      seqused_q=torch.tensor(used, dtype=torch.int32),
+                                      window_size=(3, 1))
+    assert torch.equal(out, same)
+
+
+# ------------------------------------------------------------------ KV cache
+def rotate64(x, pos, cos, sin, interleaved):
+    """x (n, h, d) fp64 at positions pos (n,): the first 2 * cos.shape[1] channels rotated."""
+    half = cos.shape[1]
+    x = x.clone()
+    for n in range(x.shape[0]):
+        c, s_ = cos[pos[n]].to(torch.float64), sin[pos[n]].to(torch.float64)
+        for j in range(half):
+            a, bb = (2 * j, 2 * j + 1) if interleaved else (j, j + half)
+            x0, x1 = x[n, :, a].clone(), x[n, :, bb].clone()
+            x[n, :, a] = x0 * c[j] - x1 * s_[j]
+            x[n, :, bb] = x0 * s_[j] + x1 * c[j]
+    return x
+
+
+def paged(cache_rows, page_size, num_pages, perm):
+    """Lay contiguous cache rows (R, cap, h, d) out as pages: row r's page j is perm[r * P + j]."""
+    R, cap, h_k, d = cache_rows.shape
+    P = cap // page_size
+    pages = torch.randn(num_pages, page_size, h_k, d).to(cache_rows.dtype)
+    table = perm[:R * P].view(R, P).to(torch.int32)
+    for r in range(R):
+        for j in range(P):
+            pages[table[r, j]] = cache_rows[r, j * page_size:(j + 1) * page_size]
+    return pages, table
+
+
+@pytest.mark.parametrize("paged_cache", [False, True])
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("causal,window,chunk", [(True, (-1, -1), 0), (False, (4, 1), 0),
+                                                 (True, (-1, -1), 5), (False, (-1, -1), 0)])
+@pytest.mark.parametrize("rotary", [None, "neox", "gptj"])
+@pytest.mark.parametrize("qv", [False, True])
+def test_kvcache(paged_cache, varlen, causal, window, chunk, rotary, qv):
+    """cache_leftpad, cache_batch_idx (with page_table when paged), cu_seqlens_k_new with packed
+    q, rotary_seqlens, attention_chunk and qv, against the fp64 entry-by-entry computation."""
+    torch.manual_seed(3)
+    b, R, cap, h, h_k, d = 3, 5, 24, 4, 2, 32
+    d_v = 128 if qv else d
+    s_q, s_new = 4, 3
+    caches = torch.randn(R, cap, h_k, d), torch.randn(R, cap, h_k, d_v)
+    batch_idx = torch.tensor([3, 0, 4], dtype=torch.int32)
+    lens = torch.tensor([9, 2, 15], dtype=torch.int32)
+    leftpad = torch.tensor([4, 0, 7], dtype=torch.int32)
+    rot_lens = torch.tensor([1, 6, 2], dtype=torch.int32)
+    if varlen:
+        lq, ln = [4, 1, 3], [3, 0, 2]
+        q = torch.randn(sum(lq), h, d)
+        qv_t = torch.randn(sum(lq), h, d_v) if qv else None
+        knew, vnew = torch.randn(sum(ln), h_k, d), torch.randn(sum(ln), h_k, d_v)
+        cu_q, cu_new = cu(lq), cu(ln)
+    else:
+        lq, ln = [s_q] * b, [s_new] * b
+        q = torch.randn(b, s_q, h, d)
+        qv_t = torch.randn(b, s_q, h, d_v) if qv else None
+        knew, vnew = torch.randn(b, s_new, h_k, d), torch.randn(b, s_new, h_k, d_v)
+        cu_q = cu_new = None
+    cos = sin = None
+    if rotary:
+        ang = torch.rand(cap + 8, 8) * 2 * math.pi
+        cos, sin = torch.cos(ang), torch.sin(ang)
+    kw = {}
+    if paged_cache:
+        perm = torch.randperm(R * cap // 4 + 3)
+        k_cache, table = paged(caches[0], 4, R * cap // 4 + 3, perm)
+        v_cache, _ = paged(caches[1], 4, R * cap // 4 + 3, perm)
+        kw["page_table"] = table
+    else:
+        k_cache, v_cache = caches[0].clone(), caches[1].clone()
+    out, lse, *_ = fai.flash_attn_with_kvcache(
+        q, k_cache, v_cache, knew, vnew, qv=qv_t, rotary_cos=cos, rotary_sin=sin,
+        cache_seqlens=lens, cache_batch_idx=batch_idx, cache_leftpad=leftpad, **kw,
+        cu_seqlens_q=cu_q, cu_seqlens_k_new=cu_new, max_seqlen_q=max(lq) if varlen else None,
+        rotary_seqlens=rot_lens if rotary else None, causal=causal, window_size=window,
+        attention_chunk=chunk, rotary_interleaved=rotary == "gptj", return_softmax_lse=True)
+    scale = 1 / math.sqrt(d + (d_v if qv else 0))
+    positional = causal or window != (-1, -1) or chunk > 0
+    k_after = k_cache if not paged_cache else torch.stack(
+        [k_cache[kw["page_table"][r].long()].reshape(cap, h_k, d) for r in range(R)])
+    v_after = v_cache if not paged_cache else torch.stack(
+        [v_cache[kw["page_table"][r].long()].reshape(cap, h_k, d_v) for r in range(R)])
+    rq, rn = 0, 0
+    for i in range(b):
+        r, L, lp = int(batch_idx[i]), int(lens[i]), int(leftpad[i])
+        kc, vc = f64(caches[0][r], caches[1][r])
+        kn, vn = f64(knew[rn:rn + ln[i]] if varlen else knew[i], vnew[rn:rn + ln[i]] if varlen else vnew[i])
+        qi = (q[rq:rq + lq[i]] if varlen else q[i]).to(torch.float64)
+        qvi = None if not qv else (qv_t[rq:rq + lq[i]] if varlen else qv_t[i]).to(torch.float64)
+        if rotary:
+            base = int(rot_lens[i])
+            kn = rotate64(kn, [base + t for t in range(ln[i])], cos, sin, rotary == "gptj")
+            qi = rotate64(qi, [base + (t if positional else 0) for t in range(lq[i])], cos, sin,
+                          rotary == "gptj")
+        kc[L:L + ln[i]], vc[L:L + ln[i]] = kn, vn
+        # the append landed in cache row r (slots L..), every other slot untouched
+        assert_close(k_after[r], kc, 1e-6)
+        assert_close(v_after[r], vc, 0.0)
+        o, l = entry64(qi, kc[lp:L + ln[i]], vc[lp:L + ln[i]], qvi, scale, causal, window, chunk)
+        got_o = out[rq:rq + lq[i]] if varlen else out[i]
+        got_l = lse[:, rq:rq + lq[i]] if varlen else lse[i]
+        assert_close(got_o, o, 2e-5)
+        fin = torch.isfinite(l)
+        assert_close(got_l[fin], l[fin], 2e-5)
+        if varlen:
+            rq, rn = rq + lq[i], rn + ln[i]
+    untouched = [r for r in range(R) if r not in batch_idx.tolist()]
+    for r in untouched:
+        assert torch.equal(k_after[r], caches[0][r]) and torch.equal(v_after[r], caches[1][r])
+
+
+@pytest.mark.parametrize("new_kv", [False, True])
+def test_fp8_paged_cache_with_descales_and_fp8_rotary(new_kv):
+    """FP8 q/k/v, a paged cache, FA3's per-(batch, kv head) descales, rotary tables in fp8."""
+    torch.manual_seed(4)
+    b, cap, h, h_k, d, ps = 2, 16, 4, 2, 32, 4
+    f8 = torch.float8_e4m3fn
+    rows = torch.randn(b, cap, h_k, d).to(f8), torch.randn(b, cap, h_k, d).to(f8)
+    perm = torch.randperm(b * cap // ps + 2)
+    k_cache, table = paged(rows[0], ps, b * cap // ps + 2, perm)
+    v_cache, _ = paged(rows[1], ps, b * cap // ps + 2, perm)
+    q = torch.randn(b, 3, h, d).to(f8)
+    knew, vnew = (torch.randn(b, 3, h_k, d).to(f8) for _ in range(2)) if new_kv else (None, None)
+    qd, kd, vd = (torch.rand(b, h_k) * 2 + 0.1 for _ in range(3))
+    lens = torch.tensor([5, 11], dtype=torch.int32)
+    cos = sin = None
+    if new_kv:
+        ang = torch.rand(cap, 8) * 2 * math.pi
+        cos, sin = torch.cos(ang).to(f8), torch.sin(ang).to(f8)
+    out = fai.flash_attn_with_kvcache(q, k_cache, v_cache, knew, vnew, rotary_cos=cos,
+                                      rotary_sin=sin, cache_seqlens=lens, page_table=table,
+                                      q_descale=qd, k_descale=kd, v_descale=vd, causal=True,
+                                      rotary_interleaved=False)
+    assert out.dtype == torch.bfloat16
+    for i in range(b):
+        L = int(lens[i])
+        kc, vc = f64(rows[0][i], rows[1][i])
+        qi = q[i].to(torch.float64)
+        n_new = 0
+        if new_kv:
+            n_new = 3
+            kn = rotate64(knew[i].to(torch.float64), [L + t for t in range(3)], cos, sin, False)
+            qi = rotate64(qi, [L + t for t in range(3)], cos, sin, False)
+            # stored and read back in the cache's dtype (FA3 writes fp8), q rounded to fp8
+            kc[L:L + 3] = kn.to(f8).to(torch.float64)
+            vc[L:L + 3] = vnew[i].to(torch.float64)
+            qi = qi.to(f8).to(torch.float64)
+        qi = qi * qd[i].repeat_interleave(h // h_k).to(torch.float64).view(1, h, 1)
+        kc = kc * kd[i].to(torch.float64).view(1, h_k, 1)
+        vc = vc * vd[i].to(torch.float64).view(1, h_k, 1)
+        o, _ = entry64(qi, kc[:L + n_new], vc[:L + n_new], None, 1 / math.sqrt(d), True,
+                       (-1, -1), 0)
+        assert_close(out[i], o, 2e-2 * max(1.0, o.abs().max().item()))  # bf16 output
+
+
+def test_get_scheduler_metadata_round_trip():
+    torch.manual_seed(5)
+    b, cap, h, h_k, d = 2, 16, 4, 2, 32
+    q = torch.randn(b, 1, h, d)
+    kc, vc = torch.randn(b, cap, h_k, d), torch.randn(b, cap, h_k, d)
+    lens = torch.tensor([3, 16], dtype=torch.int32)
+    md = fai.get_scheduler_metadata(b, 1, cap, h, h_k, d, lens, torch.float32, causal=True)
+    assert md.dtype == torch.int32 and md.dim() == 1
+    a = fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True)
+    m = fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True,
+                                    scheduler_metadata=md)
+    assert torch.equal(a, m)
+
+
+def test_seqused_k_with_grad():
+    """seqused_k with tensors that need grad: the spec, differentiable (flash3's own seqused_k
+    path is forward only)."""
+    torch.manual_seed(6)
+    lq, lk, used = [4, 6], [9, 7], [5, 7]
+    h, d = 2, 16
+    q, k, v = torch.randn(sum(lq), h, d), torch.randn(sum(lk), h, d), torch.randn(sum(lk), h, d)
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    out = fai.flash_attn_varlen_func(qg, kg, vg, cu(lq), cu(lk), max(lq), max(lk),
+                                     seqused_k=torch.tensor(used, dtype=torch.int32), causal=True)
+    q64, k64, v64 = (x.to(torch.float64).requires_grad_() for x in (q, k, v))
+    cq, ck = cu(lq), cu(lk)
+    ref = []
+    for i in range(2):
+        k0 = int(ck[i])
+        o, _ = entry64(q64[int(cq[i]):int(cq[i + 1])], k64[k0:k0 + used[i]], v64[k0:k0 + used[i]],
+                       None, 1 / math.sqrt(d), True, (-1, -1), 0)
+        ref.append(o)
+    ref = torch.cat(ref)
+    assert_close(out.detach(), ref.detach(), 1e-5)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (ref * g.to(torch.float64)).sum().backward()
+    for x, x64 in ((qg, q64), (kg, k64), (vg, v64)):
+        assert_close(x.grad, x64.grad, 1e-4)

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Run FlashAttention-3's own test suite (hopper/test_flash_attn.py) against flash3, on the CPU.
+
+    python tools/fa3_suite.py --fa3-src /path/to/flash-attention [--max-seqlen 256] \
+        [--max-hdim 128] [pytest args, e.g. -k "output or kvcache" -x --maxfail 5]
+
+(or FA3_SRC=/path/to/flash-attention).  The checkout is read, never fetched.  FA3's test file is
+copied into a temporary directory with only the *device* changed -- ``device = "cuda"`` becomes
+``"cpu"`` and the sm90 capability probe that gates FP8 is answered as Hopper -- next to its helpers
+(test_util.py, padding.py, copied as they are).  A conftest in that directory
+
+* makes ``import flash_attn_interface`` load ``flash3.flash_attn_interface`` (a sys.modules
+  alias: FA3's tests call flash3's functions, nothing in between), and
+* changes the *sizes*: it deselects the parametrizations with seqlen_q or seqlen_k above
+  --max-seqlen or a head dim above --max-hdim (the CPU reference materializes each entry's
+  scores).
+
+Needs einops (FA3's test helpers import it) and pytest.  FA3's rotary tests need
+flash_attn.layers.rotary, which its file imports optionally (without it those cases use
+rotary_fraction 0 only).  Exit status: pytest's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (text in FA3's file, replacement, how many times it must occur at least): the device only.
+DEVICE_PATCHES = [
+    ('device = "cuda"', 'device = "cpu"', 1),
+    ('torch.cuda.get_device_capability("cuda")[0] < 9', "False", 1),
+]
+
+CONFTEST = '''\
+import os
+import sys
+
+sys.path.insert(0, {repo!r})
+import flash3.flash_attn_interface  # noqa: E402
+
+sys.modules["flash_attn_interface"] = flash3.flash_attn_interface
+
+MAX_SEQLEN = int(os.environ["FA3_SUITE_MAX_SEQLEN"])
+MAX_HDIM = int(os.environ["FA3_SUITE_MAX_HDIM"])
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        p = getattr(item, "callspec", None)
+        p = p.params if p is not None else {{}}
+        big = (max(p.get("seqlen_q", 0), p.get("seqlen_k", 0), p.get("seqlen", 0)) > MAX_SEQLEN
+               or p.get("d", 0) > MAX_HDIM)
+        (drop if big else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+'''
+
+
+def build(hopper: str, where: str) -> str:
+    """Write the patched copy of FA3's tests and the conftest into ``where``; returns the path."""
+    for helper in ("test_util.py", "padding.py"):
+        shutil.copy(os.path.join(hopper, helper), os.path.join(where, helper))
+    with open(os.path.join(hopper, "test_flash_attn.py")) as f:
+        text = f.read()
+    for old, new, at_least in DEVICE_PATCHES:
+        n = text.count(old)
+        if n < at_least:
+            raise SystemExit(f"fa3_suite: FA3's test file no longer contains {old!r}: update "
+                             "DEVICE_PATCHES for this checkout")
+        text = text.replace(old, new)
+    target = os.path.join(where, "test_flash_attn.py")
+    with open(target, "w") as f:
+        f.write(text)
+    with open(os.path.join(where, "conftest.py"), "w") as f:
+        f.write(CONFTEST.format(repo=REPO))
+    return target
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fa3-src", default=os.environ.get("FA3_SRC"),
+                    help="a flash-attention checkout (default: $FA3_SRC)")
+    ap.add_argument("--max-seqlen", type=int, default=256)
+    ap.add_argument("--max-hdim", type=int, default=128)
+    ap.add_argument("--keep", action="store_true", help="keep the generated directory")
+    args, pytest_args = ap.parse_known_args(argv)
+    if not args.fa3_src:
+        ap.error("give --fa3-src or FA3_SRC (a flash-attention checkout)")
+    hopper = os.path.join(os.path.abspath(args.fa3_src), "hopper")
+    if not os.path.isfile(os.path.join(hopper, "test_flash_attn.py")):
+        ap.error(f"{hopper}/test_flash_attn.py not found")
+    where = tempfile.mkdtemp(prefix="fa3_suite_")
+    try:
+        target = build(hopper, where)
+        os.environ["FA3_SUITE_MAX_SEQLEN"] = str(args.max_seqlen)
+        os.environ["FA3_SUITE_MAX_HDIM"] = str(args.max_hdim)
+        import pytest
+        return int(pytest.main([target, "--rootdir", where, "-p", "no:cacheprovider",
+                                *pytest_args]))
+    finally:
+        if args.keep:
+            print(f"fa3_suite: generated files kept in {where}")
+        else:
+            shutil.rmtree(where, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
