@@ -343,6 +343,7 @@ void Engine::dispatch_clusters() {
       c->dirty_owner.assign(total, 0);
       c->deliv_id.assign(total, 0);
       c->deliv_phase.assign(total, 0);
+      c->wgmma_readers.assign(total, 0);
       uint32_t nwarps = (nthreads + 31) / 32;
       for (uint32_t w = 0; w < nwarps; ++w) {
         auto wp = std::make_unique<Warp>();
@@ -438,7 +439,10 @@ void Engine::run() {
         if (it != runnable_.end()) { *it = runnable_.back(); runnable_.pop_back(); }
       }
     }
-    if (!async_.empty() && (rng_() & 7) == 0) complete_one_async(true);
+    if (!async_.empty()) {
+      if (copy_mode() != 2) { if ((rng_() & 7) == 0) complete_one_async(true); }
+      else if (instr_total_ - async_.front().issued_at > kLateCopyLimit) complete_one_async(false);
+    }
     // finished clusters free their slots for the next ones
     if (next_cluster_ < total_clusters_) {
       bool freed = false;
@@ -648,6 +652,7 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
                      "(missing cp.async.bulk.wait_group.read)", off + b);
             fail("async-inflight", t, d, buf);
           }
+          if (write && (s & kShadowWgmmaRead)) check_wgmma_overwrite(t, d, c, off + b, 1, "an ordinary store");
           if (write && (s & 8)) {
             snprintf(buf, sizeof buf, "ordinary store to shared offset 0x%x overwrites a live mbarrier", off + b);
             fail("mbarrier", t, d, buf);
@@ -722,6 +727,48 @@ void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, u
                "async proxy (TMA/bulk store, wgmma) with no fence.proxy.async in between", off + b, c->dirty_owner[off + b] - 1);
       fail("proxy-fence", t, d, buf);
     }
+  }
+}
+
+void Engine::wgmma_read_begin(Cta* c, WgmmaRead r) {
+  for (auto& run : r.runs)
+    for (uint32_t b = 0; b < run.len; ++b)
+      if (c->wgmma_readers[run.off + b]++ == 0) c->shadow[run.off + b] |= kShadowWgmmaRead;
+  c->wgmma_reads.push_back(std::move(r));
+}
+
+// Warp w's wgmma.wait_group `keep`: its groups older than the newest `keep` are complete. One
+// warp's wait ends the reads of the whole wgmma (it is one operation; CUTLASS releases a stage
+// from one thread of the warpgroup after that thread's own warp waited).
+void Engine::wgmma_read_end(Warp* w, uint64_t keep) {
+  Cta* c = w->cta;
+  uint32_t wg = w->id / 4, j = w->id % 4;
+  uint64_t done = w->wg_commits > keep ? w->wg_commits - keep : 0;
+  for (size_t i = 0; i < c->wgmma_reads.size();) {
+    WgmmaRead& r = c->wgmma_reads[i];
+    if (r.wg != wg || r.group[j] >= done) { ++i; continue; }
+    for (auto& run : r.runs)
+      for (uint32_t b = 0; b < run.len; ++b)
+        if (--c->wgmma_readers[run.off + b] == 0) c->shadow[run.off + b] &= ~kShadowWgmmaRead;
+    c->wgmma_reads.erase(c->wgmma_reads.begin() + i);
+  }
+}
+
+// A write (`writer` says what kind) to bytes an in-flight wgmma still reads as an operand.
+void Engine::check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer) {
+  if (!opt_.strict) return;
+  for (uint32_t b = 0; b < n; ++b) {
+    if (!c->wgmma_readers[off + b]) continue;
+    for (const WgmmaRead& r : c->wgmma_reads)
+      for (auto& run : r.runs)
+        if (off + b >= run.off && off + b < run.off + run.len) {
+          char buf[400];
+          snprintf(buf, sizeof buf, "%s writes shared offset 0x%x of CTA (%u,%u,%u), which the wgmma at PTX line %d "
+                   "(warpgroup %u) still reads as operand %c: no wgmma.wait_group covering that wgmma came first",
+                   writer, off + b, c->id[0], c->id[1], c->id[2], r.instr && r.instr->src ? r.instr->src->line : 0, r.wg,
+                   run.operand);
+          fail("wgmma-operand-overwrite", t, d, buf);
+        }
   }
 }
 
@@ -1010,7 +1057,10 @@ bool Engine::warpgroup_rendezvous(Thread* t, const DInstr* d) {
 // ---------------------------------------------------------------------------------------------
 // Asynchronous copies
 
-void Engine::enqueue(AsyncOp op) { async_.push_back(std::move(op)); }
+void Engine::enqueue(AsyncOp op) {
+  op.issued_at = instr_total_;
+  async_.push_back(std::move(op));
+}
 
 bool Engine::complete_one_async(bool random_pick) {
   if (async_.empty()) return false;
@@ -1080,6 +1130,7 @@ void Engine::complete(AsyncOp& op) {
           uint32_t so = std::get<0>(r), nb = std::get<2>(r);
           uint8_t* dst = c->smem.data() + op.smem + so;
           if (op.smem + so + nb > c->smem.size()) fail("tma", op.issuer, op.instr, "box write past shared memory");
+          check_wgmma_overwrite(op.issuer, op.instr, c, op.smem + so, nb, "a TMA load landing");
           if (std::get<3>(r)) {
             if (!dev_->check_global(std::get<1>(r), nb)) {
               char buf[160];
@@ -1135,6 +1186,7 @@ void Engine::complete(AsyncOp& op) {
         for (uint32_t b = 0; b < op.bytes; ++b) op.src_cta->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
       }
       for (Cta* c : op.dst_ctas) {   // (several with .multicast::cluster)
+        check_wgmma_overwrite(op.issuer, op.instr, c, op.smem, op.bytes, "a bulk copy landing");
         if ((AtomOp)op.red_op != AtomOp::None)   // cp.reduce.async.bulk into shared memory
           reduce_bytes(c->smem.data() + op.smem, src, op.bytes, (T)op.red_type, (AtomOp)op.red_op);
         else
@@ -1167,6 +1219,7 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
     for (CpAsyncOp& op : t->cp_groups.front()) {
       Cta* c = t->cta;
       uint8_t* dst = c->smem.data() + op.dst;
+      check_wgmma_overwrite(t, nullptr, c, op.dst, op.bytes, "a cp.async landing");
       if (op.src_bytes) memcpy(dst, (const void*)op.src, op.src_bytes);
       if (op.bytes > op.src_bytes) memset(dst + op.src_bytes, 0, op.bytes - op.src_bytes);
       for (uint32_t b = 0; b < op.bytes; ++b) {

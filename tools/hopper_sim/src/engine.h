@@ -28,7 +28,12 @@ struct AsyncOp {
   const DInstr* instr = nullptr;
   bool counts_bulk_group = false;    // belongs to the issuer's bulk async-group `group`
   uint64_t group = 0;
+  uint64_t issued_at = 0;            // Engine instruction count at issue (late completion mode)
 };
+
+// Late completion mode: a copy lands when every thread is blocked, or after this many instructions
+// (a thread spinning on a flag in memory never blocks; the copies it needs still land)
+constexpr uint64_t kLateCopyLimit = 2000000;
 
 class Engine {
  public:
@@ -68,6 +73,10 @@ class Engine {
   void progress() { last_progress_ = instr_total_; timeouts_ = 0; }
   void observe(Thread* t, MBar& m);   // t saw m's completed phases (a successful wait)
   void check_delivered(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
+  // wgmma operand reads in flight (strict): begin at issue, end at the covering wgmma.wait_group
+  void wgmma_read_begin(Cta* c, WgmmaRead r);
+  void wgmma_read_end(Warp* w, uint64_t keep);
+  void check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer);
   uint32_t next_mbar_id() { return mbar_ids_++; }
   uint64_t instructions() const { return instr_total_; }
 
@@ -85,6 +94,9 @@ class Engine {
   void dispatch_clusters();
   void retire_cta(Cta* c);
   bool complete_one_async(bool random_pick);
+  // the seed's copy-completion mode: 0 random (1/8 per step), 2 late (only when every thread is
+  // blocked, or a copy has waited kLateCopyLimit instructions)
+  int copy_mode() const { return opt_.seed % 3 == 2 ? 2 : 0; }
   void complete(AsyncOp& op);
   void deadlock();
   void check_bar_complete(Cta* c, uint32_t id);

@@ -196,6 +196,7 @@ struct Warp {
   std::vector<CollSlot> slots;
   uint32_t arrived = 0;         // union of the slots' waiting lanes
   uint32_t regs_budget = 0;     // setmaxnreg: registers per thread
+  uint64_t wg_commits = 0;      // wgmma.commit_group count (numbers the wgmma groups)
 };
 
 struct NamedBarrier {
@@ -220,6 +221,16 @@ struct MBar {
 
 struct Cluster;
 
+// A wgmma reads its shared-memory operands from issue until a wgmma.wait_group covers it: the
+// group it joins is, per warp of the warpgroup, that warp's commit count at issue.
+struct WgmmaRead {
+  struct Run { uint32_t off, len; char operand; };
+  std::vector<Run> runs;
+  uint64_t group[4] = {0, 0, 0, 0};
+  uint32_t wg = 0;
+  const DInstr* instr = nullptr;
+};
+
 struct Cta {
   uint32_t id[3] = {0, 0, 0};
   uint32_t linear = 0;
@@ -243,9 +254,13 @@ struct Cta {
   uint64_t clock = 0;            // thread-instructions this CTA executed: its %clock
   uint32_t regs_pool = 0;        // registers the CTA got at launch: setmaxnreg moves them between warps
   std::vector<Warp*> regs_waiters;   // warps blocked in setmaxnreg.inc until the pool has room (slot 0)
+  // wgmma operands being read: per byte the in-flight wgmmas reading it, and those wgmmas
+  std::vector<uint16_t> wgmma_readers;
+  std::vector<WgmmaRead> wgmma_reads;
 };
 
-enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2 };
+// kShadowWgmmaRead: some in-flight wgmma reads the byte (wgmma_readers > 0)
+enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2, kShadowWgmmaRead = 16 };
 
 struct Cluster {
   uint32_t id[3] = {0, 0, 0};
