@@ -1874,6 +1874,7 @@ void Engine::step(Thread* t, int budget) {
               if (off + op.bytes > dc->smem.size()) fail("tma", t, &d, "destination box past the end of shared memory");
               mbar(t, &d, dc, moff);
               for (uint32_t b = 0; b < op.bytes; ++b) {
+                if (!opt_.strict) { dc->shadow[off + b] |= kShadowInflight; continue; }
                 if (dc->shadow[off + b] & kShadowInflight)
                   fail("async-inflight", t, &d, "TMA destination overlaps another in-flight copy at shared address " + std::to_string(off + b));
                 if (dc->shadow[off + b] & kShadowAsyncRead)
@@ -1963,7 +1964,7 @@ void Engine::step(Thread* t, int budget) {
             }
             for (Cta* dc : op.dst_ctas)
               for (uint32_t b = 0; b < n; ++b) {
-                if (dc->shadow[off + b] & (kShadowInflight | kShadowAsyncRead))
+                if (opt_.strict && (dc->shadow[off + b] & (kShadowInflight | kShadowAsyncRead)))
                   fail("async-inflight", t, &d, "bulk copy destination overlaps another in-flight copy or a store still "
                        "reading shared address " + std::to_string(off + b));
                 dc->shadow[off + b] |= kShadowInflight;
