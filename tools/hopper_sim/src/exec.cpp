@@ -1478,6 +1478,29 @@ void Engine::step(Thread* t, int budget) {
         if (!tma::decode(mem(t, &d, Sp::Generic, ma, 128, false), &m, &err)) fail("tensormap", t, &d, err);
         break;
       }
+      case Op::TensormapReplace: {
+        // [map], value  or  [map], ord, value (ord an immediate): edits the map in place
+        uint64_t a = addr(c, o[0]);
+        if (a % 64) fail("tensormap", t, &d, "tensor map address not 64-byte aligned");
+        uint8_t* p = mem(t, &d, space_of(d), a, 128, true);
+        bool has_ord = d.nops > 2;
+        uint32_t ord = has_ord ? (uint32_t)val(c, o[1]) : 0;
+        std::string err;
+        if (!tma::replace_field(p, d.mode, ord, val(c, o[has_ord ? 2 : 1]), &err))
+          fail(err.find("not simulated") != std::string::npos ? "unsupported" : "tensormap", t, &d, err);
+        break;
+      }
+      case Op::TensormapCpFenceproxy: {
+        // copies the 128-byte map from shared to global memory and orders it for the tensormap proxy
+        // (every access is immediately visible here: the copy is the whole effect)
+        if (val(c, o[2]) != 128) fail("tensormap", t, &d, "tensormap.cp_fenceproxy size must be 128");
+        uint64_t ga = addr(c, o[0]), sa = addr(c, o[1]);
+        if (ga % 64 || sa % 64) fail("tensormap", t, &d, "tensor map address not 64-byte aligned");
+        const uint8_t* s = mem(t, &d, Sp::Shared, sa, 128, false);
+        uint8_t* g = mem(t, &d, Sp::Global, ga, 128, true);
+        memmove(g, s, 128);
+        break;
+      }
       case Op::Atom: case Op::Red: {
         bool is_red = d.op == Op::Red;
         const Operand& ao = is_red ? o[0] : o[1];

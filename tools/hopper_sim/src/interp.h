@@ -71,6 +71,8 @@ enum class Op : uint16_t {
   BulkTensor, BulkCopy, BulkCommit, BulkWait, BulkPrefetch, BulkPrefetchTensor,
   // tensor cores
   WgmmaFence, WgmmaCommit, WgmmaWait, Wgmma, Ldmatrix, Stmatrix,
+  // tensor maps
+  TensormapReplace, TensormapCpFenceproxy,
   Nop,
 };
 
