@@ -82,6 +82,8 @@ CASES = [
     ("wgmma", "wgmma_proxy", "async-proxy-read", ["operand A", "no fence.proxy.async before this wgmma"], [], None),
     ("wgmma_async", "wgmma_operand_overwrite", "wgmma-operand-overwrite",
      ["a bulk copy (issued)", "still reads as operand B", "no wgmma.wait_group"], ["--schedules", "3"], None),
+    ("wgmma_async", "early_release", "wgmma-operand-overwrite", ["a bulk copy (issued)", "operand B"],
+     ["--schedules", "3"], None),
     ("wgmma_async", "wgmma_unobserved", "async-unobserved",
      ["wgmma operand A", "no thread of the warpgroup has observed"], ["--schedules", "3"], None),
     ("race", "shared_race_rw", "shared-race", ["read of shared offset", "thread 0 (warp 0, lane 0", "thread 32"],
