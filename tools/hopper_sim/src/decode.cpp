@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "numeric.h"
+#include "tma.h"
 
 namespace hsim {
 
@@ -200,6 +201,20 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
       d.op = Op::BarRed;
       d.aop = has("popc") ? AtomOp::Add : has("and") ? AtomOp::And : AtomOp::Or;
     } else d.op = Op::BarSync;   // bar.sync, barrier.sync, bar.cta.sync, barrier (alone)
+  } else if (op == "tensormap") {
+    // tensormap.replace.tile.<field>{.global,.shared::cta}.b1024.<b32|b64> [map], {ord,} value;
+    // tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [g], [s], 128;
+    if (has("cp_fenceproxy")) d.op = Op::TensormapCpFenceproxy;
+    else if (has("replace") && has("tile")) {
+      d.op = Op::TensormapReplace;
+      d.mode = 0xFF;
+      for (auto& x : mods) {
+        int f = tma::replace_field_id(x.c_str());
+        if (f >= 0) d.mode = (uint8_t)f;
+      }
+      if (d.mode == 0xFF) bad(m, in, "tensormap.replace field");
+      d.sp = has("shared::cta") ? Sp::Shared : has("global") ? Sp::Global : Sp::Generic;
+    } else bad(m, in, "tensormap form");
   } else if (op == "fence") {
     if (has("proxy")) {
       // fence.proxy.async{.shared::cta,.global,...}: generic <-> async proxy ordering.
@@ -304,6 +319,11 @@ void decode_function(const Module& m, const Function& f, LoadedFunction* out) {
     d.ops = in.ops.data();
     d.nops = (uint32_t)in.ops.size();
     d.src = &in;
+    if (d.op == Op::Ld || d.op == Op::Ldu || d.op == Op::St || d.op == Op::Ldmatrix || d.op == Op::Stmatrix) {
+      d.plain_mem = !(d.flags & F_VOLATILE);
+      for (auto& x : in.mods)
+        if (x == "relaxed" || x == "acquire" || x == "release" || x == "acq_rel" || x == "sc" || x == "mmio") d.plain_mem = false;
+    }
   }
 }
 

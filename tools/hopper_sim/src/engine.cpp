@@ -342,6 +342,7 @@ void Engine::dispatch_clusters() {
     uint64_t ci = next_cluster_++;
     if (rec_ && opt_.timing_sample > 0 && !sampled(ci)) continue;   // not on a sampled SM: skipped
     auto cl = std::make_unique<Cluster>();
+    cl->next_knowledge_id = csize * nthreads;
     cl->id[0] = (uint32_t)(ci % ncl_[0]);
     cl->id[1] = (uint32_t)((ci / ncl_[0]) % ncl_[1]);
     cl->id[2] = (uint32_t)(ci / ((uint64_t)ncl_[0] * ncl_[1]));
@@ -362,6 +363,10 @@ void Engine::dispatch_clusters() {
       c->dirty_owner.assign(total, 0);
       c->deliv_id.assign(total, 0);
       c->deliv_phase.assign(total, 0);
+      c->wgmma_readers.assign(total, 0);
+      c->race_writer.assign(total, 0);
+      c->race_epoch.assign(total, 0);
+      c->race_line.assign(total, 0);
       uint32_t nwarps = (nthreads + 31) / 32;
       for (uint32_t w = 0; w < nwarps; ++w) {
         auto wp = std::make_unique<Warp>();
@@ -376,6 +381,9 @@ void Engine::dispatch_clusters() {
       for (uint32_t i = 0; i < nthreads; ++i) {
         auto t = std::make_unique<Thread>();
         t->linear = i;
+        t->kid = r * nthreads + i;
+        t->know.assign(csize * nthreads, 0);
+        t->know[t->kid] = 1;
         t->tid[0] = i % bx;
         t->tid[1] = (i / bx) % by;
         t->tid[2] = i / (bx * by);
@@ -479,7 +487,10 @@ void Engine::run() {
         if (it != runnable_.end()) { *it = runnable_.back(); runnable_.pop_back(); }
       }
     }
-    if (!async_.empty() && (rng_() & 7) == 0) complete_one_async(true);
+    if (!async_.empty()) {
+      if (copy_mode() != 2) { if ((rng_() & 7) == 0) complete_one_async(true); }
+      else if (instr_total_ - async_.front().issued_at > kLateCopyLimit) complete_one_async(false);
+    }
     // finished clusters free their slots for the next ones
     if (next_cluster_ < total_clusters_) {
       bool freed = false;
@@ -689,6 +700,7 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
                      "(missing cp.async.bulk.wait_group.read)", off + b);
             fail("async-inflight", t, d, buf);
           }
+          if (write && (s & kShadowWgmmaRead)) check_wgmma_overwrite(t, d, c, off + b, 1, "an ordinary store");
           if (write && (s & 8)) {
             snprintf(buf, sizeof buf, "ordinary store to shared offset 0x%x overwrites a live mbarrier", off + b);
             fail("mbarrier", t, d, buf);
@@ -696,6 +708,7 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
         }
       }
       if (opt_.strict) check_delivered(t, d, c, off, n, write);
+      if (opt_.strict && d) race_access(t, d, c, off, n, write);
       if (write) note_generic_smem_write(t, c, off, n);
       if (cta_out) *cta_out = c;
       if (smem_off) *smem_off = off;
@@ -751,6 +764,7 @@ void Engine::fence_proxy_async(Thread* t) {
 
 void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n) {
   if (!opt_.strict) return;
+  race_async_read(t, d, t->know, c, off, n, "a bulk/TMA copy's read");
   for (uint32_t b = 0; b < n; ++b) {
     if (c->shadow[off + b] & kShadowInflight) {
       char buf[160];
@@ -762,6 +776,105 @@ void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, u
       snprintf(buf, sizeof buf, "shared offset 0x%x was written through the generic proxy by thread %u and read by the "
                "async proxy (TMA/bulk store, wgmma) with no fence.proxy.async in between", off + b, c->dirty_owner[off + b] - 1);
       fail("proxy-fence", t, d, buf);
+    }
+  }
+}
+
+void Engine::wgmma_read_begin(Cta* c, WgmmaRead r) {
+  for (auto& run : r.runs)
+    for (uint32_t b = 0; b < run.len; ++b)
+      if (c->wgmma_readers[run.off + b]++ == 0) c->shadow[run.off + b] |= kShadowWgmmaRead;
+  c->wgmma_reads.push_back(std::move(r));
+}
+
+// Warp w's wgmma.wait_group `keep`: its groups older than the newest `keep` are complete. One
+// warp's wait ends the reads of the whole wgmma (it is one operation; CUTLASS releases a stage
+// from one thread of the warpgroup after that thread's own warp waited).
+void Engine::wgmma_read_end(Warp* w, uint64_t keep) {
+  Cta* c = w->cta;
+  uint32_t wg = w->id / 4, j = w->id % 4;
+  uint64_t done = w->wg_commits > keep ? w->wg_commits - keep : 0;
+  for (size_t i = 0; i < c->wgmma_reads.size();) {
+    WgmmaRead& r = c->wgmma_reads[i];
+    if (r.wg != wg || r.group[j] >= done) { ++i; continue; }
+    for (auto& run : r.runs)
+      for (uint32_t b = 0; b < run.len; ++b)
+        if (--c->wgmma_readers[run.off + b] == 0) c->shadow[run.off + b] &= ~kShadowWgmmaRead;
+    c->wgmma_reads.erase(c->wgmma_reads.begin() + i);
+  }
+}
+
+// A write (`writer` says what kind) to bytes an in-flight wgmma still reads as an operand.
+void Engine::check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer) {
+  if (!opt_.strict) return;
+  for (uint32_t b = 0; b < n; ++b) {
+    if (!c->wgmma_readers[off + b]) continue;
+    for (const WgmmaRead& r : c->wgmma_reads)
+      for (auto& run : r.runs)
+        if (off + b >= run.off && off + b < run.off + run.len) {
+          char buf[400];
+          snprintf(buf, sizeof buf, "%s writes shared offset 0x%x of CTA (%u,%u,%u), which the wgmma at PTX line %d "
+                   "(warpgroup %u) still reads as operand %c: no wgmma.wait_group covering that wgmma came first",
+                   writer, off + b, c->id[0], c->id[1], c->id[2], r.instr && r.instr->src ? r.instr->src->line : 0, r.wg,
+                   run.operand);
+          fail("wgmma-operand-overwrite", t, d, buf);
+        }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory races (racecheck's job): a plain access to bytes another thread last wrote with a
+// plain store, where no synchronization orders the write before the access: the accessing thread
+// does not know the writer's epoch of the write (Knowledge, Engine::released). Atomics, volatile and
+// memory-ordered accesses synchronize through memory and are not reported; copies that land make
+// the bytes the async-unobserved check's business.
+
+static std::string race_writer_name(const Cta* c, uint32_t kid1) {
+  uint32_t kid = kid1 - 1, n = (uint32_t)c->threads.size();
+  char buf[120];
+  snprintf(buf, sizeof buf, "thread %u (warp %u, lane %u%s%u)", kid % n, kid % n / 32, kid % 32,
+           ", CTA rank ", kid / n);
+  return buf;
+}
+
+void Engine::race_access(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write) {
+  if (c->shadow[off] & 8) return;   // a live mbarrier: its operations synchronize
+  if (!d->plain_mem) {
+    if (write) race_clear(c, off, n);
+    return;
+  }
+  uint16_t me = (uint16_t)(t->kid + 1);
+  for (uint32_t b = 0; b < n; ++b) {
+    uint16_t w = c->race_writer[off + b];
+    if (w && w != me && (t->know.size() < w || t->know[w - 1] < c->race_epoch[off + b])) {
+      char buf[400];
+      snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which %s wrote at PTX line %u, with no synchronization "
+               "ordering that write before this access (no barrier, mbarrier arrive->wait or warp collective "
+               "between them)", write ? "write" : "read", off + b, race_writer_name(c, w).c_str(), c->race_line[off + b]);
+      fail("shared-race", t, d, buf);
+    }
+    if (write) {
+      c->race_writer[off + b] = me;
+      c->race_epoch[off + b] = t->know[t->kid];
+      c->race_line[off + b] = d->src ? d->src->line : 0;
+    }
+  }
+}
+
+void Engine::race_clear(Cta* c, uint32_t off, uint32_t n) {
+  std::fill(c->race_writer.begin() + off, c->race_writer.begin() + off + n, 0);
+}
+
+void Engine::race_async_read(Thread* t, const DInstr* d, const Knowledge& k, Cta* c, uint32_t off, uint32_t n,
+                             const char* what) {
+  if (!opt_.strict) return;
+  for (uint32_t b = 0; b < n; ++b) {
+    uint16_t w = c->race_writer[off + b];
+    if (w && (k.size() < w || k[w - 1] < c->race_epoch[off + b])) {
+      char buf[400];
+      snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which %s wrote at PTX line %u, with no synchronization "
+               "ordering that write before it", what, off + b, race_writer_name(c, w).c_str(), c->race_line[off + b]);
+      fail("shared-race", t, d, buf);
     }
   }
 }
@@ -829,6 +942,7 @@ void Engine::mbar_arrive(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint3
     fail("mbarrier-overarrive", t, d, buf);
   }
   merge_knowledge(m.carry, t->know);
+  released(t);
   m.pending -= count;
   if (no_complete && m.pending == 0 && m.tx == 0) fail("mbarrier", t, d, "arrive.noComplete completed the phase");
   mbar_maybe_complete(this, m);
@@ -868,6 +982,7 @@ void Engine::bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count,
   }
   ++b.arrived;
   merge_knowledge(b.carry, t->know);
+  released(t);
   if (wait) {
     b.waiters.push_back(t);
     t->wait_addr = id;
@@ -905,7 +1020,10 @@ void Engine::cluster_arrive(Thread* t, bool release) {
   t->cluster_gen = cl->arrive_gen;   // the generation this arrival belongs to
   t->cluster_arrived = true;
   ++cl->arrived;
-  if (release) merge_knowledge(cl->carry, t->know);
+  if (release) {
+    merge_knowledge(cl->carry, t->know);
+    released(t);
+  }
   check_cluster_bar(cl);
 }
 
@@ -979,7 +1097,11 @@ void Engine::finish_warp_collective(Warp* w, size_t si, Thread* except) {
   {
     Knowledge k;
     for (int l = 0; l < 32; ++l) if (lanes >> l & 1) merge_knowledge(k, w->lanes[l]->know);
-    if (!k.empty()) for (int l = 0; l < 32; ++l) if (lanes >> l & 1) w->lanes[l]->know = k;
+    for (int l = 0; l < 32; ++l)
+      if (lanes >> l & 1) {
+        w->lanes[l]->know = k;
+        released(w->lanes[l]);
+      }
   }
   extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t, const DInstr*);
   exec_warp_collective_entry(this, w, lanes, s.coll);
@@ -1052,7 +1174,10 @@ bool Engine::warpgroup_rendezvous(Thread* t, const DInstr* d) {
 // ---------------------------------------------------------------------------------------------
 // Asynchronous copies
 
-void Engine::enqueue(AsyncOp op) { async_.push_back(std::move(op)); }
+void Engine::enqueue(AsyncOp op) {
+  op.issued_at = instr_total_;
+  async_.push_back(std::move(op));
+}
 
 bool Engine::complete_one_async(bool random_pick) {
   if (async_.empty()) return false;
@@ -1122,6 +1247,7 @@ void Engine::complete(AsyncOp& op) {
           uint32_t so = std::get<0>(r), nb = std::get<2>(r);
           uint8_t* dst = c->smem.data() + op.smem + so;
           if (op.smem + so + nb > c->smem.size()) fail("tma", op.issuer, op.instr, "box write past shared memory");
+          check_wgmma_overwrite(op.issuer, op.instr, c, op.smem + so, nb, "a TMA load landing");
           if (std::get<3>(r)) {
             if (!dev_->check_global(std::get<1>(r), nb)) {
               char buf[160];
@@ -1141,12 +1267,14 @@ void Engine::complete(AsyncOp& op) {
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
+        race_clear(c, op.smem, op.bytes);
         // swizzled boxes may touch bytes past op.bytes only within the footprint: clear those too
         for (auto& r : runs)
           for (uint32_t b = 0; b < std::get<2>(r); ++b) {
             c->shadow[op.smem + std::get<0>(r) + b] &= ~kShadowInflight;
             c->dirty_owner[op.smem + std::get<0>(r) + b] = 0;
           }
+        for (auto& r : runs) race_clear(c, op.smem + std::get<0>(r), std::get<2>(r));
         mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       }
       break;
@@ -1177,6 +1305,7 @@ void Engine::complete(AsyncOp& op) {
         for (uint32_t b = 0; b < op.bytes; ++b) op.src_cta->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
       }
       for (Cta* c : op.dst_ctas) {   // (several with .multicast::cluster)
+        check_wgmma_overwrite(op.issuer, op.instr, c, op.smem, op.bytes, "a bulk copy landing");
         if ((AtomOp)op.red_op != AtomOp::None)   // cp.reduce.async.bulk into shared memory
           reduce_bytes(c->smem.data() + op.smem, src, op.bytes, (T)op.red_type, (AtomOp)op.red_op);
         else
@@ -1188,6 +1317,7 @@ void Engine::complete(AsyncOp& op) {
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
+        race_clear(c, op.smem, op.bytes);
         mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       }
       break;
@@ -1209,6 +1339,7 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
     for (CpAsyncOp& op : t->cp_groups.front()) {
       Cta* c = t->cta;
       uint8_t* dst = c->smem.data() + op.dst;
+      check_wgmma_overwrite(t, nullptr, c, op.dst, op.bytes, "a cp.async landing");
       if (op.src_bytes) memcpy(dst, (const void*)op.src, op.src_bytes);
       if (op.bytes > op.src_bytes) memset(dst + op.src_bytes, 0, op.bytes - op.src_bytes);
       for (uint32_t b = 0; b < op.bytes; ++b) {
@@ -1216,6 +1347,7 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
         c->dirty_owner[op.dst + b] = 0;
         c->deliv_id[op.dst + b] = 0;
       }
+      race_clear(c, op.dst, op.bytes);
     }
     t->cp_groups.erase(t->cp_groups.begin());
     progress();

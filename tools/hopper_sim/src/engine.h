@@ -29,7 +29,12 @@ struct AsyncOp {
   const DInstr* instr = nullptr;
   bool counts_bulk_group = false;    // belongs to the issuer's bulk async-group `group`
   uint64_t group = 0;
+  uint64_t issued_at = 0;            // Engine instruction count at issue (late completion mode)
 };
+
+// Late completion mode: a copy lands when every thread is blocked, or after this many instructions
+// (a thread spinning on a flag in memory never blocks; the copies it needs still land)
+constexpr uint64_t kLateCopyLimit = 2000000;
 
 class Engine {
  public:
@@ -69,7 +74,18 @@ class Engine {
   void progress() { last_progress_ = instr_total_; timeouts_ = 0; }
   void observe(Thread* t, MBar& m);   // t saw m's completed phases (a successful wait)
   void check_delivered(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
-  uint32_t next_mbar_id() { return mbar_ids_++; }
+  // wgmma operand reads in flight (strict): begin at issue, end at the covering wgmma.wait_group
+  void wgmma_read_begin(Cta* c, WgmmaRead r);
+  void wgmma_read_end(Warp* w, uint64_t keep);
+  void check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer);
+  uint32_t next_mbar_id(Cluster* cl) { return cl->next_knowledge_id++; }
+  // t released what it knows (arrive, barrier, collective): its later accesses get a new epoch
+  void released(Thread* t) { ++t->know[t->kid]; }
+  void race_access(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
+  void race_clear(Cta* c, uint32_t off, uint32_t n);
+  // a read by the async proxy (wgmma operand, bulk/TMA store source) for threads knowing `k`
+  void race_async_read(Thread* t, const DInstr* d, const Knowledge& k, Cta* c, uint32_t off, uint32_t n,
+                       const char* what);
   uint64_t instructions() const { return instr_total_; }
   Recorder* rec_ = nullptr;           // the timing recorder (--timing), else null: hooks test only this
   bool sampled(uint64_t cluster_index) const;   // --timing-sample: does this cluster run?
@@ -90,6 +106,9 @@ class Engine {
   void dispatch_clusters();
   void retire_cta(Cta* c);
   bool complete_one_async(bool random_pick);
+  // the seed's copy-completion mode: 0 random (1/8 per step), 2 late (only when every thread is
+  // blocked, or a copy has waited kLateCopyLimit instructions)
+  int copy_mode() const { return opt_.seed % 3 == 2 ? 2 : 0; }
   void complete(AsyncOp& op);
   void deadlock();
   void check_bar_complete(Cta* c, uint32_t id);
@@ -124,7 +143,6 @@ class Engine {
   std::vector<Thread*> runnable_;
   std::vector<AsyncOp> async_;
   uint64_t instr_total_ = 0, last_progress_ = 0;
-  uint32_t mbar_ids_ = 0;
   uint32_t timeouts_ = 0;        // try_wait time limits granted since the last progress
 };
 

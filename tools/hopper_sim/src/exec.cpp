@@ -711,6 +711,11 @@ static void exec_warp_collective(Engine* e, Warp* w, uint32_t lanes, const DInst
             }
           }
         }
+      if (d0.op == Op::WgmmaCommit) ++w->wg_commits;
+      if (d0.op == Op::WgmmaWait) {
+        Ctx c = lane_ctx(e, w->lanes[__builtin_ctz(lanes)]);
+        e->wgmma_read_end(w, val(c, c.d->ops[0]));
+      }
       if (d0.op == Op::Setmaxnreg) {
         Thread* t0 = w->lanes[__builtin_ctz(lanes)];
         Ctx c = lane_ctx(e, t0);
@@ -850,6 +855,15 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
   if (d.nops > i + (w.a_regs ? 3 : 4)) w.b_k_major = d.ops[i + (w.a_regs ? 3 : 4)].imm == 0;
   // The async proxy reads the operands: unfenced generic writes and in-flight copies are errors.
   // Check exactly the bytes the descriptors name (a whole-memory shadow per wgmma would be slow).
+  // The operand bytes are recorded as read until the wgmma.wait_group that covers this wgmma, and
+  // bytes a copy delivered must come from an mbarrier phase the warpgroup observed (a thread of it
+  // waited, or synchronized with one that did: the union of the 128 threads' knowledge).
+  WgmmaRead reads;
+  reads.wg = wg;
+  reads.instr = &d;
+  for (uint32_t j = 0; j < 4; ++j) reads.group[j] = cta->warps[wg * 4 + j]->wg_commits;
+  Knowledge seen;
+  if (e->opt().strict) for (Thread* t : th) merge_knowledge(seen, t->know);
   if (e->opt().strict) {
     auto check = [&](uint64_t desc, int rows, tc::EType et, bool k_major, const char* which) {
       tc::Desc dsc = tc::decode_desc(desc);
@@ -857,8 +871,25 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
       for (int r = 0; r < rows; ++r)
         for (int k = 0; k < w.k; ++k) {
           uint32_t a = tc::element_addr(dsc, r, k, eb, k_major);
+          if (a + nb <= cta->smem.size()) {
+            e->race_async_read(lead, &d, seen, cta, a, nb, "wgmma operand read");
+            auto& rs = reads.runs;
+            if (!rs.empty() && rs.back().operand == which[0] && rs.back().off + rs.back().len == a) rs.back().len += nb;
+            else rs.push_back(WgmmaRead::Run{a, (uint32_t)nb, which[0]});
+          }
           for (int b = 0; b < nb; ++b) {
             if (a + b >= cta->smem.size()) continue;   // tc::wgmma reports the bounds error
+            if (uint32_t id1 = cta->deliv_id[a + b]) {
+              uint32_t ph = cta->deliv_phase[a + b];
+              if (seen.size() < id1 || seen[id1 - 1] < ph + 1) {
+                char buf[400];
+                snprintf(buf, sizeof buf, "wgmma operand %s element (%d, %d) at shared 0x%x was filled by an "
+                         "asynchronous copy in phase %u of mbarrier #%u, but no thread of the warpgroup has observed "
+                         "that phase (no wait on the mbarrier, and no barrier with a thread that waited)",
+                         which, r, k, a + b, ph, id1 - 1);
+                e->fail("async-unobserved", lead, &d, buf);
+              }
+            }
             if ((cta->shadow[a + b] & kShadowInflight) || cta->dirty_owner[a + b]) {
               char buf[300];
               snprintf(buf, sizeof buf, "wgmma operand %s element (%d, %d) at shared 0x%x %s", which, r, k, a + b,
@@ -877,6 +908,7 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
   std::string err;
   if (!tc::wgmma(w, da, db, w.a_regs ? afrag.data() : nullptr, dfrag.data(), scale_d, sm, &err))
     e->fail("wgmma", lead, &d, err);
+  if (e->opt().strict) e->wgmma_read_begin(cta, std::move(reads));
   for (Thread* t : th) {
     Ctx c = lane_ctx(e, t);
     uint32_t tw = t->linear % 128;
@@ -1447,6 +1479,29 @@ void Engine::step(Thread* t, int budget) {
         if (!tma::decode(mem(t, &d, Sp::Generic, ma, 128, false), &m, &err)) fail("tensormap", t, &d, err);
         break;
       }
+      case Op::TensormapReplace: {
+        // [map], value  or  [map], ord, value (ord an immediate): edits the map in place
+        uint64_t a = addr(c, o[0]);
+        if (a % 64) fail("tensormap", t, &d, "tensor map address not 64-byte aligned");
+        uint8_t* p = mem(t, &d, space_of(d), a, 128, true);
+        bool has_ord = d.nops > 2;
+        uint32_t ord = has_ord ? (uint32_t)val(c, o[1]) : 0;
+        std::string err;
+        if (!tma::replace_field(p, d.mode, ord, val(c, o[has_ord ? 2 : 1]), &err))
+          fail(err.find("not simulated") != std::string::npos ? "unsupported" : "tensormap", t, &d, err);
+        break;
+      }
+      case Op::TensormapCpFenceproxy: {
+        // copies the 128-byte map from shared to global memory and orders it for the tensormap proxy
+        // (every access is immediately visible here: the copy is the whole effect)
+        if (val(c, o[2]) != 128) fail("tensormap", t, &d, "tensormap.cp_fenceproxy size must be 128");
+        uint64_t ga = addr(c, o[0]), sa = addr(c, o[1]);
+        if (ga % 64 || sa % 64) fail("tensormap", t, &d, "tensor map address not 64-byte aligned");
+        const uint8_t* s = mem(t, &d, Sp::Shared, sa, 128, false);
+        uint8_t* g = mem(t, &d, Sp::Global, ga, 128, true);
+        memmove(g, s, 128);
+        break;
+      }
       case Op::Atom: case Op::Red: {
         bool is_red = d.op == Op::Red;
         const Operand& ao = is_red ? o[0] : o[1];
@@ -1675,7 +1730,7 @@ void Engine::step(Thread* t, int budget) {
           MBar& m = mbar(t, &d, owner, off, false);
           m = MBar();
           m.valid = true; m.expected = m.pending = cnt;
-          m.id = next_mbar_id();
+          m.id = next_mbar_id(owner->cluster);
           for (int b = 0; b < 8; ++b) owner->shadow[off + b] |= 8;
         } else if (d.op == Op::MbarInval) {
           MBar& m = mbar(t, &d, owner, off);
@@ -1858,6 +1913,7 @@ void Engine::step(Thread* t, int budget) {
               if (off + op.bytes > dc->smem.size()) fail("tma", t, &d, "destination box past the end of shared memory");
               mbar(t, &d, dc, moff);
               for (uint32_t b = 0; b < op.bytes; ++b) {
+                if (!opt_.strict) { dc->shadow[off + b] |= kShadowInflight; continue; }
                 if (dc->shadow[off + b] & kShadowInflight)
                   fail("async-inflight", t, &d, "TMA destination overlaps another in-flight copy at shared address " + std::to_string(off + b));
                 if (dc->shadow[off + b] & kShadowAsyncRead)
@@ -1865,6 +1921,7 @@ void Engine::step(Thread* t, int budget) {
                        std::to_string(off + b) + " (missing cp.async.bulk.wait_group.read)");
                 dc->shadow[off + b] |= kShadowInflight;
               }
+              check_wgmma_overwrite(t, &d, dc, off, op.bytes, "a TMA load (issued)");
             }
           } else {
             op.kind = reduce ? AsyncOp::kTmaReduce : AsyncOp::kTmaStore;
@@ -1948,11 +2005,12 @@ void Engine::step(Thread* t, int budget) {
             }
             for (Cta* dc : op.dst_ctas)
               for (uint32_t b = 0; b < n; ++b) {
-                if (dc->shadow[off + b] & (kShadowInflight | kShadowAsyncRead))
+                if (opt_.strict && (dc->shadow[off + b] & (kShadowInflight | kShadowAsyncRead)))
                   fail("async-inflight", t, &d, "bulk copy destination overlaps another in-flight copy or a store still "
                        "reading shared address " + std::to_string(off + b));
                 dc->shadow[off + b] |= kShadowInflight;
               }
+            for (Cta* dc : op.dst_ctas) check_wgmma_overwrite(t, &d, dc, off, n, "a bulk copy (issued)");
           }
         }
         if (rec_) {

@@ -71,6 +71,8 @@ enum class Op : uint16_t {
   BulkTensor, BulkCopy, BulkCommit, BulkWait, BulkPrefetch, BulkPrefetchTensor,
   // tensor cores
   WgmmaFence, WgmmaCommit, WgmmaWait, Wgmma, Ldmatrix, Stmatrix,
+  // tensor maps
+  TensormapReplace, TensormapCpFenceproxy,
   Nop,
 };
 
@@ -106,6 +108,7 @@ struct DInstr {
   const Operand* ops = nullptr;                // the source instruction's operands
   uint32_t nops = 0;
   const Instr* src = nullptr;
+  bool plain_mem = false;                      // ld/st/ldmatrix/stmatrix with no memory order or volatile (race-checked)
 };
 
 struct LoadedFunction {
@@ -128,9 +131,12 @@ struct LoadedModule {
   std::vector<uint8_t*> sym_addr;     // global/const variables: host memory; else nullptr
 };
 
-// What a thread knows has completed: per mbarrier id (Engine-wide), the number of its phases the
+// What a thread knows has completed, a vector clock over its cluster: index k < the cluster's thread
+// count: how many synchronization epochs of thread k (Thread::kid) this thread is ordered after
+// (the shared-race check); above: per mbarrier id (cluster-wide), the number of its phases the
 // thread has observed, directly (a successful wait) or through synchronization with a thread that
-// had (named/cluster barriers, warp collectives, mbarrier arrive -> wait).
+// had (named/cluster barriers, warp collectives, mbarrier arrive -> wait). A thread's own entry
+// grows by one at each release it takes part in (see Engine::released).
 using Knowledge = std::vector<uint32_t>;
 void merge_knowledge(Knowledge& into, const Knowledge& from);
 
@@ -154,6 +160,7 @@ struct CpAsyncOp { uint32_t dst; uint64_t src; uint32_t bytes, src_bytes; Sp src
 struct Thread {
   uint32_t tid[3] = {0, 0, 0};
   uint32_t linear = 0, lane = 0;
+  uint32_t kid = 0;                        // index in the cluster (knowledge entry): rank * CTA threads + linear
   Warp* warp = nullptr;
   Cta* cta = nullptr;
   std::vector<Frame> frames;
@@ -196,6 +203,7 @@ struct Warp {
   std::vector<CollSlot> slots;
   uint32_t arrived = 0;         // union of the slots' waiting lanes
   uint32_t regs_budget = 0;     // setmaxnreg: registers per thread
+  uint64_t wg_commits = 0;      // wgmma.commit_group count (numbers the wgmma groups)
 };
 
 struct NamedBarrier {
@@ -220,6 +228,16 @@ struct MBar {
 
 struct Cluster;
 
+// A wgmma reads its shared-memory operands from issue until a wgmma.wait_group covers it: the
+// group it joins is, per warp of the warpgroup, that warp's commit count at issue.
+struct WgmmaRead {
+  struct Run { uint32_t off, len; char operand; };
+  std::vector<Run> runs;
+  uint64_t group[4] = {0, 0, 0, 0};
+  uint32_t wg = 0;
+  const DInstr* instr = nullptr;
+};
+
 struct Cta {
   uint32_t id[3] = {0, 0, 0};
   uint32_t linear = 0;
@@ -231,6 +249,10 @@ struct Cta {
   // per byte: the mbarrier (id + 1, 0: none) and phase whose completion made an asynchronous copy's
   // data visible; a generic access needs the accessing thread to have observed that phase
   std::vector<uint32_t> deliv_id, deliv_phase;
+  // shared-race check, per byte: the last plain writer (Thread::kid + 1, 0: none or ordered for
+  // everyone), its epoch at the write, and the PTX line of the write
+  std::vector<uint16_t> race_writer;
+  std::vector<uint32_t> race_epoch, race_line;
   std::vector<std::unique_ptr<Thread>> threads;
   std::vector<std::unique_ptr<Warp>> warps;
   NamedBarrier bars[16];
@@ -243,9 +265,13 @@ struct Cta {
   uint64_t clock = 0;            // thread-instructions this CTA executed: its %clock
   uint32_t regs_pool = 0;        // registers the CTA got at launch: setmaxnreg moves them between warps
   std::vector<Warp*> regs_waiters;   // warps blocked in setmaxnreg.inc until the pool has room (slot 0)
+  // wgmma operands being read: per byte the in-flight wgmmas reading it, and those wgmmas
+  std::vector<uint16_t> wgmma_readers;
+  std::vector<WgmmaRead> wgmma_reads;
 };
 
-enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2 };
+// kShadowWgmmaRead: some in-flight wgmma reads the byte (wgmma_readers > 0)
+enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2, kShadowWgmmaRead = 16 };
 
 struct Cluster {
   uint32_t id[3] = {0, 0, 0};
@@ -255,6 +281,7 @@ struct Cluster {
   uint32_t arrived = 0;
   Knowledge carry;
   std::vector<Thread*> waiters;
+  uint32_t next_knowledge_id = 0;   // mbarrier ids follow the cluster's thread entries
 };
 
 }  // namespace hsim

@@ -252,6 +252,8 @@ class Parser {
   std::vector<string_view> parts_;      // scratch for split_dots
   // Name -> stack of definitions (innermost last), for shadowing by `{ }` scopes.
   std::unordered_map<std::string, std::vector<int32_t>> reg_names_, sym_names_;
+  // `.reg .v2/.v4 .T v;`: the element registers of v (named v.x, v.y, v.z, v.w), for v as a whole
+  std::unordered_map<std::string, std::vector<int32_t>> vec_reg_names_;
   std::vector<Scope> scopes_;
   int32_t fn_ = -1;                     // function being parsed
   std::vector<Ref> module_pending_;     // names still unknown at their function's end
@@ -905,6 +907,28 @@ class Parser {
       ri.is_float = dt.ti.is_float;
       Function& f = fn();
       Scope& sc = scopes_.back();
+      if (dt.vec > 1) {
+        // a vector variable: one register per element, accessed as v.x/.y/.z/.w (or .r/.g/.b/.a)
+        if (dt.vec > 4) fail("a .reg vector of more than 4 elements");
+        if (is_punct('<')) fail("a parameterized .reg vector (%v<N>) is not supported");
+        ri.bits = (uint16_t)dt.ti.bits;
+        std::vector<int32_t>& elems = vec_reg_names_[name];
+        elems.clear();
+        static const char* xyzw[] = {".x", ".y", ".z", ".w"};
+        static const char* rgba[] = {".r", ".g", ".b", ".a"};
+        for (uint32_t i = 0; i < dt.vec; ++i) {
+          elems.push_back((int32_t)f.regs.size());
+          for (const char* sfx : {xyzw[i], rgba[i]}) {
+            reg_names_[name + sfx].push_back((int32_t)f.regs.size());
+            sc.regs.push_back(name + sfx);
+          }
+          ri.name = name + xyzw[i];
+          f.regs.push_back(ri);
+        }
+        if (is_punct(',')) { advance(); continue; }
+        expect(';', "after a .reg declaration");
+        break;
+      }
       if (is_punct('<')) {  // %r<N>: N registers %r0 .. %r(N-1)
         advance();
         int64_t n = parse_int("a register count");
@@ -1067,6 +1091,13 @@ class Parser {
     if (name == "_") { op.kind = Operand::kSink; return op; }
     int32_t r = lookup_reg(name);
     if (r >= 0) { op.kind = Operand::kReg; op.reg = r; return op; }
+    auto vr = vec_reg_names_.find(name);
+    if (vr != vec_reg_names_.end()) {   // a .reg vector variable as a whole: {v.x, v.y, ...}
+      if (vec_slot != -1) fail("a vector variable inside a vector operand", line);
+      std::vector<Operand> elems(vr->second.size());
+      for (size_t i = 0; i < elems.size(); ++i) { elems[i].kind = Operand::kReg; elems[i].reg = vr->second[i]; }
+      return make_vec(elems);
+    }
     if (name[0] == '%') {
       auto& st = sreg_table();
       auto it = st.find(name);

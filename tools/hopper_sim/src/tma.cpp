@@ -199,6 +199,68 @@ void write_map(const TensorMap& m, void* tensor_map) {
   std::memcpy(tensor_map, b, 128);
 }
 
+namespace {
+const char* const kReplaceFields[] = {"global_address", "rank", "box_dim", "global_dim", "global_stride",
+                                      "element_stride", "interleave_layout", "swizzle_mode", "fill_mode",
+                                      "elemtype"};
+}
+
+int replace_field_id(const char* modifier) {
+  for (int i = 0; i < 10; ++i)
+    if (!std::strcmp(modifier, kReplaceFields[i])) return i;
+  return -1;
+}
+
+bool replace_field(void* tensor_map, int field, uint32_t ord, uint64_t v, std::string* err) {
+  auto bad = [&](const std::string& why) { if (err) *err = why; return false; };
+  uint8_t b[128];
+  std::memcpy(b, tensor_map, 128);
+  if (get<uint32_t>(b, 0) != kMagic) return bad("tensormap.replace on bytes that are not a tensor map (bad magic)");
+  bool per_dim = field >= 2 && field <= 5;
+  if (per_dim && ord >= (field == 4 ? 4u : 5u))
+    return bad("ordinal " + std::to_string(ord) + " out of range for " + kReplaceFields[field]);
+  switch (field) {
+    case 0: put<uint64_t>(b, 16, v); break;
+    case 1:
+      if (v > 4) return bad("rank field " + std::to_string(v) + " (rank - 1) above 4");
+      b[9] = uint8_t(v + 1);
+      break;
+    case 2:
+      if (v < 1 || v > 256) return bad("box_dim " + std::to_string(v) + " outside [1, 256]");
+      put<uint16_t>(b, 44 + 2 * ord, uint16_t(v));
+      break;
+    case 3:
+      if (v < 1 || v > (1ull << 32)) return bad("global_dim " + std::to_string(v) + " outside [1, 2^32]");
+      put<uint32_t>(b, 24 + 4 * ord, uint32_t(v - 1));
+      break;
+    case 4:
+      if (v % 16 || v >= (1ull << 40)) return bad("global_stride " + std::to_string(v) + " not a multiple of 16 below 2^40");
+      put<uint64_t>(b, 64 + 8 * ord, v);
+      break;
+    case 5:
+      if (v < 1 || v > 8) return bad("element_stride " + std::to_string(v) + " outside [1, 8]");
+      b[54 + ord] = uint8_t(v);
+      break;
+    case 6:
+      if (v > 2) return bad("interleave_layout " + std::to_string(v));
+      b[10] = uint8_t(v);
+      break;
+    case 7:
+      if (v > 3) return bad("swizzle_mode " + std::to_string(v) + " (96B and others are not sm_90 modes)");
+      b[11] = uint8_t(v);
+      break;
+    case 8:
+      if (v > 1) return bad("fill_mode " + std::to_string(v));
+      b[13] = uint8_t(v);
+      break;
+    default:
+      return bad(std::string("tensormap.replace.") + kReplaceFields[field] + " is not simulated");
+  }
+  put<uint32_t>(b, 4, fnv1a(b + 8, 120));
+  std::memcpy(tensor_map, b, 128);
+  return true;
+}
+
 bool decode(const void* tensor_map, TensorMap* out, std::string* err) {
   auto bad = [&](const char* why) { if (err) *err = why; return false; };
   if (!tensor_map) return bad("tensor map pointer is null");

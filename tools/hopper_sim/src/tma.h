@@ -76,4 +76,14 @@ uint32_t smem_footprint(const TensorMap& m);
 // (64B), bit 4 ^= bit 7 (32B); identity for none.
 uint32_t swizzle_address(uint32_t swizzle, uint32_t smem_address);
 
+// tensormap.replace.tile: the field a modifier names (global_address, rank, box_dim, global_dim,
+// global_stride, element_stride, interleave_layout, swizzle_mode, fill_mode, elemtype), -1 if none.
+int replace_field_id(const char* modifier);
+// Replaces one field of the 128-byte map in place (PTX ISA tensormap.replace, values as the
+// instruction takes them: rank is rank - 1, global_stride ord i is the byte stride of dimension
+// i + 1, the rest are the field's value). The map need not be valid before (a sequence of replaces
+// may pass through invalid states); cp.async.bulk.tensor decodes and checks it at use. Returns false
+// with *err for a value the field cannot hold or a field not simulated.
+bool replace_field(void* tensor_map, int field, uint32_t ord, uint64_t value, std::string* err);
+
 }  // namespace hsim::tma

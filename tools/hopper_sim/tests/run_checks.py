@@ -37,6 +37,8 @@ PROGRAMS = {
     "sync": [],
     "mem": [],
     "wgmma": [],
+    "wgmma_async": [],
+    "race": [],
     "setmaxnreg": [(b"setmaxnreg.dec.sync.aligned.u32 56;", b"setmaxnreg.dec.sync.aligned.u32 52;")],
 }
 
@@ -78,6 +80,17 @@ CASES = [
     ("wgmma", "wgmma_register_race", "wgmma-register-race", ["read before the wgmma.wait_group", "mov.b32"], [], None),
     ("wgmma", "wgmma_fence", "wgmma-fence", ["after the last wgmma.fence"], [], None),
     ("wgmma", "wgmma_proxy", "async-proxy-read", ["operand A", "no fence.proxy.async before this wgmma"], [], None),
+    ("wgmma_async", "wgmma_operand_overwrite", "wgmma-operand-overwrite",
+     ["a bulk copy (issued)", "still reads as operand B", "no wgmma.wait_group"], ["--schedules", "3"], None),
+    ("wgmma_async", "early_release", "wgmma-operand-overwrite", ["a bulk copy (issued)", "operand B"],
+     ["--schedules", "3"], None),
+    ("wgmma_async", "wgmma_unobserved", "async-unobserved",
+     ["wgmma operand A", "no thread of the warpgroup has observed"], ["--schedules", "3"], None),
+    ("race", "shared_race_rw", "shared-race", ["read of shared offset", "thread 0 (warp 0, lane 0", "thread 32"],
+     ["--schedules", "3"], None),
+    ("race", "shared_race_ww_warp", "shared-race", ["write of shared offset", "with no synchronization"],
+     ["--schedules", "3"], None),
+    ("race", "shared_race_mbar", "shared-race", ["write of shared offset"], ["--schedules", "3"], None),
     ("setmaxnreg", "setmaxnreg_dec", "setmaxnreg", [".dec to 48 from a budget of 40"], [], None),
     ("setmaxnreg", "setmaxnreg_mult8", "setmaxnreg", ["register count 52"], [], None),
 ]

@@ -716,6 +716,50 @@ void test_samples() {
   else std::printf("skipping %s (absent)\n", big);
 }
 
+// `.reg .v2/.v4 .T v;` (PTX ISA "Vectors": vector variables of registers, elements named .x .y .z .w
+// or .r .g .b .a): one register per element; v as a whole is the vector {v.x, v.y, ...}.
+void test_vector_regs() {
+  std::string src = std::string(kHeader) + R"(
+.entry k(.param .u64 k_param_0)
+{
+	.reg .v2 .f32 mx;
+	.reg .v4 .b32 q, w;
+	.reg .b64 %rd<2>;
+	ld.param.u64 %rd1, [k_param_0];
+	mov.f32 mx.x, 0f3F800000;
+	add.f32 mx.y, mx.x, mx.r;
+	ld.global.v4.b32 q, [%rd1];
+	st.global.v2.f32 [%rd1], mx;
+	mov.b32 w.a, q.z;
+	ret;
+}
+)";
+  Module m = parse_ptx(src, "vec.ptx");
+  const Function* f = find_fn(m, "k");
+  CHECK(f != nullptr);
+  if (!f) return;
+  // mx.x, mx.y, q.x..q.w, w.x..w.w: 10 element registers of their element width
+  int n32 = 0;
+  for (const auto& r : f->regs) if (r.name.find('.') != std::string::npos) { CHECK_EQ(r.bits, 32); ++n32; }
+  CHECK_EQ(n32, 10);
+  const Instr& mov = f->code[1];
+  CHECK(reg_name(*f, mov.ops[0]) == "mx.x");
+  const Instr& add = f->code[2];
+  CHECK(reg_name(*f, add.ops[0]) == "mx.y");
+  CHECK_EQ(add.ops[1].reg, add.ops[2].reg);   // .r is .x
+  const Instr& ld = f->code[3];
+  CHECK_EQ((int)ld.ops[0].kind, (int)Operand::kVec);
+  CHECK_EQ(ld.ops[0].vec_count, 4u);
+  CHECK(reg_name(*f, elem(*f, ld.ops[0], 0)) == "q.x");
+  CHECK(reg_name(*f, elem(*f, ld.ops[0], 3)) == "q.w");
+  const Instr& st = f->code[4];
+  CHECK_EQ(st.ops[1].vec_count, 2u);
+  CHECK(reg_name(*f, elem(*f, st.ops[1], 1)) == "mx.y");
+  const Instr& mw = f->code[5];
+  CHECK(reg_name(*f, mw.ops[0]) == "w.w");
+  CHECK(reg_name(*f, mw.ops[1]) == "q.z");
+}
+
 }  // namespace
 
 int main() {
@@ -725,6 +769,7 @@ int main() {
   test_errors();
   test_misc();
   test_redeclarations();
+  test_vector_regs();
   test_samples();
   return hsim_test::finish();
 }

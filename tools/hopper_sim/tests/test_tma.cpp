@@ -469,6 +469,55 @@ void test_performance() {
 
 }  // namespace
 
+// tensormap.replace (PTX ISA, .tile fields): CUTLASS's grouped GEMM (example 57) encodes one map on
+// the host and, per group, replaces global_address, global_dim 0..4 and global_stride 0..3 in a
+// shared-memory copy. Expectations worked from the ISA: global_dim ord i = extent of dim i,
+// global_stride ord i = byte stride of dim i + 1 (a multiple of 16), rank field = rank - 1.
+void test_replace() {
+  alignas(64) uint8_t buf[128];
+  const uint64_t dims[2] = {64, 32}, strides[1] = {128};
+  const uint32_t box[2] = {64, 8}, es[2] = {1, 1};
+  CHECK_EQ(encode_tiled(buf, BF16, 2, dev(A), dims, strides, box, es, 0, 3, 0, 0), 0);
+  std::string err;
+  CHECK_EQ(replace_field_id("global_stride"), 4);
+  CHECK_EQ(replace_field_id("b1024"), -1);
+  // a 3-D group: 96 x 48 x 5 bf16 with rows padded to 256 B and 48 rows per batch
+  CHECK(replace_field(buf, replace_field_id("global_address"), 0, A + 0x4000, &err));
+  CHECK(replace_field(buf, replace_field_id("rank"), 0, 2, &err));
+  CHECK(replace_field(buf, replace_field_id("global_dim"), 0, 96, &err));
+  CHECK(replace_field(buf, replace_field_id("global_dim"), 1, 48, &err));
+  CHECK(replace_field(buf, replace_field_id("global_dim"), 2, 5, &err));
+  CHECK(replace_field(buf, replace_field_id("global_stride"), 0, 256, &err));
+  CHECK(replace_field(buf, replace_field_id("global_stride"), 1, 256 * 48, &err));
+  CHECK(replace_field(buf, replace_field_id("box_dim"), 2, 1, &err));
+  CHECK(replace_field(buf, replace_field_id("element_stride"), 2, 1, &err));
+  CHECK(replace_field(buf, replace_field_id("box_dim"), 1, 16, &err));
+  CHECK(replace_field(buf, replace_field_id("swizzle_mode"), 0, 2, &err));
+  CHECK(replace_field(buf, replace_field_id("fill_mode"), 0, 1, &err));
+  TensorMap m;
+  CHECK(decode(buf, &m, &err));
+  CHECK_EQ(m.rank, 3u);
+  CHECK_EQ(m.global_address, A + 0x4000);
+  CHECK_EQ(m.dims[0], 96u); CHECK_EQ(m.dims[1], 48u); CHECK_EQ(m.dims[2], 5u);
+  CHECK_EQ(m.strides[1], 256u); CHECK_EQ(m.strides[2], 12288u);
+  CHECK_EQ(m.box[0], 64u); CHECK_EQ(m.box[1], 16u); CHECK_EQ(m.box[2], 1u);
+  CHECK_EQ(m.swizzle, 2u); CHECK_EQ(m.oob_fill, 1u); CHECK_EQ(m.dtype, BF16);
+  // box 64 x 16 x 1 bf16 = 2048 bytes
+  CHECK_EQ(box_bytes(m), 2048u);
+  // values a field cannot hold, and the fields not simulated
+  CHECK(!replace_field(buf, replace_field_id("global_stride"), 0, 24, &err));
+  CHECK(!replace_field(buf, replace_field_id("global_stride"), 4, 256, &err));
+  CHECK(!replace_field(buf, replace_field_id("box_dim"), 0, 257, &err));
+  CHECK(!replace_field(buf, replace_field_id("rank"), 0, 5, &err));
+  CHECK(!replace_field(buf, replace_field_id("elemtype"), 0, 9, &err));
+  CHECK(err.find("not simulated") != std::string::npos);
+  uint8_t junk[128] = {0};
+  CHECK(!replace_field(junk, 0, 0, A, &err));
+  // the failed replaces left the map as it was
+  CHECK(decode(buf, &m, &err));
+  CHECK_EQ(m.strides[1], 256u);
+}
+
 int main() {
   test_validation();
   test_roundtrip();
@@ -477,6 +526,7 @@ int main() {
   test_element_strides();
   test_swizzle();
   test_oob_value();
+  test_replace();
   test_performance();
   return hsim_test::finish();
 }
