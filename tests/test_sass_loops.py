@@ -105,3 +105,23 @@ def test_masked_label():
             addr += 16
     reps = sass_loops.analyze("\n".join(lines))
     assert [(r.kind, r.non_gmma) for r in reps] == [("unmasked", 2), ("masked", 18)]
+
+
+def test_runtime_option_skipped():
+    # A consumer loop with softcap's tanh laid out inline behind a uniform branch: counted along
+    # the shorter way (the branch taken), 'laid out' counts all.
+    text = """Function : k
+.L_x_0:
+        /*0000*/    HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*0010*/    HGMMA.64x64x16.F32.BF16 R40, R8, gdesc[UR12], R40, gsb0 ;
+        /*0020*/    @!P1 BRA `(.L_x_1) ;
+        /*0030*/    FMUL R24, R24, R3 ;
+        /*0040*/    MUFU.TANH R24, R24 ;
+.L_x_1:
+        /*0050*/    MUFU.EX2 R24, R24 ;
+        /*0060*/    @P0 BRA `(.L_x_0) ;
+"""
+    (r,) = sass_loops.analyze(text)
+    # laid out: 7 instructions; shortest: 0x0, 0x10, 0x20, 0x50, 0x60 = 5, 3 of them not HGMMA;
+    # keys 16 (SS N = 16; one RS k16).
+    assert (r.laid_out, r.total, r.non_gmma, r.keys, r.ops["MUFU"]) == (7, 5, 3, 16, 1)

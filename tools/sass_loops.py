@@ -12,9 +12,12 @@ loops (a back edge u -> h where h dominates u) and keeps the ones worth reading:
             keys/2 more FSEL+ISETP than it (each thread masks keys/2 scores) `masked`.
   producer  a loop with >= 2 UTMALDG and no GMMA whose inner loops do not qualify themselves (the
             K/V block loop; the elect loops around single TMA issues are inside it).
-Per iteration means the loop's blocks laid out between its header and its last back edge (the hot
-path): cold blocks the compiler moved out of line (a barrier's retry loop) are counted apart
-(`cold`). An inner loop in the hot path (an elect or spin loop) counts once.
+Per iteration: the hot blocks are the loop's blocks laid out between its header and its last back
+edge; cold blocks the compiler moved out of line (a barrier's retry loop) are counted apart
+(`cold`). An inner loop in the hot path (an elect or spin loop) counts once. A consumer loop is
+counted along its shortest forward path from header to back edge (its branches are uniform: a
+runtime option such as softcap's tanh, laid out inline, is skipped); `laid out` counts every hot
+instruction. A producer loop counts every hot block (the warp issues its leader's TMA branch too).
 
 keys: the N of the loop's SS GMMA (Q.K^T, both operands in shared memory: `gdesc[..], gdesc`-less
   form `R, gdesc[UR], ...`), which is the tile's kBlockN; checked against the RS GMMAs (P.V, A from
@@ -147,6 +150,7 @@ class Loop:
     blocks: set
     hot: list                    # instruction indices, laid out between header and the last latch
     cold: int                    # instructions of the loop's out-of-line blocks
+    short: list                  # instruction indices of the shortest hot path header -> a latch
     parent: "Loop | None" = None
     children: list = field(default_factory=list)
 
@@ -248,7 +252,7 @@ def find_loops(f: Function) -> tuple[list, list]:
         lo, hi = blocks[h][0], max(blocks[u][1] for u in us)
         hot = [i for b in sorted(body) for i in range(blocks[b][0], blocks[b][1] + 1) if lo <= i <= hi]
         cold = sum(blocks[b][1] - blocks[b][0] + 1 for b in body) - len(hot)
-        loops.append(Loop(h, body, hot, cold))
+        loops.append(Loop(h, body, hot, cold, _shortest_path(blocks, succ, body, h, us, lo, hi)))
     # Nesting: the smallest enclosing loop is the parent.
     loops.sort(key=lambda L: len(L.blocks))
     for i, L in enumerate(loops):
@@ -258,6 +262,31 @@ def find_loops(f: Function) -> tuple[list, list]:
                 P.children.append(L)
                 break
     return blocks, loops
+
+
+def _shortest_path(blocks, succ, body, h, latches, lo, hi) -> list:
+    """Instruction indices of the cheapest way through one iteration: from the header to a latch over
+    the hot blocks, forward edges only (an inner loop counts once, a cold detour not at all). A
+    runtime option the compiler laid out inline (softcap's tanh, when off) is skipped this way."""
+    hot_blocks = sorted(b for b in body if lo <= blocks[b][0] and blocks[b][1] <= hi)
+    size = lambda b: blocks[b][1] - blocks[b][0] + 1  # noqa: E731
+    dist, prev = {h: size(h)}, {h: None}
+    for b in hot_blocks:
+        if b not in dist:
+            continue
+        for t in succ[b]:
+            if t in body and t > b and lo <= blocks[t][0] and blocks[t][1] <= hi:
+                d = dist[b] + size(t)
+                if d < dist.get(t, 1 << 60):
+                    dist[t], prev[t] = d, b
+    ends = [u for u in latches if u in dist]
+    if not ends:
+        return []
+    b, path = min(ends, key=lambda u: dist[u]), []
+    while b is not None:
+        path.append(b)
+        b = prev[b]
+    return [i for b in reversed(path) for i in range(blocks[b][0], blocks[b][1] + 1)]
 
 
 @dataclass
@@ -275,6 +304,7 @@ class LoopReport:
     ops: Counter
     ex2_under_pv: tuple | None  # (under, total) or None
     cold: int
+    laid_out: int = 0    # every hot instruction, the runtime options' too (consumer loops)
 
     @property
     def per_key(self) -> float | None:
@@ -310,7 +340,12 @@ def analyze_function(f: Function) -> list[LoopReport]:
                 kind = "producer"
         if kind is None:
             continue
-        out.append(report_loop(f.name, kind, hot, L.cold))
+        # Consumer: the shortest path (its branches are uniform: softcap or not, never both).
+        # Producer: every hot block (the leader's TMA issue is on the warp's path too).
+        path = [f.insns[i] for i in L.short] if kind == "consumer" and L.short else hot
+        r = report_loop(f.name, kind, path, L.cold)
+        r.laid_out = len(hot)
+        out.append(r)
     cons = [r for r in out if r.kind == "consumer"]
     if cons:
         base = min(cons, key=lambda r: r.total)
@@ -383,7 +418,7 @@ _INT_TOP = ("IMAD", "IADD3", "LOP3", "SHF", "PRMT", "ISETP", "SEL", "LEA", "MOV"
 
 def table(name: str, reports: list[LoopReport]) -> str:
     """A markdown table of one TU's loops."""
-    hdr = ["function", "loop", "addr", "keys", "instrs", "non-GMMA", "per key", *CLASSES[1:], "cold",
+    hdr = ["function", "loop", "addr", "keys", "laid out", "instrs", "non-GMMA", "per key", *CLASSES[1:], "cold",
            "EX2 under P.V", "GMMA", "int/uniform detail"]
     lines = [f"### {name}", "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     short = {}
@@ -392,7 +427,7 @@ def table(name: str, reports: list[LoopReport]) -> str:
     for r in reports:
         detail = ", ".join(f"{o} {r.ops[o]}" for o in _INT_TOP if r.ops[o])
         detail += ", F2FP %d, FSEL %d, U* %d" % (r.ops["F2FP"], r.ops["FSEL"], r.classes["uniform"])
-        cells = [short[r.function], r.kind, f"{r.start:#x}-{r.end:#x}", str(r.keys or "-"), str(r.total),
+        cells = [short[r.function], r.kind, f"{r.start:#x}-{r.end:#x}", str(r.keys or "-"), str(r.laid_out), str(r.total),
                  str(r.non_gmma), f"{r.per_key:.2f}" if r.per_key else "-",
                  *(str(r.classes[c]) for c in CLASSES[1:]), str(r.cold),
                  "%d/%d" % r.ex2_under_pv if r.ex2_under_pv else "-",
