@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
@@ -63,6 +65,32 @@ __device__ __forceinline__ auto convert_fragment(cute::Tensor<Engine, LayoutT> c
   *reinterpret_cast<cutlass::Array<To, N>*>(dst.data()) =
       Converter{}(*reinterpret_cast<cutlass::Array<From, N> const*>(src.data()));
   return dst;
+}
+
+// Two fp32 values -> one register of two 16-bit values (lo in bits 0-15), rounded to nearest even
+// like NumericArrayConverter: one F2FP each.
+template <class To>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  static_assert(sizeof(To) == 2, "16-bit targets only");
+  uint32_t r;
+  if constexpr (std::is_same_v<To, cutlass::bfloat16_t>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// fp32 registers -> 16-bit registers of `dst`, whose layout maps every coordinate to the same
+// offset as `src`'s (acc_as_a_operand: the A operand of P.V over S's registers). Pairs of adjacent
+// offsets go straight into dst's 32-bit registers: no intermediate fragment to copy and repack.
+template <class To, class TensorS, class TensorD>
+__device__ __forceinline__ void convert_pairs_into(TensorS const& src, TensorD& dst) {
+  using namespace cute;
+  constexpr int N = decltype(cosize(src.layout()))::value;
+  static_assert(N % 2 == 0 && decltype(cosize(dst.layout()))::value == N, "same register offsets");
+  uint32_t* d = reinterpret_cast<uint32_t*>(raw_pointer_cast(dst.data()));
+  CUTE_UNROLL
+  for (int i = 0; i < N / 2; ++i) d[i] = pack_pair<To>(src.data()[2 * i], src.data()[2 * i + 1]);
 }
 
 template <class T>
