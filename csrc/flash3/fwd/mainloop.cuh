@@ -458,14 +458,17 @@ struct FwdConsumer {
     const int tidx = consumer_thread_idx();
     Frags fr;
     auto thr_s = fr.mma_s.get_thread_slice(tidx);
-    auto thr_o = fr.mma_o.get_thread_slice(tidx);
+    // The operand descriptors depend on the warpgroup only: slicing by the warp-uniform `consumer`
+    // (not the opaque tidx) keeps them in uniform registers, not rebuilt (R2UR) for every WGMMA.
+    auto wg_s = fr.mma_s.get_thread_slice(consumer * 128);
+    auto wg_o = fr.mma_o.get_thread_slice(consumer * 128);
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});
-    Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
-    Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
-    Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
+    Tensor tSrQ = wg_s.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
+    Tensor tSrK = wg_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tOrV = wg_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
 
     // (row, col) coordinates of this thread's S values within the tile.
     Tensor cS = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::BlkN>{});
