@@ -125,3 +125,32 @@ def test_runtime_option_skipped():
     # laid out: 7 instructions; shortest: 0x0, 0x10, 0x20, 0x50, 0x60 = 5, 3 of them not HGMMA;
     # keys 16 (SS N = 16; one RS k16).
     assert (r.laid_out, r.total, r.non_gmma, r.keys, r.ops["MUFU"]) == (7, 5, 3, 16, 1)
+
+
+def test_unrolled_loops():
+    # A consumer loop unrolled twice: two S = Q.K^T (SS, N 16) and two P.V k-steps (RS, K 16):
+    # 32 keys, 2 blocks of 16; 2 non-GMMA instructions (EX2, BRA) = 1 per block, 2 / 32 per key.
+    # A producer loop posting K and V twice (4 expect-tx arrivals): 2 blocks, 4 UTMALDG.
+    text = """Function : k
+.L_x_0:
+        /*0000*/    HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*0010*/    HGMMA.64x64x16.F32.BF16 R40, R8, gdesc[UR12], R40, gsb0 ;
+        /*0020*/    HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*0030*/    HGMMA.64x64x16.F32.BF16 R40, R8, gdesc[UR12], R40, gsb0 ;
+        /*0040*/    MUFU.EX2 R24, R24 ;
+        /*0050*/    @P0 BRA `(.L_x_0) ;
+.L_x_1:
+        /*0060*/    SYNCS.ARRIVE.TRANS64 RZ, [UR17+0x28000], R2 ;
+        /*0070*/    UTMALDG.4D [UR8], [UR18], desc[UR34] ;
+        /*0080*/    SYNCS.ARRIVE.TRANS64 RZ, [UR17+0x28020], R2 ;
+        /*0090*/    UTMALDG.4D [UR8], [UR18], desc[UR36] ;
+        /*00a0*/    SYNCS.ARRIVE.TRANS64 RZ, [UR17+0x28000], R2 ;
+        /*00b0*/    UTMALDG.4D [UR8], [UR18], desc[UR34] ;
+        /*00c0*/    SYNCS.ARRIVE.TRANS64 RZ, [UR17+0x28020], R2 ;
+        /*00d0*/    UTMALDG.4D [UR8], [UR18], desc[UR36] ;
+        /*00e0*/    @P1 BRA `(.L_x_1) ;
+"""
+    cons, prod = sass_loops.analyze(text)
+    assert (cons.kind, cons.keys, cons.blocks, cons.non_gmma, cons.per_block, cons.per_key) == (
+        "unmasked", 32, 2, 2, 1.0, 2 / 32)
+    assert (prod.kind, prod.blocks, prod.total, prod.per_block, prod.ops["UTMALDG"]) == ("producer", 2, 9, 4.5, 4)

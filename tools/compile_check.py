@@ -438,8 +438,9 @@ def main(argv=None) -> int:
             for lr in r.loops:
                 per_key = f"{lr.per_key:.2f}/key" if lr.per_key else "-"
                 ex2 = " EX2 under P.V %d/%d" % lr.ex2_under_pv if lr.ex2_under_pv else ""
-                print(f"  {r.name:40s} {lr.kind:9s} {lr.total:5d} instrs, {lr.non_gmma:5d} non-GMMA, "
-                      f"{lr.keys or '-'} keys, {per_key}; UTMALDG {lr.ops['UTMALDG']}{ex2}")
+                print(f"  {r.name:40s} {lr.kind:9s} {lr.blocks} block(s)/iteration, {lr.per_block:6.1f} "
+                      f"non-GMMA instrs per block, {lr.keys or '-'} keys, {per_key}; "
+                      f"UTMALDG/block {lr.ops['UTMALDG'] / lr.blocks:g}{ex2}")
 
     bad = [r for r in results if not r.ok]
     if bad:

@@ -19,9 +19,12 @@ counted along its shortest forward path from header to back edge (its branches a
 runtime option such as softcap's tanh, laid out inline, is skipped); `laid out` counts every hot
 instruction. A producer loop counts every hot block (the warp issues its leader's TMA branch too).
 
-keys: the N of the loop's SS GMMA (Q.K^T, both operands in shared memory: `gdesc[..], gdesc`-less
-  form `R, gdesc[UR], ...`), which is the tile's kBlockN; checked against the RS GMMAs (P.V, A from
-  registers), whose count times the instruction's K is kBlockN too.
+keys: the keys one iteration covers = the RS GMMAs (P.V, A from registers: `R, R, gdesc[UR]`) times
+  their K (each k-step of P.V takes K keys); the tile's kBlockN is the N of the SS GMMA (Q.K^T, both
+  operands in shared memory: `R, gdesc[UR], ...`), and blocks = keys / kBlockN (more than 1 where
+  the compiler unrolled the loop). A producer loop's blocks: its expect-tx arrivals
+  (SYNCS.ARRIVE.TRANS64) / 2, one for the K and one for the V stage of each block; per block =
+  non-GMMA instructions / blocks, UTMALDG per block likewise.
 per key: instructions other than HGMMA/QGMMA per iteration / keys (every warp of the warpgroup issues
   each of them once per key block, so this is per warp per key).
 EX2 under P.V: MUFU.EX2 between the loop's last RS GMMA and the first `WARPGROUP.DEPBAR.LE gsb0, 0x0`
@@ -305,6 +308,11 @@ class LoopReport:
     ex2_under_pv: tuple | None  # (under, total) or None
     cold: int
     laid_out: int = 0    # every hot instruction, the runtime options' too (consumer loops)
+    blocks: int = 1      # key blocks per iteration (the compiler may unroll)
+
+    @property
+    def per_block(self) -> float:
+        return self.non_gmma / self.blocks
 
     @property
     def per_key(self) -> float | None:
@@ -373,14 +381,18 @@ def report_loop(name: str, kind: str, hot: list, cold: int) -> LoopReport:
                 rs_k, rs_count = int(m.group(3)), rs_count + 1
             elif m:
                 keys_ss.add(int(m.group(2)))
-    keys, how = None, ""
+    keys, how, block_n = None, "", None
     if len(keys_ss) == 1:
-        keys = keys_ss.pop()
-        how = "N of the SS GMMA"
-        if rs_count and rs_k and rs_count * rs_k != keys:
-            how += f" (RS GMMA give {rs_count}x{rs_k}={rs_count * rs_k}!)"
-    elif rs_count and rs_k:
+        block_n = keys_ss.pop()
+    if rs_count and rs_k:  # every key of the iteration goes through one P.V k-step
         keys, how = rs_count * rs_k, "RS GMMA count x K"
+        if block_n and keys % block_n:
+            how += f" (not a multiple of the SS GMMA's N {block_n}!)"
+    elif block_n:
+        keys, how = block_n, "N of the SS GMMA"
+    blocks = keys // block_n if keys and block_n and keys % block_n == 0 else 1
+    if kind == "producer":  # a K and a V stage posted (expect-tx arrival) per key block
+        blocks = max(1, sum(1 for x in hot if x.full.startswith("SYNCS.ARRIVE.TRANS64")) // 2)
     n_gmma = sum(ops[g] for g in _GMMA)
     ex2_pv = None
     last_rs = max((i for i, x in enumerate(hot) if x.op in _GMMA and _is_rs(x)), default=None)
@@ -392,7 +404,7 @@ def report_loop(name: str, kind: str, hot: list, cold: int) -> LoopReport:
             under += x.full == "MUFU.EX2"
         ex2_pv = (under, sum(1 for x in hot if x.full == "MUFU.EX2"))
     return LoopReport(name, kind, hot[0].addr, hot[-1].addr, len(hot), len(hot) - n_gmma, keys, how,
-                      dict(gmma), {c: classes.get(c, 0) for c in CLASSES}, ops, ex2_pv, cold)
+                      dict(gmma), {c: classes.get(c, 0) for c in CLASSES}, ops, ex2_pv, cold, blocks=blocks)
 
 
 def sass_of(path: Path, cuobjdump: str | None = None) -> str:
@@ -413,12 +425,12 @@ def analyze(text: str) -> list[LoopReport]:
     return [r for f in parse_sass(text) for r in analyze_function(f)]
 
 
-_INT_TOP = ("IMAD", "IADD3", "LOP3", "SHF", "PRMT", "ISETP", "SEL", "LEA", "MOV", "R2UR")
+_INT_TOP = ("UTMALDG", "IMAD", "IADD3", "LOP3", "SHF", "PRMT", "ISETP", "SEL", "LEA", "MOV", "R2UR")
 
 
 def table(name: str, reports: list[LoopReport]) -> str:
     """A markdown table of one TU's loops."""
-    hdr = ["function", "loop", "addr", "keys", "laid out", "instrs", "non-GMMA", "per key", *CLASSES[1:], "cold",
+    hdr = ["function", "loop", "addr", "keys", "blocks", "laid out", "instrs", "non-GMMA", "per block", "per key", *CLASSES[1:], "cold",
            "EX2 under P.V", "GMMA", "int/uniform detail"]
     lines = [f"### {name}", "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     short = {}
@@ -427,8 +439,9 @@ def table(name: str, reports: list[LoopReport]) -> str:
     for r in reports:
         detail = ", ".join(f"{o} {r.ops[o]}" for o in _INT_TOP if r.ops[o])
         detail += ", F2FP %d, FSEL %d, U* %d" % (r.ops["F2FP"], r.ops["FSEL"], r.classes["uniform"])
-        cells = [short[r.function], r.kind, f"{r.start:#x}-{r.end:#x}", str(r.keys or "-"), str(r.laid_out), str(r.total),
-                 str(r.non_gmma), f"{r.per_key:.2f}" if r.per_key else "-",
+        cells = [short[r.function], r.kind, f"{r.start:#x}-{r.end:#x}", str(r.keys or "-"), str(r.blocks),
+                 str(r.laid_out), str(r.total), str(r.non_gmma), f"{r.per_block:.1f}",
+                 f"{r.per_key:.2f}" if r.per_key else "-",
                  *(str(r.classes[c]) for c in CLASSES[1:]), str(r.cold),
                  "%d/%d" % r.ex2_under_pv if r.ex2_under_pv else "-",
                  ", ".join(f"{k} x{v}" for k, v in sorted(r.gmma.items())) or "-", detail]
@@ -443,7 +456,7 @@ def table(name: str, reports: list[LoopReport]) -> str:
 
 
 LEGEND = ("Per iteration of each loop (one K/V block), per warp. keys = kBlockN, the N of the loop's SS "
-          "GMMA (Q.K^T). per key = non-GMMA instructions / keys. Classes: mufu, fp32 (FADD FMUL FFMA FMNMX "
+          "GMMA (Q.K^T) times blocks (unrolled iterations). per block / per key = non-GMMA instructions / blocks / keys; UTMALDG in the detail column are per iteration. Classes: mufu, fp32 (FADD FMUL FFMA FMNMX "
           "FSEL FSETP), cvt (F2FP F2F I2F ...), int (IMAD IADD3 LOP3 SHF PRMT ISETP SEL LEA MOV S2R R2UR LDC "
           "...), uniform (U* but TMA), shfl, sync (BAR SYNCS WARPGROUP ELECT ...), mem (LD/ST/LDS/STS/LDG/"
           "STG/ULDC ...), tma (UTMALDG UTMASTG UBLKCP ...), ctrl (BRA EXIT NOP ...). cold: instructions of "
