@@ -195,13 +195,16 @@ struct FwdConsumer {
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
+    const int row0 = w.coord.m_block * Tr::kBlockM;
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN,
+      apply_mask(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, row0 + Tr::kBlockM - 1,
                  params.p.num_heads / params.p.num_heads_k);
     else if constexpr (kMasked)
-      apply_mask(s_rc, tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
-    fr.softmax.template rescale_max<kFirst>(s_rc, fr.scale_o);
-    fr.softmax.exp_and_sum(s_rc);
+      apply_mask(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, row0 + Tr::kBlockM - 1);
+    // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
+    // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
+    fr.softmax.template rescale_max<kFirst, kMasked>(s_rc, fr.scale_o);
+    fr.softmax.template exp_and_sum<kMasked>(s_rc);
   }
 
   template <class TensorS, class TensorP>
