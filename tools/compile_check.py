@@ -22,7 +22,9 @@ build/sass/<name>.ptxas.txt (nvcc's full output, with the ptxas -v resource repo
     wait is preceded by the `DEPBAR.LE gsb0, 0x1` that releases S), fewer than EX2_FLOOR_FRACTION
     of the step's exponentials (MUFU.EX2) sit between the batch's last HGMMA and the
     `WARPGROUP.DEPBAR.LE gsb0, 0x0` that waits for it (see ex2_overlap below).
-Then it prints a table: registers, static smem, spills, instruction counts, time.
+Then it prints a table: registers, static smem, spills, instruction counts, time, and for every
+kernel TU the per-iteration instruction mix of its mainloop and producer loops (tools/sass_loops.py),
+also written to build/sass_loops.md.
 
 --debug-hang (or FLASH3_DEBUG_HANG=1, or -DFLASH3_DEBUG_HANG=1 in FLASH3_NVCC_FLAGS) checks the
 hang-diagnosis build instead (csrc/flash3/common/debug_hang.cuh) of the selected fwd and bwd TUs (not
@@ -58,6 +60,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import flash3_build as fb  # noqa: E402
+import sass_loops  # noqa: E402
 
 ROOT = fb.ROOT
 OUT_DIR = ROOT / "build" / "sass"
@@ -143,6 +146,7 @@ class Result:
     stack: int = 0
     counts: dict = field(default_factory=dict)
     overlap: list = field(default_factory=list)  # (EX2 under the P.V, EX2 of the step) per step
+    loops: list = field(default_factory=list)  # sass_loops.LoopReport of the mainloop/producer loops
 
 
 def parse_ptxas(text: str, r: Result) -> None:
@@ -279,6 +283,8 @@ def compile_one(k, cmd_base: list[str], cuobjdump: str, obj_dir: Path, debug_han
         return r
     sass_txt.write_text(proc.stdout)
     scan_sass(proc.stdout, r, debug_hang, *kernel_checks(k), name_part="bwd" if getattr(k, "is_bwd", False) else "")
+    if not isinstance(k, PlainTU):
+        r.loops = sass_loops.analyze(proc.stdout)
     if keep_as is not None:
         target = keep_as(k)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -296,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--debug-hang", action="store_true",
                     help="check the FLASH3_DEBUG_HANG=1 build (adds the define; allows its traps, "
                          "local memory and wgmma serialization)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated TU names (e.g. fwd_bf16_hdim128_sm90): compile just those")
     ap.add_argument("--list", action="store_true",
                     help="print the TUs that would be compiled (with the knobs applied) and exit")
     args = ap.parse_args(argv)
@@ -324,6 +332,11 @@ def main(argv=None) -> int:
         return fail("FLASH3_HDIMS/FLASH3_DTYPES select no kernel")
     if not debug_hang:  # the hang build only changes the pipelined kernels' waits
         kernels = list(kernels) + PLAIN_TUS
+    if args.only:
+        wanted = set(args.only.split(","))
+        kernels = [k for k in kernels if k.name in wanted]
+        if not kernels:
+            return fail(f"--only {args.only}: no such TU (see --list)")
     if args.list:
         for k in kernels:
             print(k.path.relative_to(ROOT).as_posix())
@@ -414,6 +427,20 @@ def main(argv=None) -> int:
           f"mainloop step's exponentials issued before the wait on its P.V WGMMA, of the step's total. "
           f"SASS and ptxas reports "
           f"in {OUT_DIR.relative_to(ROOT)}/; wall time {total:.0f} s)")
+
+    loop_md = ROOT / "build" / ("sass_loops-debug-hang.md" if debug_hang else "sass_loops.md")
+    tables = [sass_loops.table(r.name, r.loops) for r in results if r.loops]
+    if tables:
+        loop_md.write_text(sass_loops.LEGEND + "\n" + "\n".join(tables))
+        print("\nLoops per iteration (tools/sass_loops.py; full tables in "
+              f"{loop_md.relative_to(ROOT)}):")
+        for r in results:
+            for lr in r.loops:
+                per_key = f"{lr.per_key:.2f}/key" if lr.per_key else "-"
+                ex2 = " EX2 under P.V %d/%d" % lr.ex2_under_pv if lr.ex2_under_pv else ""
+                print(f"  {r.name:40s} {lr.kind:9s} {lr.blocks} block(s)/iteration, {lr.per_block:6.1f} "
+                      f"non-GMMA instrs per block, {lr.keys or '-'} keys, {per_key}; "
+                      f"UTMALDG/block {lr.ops['UTMALDG'] / lr.blocks:g}{ex2}")
 
     bad = [r for r in results if not r.ok]
     if bad:

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
@@ -65,6 +67,32 @@ __device__ __forceinline__ auto convert_fragment(cute::Tensor<Engine, LayoutT> c
   return dst;
 }
 
+// Two fp32 values -> one register of two 16-bit values (lo in bits 0-15), rounded to nearest even
+// like NumericArrayConverter: one F2FP each.
+template <class To>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  static_assert(sizeof(To) == 2, "16-bit targets only");
+  uint32_t r;
+  if constexpr (std::is_same_v<To, cutlass::bfloat16_t>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// fp32 registers -> 16-bit registers of `dst`, whose layout maps every coordinate to the same
+// offset as `src`'s (acc_as_a_operand: the A operand of P.V over S's registers). Pairs of adjacent
+// offsets go straight into dst's 32-bit registers: no intermediate fragment to copy and repack.
+template <class To, class TensorS, class TensorD>
+__device__ __forceinline__ void convert_pairs_into(TensorS const& src, TensorD& dst) {
+  using namespace cute;
+  constexpr int N = decltype(cosize(src.layout()))::value;
+  static_assert(N % 2 == 0 && decltype(cosize(dst.layout()))::value == N, "same register offsets");
+  uint32_t* d = reinterpret_cast<uint32_t*>(raw_pointer_cast(dst.data()));
+  CUTE_UNROLL
+  for (int i = 0; i < N / 2; ++i) d[i] = pack_pair<To>(src.data()[2 * i], src.data()[2 * i + 1]);
+}
+
 template <class T>
 __device__ __forceinline__ T quad_allreduce_max(T x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
@@ -87,22 +115,33 @@ __device__ __forceinline__ void apply_softcap(Tensor& s, float softcap_in) {
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
 // accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
 // A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible).
+// row_last: the tile's last row (its token has the largest first_key): when that first key is at
+// or before col0, no row of the tile is cut on the left in this block (the causal diagonal, a
+// seqlen_k tail), and each score is compared against the right bound only (a uniform branch).
 template <class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
-                                           int row0, int col0, int rows_per_token = 1) {
+                                           int row0, int col0, int row_last, int rows_per_token = 1) {
   using namespace cute;
   // Columns are compared as compile-time offsets from this thread's first column, against bounds
   // shifted once per row: no per-column register is needed.
   const int thread_col = get<1>(coord_rc(0, 0));
+  const bool cut_left = mask.first_key(row_last / rows_per_token) > col0;
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
     const int row = (row0 + get<0>(coord_rc(mi, 0))) / rows_per_token;  // packed GQA: the token
     const int lo = mask.first_key(row) - col0 - thread_col;
     const int hi = mask.last_key(row + 1) - col0 - thread_col;
-    CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-      const int c = get<1>(coord_rc(mi, ni)) - thread_col;  // folds to a constant
-      if (c < lo || c >= hi) s_rc(mi, ni) = -INFINITY;
+    if (cut_left) {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+        const int c = get<1>(coord_rc(mi, ni)) - thread_col;  // folds to a constant
+        if (c < lo || c >= hi) s_rc(mi, ni) = -INFINITY;
+      }
+    } else {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+        if (get<1>(coord_rc(mi, ni)) - thread_col >= hi) s_rc(mi, ni) = -INFINITY;
+      }
     }
   }
 }
@@ -132,7 +171,8 @@ struct OnlineSoftmax {
   // visible key so far keeps max = -inf; its offset is taken as 0 so exp2(-inf - 0) = 0, no NaN.
   // Maxes come first for all rows, then the exponentials (exp_and_sum): that order lets ptxas keep
   // the exponentials under the in-flight P.V WGMMA.
-  template <bool kFirst, class TensorS>
+  // kCheckInf = false (a block every row sees in full: its max is finite) drops the -inf tests.
+  template <bool kFirst, bool kCheckInf = true, class TensorS>
   __device__ __forceinline__ void rescale_max(TensorS const& s_rc, float (&scale)[kRows]) {
     using namespace cute;
     float m[kRows];
@@ -149,7 +189,7 @@ struct OnlineSoftmax {
       if constexpr (kFirst) {
         scale[mi] = 1.f;
       } else {
-        const float cur = m[mi] == -INFINITY ? 0.f : m[mi];
+        const float cur = kCheckInf && m[mi] == -INFINITY ? 0.f : m[mi];
         scale[mi] = exp2f((row_max[mi] - cur) * scale_log2);  // 0 when the old max was -inf
         row_sum[mi] *= scale[mi];
       }
@@ -158,12 +198,13 @@ struct OnlineSoftmax {
   }
 
   // Pass 2: P = exp2(s*scale - max*scale) in place, added to the thread's partial row sums.
-  template <class TensorS>
+  template <bool kCheckInf = true, class TensorS>
   __device__ __forceinline__ void exp_and_sum(TensorS& s_rc) {
     using namespace cute;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
-      const float max_scaled = (row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
+      const float max_scaled =
+          (kCheckInf && row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
       float sum = 0.f;
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rc); ++ni) {

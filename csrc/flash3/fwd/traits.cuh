@@ -120,8 +120,14 @@ struct FwdTraits {
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkM, HD>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BlkN, HD, Stages>{}));
+  // 16-bit: the (64 d_v x 8 token) swizzle atoms are tiled tokens first, so each 64-wide slice of
+  // d_v is one (64, block_n) 128B-swizzled box in smem: V of a block arrives in d_v / 64 TMA
+  // requests (2 at d_v 128), not one per atom (32 at 128 x 128 with d_v first).
+  using VtTileOrder = std::conditional_t<kFp8, cute::Step<cute::_1, cute::_2, cute::_3>,
+                                         cute::Step<cute::_2, cute::_1, cute::_3>>;
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{}));
+      gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{},
+      VtTileOrder{}));
   // O staging tile (block_m, d_v), d_v contiguous, aliasing V's buffer after the tile's last P.V
   // (FA3's choice): Q's buffer is then free for the next tile while this one's epilogue runs.
   using SmemLayoutO = decltype(cute::tile_to_shape(
