@@ -37,6 +37,7 @@ OUT_MD = ROOT / "benchmarks" / "results" / "perf_model.md"
 WORK = ROOT / "build" / "perf_model"
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(SIM))
+REUSE = NO_RUN = False   # --reuse / --no-run (main)
 
 # ---- published H100 SXM5 numbers (TFLOP/s), each with its source ---------------------------------
 FA3_PAPER = "FA3 paper (arXiv 2407.08608), Fig. 5 (bf16 fwd, H100 80GB SXM5, b*s = 16k, hidden 2048)"
@@ -72,6 +73,13 @@ def run_timed(cmd: list[str], tag: str, sample: int, only: str = "", timeout: in
               atomics: bool = False) -> list[dict]:
     WORK.mkdir(parents=True, exist_ok=True)
     js = WORK / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', tag)}.jsonl"
+    if REUSE and js.exists():   # --reuse: a record of an earlier run of this very row
+        recs = [json.loads(line) for line in js.read_text().splitlines()]
+        print(f"perf_model: {tag}: reused {js.name} ({len(recs)} launch(es))", flush=True)
+        return recs
+    if NO_RUN:
+        print(f"perf_model: {tag}: no record and --no-run: left out", flush=True)
+        return []
     js.unlink(missing_ok=True)
     # --sms 132: programs that size persistent grids from the SM count see an H100
     full = [str(SIMRUN), "--sms", "132", "--timing-json", str(js)] + (["--timing-sample", str(sample)] if sample else [])
@@ -265,7 +273,11 @@ def main():
     ap.add_argument("--sample", type=int, default=1, help="SMs whose CTAs are simulated (0: all)")
     ap.add_argument("--rows", choices=("quick", "paper"), default="quick")
     ap.add_argument("--only", default="gemm,fa3,flash3")
+    ap.add_argument("--reuse", action="store_true", help="take a row's record from build/perf_model/ when there")
+    ap.add_argument("--no-run", action="store_true", help="with --reuse: leave out rows without a record")
     a = ap.parse_args()
+    global REUSE, NO_RUN
+    REUSE, NO_RUN = a.reuse or a.no_run, a.no_run
     only = set(a.only.split(","))
     if a.rows == "quick":
         attn = [(128, False, s) for s in (1024, 4096, 16384)] + [(128, True, s) for s in (1024, 4096, 16384)]
