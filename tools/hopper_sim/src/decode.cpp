@@ -319,11 +319,6 @@ void decode_function(const Module& m, const Function& f, LoadedFunction* out) {
     d.ops = in.ops.data();
     d.nops = (uint32_t)in.ops.size();
     d.src = &in;
-    if (d.op == Op::Ld || d.op == Op::Ldu || d.op == Op::St || d.op == Op::Ldmatrix || d.op == Op::Stmatrix) {
-      d.plain_mem = !(d.flags & F_VOLATILE);
-      for (auto& x : in.mods)
-        if (x == "relaxed" || x == "acquire" || x == "release" || x == "acq_rel" || x == "sc" || x == "mmio") d.plain_mem = false;
-    }
   }
 }
 

@@ -342,7 +342,6 @@ void Engine::dispatch_clusters() {
     uint64_t ci = next_cluster_++;
     if (rec_ && opt_.timing_sample > 0 && !sampled(ci)) continue;   // not on a sampled SM: skipped
     auto cl = std::make_unique<Cluster>();
-    cl->next_knowledge_id = csize * nthreads;
     cl->id[0] = (uint32_t)(ci % ncl_[0]);
     cl->id[1] = (uint32_t)((ci / ncl_[0]) % ncl_[1]);
     cl->id[2] = (uint32_t)(ci / ((uint64_t)ncl_[0] * ncl_[1]));
@@ -364,9 +363,6 @@ void Engine::dispatch_clusters() {
       c->deliv_id.assign(total, 0);
       c->deliv_phase.assign(total, 0);
       c->wgmma_readers.assign(total, 0);
-      c->race_writer.assign(total, 0);
-      c->race_epoch.assign(total, 0);
-      c->race_line.assign(total, 0);
       uint32_t nwarps = (nthreads + 31) / 32;
       for (uint32_t w = 0; w < nwarps; ++w) {
         auto wp = std::make_unique<Warp>();
@@ -381,9 +377,6 @@ void Engine::dispatch_clusters() {
       for (uint32_t i = 0; i < nthreads; ++i) {
         auto t = std::make_unique<Thread>();
         t->linear = i;
-        t->kid = r * nthreads + i;
-        t->know.assign(csize * nthreads, 0);
-        t->know[t->kid] = 1;
         t->tid[0] = i % bx;
         t->tid[1] = (i / bx) % by;
         t->tid[2] = i / (bx * by);
@@ -708,7 +701,6 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
         }
       }
       if (opt_.strict) check_delivered(t, d, c, off, n, write);
-      if (opt_.strict && d) race_access(t, d, c, off, n, write);
       if (write) note_generic_smem_write(t, c, off, n);
       if (cta_out) *cta_out = c;
       if (smem_off) *smem_off = off;
@@ -764,7 +756,6 @@ void Engine::fence_proxy_async(Thread* t) {
 
 void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n) {
   if (!opt_.strict) return;
-  race_async_read(t, d, t->know, c, off, n, "a bulk/TMA copy's read");
   for (uint32_t b = 0; b < n; ++b) {
     if (c->shadow[off + b] & kShadowInflight) {
       char buf[160];
@@ -819,63 +810,6 @@ void Engine::check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t 
                    run.operand);
           fail("wgmma-operand-overwrite", t, d, buf);
         }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Shared-memory races (racecheck's job): a plain access to bytes another thread last wrote with a
-// plain store, where no synchronization orders the write before the access: the accessing thread
-// does not know the writer's epoch of the write (Knowledge, Engine::released). Atomics, volatile and
-// memory-ordered accesses synchronize through memory and are not reported; copies that land make
-// the bytes the async-unobserved check's business.
-
-static std::string race_writer_name(const Cta* c, uint32_t kid1) {
-  uint32_t kid = kid1 - 1, n = (uint32_t)c->threads.size();
-  char buf[120];
-  snprintf(buf, sizeof buf, "thread %u (warp %u, lane %u%s%u)", kid % n, kid % n / 32, kid % 32,
-           ", CTA rank ", kid / n);
-  return buf;
-}
-
-void Engine::race_access(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write) {
-  if (c->shadow[off] & 8) return;   // a live mbarrier: its operations synchronize
-  if (!d->plain_mem) {
-    if (write) race_clear(c, off, n);
-    return;
-  }
-  uint16_t me = (uint16_t)(t->kid + 1);
-  for (uint32_t b = 0; b < n; ++b) {
-    uint16_t w = c->race_writer[off + b];
-    if (w && w != me && (t->know.size() < w || t->know[w - 1] < c->race_epoch[off + b])) {
-      char buf[400];
-      snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which %s wrote at PTX line %u, with no synchronization "
-               "ordering that write before this access (no barrier, mbarrier arrive->wait or warp collective "
-               "between them)", write ? "write" : "read", off + b, race_writer_name(c, w).c_str(), c->race_line[off + b]);
-      fail("shared-race", t, d, buf);
-    }
-    if (write) {
-      c->race_writer[off + b] = me;
-      c->race_epoch[off + b] = t->know[t->kid];
-      c->race_line[off + b] = d->src ? d->src->line : 0;
-    }
-  }
-}
-
-void Engine::race_clear(Cta* c, uint32_t off, uint32_t n) {
-  std::fill(c->race_writer.begin() + off, c->race_writer.begin() + off + n, 0);
-}
-
-void Engine::race_async_read(Thread* t, const DInstr* d, const Knowledge& k, Cta* c, uint32_t off, uint32_t n,
-                             const char* what) {
-  if (!opt_.strict) return;
-  for (uint32_t b = 0; b < n; ++b) {
-    uint16_t w = c->race_writer[off + b];
-    if (w && (k.size() < w || k[w - 1] < c->race_epoch[off + b])) {
-      char buf[400];
-      snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which %s wrote at PTX line %u, with no synchronization "
-               "ordering that write before it", what, off + b, race_writer_name(c, w).c_str(), c->race_line[off + b]);
-      fail("shared-race", t, d, buf);
-    }
   }
 }
 
@@ -942,7 +876,6 @@ void Engine::mbar_arrive(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint3
     fail("mbarrier-overarrive", t, d, buf);
   }
   merge_knowledge(m.carry, t->know);
-  released(t);
   m.pending -= count;
   if (no_complete && m.pending == 0 && m.tx == 0) fail("mbarrier", t, d, "arrive.noComplete completed the phase");
   mbar_maybe_complete(this, m);
@@ -982,7 +915,6 @@ void Engine::bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count,
   }
   ++b.arrived;
   merge_knowledge(b.carry, t->know);
-  released(t);
   if (wait) {
     b.waiters.push_back(t);
     t->wait_addr = id;
@@ -1020,10 +952,7 @@ void Engine::cluster_arrive(Thread* t, bool release) {
   t->cluster_gen = cl->arrive_gen;   // the generation this arrival belongs to
   t->cluster_arrived = true;
   ++cl->arrived;
-  if (release) {
-    merge_knowledge(cl->carry, t->know);
-    released(t);
-  }
+  if (release) merge_knowledge(cl->carry, t->know);
   check_cluster_bar(cl);
 }
 
@@ -1097,11 +1026,7 @@ void Engine::finish_warp_collective(Warp* w, size_t si, Thread* except) {
   {
     Knowledge k;
     for (int l = 0; l < 32; ++l) if (lanes >> l & 1) merge_knowledge(k, w->lanes[l]->know);
-    for (int l = 0; l < 32; ++l)
-      if (lanes >> l & 1) {
-        w->lanes[l]->know = k;
-        released(w->lanes[l]);
-      }
+    if (!k.empty()) for (int l = 0; l < 32; ++l) if (lanes >> l & 1) w->lanes[l]->know = k;
   }
   extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t, const DInstr*);
   exec_warp_collective_entry(this, w, lanes, s.coll);
@@ -1267,14 +1192,12 @@ void Engine::complete(AsyncOp& op) {
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
-        race_clear(c, op.smem, op.bytes);
         // swizzled boxes may touch bytes past op.bytes only within the footprint: clear those too
         for (auto& r : runs)
           for (uint32_t b = 0; b < std::get<2>(r); ++b) {
             c->shadow[op.smem + std::get<0>(r) + b] &= ~kShadowInflight;
             c->dirty_owner[op.smem + std::get<0>(r) + b] = 0;
           }
-        for (auto& r : runs) race_clear(c, op.smem + std::get<0>(r), std::get<2>(r));
         mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       }
       break;
@@ -1317,7 +1240,6 @@ void Engine::complete(AsyncOp& op) {
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
-        race_clear(c, op.smem, op.bytes);
         mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       }
       break;
@@ -1347,7 +1269,6 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
         c->dirty_owner[op.dst + b] = 0;
         c->deliv_id[op.dst + b] = 0;
       }
-      race_clear(c, op.dst, op.bytes);
     }
     t->cp_groups.erase(t->cp_groups.begin());
     progress();

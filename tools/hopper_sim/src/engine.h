@@ -78,14 +78,7 @@ class Engine {
   void wgmma_read_begin(Cta* c, WgmmaRead r);
   void wgmma_read_end(Warp* w, uint64_t keep);
   void check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer);
-  uint32_t next_mbar_id(Cluster* cl) { return cl->next_knowledge_id++; }
-  // t released what it knows (arrive, barrier, collective): its later accesses get a new epoch
-  void released(Thread* t) { ++t->know[t->kid]; }
-  void race_access(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
-  void race_clear(Cta* c, uint32_t off, uint32_t n);
-  // a read by the async proxy (wgmma operand, bulk/TMA store source) for threads knowing `k`
-  void race_async_read(Thread* t, const DInstr* d, const Knowledge& k, Cta* c, uint32_t off, uint32_t n,
-                       const char* what);
+  uint32_t next_mbar_id() { return mbar_ids_++; }
   uint64_t instructions() const { return instr_total_; }
   Recorder* rec_ = nullptr;           // the timing recorder (--timing), else null: hooks test only this
   bool sampled(uint64_t cluster_index) const;   // --timing-sample: does this cluster run?
@@ -143,6 +136,7 @@ class Engine {
   std::vector<Thread*> runnable_;
   std::vector<AsyncOp> async_;
   uint64_t instr_total_ = 0, last_progress_ = 0;
+  uint32_t mbar_ids_ = 0;
   uint32_t timeouts_ = 0;        // try_wait time limits granted since the last progress
 };
 

@@ -872,7 +872,6 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
         for (int k = 0; k < w.k; ++k) {
           uint32_t a = tc::element_addr(dsc, r, k, eb, k_major);
           if (a + nb <= cta->smem.size()) {
-            e->race_async_read(lead, &d, seen, cta, a, nb, "wgmma operand read");
             auto& rs = reads.runs;
             if (!rs.empty() && rs.back().operand == which[0] && rs.back().off + rs.back().len == a) rs.back().len += nb;
             else rs.push_back(WgmmaRead::Run{a, (uint32_t)nb, which[0]});
@@ -1730,7 +1729,7 @@ void Engine::step(Thread* t, int budget) {
           MBar& m = mbar(t, &d, owner, off, false);
           m = MBar();
           m.valid = true; m.expected = m.pending = cnt;
-          m.id = next_mbar_id(owner->cluster);
+          m.id = next_mbar_id();
           for (int b = 0; b < 8; ++b) owner->shadow[off + b] |= 8;
         } else if (d.op == Op::MbarInval) {
           MBar& m = mbar(t, &d, owner, off);

@@ -108,7 +108,6 @@ struct DInstr {
   const Operand* ops = nullptr;                // the source instruction's operands
   uint32_t nops = 0;
   const Instr* src = nullptr;
-  bool plain_mem = false;                      // ld/st/ldmatrix/stmatrix with no memory order or volatile (race-checked)
 };
 
 struct LoadedFunction {
@@ -131,12 +130,9 @@ struct LoadedModule {
   std::vector<uint8_t*> sym_addr;     // global/const variables: host memory; else nullptr
 };
 
-// What a thread knows has completed, a vector clock over its cluster: index k < the cluster's thread
-// count: how many synchronization epochs of thread k (Thread::kid) this thread is ordered after
-// (the shared-race check); above: per mbarrier id (cluster-wide), the number of its phases the
+// What a thread knows has completed: per mbarrier id (Engine-wide), the number of its phases the
 // thread has observed, directly (a successful wait) or through synchronization with a thread that
-// had (named/cluster barriers, warp collectives, mbarrier arrive -> wait). A thread's own entry
-// grows by one at each release it takes part in (see Engine::released).
+// had (named/cluster barriers, warp collectives, mbarrier arrive -> wait).
 using Knowledge = std::vector<uint32_t>;
 void merge_knowledge(Knowledge& into, const Knowledge& from);
 
@@ -160,7 +156,6 @@ struct CpAsyncOp { uint32_t dst; uint64_t src; uint32_t bytes, src_bytes; Sp src
 struct Thread {
   uint32_t tid[3] = {0, 0, 0};
   uint32_t linear = 0, lane = 0;
-  uint32_t kid = 0;                        // index in the cluster (knowledge entry): rank * CTA threads + linear
   Warp* warp = nullptr;
   Cta* cta = nullptr;
   std::vector<Frame> frames;
@@ -249,10 +244,6 @@ struct Cta {
   // per byte: the mbarrier (id + 1, 0: none) and phase whose completion made an asynchronous copy's
   // data visible; a generic access needs the accessing thread to have observed that phase
   std::vector<uint32_t> deliv_id, deliv_phase;
-  // shared-race check, per byte: the last plain writer (Thread::kid + 1, 0: none or ordered for
-  // everyone), its epoch at the write, and the PTX line of the write
-  std::vector<uint16_t> race_writer;
-  std::vector<uint32_t> race_epoch, race_line;
   std::vector<std::unique_ptr<Thread>> threads;
   std::vector<std::unique_ptr<Warp>> warps;
   NamedBarrier bars[16];
@@ -281,7 +272,6 @@ struct Cluster {
   uint32_t arrived = 0;
   Knowledge carry;
   std::vector<Thread*> waiters;
-  uint32_t next_knowledge_id = 0;   // mbarrier ids follow the cluster's thread entries
 };
 
 }  // namespace hsim

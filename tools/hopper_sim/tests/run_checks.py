@@ -38,7 +38,6 @@ PROGRAMS = {
     "mem": [],
     "wgmma": [],
     "wgmma_async": [],
-    "race": [],
     "setmaxnreg": [(b"setmaxnreg.dec.sync.aligned.u32 56;", b"setmaxnreg.dec.sync.aligned.u32 52;")],
 }
 
@@ -86,11 +85,6 @@ CASES = [
      ["--schedules", "3"], None),
     ("wgmma_async", "wgmma_unobserved", "async-unobserved",
      ["wgmma operand A", "no thread of the warpgroup has observed"], ["--schedules", "3"], None),
-    ("race", "shared_race_rw", "shared-race", ["read of shared offset", "thread 0 (warp 0, lane 0", "thread 32"],
-     ["--schedules", "3"], None),
-    ("race", "shared_race_ww_warp", "shared-race", ["write of shared offset", "with no synchronization"],
-     ["--schedules", "3"], None),
-    ("race", "shared_race_mbar", "shared-race", ["write of shared offset"], ["--schedules", "3"], None),
     ("setmaxnreg", "setmaxnreg_dec", "setmaxnreg", [".dec to 48 from a budget of 40"], [], None),
     ("setmaxnreg", "setmaxnreg_mult8", "setmaxnreg", ["register count 52"], [], None),
 ]
