@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import masking
 from ..rotary import apply_rotary
 
 
@@ -166,16 +167,13 @@ def fa3_forward(q, k, v, *, softmax_scale, window_left=-1, window_right=-1, atte
 
 
 def _visible(n_q, n_k, left, right, chunk, device):
-    """(n_q, n_k) bool: key c visible to query t, every mask bottom-right aligned."""
-    t = torch.arange(n_q, device=device)[:, None]
-    c = torch.arange(n_k, device=device)[None, :]
-    diag = t + n_k - n_q
-    keep = torch.ones(n_q, n_k, dtype=torch.bool, device=device)
-    if left >= 0:
-        keep &= c >= diag - left
-    if right >= 0:
-        keep &= c <= diag + right
+    """(n_q, n_k) bool: key c visible to query t, every mask bottom-right aligned (masking's window,
+    intersected with the query's attention chunk)."""
+    keep = masking.visible_mask(0, n_q, 0, n_k, n_q, n_k, False, left, right, device=device)
     if chunk > 0:
+        t = torch.arange(n_q, device=device)[:, None]
+        c = torch.arange(n_k, device=device)[None, :]
+        diag = t + n_k - n_q
         lo = diag - torch.remainder(diag, chunk)
         keep &= (c >= lo) & (c < lo + chunk)
     return keep
