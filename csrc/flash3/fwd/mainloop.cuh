@@ -462,9 +462,11 @@ struct FwdConsumer {
     Frags fr;
     auto thr_s = fr.mma_s.get_thread_slice(tidx);
     // The operand descriptors depend on the warpgroup only: slicing by the warp-uniform `consumer`
-    // (not the opaque tidx) keeps them in uniform registers, not rebuilt (R2UR) for every WGMMA.
-    auto wg_s = fr.mma_s.get_thread_slice(consumer * 128);
-    auto wg_o = fr.mma_o.get_thread_slice(consumer * 128);
+    // (not the opaque tidx) keeps them in uniform registers, not rebuilt (R2UR) for every WGMMA
+    // (Tr::kUniformOperandSlices says where that costs spills instead).
+    const int slice_idx = Tr::kUniformOperandSlices ? consumer * 128 : tidx;
+    auto wg_s = fr.mma_s.get_thread_slice(slice_idx);
+    auto wg_o = fr.mma_o.get_thread_slice(slice_idx);
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Tr::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});

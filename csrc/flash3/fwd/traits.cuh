@@ -88,6 +88,10 @@ struct FwdTraits {
   // frees: at 216 the d = 256 tile (block_n 48) spilled 28 bytes.
   static constexpr int kProducerRegs = kFp8Cache ? 56 : kDecode ? 64 : kNumConsumers == 2 ? 40 : 32;
   static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kFp8Cache ? 224 : kDecode ? 216 : 232) : 160;
+  // WGMMA operand descriptors sliced by the warp-uniform consumer index live in uniform registers
+  // (no R2UR per HGMMA), but the 16-bit-cache decode consumers at d > 128 (216 registers, O of
+  // 128 + S + P) then spilled (d 256: 124/204 bytes): they slice by thread index as before.
+  static constexpr bool kUniformOperandSlices = !(kDecode && !kFp8Cache && kHeadDim > 128);
   static_assert(!kDecode || kNumConsumers == 2, "decode tiles have 2 consumer warpgroups");
   static_assert(!kDecode || !kWide, "the decode kernel uses the plain tiles");
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
