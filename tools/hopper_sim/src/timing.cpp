@@ -252,6 +252,27 @@ const char* const kReasonNames[kNReasons] = {"none", "dependency", "memory", "pi
                                              "cluster_barrier", "wgmma_wait", "tma_store_wait", "setmaxnreg", "not_selected"};
 constexpr uint64_t kInf = std::numeric_limits<uint64_t>::max() / 4;
 
+// Instructions the lookahead may move up (pure register arithmetic, no carry flag) and those it
+// may not move anything across (control flow, synchronization, fences, the tensor pipe).
+bool reorderable(const DInstr& d) {
+  if (d.flags & (F_CC | F_CARRYIN)) return false;
+  Op o = d.op;
+  return (o >= Op::Add && o <= Op::Szext) || (o >= Op::Fma && o <= Op::Testp) || o == Op::Mov || o == Op::Selp ||
+         o == Op::Slct || o == Op::Set || o == Op::Setp || o == Op::Cvt || o == Op::Shfl;
+}
+bool window_barrier(const TEvent& e) {
+  if (e.kind != TEvent::kPlain) return true;
+  switch (e.d->op) {
+    case Op::Bra: case Op::Call: case Op::Ret: case Op::Exit: case Op::Trap: case Op::BarSync: case Op::BarArrive:
+    case Op::BarRed: case Op::BarWarpSync: case Op::ClusterArrive: case Op::ClusterWait: case Op::Membar: case Op::Fence:
+    case Op::FenceProxyAsync: case Op::Setmaxnreg: case Op::WgmmaFence: case Op::WgmmaCommit: case Op::WgmmaWait:
+    case Op::Wgmma: case Op::MbarTryWait: case Op::MbarTestWait: case Op::CpAsyncWait: case Op::CpAsyncWaitAll:
+    case Op::BulkWait: case Op::Griddep: case Op::Vote: case Op::Match: case Op::Redux: case Op::Elect:
+      return true;
+    default: return false;
+  }
+}
+
 struct KeyState {
   int remaining = 0;
   uint64_t tmax = 0;
@@ -272,6 +293,9 @@ struct RWarp {
   uint32_t reason_aux = 0;
   std::vector<uint64_t> rdy;
   std::vector<uint8_t> rmem;
+  std::vector<const DInstr*> rprod;   // the instruction that last wrote each register (profile)
+  const DInstr* wait_on = nullptr;    // the producer a dependency stall waits for
+  std::vector<size_t> ahead;          // trace positions past pc already issued by the lookahead
   std::vector<uint64_t> groups;   // committed wgmma groups' completion times, oldest first
   uint64_t uncommitted = 0;
   uint64_t bulk_done = 0;
@@ -302,6 +326,11 @@ struct Replay {
   std::map<uint32_t, uint64_t> mbar_stall;     // mbarrier shared offset -> cycles
   std::map<uint32_t, std::array<uint64_t, kNReasons>> role_stall;   // warp index in CTA -> reasons
   std::map<uint32_t, uint64_t> role_issued;
+  // Where the stall cycles go: per stalled instruction and reason, and for dependency stalls per
+  // (consumer, producer) pair; the report keeps the largest entries.
+  std::map<std::pair<const DInstr*, int>, uint64_t> at_instr;
+  std::map<std::pair<const DInstr*, const DInstr*>, uint64_t> dep_pair;
+  std::map<const DInstr*, uint64_t> issued_at;
   int ctas_per_sm = 1;
   bool debug = getenv("HSIM_TIMING_DEBUG") != nullptr;   // prints every issue (small kernels only)
   explicit Replay(Recorder& r) : R(r) {}
@@ -349,6 +378,103 @@ struct Replay {
     if (s.next < s.queue.size()) start_cta(cta_sm[ci], s.queue[s.next++], t + tp::kCtaLaunchCycles);
   }
 
+  // The bookkeeping every issue shares: stall gap since the warp's last issue, pipe occupancy,
+  // destination registers' ready times.
+  void account_issue(RWarp& w, const DInstr& d, const Cls& c, uint32_t lanes, uint64_t now) {
+    RSM& s = S[w.sm];
+    uint64_t* pf = c.pipe == kPLsu ? &s.lsu_free : &s.pipe_free[w.smsp][c.pipe];
+    uint64_t gap = now > w.last_issue + 1 ? now - w.last_issue - 1 : 0;
+    if (gap) {
+      Reason r = w.reason == kRNone ? kRNotSelected : w.reason;
+      stall[r] += gap;
+      role_stall[w.tr->warp][r] += gap;
+      if (r == kRMbar) mbar_stall[w.reason_aux] += gap;
+      at_instr[{&d, (int)r}] += gap;
+      if ((r == kRDep || r == kRMem) && w.wait_on) dep_pair[{&d, w.wait_on}] += gap;
+    }
+    issued_at[&d] += c.slots;
+    w.wait_on = nullptr;
+    if (c.slots > 0) {
+      w.reason = kRNone;
+      w.last_issue = now + (c.slots - 1);
+    }
+    issued += c.slots;
+    role_issued[w.tr->warp] += c.slots;
+    int occupy = c.interval;
+    if (c.pipe == kPLsu) {   // shared-memory port: bytes / 128 per clock, at least one cycle
+      uint32_t bytes = std::max(1, tbits(d.t) / 8) * d.vec * lanes;
+      if (d.op == Op::Ldmatrix || d.op == Op::Stmatrix) bytes = 128u * (d.vec ? d.vec : 1);
+      occupy = std::max<int>(1, (int)((bytes + tp::kSmemBytesPerClk - 1) / tp::kSmemBytesPerClk));
+    }
+    if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma) { *pf = now + occupy; busy[c.pipe] += occupy; }
+    if (writes_first_operand(d.op) && d.op != Op::Wgmma && d.nops > 0) {
+      uint64_t t = now + c.latency;
+      operand_regs(*w.fn, d.ops[0], [&](int32_t r) {
+        if (r < 0) return;
+        if ((size_t)r >= w.rdy.size()) { w.rdy.resize(r + 1, 0); w.rmem.resize(r + 1, 0); w.rprod.resize(r + 1, nullptr); }
+        w.rdy[r] = t; w.rmem[r] = c.memory; w.rprod[r] = &d;
+      });
+    }
+  }
+
+  // ptxas' scheduling (tp::kSchedWindow): w's instruction at pc cannot issue now; issue the first
+  // later one in the window that reads nothing a skipped instruction writes, writes nothing a
+  // skipped one reads or writes, has its operands ready and its pipe free. True when one issued;
+  // otherwise w.ready is brought forward to when the earliest such candidate could issue.
+  bool lookahead(RWarp& w, uint64_t now) {
+    if (tp::kSchedWindow <= 0 || window_barrier(w.tr->ev[w.pc])) return false;
+    const Function& fn = *w.fn;
+    std::vector<int32_t> wr, rd;   // registers the skipped (not yet issued) instructions write / read
+    auto has = [](const std::vector<int32_t>& v, int32_t r) { return std::find(v.begin(), v.end(), r) != v.end(); };
+    auto srcs = [&](const DInstr& d, auto f) {
+      uint32_t first = writes_first_operand(d.op) ? 1 : 0;
+      for (uint32_t i = first; i < d.nops; ++i) operand_regs(fn, d.ops[i], f);
+      if (d.guard >= 0) f(d.guard);
+    };
+    size_t end = std::min(w.tr->ev.size(), w.pc + 1 + (size_t)tp::kSchedWindow);
+    uint64_t earliest = w.ready;
+    for (size_t j = w.pc; j < end; ++j) {
+      const TEvent& e = w.tr->ev[j];
+      if (std::find(w.ahead.begin(), w.ahead.end(), j) != w.ahead.end()) continue;
+      const DInstr& d = *e.d;
+      if (j > w.pc && e.kind == TEvent::kPlain && !e.synthetic && reorderable(d)) {
+        bool ok = true;
+        uint64_t need = 0;
+        srcs(d, [&](int32_t r) {
+          if (r < 0) return;
+          if (has(wr, r)) ok = false;
+          if ((size_t)r < w.rdy.size()) need = std::max(need, w.rdy[r]);
+        });
+        operand_regs(fn, d.ops[0], [&](int32_t r) { if (r >= 0 && (has(wr, r) || has(rd, r))) ok = false; });
+        Cls c = classify(d);
+        RSM& s = S[w.sm];
+        uint64_t at = std::max(need, c.pipe == kPNone ? 0 : s.pipe_free[w.smsp][c.pipe]);
+        if (ok && at <= now) {
+          account_issue(w, d, c, e.lanes, now);
+          w.ahead.push_back(j);
+          w.ready = now + (c.slots > 0 ? c.slots : 0);
+          return true;
+        }
+        if (ok) earliest = std::min(earliest, at);
+      }
+      if (j > w.pc && window_barrier(e)) break;
+      srcs(d, [&](int32_t r) { if (r >= 0) rd.push_back(r); });
+      if (writes_first_operand(d.op)) operand_regs(fn, d.ops[0], [&](int32_t r) { if (r >= 0) wr.push_back(r); });
+    }
+    w.ready = std::max(now + 1, earliest);
+    return false;
+  }
+  // pc past the instructions the lookahead already issued
+  void advance(RWarp& w) {
+    ++w.pc;
+    while (!w.ahead.empty()) {
+      auto it = std::find(w.ahead.begin(), w.ahead.end(), w.pc);
+      if (it == w.ahead.end()) break;
+      w.ahead.erase(it);
+      ++w.pc;
+    }
+  }
+
   // Tries to issue w's next instruction at `now`: 0 (and w.ready/reason set) when it cannot, 1 when
   // it issued, 2 when it issued an instruction that costs no issue slot (the warp may go on).
   int try_issue(RWarp& w, uint64_t now) {
@@ -375,15 +501,19 @@ struct Replay {
     // source operands ready?
     uint64_t need = 0;
     bool mem = false;
+    const DInstr* prod = nullptr;
     uint32_t first_src = (writes_first_operand(d.op) && d.op != Op::Wgmma) ? 1 : 0;
     if (d.op == Op::Wgmma) first_src = 1;
     auto chk = [&](int32_t r) {
-      if (r >= 0 && (size_t)r < w.rdy.size() && w.rdy[r] > need) { need = w.rdy[r]; mem = w.rmem[r]; }
+      if (r >= 0 && (size_t)r < w.rdy.size() && w.rdy[r] > need) { need = w.rdy[r]; mem = w.rmem[r]; prod = w.rprod[r]; }
     };
     for (uint32_t i = first_src; i < d.nops; ++i) operand_regs(fn, d.ops[i], chk);
     if (!writes_first_operand(d.op) && d.nops > 0) operand_regs(fn, d.ops[0], chk);
     if (d.guard >= 0) chk(d.guard);
-    if (need > now) { w.ready = need; w.reason = mem ? kRMem : kRDep; return 0; }
+    if (need > now) {
+      w.ready = need; w.reason = mem ? kRMem : kRDep; w.wait_on = prod;
+      return lookahead(w, now) ? 1 : 0;
+    }
     if (d.op == Op::WgmmaWait) {
       uint32_t keep = d.nops > 0 && d.ops[0].kind == Operand::kImm ? (uint32_t)d.ops[0].imm : 0;
       uint64_t t = 0;
@@ -396,37 +526,11 @@ struct Replay {
     RSM& s = S[w.sm];
     uint64_t* pf = c.pipe == kPLsu ? &s.lsu_free : &s.pipe_free[w.smsp][c.pipe];
     if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma && *pf > now) {
-      w.ready = *pf; w.reason = kRPipe; return 0;
+      w.ready = *pf; w.reason = kRPipe;
+      return lookahead(w, now) ? 1 : 0;
     }
     // ---- issue ----
-    uint64_t gap = now > w.last_issue + 1 ? now - w.last_issue - 1 : 0;
-    if (gap) {
-      Reason r = w.reason == kRNone ? kRNotSelected : w.reason;
-      stall[r] += gap;
-      role_stall[w.tr->warp][r] += gap;
-      if (r == kRMbar) mbar_stall[w.reason_aux] += gap;
-    }
-    if (c.slots > 0) {
-      w.reason = kRNone;
-      w.last_issue = now + (c.slots - 1);
-    }
-    issued += c.slots;
-    role_issued[w.tr->warp] += c.slots;
-    int occupy = c.interval;
-    if (c.pipe == kPLsu) {   // shared-memory port: bytes / 128 per clock, at least one cycle
-      uint32_t bytes = std::max(1, tbits(d.t) / 8) * d.vec * e.lanes;
-      if (d.op == Op::Ldmatrix || d.op == Op::Stmatrix) bytes = 128u * (d.vec ? d.vec : 1);
-      occupy = std::max<int>(1, (int)((bytes + tp::kSmemBytesPerClk - 1) / tp::kSmemBytesPerClk));
-    }
-    if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma) { *pf = now + occupy; busy[c.pipe] += occupy; }
-    if (writes_first_operand(d.op) && d.op != Op::Wgmma && d.nops > 0) {
-      uint64_t t = now + c.latency;
-      operand_regs(fn, d.ops[0], [&](int32_t r) {
-        if (r < 0) return;
-        if ((size_t)r >= w.rdy.size()) { w.rdy.resize(r + 1, 0); w.rmem.resize(r + 1, 0); }
-        w.rdy[r] = t; w.rmem[r] = c.memory;
-      });
-    }
+    account_issue(w, d, c, e.lanes, now);
     switch (d.op) {
       case Op::Wgmma: {
         // per-warp share of an m64nNk wgmma on this SMSP's tensor core: N/2 cycles for 16-bit k16,
@@ -455,7 +559,7 @@ struct Replay {
     if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive) contribute(e.key, now);
     if (debug) fprintf(stderr, "  t=%llu sm%d smsp%d w%u pc=%zu line %d %s\n", (unsigned long long)now, w.sm, w.smsp,
                        w.tr->warp, w.pc, d.src ? d.src->line : 0, d.src ? d.src->opcode.c_str() : "?");
-    ++w.pc;
+    advance(w);
     w.ready = now + (c.slots > 0 ? c.slots : 0);
     if (e.kind == TEvent::kBarSync) {
       contribute(e.key, now);
@@ -625,7 +729,33 @@ void Recorder::report(const Function* fn, const std::string& kernel, const Launc
     fprintf(f, "}");
     first = false;
   }
-  fprintf(f, "},\"replay_stuck\":%s}\n", stuck ? "true" : "false");
+  // The stall profile: the instructions the most cycles were lost before (PTX line, opcode, reason)
+  // and the dependency stalls' producer -> consumer pairs.
+  auto where = [&](const DInstr* d) {
+    std::string op = d->src ? d->src->opcode : "?";
+    if (d->src) for (auto& m : d->src->mods) op += "." + m;
+    return "{\"line\":" + std::to_string(d->src ? d->src->line : 0) + ",\"op\":" + jstr(op) + "}";
+  };
+  {
+    std::vector<std::pair<uint64_t, std::pair<const DInstr*, int>>> v;
+    for (auto& kv : rp.at_instr) v.push_back({kv.second, kv.first});
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    fprintf(f, "},\"stall_by_instruction\":[");
+    for (size_t i = 0; i < v.size() && i < 40; ++i)
+      fprintf(f, "%s{\"cycles\":%llu,\"reason\":%s,\"at\":%s,\"issued\":%llu}", i ? "," : "", (unsigned long long)v[i].first,
+              jstr(kReasonNames[v[i].second.second]).c_str(), where(v[i].second.first).c_str(),
+              (unsigned long long)rp.issued_at[v[i].second.first]);
+  }
+  {
+    std::vector<std::pair<uint64_t, std::pair<const DInstr*, const DInstr*>>> v;
+    for (auto& kv : rp.dep_pair) v.push_back({kv.second, kv.first});
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    fprintf(f, "],\"dependency_pairs\":[");
+    for (size_t i = 0; i < v.size() && i < 40; ++i)
+      fprintf(f, "%s{\"cycles\":%llu,\"at\":%s,\"waits_for\":%s}", i ? "," : "", (unsigned long long)v[i].first,
+              where(v[i].second.first).c_str(), where(v[i].second.second).c_str());
+  }
+  fprintf(f, "],\"replay_stuck\":%s}\n", stuck ? "true" : "false");
   fclose(f);
   (void)kPipeNames;
 }

@@ -66,5 +66,12 @@ constexpr double kL2BytesPerClkGPU = 5120.0;
                                        // whitepaper's figure (H100's is not in [WP]); each SM gets 1/132
 constexpr int kCtaLaunchCycles = 200;  // assumption: a new CTA's first instruction after its slot frees
 
+// ptxas list-schedules straight-line code: the hardware issues SASS in order, but SASS in which
+// independent arithmetic was already moved up past a stalled dependency. The replay runs PTX in
+// source order, so it emulates that with a lookahead: when a warp's next instruction must wait for
+// an operand or a busy pipe, the first register-independent plain arithmetic instruction among the
+// next kSchedWindow (not across a branch, barrier, wait, wgmma or memory fence) issues instead.
+constexpr int kSchedWindow = 32;       // assumption: ptxas schedules whole basic blocks; register pressure bounds how far
+
 }  // namespace tp
 }  // namespace hsim

@@ -57,7 +57,7 @@ def main():
     recs = run()
     by = {}
     for r in recs:
-        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong)ILi(\d+)E", r["kernel"])
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window)ILi(\d+)E", r["kernel"])
         by[(m.group(1), int(m.group(2)))] = r["cycles"]
     l2_per_sm = P["kL2BytesPerClkGPU"] / P["kSMs"]
     cases = [
@@ -73,6 +73,11 @@ def main():
         # per round, twice: phase completes at the arrive; the waiter's try_wait issues kMbarLatency
         # later, its predicate is ready kAluLatency after that, the @!p bra issues, the arrive one cycle later
         ("mbar_pingpong", 20, 60, (60 - 20) * 2 * (P["kMbarLatency"] + P["kAluLatency"] + 1)),
+        # ptxas' scheduling: with a window that holds the ex2s in flight over one MUFU latency, each
+        # element costs the MUFU pipe's interval; without one, an ex2's latency plus the add's issue
+        ("sched_window", 64, 192, (192 - 64) * (P["kMufuInterval"]
+                                                if P["kSchedWindow"] * P["kMufuInterval"] >= 2 * P["kMufuLatency"]
+                                                else P["kMufuLatency"] + 1)),
     ]
     bad = 0
     for name, a, b, want in cases:

@@ -31,6 +31,22 @@ __global__ void mufu_bound(float* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
+// 6. ptxas' scheduling (kSchedWindow): one warp, N times p = ex2(a[i % 8]); s += p, in that PTX
+// order. In order each add waits out the ex2's latency; with the lookahead the next ex2s issue under
+// it and the loop runs at the MUFU pipe's rate.
+template <int N>
+__global__ void sched_window(float* out) {
+  float a[8], s = 0.f, p;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] = threadIdx.x * 1e-3f + j;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(a[i % 8]));
+    asm volatile("add.f32 %0, %0, %1;" : "+f"(s) : "f"(p));
+  }
+  out[threadIdx.x] = s;
+}
+
 // 3. One warpgroup issues N dependent wgmma m64n128k16 bf16 (same accumulators), one commit, wait 0.
 // Operands: no-swizzle K-major core matrices (8 rows x 16 B); A 64x16 at 0, B 128x16 at 2048.
 __device__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -119,6 +135,8 @@ int main(int argc, char** argv) {
   tma_stream<6><<<1, 32>>>(f, f + 100000);
   mbar_pingpong<20><<<1, 64>>>(i);
   mbar_pingpong<60><<<1, 64>>>(i);
+  sched_window<64><<<1, 32>>>(f + 4096);
+  sched_window<192><<<1, 32>>>(f + 4096);
   cudaError_t e = cudaDeviceSynchronize();
   // a hash of every output byte: the runner compares it with and without --timing (recording must
   // not change what the program computes)
