@@ -13,6 +13,8 @@
 #   FLASH3_HDIMS, FLASH3_DTYPES   kernel subset (default 128 / bf16); the import check expects
 #                              every selected kernel to be registered
 #   FLASH3_EXTRA_INCLUDE_DIRS  test hook: include dirs searched before csrc/ (a stand-in kernel)
+#   FLASH3_EXT_COMPILE=1       compile the kernel TUs here rather than link compile-check's objects
+#                              (tools/prebuilt.py, from the simulator's cache, hash-checked)
 #   MAX_JOBS                   parallel compiles (default 2)
 set -euo pipefail
 
@@ -60,7 +62,21 @@ export FLASH3_FORCE_CUDA=1            # a silent pure-Python fallback would make
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}  # no GPU to detect (setup.py passes -gencode anyway)
 unset FLASH3_SKIP_CUDA
 
-say "building flash3._C (FLASH3_HDIMS=$FLASH3_HDIMS FLASH3_DTYPES=$FLASH3_DTYPES MAX_JOBS=$MAX_JOBS); log: ${LOG#$ROOT/}"
+# The kernel TUs compile-check already compiled (the simulator's object cache, the same flags as
+# setup.py's plus PTX) are linked, not compiled a second time: tools/prebuilt.py copies them (and
+# compiles what the cache lacks) and setup.py's FLASH3_PREBUILT checks each object's hash against
+# the sources and flags before linking it. What this step proves is that the bindings build and link
+# against those kernels and a CUDA torch; compile-check proves the kernels compile.
+# FLASH3_EXT_COMPILE=1: compile every kernel TU here instead.
+if [ "${FLASH3_EXT_COMPILE:-0}" != 1 ] && [ -z "${FLASH3_PREBUILT:-}" ] && [ -z "${FLASH3_EXTRA_INCLUDE_DIRS:-}" ]; then
+  say "kernel objects from compile-check's cache (tools/prebuilt.py; FLASH3_EXT_COMPILE=1 compiles them here)"
+  "$PY" tools/prebuilt.py build --variant release --dir "$ROOT/build/ext-prebuilt" --jobs "$MAX_JOBS" \
+    >"$ROOT/build/extension-check-prebuilt.log" 2>&1 \
+    || { tail -20 "$ROOT/build/extension-check-prebuilt.log" >&2; die "tools/prebuilt.py could not provide the kernel objects"; }
+  export FLASH3_PREBUILT=$ROOT/build/ext-prebuilt/release
+fi
+
+say "building flash3._C (FLASH3_HDIMS=$FLASH3_HDIMS FLASH3_DTYPES=$FLASH3_DTYPES MAX_JOBS=$MAX_JOBS${FLASH3_PREBUILT:+, kernels linked from ${FLASH3_PREBUILT#$ROOT/}}); log: ${LOG#$ROOT/}"
 if ! "$PY" -m pip install -v --no-build-isolation --no-deps --disable-pip-version-check . >"$LOG" 2>&1; then
   grep -E "error|Error|flash3:" "$LOG" | grep -v "is ignored" | tail -40 >&2 || true
   die "building the extension failed (full log: $LOG)"
