@@ -109,7 +109,8 @@ sim-check: sim
 # The H100 timing model's report (tools/perf_model.py): parameter table with sources, validation on
 # CUTLASS's GEMMs and FlashAttention-3 (FA3_SRC=<flash-attention checkout>; without it FA3's rows
 # are left out), flash3 at the same shapes, a plot -> benchmarks/results/perf_model.md.
-# PERF_ROWS=paper runs every published shape (hours of CPU); quick is a handful.
+# PERF_ROWS=paper runs every published shape (hours of CPU); validation: d 128 full and causal at
+# 1k-16k plus the GEMMs at 4k/8k (~30 min of CPU with FA3); quick is a handful.
 PERF_ROWS ?= quick
 perf-model: sim
 	$(SIM_PY) tools/perf_model.py --rows $(PERF_ROWS) $(if $(FA3_SRC),--fa3-src $(FA3_SRC))
