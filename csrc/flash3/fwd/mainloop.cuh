@@ -122,28 +122,37 @@ struct FwdProducer {
     // K runs one block ahead of V: the consumers' step n waits for K_n (S_n = Q K_n^T) before V_{n+1}
     // (P_{n+1} V_{n+1}), so K_n goes out before V_{n+1}; with V first, K_n queued behind V_{n+1}'s
     // slot wait and bytes (the timing model showed the consumers stalled on K's full barrier).
-    const bool rows_past_end_in_tensor = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
+    // The rightmost block's V (the only one with rows past seqlen_k) goes out after K_{n-1}, with
+    // its tail check; the loop then carries plain K_n, V_{n+1} pairs, as light as before (a tail
+    // check per block spilled the d 256 producer's 40 registers).
+    auto load_k = [&](int nk) {
+      acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
+      if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, nk), tKsK(_, state_k.index()));
+      ++state_k;
+    };
     auto load_v = [&](int nv) {
-      // Rows past seqlen_k in the first (rightmost) block lie inside the tensor with a kv cache or
-      // packed sequences; batched tensors end at seqlen_k, where TMA fills zeros. FP8 takes no kv
-      // cache, and its packed vt (fp8.pack_v_fp8_varlen) holds zeros between sequences and past
-      // cu_seqlens_k[-1]; the next sequence's columns are finite (e4m3 v must be finite).
-      const int valid_rows = w.seq.seqlen_k - nv * Tr::kBlockN;
-      if (!Tr::kFp8 && rows_past_end_in_tensor && valid_rows < Tr::kBlockN) {
-        if constexpr (!Tr::kFp8) load_v_zero_tail(params, smem, tVgV(_, nv), tVsV, state_v, valid_rows, tail_phase, leader, tile);
-      } else {
-        acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
-        if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, nv), tVsV(_, state_v.index()));
-      }
+      acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
+      if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, nv), tVsV(_, state_v.index()));
       ++state_v;
     };
-    for (--n; n >= w.blocks.begin; --n) {
-      acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-      if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, n), tKsK(_, state_k.index()));
-      ++state_k;
+    if (n - 1 >= w.blocks.begin) load_k(n - 1);
+    // Rows past seqlen_k in the first (rightmost) block lie inside the tensor with a kv cache or
+    // packed sequences; batched tensors end at seqlen_k, where TMA fills zeros. FP8 takes no kv
+    // cache, and its packed vt (fp8.pack_v_fp8_varlen) holds zeros between sequences and past
+    // cu_seqlens_k[-1]; the next sequence's columns are finite (e4m3 v must be finite).
+    const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
+    const bool rows_past_end_in_tensor = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
+    if (!Tr::kFp8 && rows_past_end_in_tensor && valid_rows < Tr::kBlockN) {
+      if constexpr (!Tr::kFp8) load_v_zero_tail(params, smem, tVgV(_, n), tVsV, state_v, valid_rows, tail_phase, leader, tile);
+      ++state_v;
+    } else {
+      load_v(n);
+    }
+    for (n -= 2; n >= w.blocks.begin; --n) {
+      load_k(n);
       load_v(n + 1);
     }
-    load_v(w.blocks.begin);
+    if (w.blocks.begin < w.blocks.end - 1) load_v(w.blocks.begin);
   }
 };
 
