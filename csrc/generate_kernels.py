@@ -55,6 +55,19 @@ DECODE_DTYPES = ("bf16", "fp16")
 DECODE_HEAD_DIMS = HEAD_DIMS
 DECODE_CACHES = ("", "e4m3")
 
+# The kernels whose WGMMA n-extents leave CuTe's basic list {8, 16, 32, 64, 96, 128, 192, 256}
+# (csrc/flash3/common/wgmma_shapes.h): their TUs enable CuTe's extended shapes, which cost ~32 s of
+# compile per TU, so no other TU does. The traits assert this list both ways at compile time.
+#   forward 16-bit: block_n 176 (d 128 wide), 112 (d 192), 80 (d 256); the FP8 tiles are basic.
+#   decode: the plain tiles' block_n, and an FP8 cache's smaller ones: 112 (d 128), 80 (192x128),
+#     48 (d 256).
+#   backward: dQ's d/2 columns, 48 at d 96.
+EXTENDED_WGMMA = {
+    "fwd": {(128, 128, True), (192, 192, False), (256, 256, False)},
+    "decode": {(192, 192, ""), (256, 256, ""), (128, 128, "e4m3"), (192, 128, "e4m3"), (256, 256, "e4m3")},
+    "bwd": {(96, 96)},
+}
+
 # The generated files' name prefixes (kind): check()/write() own every csrc/generated/<kind>_*.cu.
 KINDS = ("fwd", "bwd", "decode")
 
@@ -100,7 +113,24 @@ class Kernel:
     def path(self) -> Path:
         return GENERATED_DIR / self.filename
 
+    @property
+    def extended_wgmma(self) -> bool:
+        """Whether the TU needs CuTe's extended WGMMA shapes (EXTENDED_WGMMA)."""
+        if self.is_fp8:
+            return False
+        key = {"fwd": (self.head_dim, self.head_dim_v, self.wide),
+               "decode": (self.head_dim, self.head_dim_v, self.cache),
+               "bwd": (self.head_dim, self.head_dim_v)}[self.kind]
+        return key in EXTENDED_WGMMA[self.kind]
+
     def source(self) -> str:
+        text = self._body()
+        if self.extended_wgmma:  # before any CuTe header (wgmma_shapes.h)
+            head, rest = text.split("\n", 1)
+            text = head + "\n#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n" + rest
+        return text
+
+    def _body(self) -> str:
         if self.is_bwd:
             args = f"{'true' if self.is_bf16 else 'false'}, {self.head_dim}, {self.head_dim_v}"
             return (

@@ -14,9 +14,7 @@
 // so Q, dO and K use the widest atom that divides half their head dim.
 #pragma once
 
-#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#endif
+#include "flash3/common/wgmma_shapes.h"  // the TU enables CuTe's extended WGMMA shapes where needed
 
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -106,6 +104,8 @@ struct BwdTraits {
   using TiledMmaDq = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<BlkM, cute::Int<kDQCols>, BlkN>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+  FLASH3_WGMMA_SHAPES_CHECK(wgmma_basic_n(kBlockM) && wgmma_basic_n(kDVCols) && wgmma_basic_n(kDKCols) &&
+                            wgmma_basic_n(kDQCols));
 
   using LayoutS = decltype(cute::partition_fragment_C(TiledMmaS{}, cute::Shape<Slab, BlkM>{}).layout());
   using LayoutP = decltype(acc_as_a_operand(LayoutS{}));  // P^T / dS^T as the A operand of dV / dK

@@ -4,10 +4,8 @@
 #pragma once
 
 // WGMMA n-extents such as 80 and 112 (block_n of the d=192/256 tiles) live in CuTe's "extended"
-// shape list; without this the op selectors would split them into many n=16 instructions.
-#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#endif
+// shape list, which the generated TUs that need it enable before this header (wgmma_shapes.h).
+#include "flash3/common/wgmma_shapes.h"
 
 #include <type_traits>
 
@@ -157,6 +155,7 @@ struct FwdTraits {
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kOChunkCols>, BlkN>,
                                  cute::GMMA::Major::K, kVMajor>(),
       AtomLayout{}));
+  FLASH3_WGMMA_SHAPES_CHECK(wgmma_basic_n(kBlockN) && wgmma_basic_n(kOChunkCols));
 
   // Global tensors as TMA sees them. Rows tensors: (row, dim, head, batch); Vt: (dim, row, head, batch).
   using ShapeRows = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
