@@ -1,23 +1,63 @@
 #!/usr/bin/env bash
-# A deliberately wrong kernel must be caught: a copy of csrc/ whose causal rows see one key too
-# many (Mask::last_key in csrc/flash3/common/attn_logic.h, which the kernels' masks and key-block
-# ranges use) is built for bf16 d 64 (FLASH3_SIM_CSRC) and its causal smoke case run in the
-# simulator; it must come out "wrong". Exit 0 only then.
+# Deliberately wrong kernels must be caught. Exit 0 only when every mutant is.
+#  1. causal rows that see one key too many: a copy of csrc/ with Mask::last_key off by one
+#     (csrc/flash3/common/attn_logic.h, which the kernels' masks and key-block ranges use) is built
+#     for bf16 d 64 (FLASH3_SIM_CSRC) and its causal smoke case run in the simulator; it must come
+#     out "wrong".
+#  2. the deterministic backward bumping its dQ semaphore after cp.async.bulk.wait_group.read
+#     (csrc/flash3/bwd/kernel.cuh, write_dq): the next CTA's reduction may start before this one's
+#     has landed. The values usually come out right (the simulator lands the copy in time, or the
+#     sum is exact); the simulator's global-async-order check must report it. Built for bf16 d 128,
+#     its "determ" smoke case must end with that check (status "crash"). The copy lives at a fixed
+#     path under build/ so its kernel objects stay cached between runs (the cache key holds the
+#     include path).
+#  MUTANT=causal|dq_read_wait runs only one.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r csrc "$tmp/csrc"
-sed -i 's/row_end - 1 + offset() + right + 1)/row_end - 1 + offset() + right + 2)/' "$tmp/csrc/flash3/common/attn_logic.h"
-if cmp -s csrc/flash3/common/attn_logic.h "$tmp/csrc/flash3/common/attn_logic.h"; then
-  echo "mutant_check: the mutation did not apply (attn_logic.h changed?)"; exit 1
-fi
-FLASH3_SIM_CSRC="$tmp/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
-  --cases bf16:64:64/causal --json "$tmp/smoke.json" > "$tmp/log" 2>&1
-status=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cases"][0]["status"])' "$tmp/smoke.json" 2>/dev/null)
-if [ "$status" = wrong ]; then
-  echo "mutant_check: causal rows seeing one key too many: caught ($(grep -m1 'bf16 64 causal: wrong' "$tmp/log" | sed 's/^ *//'))"
-  exit 0
-fi
-echo "mutant_check: the wrong kernel was NOT caught (status '$status'):"; tail -20 "$tmp/log"; exit 1
+only=${MUTANT:-}
+fail=0
+
+mutant_causal() {
+  cp -r csrc "$tmp/csrc"
+  sed -i 's/row_end - 1 + offset() + right + 1)/row_end - 1 + offset() + right + 2)/' "$tmp/csrc/flash3/common/attn_logic.h"
+  if cmp -s csrc/flash3/common/attn_logic.h "$tmp/csrc/flash3/common/attn_logic.h"; then
+    echo "mutant_check: the mutation did not apply (attn_logic.h changed?)"; return 1
+  fi
+  FLASH3_SIM_CSRC="$tmp/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+    --cases bf16:64:64/causal --json "$tmp/smoke.json" > "$tmp/log" 2>&1
+  local status
+  status=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cases"][0]["status"])' "$tmp/smoke.json" 2>/dev/null)
+  if [ "$status" = wrong ]; then
+    echo "mutant_check: causal rows seeing one key too many: caught ($(grep -m1 'bf16 64 causal: wrong' "$tmp/log" | sed 's/^ *//'))"
+    return 0
+  fi
+  echo "mutant_check: the wrong kernel was NOT caught (status '$status'):"; tail -20 "$tmp/log"; return 1
+}
+
+mutant_dq_read_wait() {
+  local dir=tools/hopper_sim/build/mutant_dq_read_wait
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
+  local f="$dir/csrc/flash3/bwd/kernel.cuh"
+  # the deterministic branch's full wait (the only such line that starts with the asm statement)
+  sed -i 's/^\( *\)asm volatile("cp.async.bulk.wait_group 0;\\n" ::: "memory");$/\1asm volatile("cp.async.bulk.wait_group.read 0;\\n" ::: "memory");/' "$f"
+  if [ "$(diff csrc/flash3/bwd/kernel.cuh "$f" | grep -c '^>')" != 1 ]; then
+    echo "mutant_check: the dQ semaphore mutation did not apply to exactly one line (bwd/kernel.cuh changed?)"; return 1
+  fi
+  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+    --cases bwd:bf16:128:128/determ --json "$tmp/smoke_dq.json" > "$tmp/log_dq" 2>&1
+  local res
+  res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
+        "$tmp/smoke_dq.json" 2>/dev/null)
+  case "$res" in
+    "crash hopper_sim: global-async-order:"*)
+      echo "mutant_check: dQ semaphore bumped after wait_group.read: caught (${res:0:300})"; return 0 ;;
+  esac
+  echo "mutant_check: the early dQ semaphore bump was NOT caught ('${res:0:300}'):"; tail -20 "$tmp/log_dq"; return 1
+}
+
+if [ -z "$only" ] || [ "$only" = causal ]; then mutant_causal || fail=1; fi
+if [ -z "$only" ] || [ "$only" = dq_read_wait ]; then mutant_dq_read_wait || fail=1; fi
+exit $fail

@@ -296,6 +296,21 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
             : AtomOp::None;
     if (d.aop == AtomOp::None) bad(m, in, "bulk reduction op");
   }
+  // memory ordering (the global-async-order check's release/acquire and fence patterns)
+  if (d.op == Op::Ld || d.op == Op::Ldu || d.op == Op::St || d.op == Op::Atom || d.op == Op::Red) {
+    if (has("acq_rel") || has("sc")) d.sem = kSemAcqRel;
+    else if (has("acquire")) d.sem = kSemAcquire;
+    else if (has("release")) d.sem = kSemRelease;
+    else if (has("relaxed") || (d.flags & F_VOLATILE) || d.op == Op::Atom || d.op == Op::Red) d.sem = kSemRelaxed;
+  } else if (d.op == Op::Membar) {
+    d.sem = has("proxy") ? kSemWeak : kSemAcqRel;
+  } else if (d.op == Op::Fence) {
+    // fence.sc / fence.acq_rel (the default .sem); not proxy fences, fence.mbarrier_init or the
+    // .sync_restrict forms (those order shared memory only)
+    bool restricted = false;
+    for (auto& x : mods) if (x.rfind("sync_restrict", 0) == 0) restricted = true;
+    if (!has("proxy") && !has("mbarrier_init") && !restricted) d.sem = kSemAcqRel;
+  }
   if (d.op == Op::Invalid) bad(m, in, "instruction not simulated");
 }
 

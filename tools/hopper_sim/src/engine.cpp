@@ -521,6 +521,12 @@ void Engine::run() {
 }
 
 void Engine::retire_cta(Cta* c) {
+  // global writes whose source was read (wait_group.read) may land after their CTA is gone
+  for (auto& op : async_)
+    if (op.issuer && op.issuer->cta == c) {
+      if (!op.src_done) fail("async-at-exit", op.issuer, op.instr, "the CTA exited while a store still read its shared memory");
+      op.issuer = nullptr;
+    }
   for (auto& t : c->threads) {
     if (!t->cp_uncommitted.empty() || !t->cp_groups.empty()) complete_thread_cp_async(t.get(), 0);
   }
@@ -1202,24 +1208,25 @@ void Engine::complete(AsyncOp& op) {
       }
       break;
     }
-    case AsyncOp::kTmaStore: case AsyncOp::kTmaReduce: {
-      tma::TensorMap m;
-      std::string err;
-      tma::decode(op.tmap, &m, &err);
-      Cta* c = op.src_cta;
-      tma::walk_box(m, op.coords, op.src_smem, [&](uint32_t so, uint64_t ga, uint32_t nb, bool in) {
-        if (!in) return;
-        if (!dev_->check_global(ga, nb)) fail("global-bounds", op.issuer, op.instr, "TMA store outside every allocation");
-        const uint8_t* src = c->smem.data() + op.src_smem + so;
-        if (op.kind == AsyncOp::kTmaStore) memcpy((void*)ga, src, nb);
-        else {
-          // CUtensorMapDataType: 2 UINT32, 3 INT32, 6 FLOAT16, 7 FLOAT32, 9 BFLOAT16, 10 FLOAT32_FTZ
-          T ty = m.dtype == 7 || m.dtype == 10 ? T::F32 : m.dtype == 3 ? T::S32 : m.dtype == 2 ? T::U32
-                 : m.dtype == 6 ? T::F16 : m.dtype == 9 ? T::BF16 : T::None;
-          reduce_bytes((uint8_t*)ga, src, nb, ty, (AtomOp)op.red_op);
-        }
-      });
-      for (uint32_t b = 0; b < op.bytes; ++b) c->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
+    case AsyncOp::kTmaStore: case AsyncOp::kTmaReduce: case AsyncOp::kBulkS2G: case AsyncOp::kBulkReduceS2G: {
+      // the source was read at the issuer's wait_group.read, or is read now; the global bytes change now
+      if (!op.src_done) gather_store(op);
+      T ty = (T)op.red_type;
+      if (op.kind == AsyncOp::kTmaReduce) {
+        tma::TensorMap m;
+        std::string err;
+        tma::decode(op.tmap, &m, &err);
+        // CUtensorMapDataType: 2 UINT32, 3 INT32, 6 FLOAT16, 7 FLOAT32, 9 BFLOAT16, 10 FLOAT32_FTZ
+        ty = m.dtype == 7 || m.dtype == 10 ? T::F32 : m.dtype == 3 ? T::S32 : m.dtype == 2 ? T::U32
+             : m.dtype == 6 ? T::F16 : m.dtype == 9 ? T::BF16 : T::None;
+      }
+      bool store = op.kind == AsyncOp::kTmaStore || op.kind == AsyncOp::kBulkS2G;
+      size_t pos = 0;
+      for (const AsyncOp::GRun& r : op.gruns) {
+        if (store) memcpy((void*)r.ga, op.gdata.data() + pos, r.nb);
+        else reduce_bytes((uint8_t*)r.ga, op.gdata.data() + pos, r.nb, ty, (AtomOp)op.red_op);
+        pos += r.nb;
+      }
       break;
     }
     case AsyncOp::kBulkG2S: case AsyncOp::kBulkS2S: {
@@ -1244,16 +1251,162 @@ void Engine::complete(AsyncOp& op) {
       }
       break;
     }
-    case AsyncOp::kBulkS2G: case AsyncOp::kBulkReduceS2G: {
-      Cta* c = op.src_cta;
-      const uint8_t* src = c->smem.data() + op.src_smem;
-      if (op.kind == AsyncOp::kBulkS2G) memcpy((void*)op.gaddr, src, op.bytes);
-      else reduce_bytes((uint8_t*)op.gaddr, src, op.bytes, (T)op.red_type, (AtomOp)op.red_op);
-      for (uint32_t b = 0; b < op.bytes; ++b) c->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
-      break;
-    }
     default: break;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Global memory ordering (strict check "global-async-order")
+//
+// PTX: a bulk/TMA store or reduction to global memory is performed by the async proxy; its writes
+// are complete, and visible to the issuing thread, only when a cp.async.bulk.wait_group *without*
+// .read covers its bulk group (.read only says the shared-memory source may be reused). Another
+// thread may rely on them only through a release by the issuer after that completion (a release
+// operation, or a fence.acq_rel/sc/membar before a strong write) that it acquires (an acquire
+// operation, or a strong read followed by a fence), or a barrier with a thread that did.
+//
+// Model: the issuer's knowledge ids I (writes issued), S (the same, observed without release) and D
+// (groups completed) ride in Thread::know and cross barriers, mbarriers and collectives like the
+// mbarrier phases do; a global word written by a strong write carries the writer's release
+// knowledge (rel) and its own S entry (raw); an acquire of that word merges them into the reader's
+// knowledge, a relaxed or weak read into gpending (acquired at the reader's next fence). An access
+// (ld/st/atom/red or an async copy's global side, at issue) to bytes a recorded async write covers is
+// fine when the accessor knows D >= the write's group + 1; it is reported when the accessor is
+// ordered after the write's issue but not its completion (knows I: released or waited too early),
+// knows it only through S (the flag was written without a release), or only through gpending (the
+// flag was read without an acquire). An access with no knowledge of the write at all is not reported
+// (nothing claims an order: e.g. unordered reductions of other CTAs onto the same dQ rows), nor is a
+// reduction onto a reduction of the same thread. Knowledge through gpending does not report a
+// reduction onto a reduction (a relaxed tile counter is no claim of order). Scopes are not
+// distinguished; plain (weak) stores carry nothing.
+
+static inline uint32_t kget(const Knowledge& k, uint32_t id) { return id < k.size() ? k[id] : 0; }
+static inline void kset_max(Knowledge& k, uint32_t id, uint32_t v) {
+  if (k.size() <= id) k.resize(id + 1, 0);
+  if (k[id] < v) k[id] = v;
+}
+
+void Engine::gather_store(AsyncOp& op) {
+  Cta* c = op.src_cta;
+  size_t total = 0;
+  for (const AsyncOp::GRun& r : op.gruns) total += r.nb;
+  op.gdata.resize(total);
+  size_t pos = 0;
+  for (const AsyncOp::GRun& r : op.gruns) {
+    memcpy(op.gdata.data() + pos, c->smem.data() + r.so, r.nb);
+    pos += r.nb;
+  }
+  for (uint32_t b = 0; b < op.bytes; ++b) c->shadow[op.src_smem + b] &= ~kShadowAsyncRead;
+  op.src_done = true;
+  op.src_cta = nullptr;   // the CTA may now exit (the write lands later)
+}
+
+void Engine::gmem_issue(Thread* t, AsyncOp& op) {
+  if (!opt_.strict) return;
+  if (!t->gid) {
+    t->gid = next_mbar_id() + 1;
+    next_mbar_id();
+    next_mbar_id();
+  }
+  gasync_used_ = true;
+  uint32_t iid = t->gid - 1;
+  ++t->gissued;
+  kset_max(t->know, iid, t->gissued);
+  kset_max(t->know, iid + 1, t->gissued);
+  bool reduce = op.kind == AsyncOp::kTmaReduce || op.kind == AsyncOp::kBulkReduceS2G;
+  for (const AsyncOp::GRun& r : op.gruns) gmem_check(t, op.instr, r.ga, r.nb, reduce ? GAcc::kReduce : GAcc::kWrite);
+  GWrite w;
+  w.iid = iid;
+  w.seq = t->gissued;
+  w.done_need = (uint32_t)op.group + 1;
+  w.reduce = reduce;
+  w.instr = op.instr;
+  for (int i = 0; i < 3; ++i) w.cta[i] = t->cta->id[i];
+  w.thread = t->linear;
+  w.ga = op.gruns.empty() ? 0 : op.gruns[0].ga;
+  w.bytes = op.bytes;
+  uint32_t idx = (uint32_t)gwrites_.size();
+  gwrites_.push_back(w);
+  for (const AsyncOp::GRun& r : op.gruns)
+    for (uint64_t g = r.ga >> 2; g <= (r.ga + r.nb - 1) >> 2; ++g) gshadow_[g] = idx;
+}
+
+void Engine::gmem_check(Thread* t, const DInstr* d, uint64_t a, uint64_t n, GAcc acc) {
+  if (!opt_.strict || gshadow_.empty() || n == 0) return;
+  uint32_t last = UINT32_MAX;
+  for (uint64_t g = a >> 2; g <= (a + n - 1) >> 2; ++g) {
+    auto it = gshadow_.find(g);
+    if (it == gshadow_.end() || it->second == last) continue;
+    last = it->second;
+    const GWrite& w = gwrites_[it->second];
+    uint32_t I = w.iid, S = I + 1, D = I + 2;
+    if (kget(t->know, D) >= w.done_need) continue;
+    bool same = t->gid && t->gid - 1 == I;
+    bool rr = w.reduce && acc == GAcc::kReduce;
+    if (same && rr) continue;
+    const char* why = nullptr;
+    if (kget(t->know, I) >= w.seq)
+      why = same ? "this thread issued that write itself and has not completed it: only cp.async.bulk.wait_group "
+                   "without .read completes a bulk/TMA write (.read only frees the shared-memory source)"
+                 : "this thread is ordered after that write's issue (through a release/acquire hand-off or a barrier) "
+                   "but not after its completion: the writer released before a cp.async.bulk.wait_group without "
+                   ".read completed it (.read only frees the shared-memory source)";
+    else if (kget(t->know, S) >= w.seq)
+      why = "this thread acquired a flag the writer wrote after issuing it, but that flag write released nothing: "
+            "the writer needs cp.async.bulk.wait_group (without .read) and then a release (fence.acq_rel/fence.sc/"
+            "membar before the flag's strong write, or st/red/atom.release)";
+    else if (!rr && (kget(t->gpending, I) >= w.seq || kget(t->gpending, S) >= w.seq))
+      why = "this thread read a flag the writer wrote after issuing it with a relaxed or plain load and no fence "
+            "since: an acquire (ld.acquire, or a fence after the load) is missing";
+    if (!why) continue;
+    char buf[900];
+    snprintf(buf, sizeof buf, "%s global 0x%llx, which the asynchronous global %s at PTX line %d of CTA (%u,%u,%u) "
+             "thread %u writes (%u bytes at 0x%llx) through the async proxy: %s",
+             acc == GAcc::kRead ? "read of" : acc == GAcc::kWrite ? "write to" : "reduction onto",
+             (unsigned long long)std::max<uint64_t>(a, g << 2), w.reduce ? "reduction" : "store",
+             w.instr && w.instr->src ? w.instr->src->line : 0, w.cta[0], w.cta[1], w.cta[2], w.thread, w.bytes,
+             (unsigned long long)w.ga, why);
+    fail("global-async-order", t, d, buf);
+  }
+}
+
+void Engine::gmem_sync_write(Thread* t, uint64_t a, uint8_t sem) {
+  if (!gmem_active() || sem == kSemWeak) return;
+  const Knowledge* rel = (sem == kSemRelease || sem == kSemAcqRel) ? &t->know : t->has_fence_know ? &t->fence_know : nullptr;
+  if (!rel && !t->gid) return;
+  GSync& g = gsync_[a >> 2];
+  if (rel) merge_knowledge(g.rel, *rel);
+  if (t->gid) {
+    uint32_t S = t->gid, v = t->gissued;
+    bool found = false;
+    for (auto& p : g.raw)
+      if (p.first == S) { p.second = std::max(p.second, v); found = true; }
+    if (!found) g.raw.push_back({S, v});
+  }
+}
+
+void Engine::gmem_sync_read(Thread* t, uint64_t a, uint8_t sem) {
+  if (!gmem_active() || gsync_.empty()) return;
+  auto it = gsync_.find(a >> 2);
+  if (it == gsync_.end()) return;
+  Knowledge& into = (sem == kSemAcquire || sem == kSemAcqRel) ? t->know : t->gpending;
+  merge_knowledge(into, it->second.rel);
+  for (auto& p : it->second.raw) kset_max(into, p.first, p.second);
+}
+
+void Engine::gmem_fence(Thread* t) {
+  if (!gmem_active()) return;
+  if (!t->gpending.empty()) {
+    merge_knowledge(t->know, t->gpending);
+    t->gpending.clear();
+  }
+  t->fence_know = t->know;
+  t->has_fence_know = true;
+}
+
+void Engine::gmem_wait_done(Thread* t, uint64_t groups_done) {
+  if (!opt_.strict || !t->gid) return;
+  kset_max(t->know, t->gid + 1, (uint32_t)groups_done);
 }
 
 void Engine::complete_thread_cp_async(Thread* t, size_t keep) {

@@ -3,6 +3,7 @@
 // checks. exec.cpp executes instructions; engine.cpp owns everything else.
 #pragma once
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,35 @@ struct AsyncOp {
   bool counts_bulk_group = false;    // belongs to the issuer's bulk async-group `group`
   uint64_t group = 0;
   uint64_t issued_at = 0;            // Engine instruction count at issue (late completion mode)
+  // Global writes (bulk/TMA stores and reductions): the runs of global memory written, from the
+  // absolute shared offset `so` of the source; the source bytes are read (into gdata, in run order)
+  // at the issuer's cp.async.bulk.wait_group.read or at completion, whichever comes first; the global
+  // bytes change only at completion (the scheduler's pick, or a wait_group without .read).
+  struct GRun { uint64_t ga; uint32_t so, nb; };
+  std::vector<GRun> gruns;
+  std::vector<uint8_t> gdata;
+  bool src_done = false;
+  bool global_write() const { return kind == kTmaStore || kind == kTmaReduce || kind == kBulkS2G || kind == kBulkReduceS2G; }
 };
+
+// An asynchronous global write as the global-async-order check remembers it (per launch): the
+// issuing thread's knowledge ids (Thread::gid - 1 = I; S = I + 1; D = I + 2), its issue number and
+// bulk group; an access is ordered after its completion when the accessor knows D >= group + 1.
+struct GWrite {
+  uint32_t iid = 0, seq = 0, done_need = 0;
+  bool reduce = false;
+  const DInstr* instr = nullptr;
+  uint32_t cta[3] = {0, 0, 0}, thread = 0;
+  uint64_t ga = 0;
+  uint32_t bytes = 0;
+};
+// A global word used as a flag: the knowledge its release writes carry (rel) and the writers' own S
+// entries from every strong write (raw: evidence that the writer got this far, without ordering).
+struct GSync {
+  Knowledge rel;
+  std::vector<std::pair<uint32_t, uint32_t>> raw;
+};
+enum class GAcc : uint8_t { kRead, kWrite, kReduce };
 
 // Late completion mode: a copy lands when every thread is blocked, or after this many instructions
 // (a thread spinning on a flag in memory never blocks; the copies it needs still land)
@@ -79,6 +108,16 @@ class Engine {
   void wgmma_read_end(Warp* w, uint64_t keep);
   void check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer);
   uint32_t next_mbar_id() { return mbar_ids_++; }
+  // Global memory ordering (strict): async global writes and the flags that hand them over.
+  void gmem_issue(Thread* t, AsyncOp& op);                          // records op's runs (checks them first)
+  void gmem_check(Thread* t, const DInstr* d, uint64_t a, uint64_t n, GAcc acc);
+  void gmem_sync_write(Thread* t, uint64_t a, uint8_t sem);          // a strong write to a global word
+  void gmem_sync_read(Thread* t, uint64_t a, uint8_t sem);           // a read of a global word
+  void gmem_fence(Thread* t);                                        // fence.acq_rel/sc, membar
+  void gmem_wait_done(Thread* t, uint64_t groups_done);              // cp.async.bulk.wait_group (not .read)
+  void gather_store(AsyncOp& op);                                    // reads a global write's source bytes
+  bool gmem_active() const { return opt_.strict && gasync_used_; }
+  bool gmem_tracking() const { return opt_.strict && !gshadow_.empty(); }   // any async global write recorded
   uint64_t instructions() const { return instr_total_; }
   Recorder* rec_ = nullptr;           // the timing recorder (--timing), else null: hooks test only this
   bool sampled(uint64_t cluster_index) const;   // --timing-sample: does this cluster run?
@@ -137,6 +176,10 @@ class Engine {
   std::vector<AsyncOp> async_;
   uint64_t instr_total_ = 0, last_progress_ = 0;
   uint32_t mbar_ids_ = 0;
+  bool gasync_used_ = false;                           // an async global write was issued (strict)
+  std::vector<GWrite> gwrites_;
+  std::unordered_map<uint64_t, uint32_t> gshadow_;     // 4-byte global word -> gwrites_ index
+  std::unordered_map<uint64_t, GSync> gsync_;          // 4-byte global word -> its flag knowledge
   uint32_t timeouts_ = 0;        // try_wait time limits granted since the last progress
 };
 

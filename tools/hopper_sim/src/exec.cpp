@@ -1431,6 +1431,11 @@ void Engine::step(Thread* t, int budget) {
         int n = tbits(d.t);
         if (n == 128) fail("unsupported", t, &d, ".b128 loads");
         Sp sp = space_of(d);
+        if (gmem_active() && (sp == Sp::Global || (sp == Sp::Generic && (a & kWindowMask) == 0))) {
+          uint32_t nb = (o[0].kind == Operand::kVec ? o[0].vec_count : 1) * n / 8;
+          gmem_check(t, &d, a, nb, GAcc::kRead);
+          gmem_sync_read(t, a, d.sem);
+        }
         if (o[0].kind == Operand::kVec) {
           uint32_t nel = o[0].vec_count;
           uint8_t* p = mem(t, &d, sp, a, nel * n / 8, false);
@@ -1452,6 +1457,10 @@ void Engine::step(Thread* t, int budget) {
         int n = tbits(d.t);
         if (n == 128) fail("unsupported", t, &d, ".b128 stores");
         Sp sp = space_of(d);
+        if (gmem_active() && (sp == Sp::Global || (sp == Sp::Generic && (a & kWindowMask) == 0))) {
+          gmem_check(t, &d, a, (o[1].kind == Operand::kVec ? o[1].vec_count : 1) * n / 8, GAcc::kWrite);
+          gmem_sync_write(t, a, d.sem);
+        }
         if (o[1].kind == Operand::kVec) {
           uint32_t nel = o[1].vec_count;
           uint8_t tmp[64];
@@ -1509,6 +1518,12 @@ void Engine::step(Thread* t, int budget) {
         int n = tbits(ty);
         if (n > 64) fail("unsupported", t, &d, "128-bit atomics");
         Sp sp = space_of(d);
+        if (gmem_active() && (sp == Sp::Global || (sp == Sp::Generic && (a & kWindowMask) == 0))) {
+          // an RMW reads (acquire side), then writes (release side); red only writes
+          gmem_check(t, &d, a, d.vec * n / 8, is_red ? GAcc::kReduce : GAcc::kWrite);
+          if (!is_red) gmem_sync_read(t, a, d.sem == kSemRelease ? kSemRelaxed : d.sem);
+          gmem_sync_write(t, a, d.sem == kSemAcquire ? kSemRelaxed : d.sem);
+        }
         if (d.vec > 1) {   // red/atom .v2/.v4 .f32/.f16x2 ... (sm_90)
           const Operand& vo = is_red ? o[1] : o[2];
           uint8_t* p = mem(t, &d, sp, a, d.vec * n / 8, true);
@@ -1636,7 +1651,10 @@ void Engine::step(Thread* t, int budget) {
       }
       case Op::Trap: fail("trap", t, &d, "the kernel executed trap");
       case Op::Brkpt: fail("trap", t, &d, "the kernel executed brkpt");
-      case Op::Nanosleep: case Op::Pmevent: case Op::Membar: case Op::Fence: case Op::Griddep: case Op::Nop:
+      case Op::Membar: case Op::Fence:
+        if (d.sem) gmem_fence(t);
+        break;
+      case Op::Nanosleep: case Op::Pmevent: case Op::Griddep: case Op::Nop:
         break;
       case Op::FenceProxyAsync: fence_proxy_async(t); break;
       case Op::Activemask: {
@@ -1935,6 +1953,17 @@ void Engine::step(Thread* t, int budget) {
             op.src_smem = off;
             op.counts_bulk_group = true;
             op.group = t->bulk_group;
+            tma::walk_box(m, op.coords, op.src_smem, [&](uint32_t so, uint64_t ga, uint32_t nb, bool in) {
+              if (!in) return;
+              if (!dev_->check_global(ga, nb)) fail("global-bounds", t, &d, "TMA store outside every allocation");
+              op.gruns.push_back({ga, op.src_smem + so, nb});
+            });
+            gmem_issue(t, op);
+          }
+          if (to_shared && gmem_tracking()) {   // the load's global reads (at issue: the issuer's order)
+            tma::walk_box(m, op.coords, op.smem, [&](uint32_t, uint64_t ga, uint32_t nb, bool in) {
+              if (in) gmem_check(t, &d, ga, nb, GAcc::kRead);
+            });
           }
         } else {
           // cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
@@ -1961,6 +1990,8 @@ void Engine::step(Thread* t, int budget) {
             op.src_smem = off;
             op.counts_bulk_group = true;
             op.group = t->bulk_group;
+            op.gruns.push_back({da, off, n});
+            gmem_issue(t, op);
           } else {
             uint32_t off, moff;
             Cta* owner = cluster_cta(t, &d, (uint32_t)da, &off);
@@ -1998,6 +2029,7 @@ void Engine::step(Thread* t, int budget) {
             } else {
               op.kind = AsyncOp::kBulkG2S;
               mem(t, &d, Sp::Global, sa, n, false);
+              gmem_check(t, &d, sa, n, GAcc::kRead);
               op.gaddr = sa;
               tfoot_key = sa;
               tfoot_bytes = n;
@@ -2031,17 +2063,27 @@ void Engine::step(Thread* t, int budget) {
       case Op::BulkWait: {
         // all but the `keep` most recent committed groups must be complete (for .read, their source
         // reads; a completed operation has done both): complete this thread's older operations
+        // .read: a global write's source is read now, its global bytes change only at completion
+        // (the scheduler's pick or a later wait without .read); without .read the writes are complete
+        // and visible to this thread (the global-async-order check's D knowledge)
         uint64_t keep = val(c, o[0]);
+        bool read_only = d.flags & F_READ;
         if (rec_) rec_->bulk_wait(t, &d);
         for (size_t i = 0; i < async_.size();) {
           AsyncOp& q = async_[i];
           if (q.issuer == t && q.counts_bulk_group && q.group + keep < t->bulk_group) {
+            if (read_only && q.global_write()) {
+              if (!q.src_done) gather_store(q);
+              ++i;
+              continue;
+            }
             AsyncOp op = std::move(q);
             async_.erase(async_.begin() + i);
             complete(op);
             i = 0;
           } else ++i;
         }
+        if (!read_only) gmem_wait_done(t, t->bulk_group > keep ? t->bulk_group - keep : 0);
         break;
       }
       case Op::StAsync: case Op::RedAsync:

@@ -87,6 +87,11 @@ enum : uint32_t {
   F_XORSIGN = 1u << 27, F_ABS = 1u << 28, F_INC = 1u << 29, F_CLUSTER = 1u << 30, F_MBAR = 1u << 31,
 };
 
+// Memory ordering of ld/st/atom/red/fence/membar (scopes are not distinguished): weak (plain ld/st),
+// relaxed (also .volatile, and atom/red without a .sem), acquire, release, acq_rel (also .sc and
+// membar). Proxy fences and fence.mbarrier_init are kSemWeak: they order no thread's accesses.
+enum : uint8_t { kSemWeak = 0, kSemRelaxed = 1, kSemAcquire = 2, kSemRelease = 3, kSemAcqRel = 4 };
+
 enum class Cmp : uint8_t { None, Eq, Ne, Lt, Le, Gt, Ge, Lo, Ls, Hi, Hs, Equ, Neu, Ltu, Leu, Gtu, Geu, Num, Nan };
 enum class BoolOp : uint8_t { None, And, Or, Xor };
 enum class AtomOp : uint8_t { None, Add, Min, Max, Inc, Dec, And, Or, Xor, Exch, Cas };
@@ -101,6 +106,7 @@ struct DInstr {
   BoolOp bop = BoolOp::None;
   AtomOp aop = AtomOp::None;
   uint8_t mode = 0;                            // op-specific sub-mode (shfl/vote/prmt/shf/...)
+  uint8_t sem = 0;                             // ld/st/atom/red/fence/membar: a MemSem
   uint32_t flags = 0;
   int32_t a = 0, b = 0, c = 0;                 // op-specific integers (wgmma n/k, tensor dims, bar ids)
   int32_t guard = -1;
@@ -184,6 +190,14 @@ struct Thread {
   // fence.proxy.async
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
   Knowledge know;
+  // Global memory ordering (strict, engine.cpp "global-async-order"): a thread that issues async-proxy
+  // global writes (bulk/TMA stores and reductions) gets three knowledge ids: gid - 1 counts the writes
+  // it issued (I), gid the same count as observed through an unreleased flag (S), gid + 1 its bulk
+  // groups completed by a cp.async.bulk.wait_group without .read (D). 0: none yet.
+  uint32_t gid = 0, gissued = 0;
+  bool has_fence_know = false;
+  Knowledge fence_know;                    // know at its last release fence (fence.acq_rel/sc, membar)
+  Knowledge gpending;                      // read from flags by relaxed/weak loads: acquired at the next fence
   uint64_t instructions = 0;
 };
 

@@ -38,6 +38,7 @@ PROGRAMS = {
     "mem": [],
     "wgmma": [],
     "wgmma_async": [],
+    "gmem": [],
     "setmaxnreg": [(b"setmaxnreg.dec.sync.aligned.u32 56;", b"setmaxnreg.dec.sync.aligned.u32 52;")],
 }
 
@@ -85,6 +86,15 @@ CASES = [
      ["--schedules", "3"], None),
     ("wgmma_async", "wgmma_unobserved", "async-unobserved",
      ["wgmma operand A", "no thread of the warpgroup has observed"], ["--schedules", "3"], None),
+    # global memory ordering: a bulk reduction/store handed to another CTA through a global flag
+    ("gmem", "dq_read_wait", "global-async-order", ["reduction onto global", "not after its completion",
+                                                    "wait_group without .read"], ["--schedules", "3"], None),
+    ("gmem", "dq_no_release", "global-async-order", ["that flag write released nothing"], ["--schedules", "3"], None),
+    ("gmem", "store_read_wait", "global-async-order", ["read of global", "asynchronous global store",
+                                                       "not after its completion"], ["--schedules", "3"], None),
+    ("gmem", "flag_no_acquire", "global-async-order", ["an acquire (ld.acquire, or a fence after the load) is missing"],
+     ["--schedules", "3"], None),
+    ("gmem", "unordered_reduce", None, [], ["--schedules", "3"], None),
     ("setmaxnreg", "setmaxnreg_dec", "setmaxnreg", [".dec to 48 from a budget of 40"], [], None),
     ("setmaxnreg", "setmaxnreg_mult8", "setmaxnreg", ["register count 52"], [], None),
 ]
