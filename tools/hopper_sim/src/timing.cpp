@@ -299,6 +299,7 @@ struct RWarp {
   std::vector<uint64_t> groups;   // committed wgmma groups' completion times, oldest first
   uint64_t uncommitted = 0;
   uint64_t bulk_done = 0;
+  uint64_t bulk_read_done = 0;        // the bulk stores' shared-memory reads (wait_group.read)
   uint32_t cta = 0;
 };
 
@@ -522,7 +523,10 @@ struct Replay {
       if (t > now) { w.ready = t; w.reason = kRWgmma; return 0; }
       if (w.groups.size() > keep) w.groups.erase(w.groups.begin(), w.groups.end() - keep);
     }
-    if (e.kind == TEvent::kBulkWait && w.bulk_done > now) { w.ready = w.bulk_done; w.reason = kRTmaMem; return 0; }
+    if (e.kind == TEvent::kBulkWait) {
+      uint64_t t = (d.flags & F_READ) ? w.bulk_read_done : w.bulk_done;
+      if (t > now) { w.ready = t; w.reason = kRTmaMem; return 0; }
+    }
     RSM& s = S[w.sm];
     uint64_t* pf = c.pipe == kPLsu ? &s.lsu_free : &s.pipe_free[w.smsp][c.pipe];
     if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma && *pf > now) {
@@ -553,7 +557,13 @@ struct Replay {
       uint64_t l2 = std::max(st, s.l2_free);
       s.l2_free = l2 + (uint64_t)(tr.bytes / (tp::kL2BytesPerClkGPU / tp::kSMs) + 0.5);
       uint64_t done = s.l2_free + tp::kTmaLatency;
-      if (tr.store) w.bulk_done = std::max(w.bulk_done, done);
+      if (tr.store) {
+        w.bulk_done = std::max(w.bulk_done, done);
+        // cp.async.bulk.wait_group.read waits only until the source has been read (PTX ISA): the
+        // copy's bytes out of shared memory at the SM's shared-memory bandwidth after its issue
+        w.bulk_read_done = std::max(w.bulk_read_done, st + tp::kTmaIssueCycles +
+                                                          (tr.bytes + tp::kSmemBytesPerClk - 1) / tp::kSmemBytesPerClk);
+      }
       for (uint64_t k : tr.keys) contribute(k, done);
     }
     if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive) contribute(e.key, now);
