@@ -158,7 +158,28 @@ void Recorder::cluster_wait(Thread* t, const DInstr* d, uint64_t gen) {
   tr->ev.back().key = phase_key(kKeyCluster, cluster_id_.at(t->cta->cluster), (uint32_t)gen);
 }
 
+// Lanes of one warp that execute the same cp.async.bulk(.tensor) with the same operands are ONE copy
+// in the machine code: ptxas issues UTMALDG/UTMASTG/UBLKCP from the uniform datapath, once per warp
+// when the operands are warp-uniform (CUTLASS's epilogue issues its TMA stores from all 32 lanes of
+// warp 0: one UTMASTG under VOTEU.ALL in its SASS). The interpreter runs the copy once per lane (PTX
+// semantics; idempotent for these), so the model keeps the first lane's and drops the others: the
+// k-th execution of instruction d by each lane of a warp is one dynamic instance, and a lane whose
+// record (bytes, direction, barriers, tensor) matches one already kept for that instance is the
+// same copy. (Lane-varying coordinates with otherwise equal records would be merged: ptxas would
+// loop over them; no kernel here does that.) Kept out of timing.h, as g_load_sectors is.
+struct TmaDedup {
+  std::unordered_map<const Thread*, std::unordered_map<const DInstr*, uint32_t>> runs;   // per lane
+  std::unordered_map<const void*, std::unordered_set<uint64_t>> kept;                    // per warp
+};
+static std::unordered_map<const Recorder*, TmaDedup> g_tma_dedup;
+
 void Recorder::tma(Thread* t, const DInstr* d, TmaRec r, uint64_t fkey, uint64_t fbytes) {
+  TmaDedup& dd = g_tma_dedup[this];
+  uint64_t sig = std::hash<const void*>()(d) * 0x9E3779B97F4A7C15ull ^ dd.runs[t][d]++;
+  auto mix = [&](uint64_t v) { sig = (sig ^ v) * 0x100000001B3ull; };
+  mix(r.bytes); mix(r.store); mix(r.ndst); mix(fkey);
+  for (uint64_t k : r.keys) mix(k);
+  if (!dd.kept[t->warp].insert(sig).second) return;
   if (fbytes && !r.store) footprints[fkey] = std::max(footprints[fkey], fbytes);
   tmas.push_back(std::move(r));
   event(t, d, TEvent::kTma, 0, (uint32_t)tmas.size() - 1);
@@ -711,6 +732,7 @@ void Recorder::report(const Function* fn, const std::string& kernel, const Launc
   for (auto& kv : footprints) hbm_bytes += kv.second;
   double st_bytes = global_st_bytes, ld_bytes = global_ld_bytes;
   g_load_sectors.erase(this);
+  g_tma_dedup.erase(this);
   for (auto& t : tmas) if (t.store) st_bytes += t.bytes;
   hbm_bytes += (st_bytes + ld_bytes) * scale;
   uint64_t hbm_cycles = (uint64_t)(hbm_bytes / tp::kHbmBytesPerSec * tp::kClockHz);
