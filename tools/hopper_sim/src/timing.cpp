@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "engine.h"
 #include "timing_params.h"
@@ -59,7 +61,22 @@ void Recorder::cta_started(Cta* c, uint64_t cluster_index) {
   }
 }
 
+// Plain global loads' HBM traffic: each 32-byte sector once per launch (a re-read hits L2), not once
+// per access; every thread's address counts. The set lives here rather than in Recorder so that
+// timing.h, which every run compiles (and the CUTLASS ground-truth key hashes), stays as it is.
+static std::unordered_map<const Recorder*, std::unordered_set<uint64_t>> g_load_sectors;
+
 void Recorder::instr(Thread* t, const DInstr* d) {
+  if ((d->op == Op::Ld || d->op == Op::Ldu) && d->sp == Sp::Global && d->nops > 1 && d->ops[1].kind == Operand::kMem &&
+      d->ops[1].sym < 0 && !t->frames.empty()) {
+    const Operand& m = d->ops[1];
+    const auto& regs = t->frames.back().regs;
+    uint64_t a = (uint64_t)m.imm + (m.reg >= 0 && (size_t)m.reg < regs.size() ? regs[m.reg] : 0);
+    uint64_t bytes = (uint64_t)std::max(1, tbits(d->t) / 8) * std::max<uint32_t>(1, d->vec);
+    auto& seen = g_load_sectors[this];
+    for (uint64_t sct = a >> 5; sct <= (a + bytes - 1) >> 5; ++sct)
+      if (seen.insert(sct).second) global_ld_bytes += 32;
+  }
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
   tr->rec_owner = t;
@@ -68,10 +85,7 @@ void Recorder::instr(Thread* t, const DInstr* d) {
   e.d = d;
   e.lanes = (uint32_t)__builtin_popcount(t->warp->live_mask);
   tr->ev.push_back(e);
-  if ((d->op == Op::Ld || d->op == Op::St) && d->sp == Sp::Global) {
-    uint64_t b = (uint64_t)std::max(1, tbits(d->t) / 8) * d->vec * e.lanes;
-    (d->op == Op::Ld ? global_ld_bytes : global_st_bytes) += b;
-  }
+  if (d->op == Op::St && d->sp == Sp::Global) global_st_bytes += (uint64_t)std::max(1, tbits(d->t) / 8) * d->vec * e.lanes;
 }
 
 // The leader's event annotates the instruction it is executing (the trace's last entry); another
@@ -144,7 +158,28 @@ void Recorder::cluster_wait(Thread* t, const DInstr* d, uint64_t gen) {
   tr->ev.back().key = phase_key(kKeyCluster, cluster_id_.at(t->cta->cluster), (uint32_t)gen);
 }
 
+// Lanes of one warp that execute the same cp.async.bulk(.tensor) with the same operands are ONE copy
+// in the machine code: ptxas issues UTMALDG/UTMASTG/UBLKCP from the uniform datapath, once per warp
+// when the operands are warp-uniform (CUTLASS's epilogue issues its TMA stores from all 32 lanes of
+// warp 0: one UTMASTG under VOTEU.ALL in its SASS). The interpreter runs the copy once per lane (PTX
+// semantics; idempotent for these), so the model keeps the first lane's and drops the others: the
+// k-th execution of instruction d by each lane of a warp is one dynamic instance, and a lane whose
+// record (bytes, direction, barriers, tensor) matches one already kept for that instance is the
+// same copy. (Lane-varying coordinates with otherwise equal records would be merged: ptxas would
+// loop over them; no kernel here does that.) Kept out of timing.h, as g_load_sectors is.
+struct TmaDedup {
+  std::unordered_map<const Thread*, std::unordered_map<const DInstr*, uint32_t>> runs;   // per lane
+  std::unordered_map<const void*, std::unordered_set<uint64_t>> kept;                    // per warp
+};
+static std::unordered_map<const Recorder*, TmaDedup> g_tma_dedup;
+
 void Recorder::tma(Thread* t, const DInstr* d, TmaRec r, uint64_t fkey, uint64_t fbytes) {
+  TmaDedup& dd = g_tma_dedup[this];
+  uint64_t sig = std::hash<const void*>()(d) * 0x9E3779B97F4A7C15ull ^ dd.runs[t][d]++;
+  auto mix = [&](uint64_t v) { sig = (sig ^ v) * 0x100000001B3ull; };
+  mix(r.bytes); mix(r.store); mix(r.ndst); mix(fkey);
+  for (uint64_t k : r.keys) mix(k);
+  if (!dd.kept[t->warp].insert(sig).second) return;
   if (fbytes && !r.store) footprints[fkey] = std::max(footprints[fkey], fbytes);
   tmas.push_back(std::move(r));
   event(t, d, TEvent::kTma, 0, (uint32_t)tmas.size() - 1);
@@ -299,6 +334,7 @@ struct RWarp {
   std::vector<uint64_t> groups;   // committed wgmma groups' completion times, oldest first
   uint64_t uncommitted = 0;
   uint64_t bulk_done = 0;
+  uint64_t bulk_read_done = 0;        // the bulk stores' shared-memory reads (wait_group.read)
   uint32_t cta = 0;
 };
 
@@ -522,7 +558,10 @@ struct Replay {
       if (t > now) { w.ready = t; w.reason = kRWgmma; return 0; }
       if (w.groups.size() > keep) w.groups.erase(w.groups.begin(), w.groups.end() - keep);
     }
-    if (e.kind == TEvent::kBulkWait && w.bulk_done > now) { w.ready = w.bulk_done; w.reason = kRTmaMem; return 0; }
+    if (e.kind == TEvent::kBulkWait) {
+      uint64_t t = (d.flags & F_READ) ? w.bulk_read_done : w.bulk_done;
+      if (t > now) { w.ready = t; w.reason = kRTmaMem; return 0; }
+    }
     RSM& s = S[w.sm];
     uint64_t* pf = c.pipe == kPLsu ? &s.lsu_free : &s.pipe_free[w.smsp][c.pipe];
     if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma && *pf > now) {
@@ -553,7 +592,13 @@ struct Replay {
       uint64_t l2 = std::max(st, s.l2_free);
       s.l2_free = l2 + (uint64_t)(tr.bytes / (tp::kL2BytesPerClkGPU / tp::kSMs) + 0.5);
       uint64_t done = s.l2_free + tp::kTmaLatency;
-      if (tr.store) w.bulk_done = std::max(w.bulk_done, done);
+      if (tr.store) {
+        w.bulk_done = std::max(w.bulk_done, done);
+        // cp.async.bulk.wait_group.read waits only until the source has been read (PTX ISA): the
+        // copy's bytes out of shared memory at the SM's shared-memory bandwidth after its issue
+        w.bulk_read_done = std::max(w.bulk_read_done, st + tp::kTmaIssueCycles +
+                                                          (tr.bytes + tp::kSmemBytesPerClk - 1) / tp::kSmemBytesPerClk);
+      }
       for (uint64_t k : tr.keys) contribute(k, done);
     }
     if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive) contribute(e.key, now);
@@ -686,6 +731,8 @@ void Recorder::report(const Function* fn, const std::string& kernel, const Launc
   double hbm_bytes = 0;
   for (auto& kv : footprints) hbm_bytes += kv.second;
   double st_bytes = global_st_bytes, ld_bytes = global_ld_bytes;
+  g_load_sectors.erase(this);
+  g_tma_dedup.erase(this);
   for (auto& t : tmas) if (t.store) st_bytes += t.bytes;
   hbm_bytes += (st_bytes + ld_bytes) * scale;
   uint64_t hbm_cycles = (uint64_t)(hbm_bytes / tp::kHbmBytesPerSec * tp::kClockHz);

@@ -57,7 +57,7 @@ def main():
     recs = run()
     by = {}
     for r in recs:
-        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window)ILi(\d+)E", r["kernel"])
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window|tma_store_read)ILi(\d+)E", r["kernel"])
         by[(m.group(1), int(m.group(2)))] = r["cycles"]
     l2_per_sm = P["kL2BytesPerClkGPU"] / P["kSMs"]
     cases = [
@@ -78,6 +78,10 @@ def main():
         ("sched_window", 64, 192, (192 - 64) * (P["kMufuInterval"]
                                                 if P["kSchedWindow"] * P["kMufuInterval"] >= 2 * P["kMufuLatency"]
                                                 else P["kMufuLatency"] + 1)),
+        # wait_group.read: each store's wait ends when its 8 KB left shared memory (the TMA issue cost,
+        # then 8192 B at the SM's shared-memory bandwidth); the next store issues one cycle later (its
+        # commit rides along); the FMA tail outlasts the L2 drain of either size
+        ("tma_store_read", 4, 12, (12 - 4) * (P["kTmaIssueCycles"] + 8192 / P["kSmemBytesPerClk"] + 1)),
     ]
     bad = 0
     for name, a, b, want in cases:

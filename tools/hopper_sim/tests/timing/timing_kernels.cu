@@ -94,6 +94,32 @@ __global__ void tma_stream(const float* src, float* out) {
   }
 }
 
+// 7. Bulk stores, each waited for with cp.async.bulk.wait_group.read 0 (lane 0, NT times, the
+// same 8 KB to the same place): the wait ends once the bytes were read out of shared memory, not
+// when the global write completes. A dependent chain of 1024 FMAs follows, longer than the stores'
+// L2 drain, so the kernel's end moves with the loop alone.
+template <int NT>
+__global__ void tma_store_read(float* dst, float a, float b) {
+  __shared__ __align__(128) uint8_t buf[8192];
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(buf);
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) reinterpret_cast<float*>(buf)[i] = i;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 8192;" :: "l"(dst), "r"(s) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+    float x = a;
+#pragma unroll
+    for (int i = 0; i < 1024; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    dst[4096] = x;
+  }
+}
+
 // 5. mbarrier ping-pong between warps 0 and 1 for R rounds: warp 1 waits on A and arrives on B,
 // warp 0 waits on B and arrives on A (warp 0 arrives once more first). One asm loop per warp, so
 // the instruction sequence between a wait and the next arrive is exactly: try_wait, @!p bra, arrive.
@@ -135,6 +161,8 @@ int main(int argc, char** argv) {
   tma_stream<6><<<1, 32>>>(f, f + 100000);
   mbar_pingpong<20><<<1, 64>>>(i);
   mbar_pingpong<60><<<1, 64>>>(i);
+  tma_store_read<4><<<1, 32>>>(f + 8192, 1.0001f, 0.5f);
+  tma_store_read<12><<<1, 32>>>(f + 8192, 1.0001f, 0.5f);
   sched_window<64><<<1, 32>>>(f + 4096);
   sched_window<192><<<1, 32>>>(f + 4096);
   cudaError_t e = cudaDeviceSynchronize();
