@@ -427,24 +427,27 @@ def test_pick_next_kernel_up(driver, d, dv, wide):
     assert _backend.pick_kernel_config("fp16", d, dv, configs) is None
 
 
-def test_extended_wgmma_list_matches_the_tiles(driver):
-    """generate_kernels.py's EXTENDED_WGMMA (the TUs that enable CuTe's extended WGMMA shapes,
-    ~32 s of compile each) is exactly the 16-bit kernels with an n-extent outside CuTe's basic
-    list; the traits static_assert the same at compile time, this catches it before a compile."""
+def test_extra_wgmma_n_matches_the_tiles(driver):
+    """generate_kernels.py's EXTRA_WGMMA_N (flash3's own WGMMA atoms, csrc/generated/wgmma_extra.h) is
+    exactly the n-extents outside CuTe's basic list that the 16-bit tiles use; the traits static_assert
+    the same at compile time, this catches it before a compile."""
     spec = importlib.util.spec_from_file_location("gen_kernels", ROOT / "csrc" / "generate_kernels.py")
     gk = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("gen_kernels", gk)
     spec.loader.exec_module(gk)
     basic = {8, 16, 32, 64, 96, 128, 192, 256}
+    used = set()
     for k in gk.all_kernels():
         d, dv = k.head_dim, k.head_dim_v
         if k.is_fp8:  # block_n 128 or 64, P.V in chunks of at most 128 columns
-            ns = set()
-        elif k.kind == "fwd":
-            ns = {int(driver([f"tile_shape {d} {dv} {int(k.wide)}"])[0].split()[1]), dv}
+            continue
+        if k.kind == "fwd":
+            used.add(int(driver([f"tile_shape {d} {dv} {int(k.wide)}"])[0].split()[1]))
         elif k.kind == "decode":
-            ns = {int(driver([f"decode_tile_shape {d} {dv} {int(bool(k.cache))}"])[0].split()[1]), dv}
-        else:  # S^T, dP^T: block_m queries; dV, dK: d_v, d (halves in split_d mode); dQ: d / 2
+            used.add(int(driver([f"decode_tile_shape {d} {dv} {int(bool(k.cache))}"])[0].split()[1]))
+        else:  # S^T, dP^T: block_m queries; dV, dK: d_v, d (halves in split_d mode): CuTe's atoms
             block_m, _, _, _, split_d, _ = map(int, driver([f"bwd_tile_shape {d} {dv}"])[0].split())
-            ns = {block_m, dv // 2 if split_d else dv, d // 2 if split_d else d, d // 2}
-        assert k.extended_wgmma == bool(ns - basic), (k.name, sorted(ns))
+            assert {block_m, dv // 2 if split_d else dv, d // 2 if split_d else d} <= basic, k.name
+            used.add(d // 2)  # dQ: ss_op
+        assert dv in basic, k.name  # P.V (RS): CuTe's atoms
+    assert used - basic == set(gk.EXTRA_WGMMA_N)

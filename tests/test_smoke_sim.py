@@ -147,18 +147,33 @@ def test_selected_tus_follow_the_knobs(monkeypatch):
 
 
 def test_build_key_tracks_sources_and_flags(tmp_path):
-    (tmp_path / "flash3" / "common").mkdir(parents=True)
-    hdr = tmp_path / "flash3" / "common" / "attn_logic.h"
-    hdr.write_text("int a;\n")
-    tu = tmp_path / "generated" / "fwd_x.cu"
-    tu.parent.mkdir()
-    tu.write_text('#include "x"\n')
-    key = lambda flags=("-O3",): smoke_sim._source_hash(tmp_path, tu, list(flags), "nvcc")  # noqa: E731
+    """The key covers the TU, the project headers it includes transitively and the flags; not other
+    headers, and not where the tree lives (a mutant's copy shares the objects its change misses)."""
+    def tree(root):
+        (root / "flash3" / "common").mkdir(parents=True)
+        (root / "flash3" / "common" / "attn_logic.h").write_text('#include "flash3/common/inner.h"\nint a;\n')
+        (root / "flash3" / "common" / "inner.h").write_text("int i;\n")
+        (root / "flash3" / "common" / "other.h").write_text("int o;\n")
+        (root / "generated").mkdir()
+        (root / "generated" / "fwd_x.cu").write_text('#include "flash3/common/attn_logic.h"\n#include <cuda.h>\n')
+        return root / "generated" / "fwd_x.cu"
+
+    tu = tree(tmp_path / "a")
+    key = lambda root=tmp_path / "a", flags=("-O3",): smoke_sim._source_hash(  # noqa: E731
+        root, root / "generated" / "fwd_x.cu", list(flags) + [f"-I{root}"], "nvcc")
     k0 = key()
     assert key() == k0
-    assert key(("-O2",)) != k0
-    hdr.write_text("int b;\n")
-    assert key() != k0
+    assert key(flags=("-O2",)) != k0
+    (tmp_path / "a" / "flash3" / "common" / "other.h").write_text("int p;\n")   # not included
+    assert key() == k0
+    (tmp_path / "a" / "flash3" / "common" / "inner.h").write_text("int j;\n")   # included by a header
+    k1 = key()
+    assert k1 != k0
+    tree(tmp_path / "b")
+    (tmp_path / "b" / "flash3" / "common" / "inner.h").write_text("int j;\n")
+    assert key(tmp_path / "b") == k1   # the same sources elsewhere
+    tu.write_text(tu.read_text() + "// edited\n")
+    assert key() != k1
 
 
 def test_kernel_flags_are_the_real_ones(monkeypatch):

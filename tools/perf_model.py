@@ -45,6 +45,9 @@ FA3_PAPER = "FA3 paper (arXiv 2407.08608), Fig. 5 (bf16 fwd, H100 80GB SXM5, b*s
 FA3_PAPER_FP8 = "FA3 paper (arXiv 2407.08608), Fig. 7 (FP8 fwd, same setting)"
 FA3_ABLATION = "FA3 paper (arXiv 2407.08608), Table 2 (ablation, b 4, s 8448, h 16, d 128)"
 # (d, causal, seqlen) -> TFLOP/s
+# FA3's published backward, bf16 d 128, b*s = 16k, hidden 2048 (hopper-notes: "Backward hdim 128: 561").
+FA3_PUBLISHED_BWD = {(128, False, 16384): 561}
+FA3_PAPER_BWD = "FA3 paper (arXiv 2407.08608), backward d 128 at 16k (../shared/hopper-notes.md)"
 FA3_PUBLISHED = {
     (128, False, 1024): 565, (128, False, 2048): 625, (128, False, 4096): 638, (128, False, 8192): 646,
     (128, False, 16384): 648,
@@ -193,9 +196,18 @@ def flash3_driver(d):
     return smoke_sim.build_driver(kinds=("fwd",))
 
 
-def flash3_row(driver, d, causal, s, sample):
-    b, s, h, d = paper_shape(s, d)
-    case = WORK / f"flash3-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}"
+def smoke_sim_driver_bwd(d):
+    os.environ["FLASH3_HDIMS"], os.environ["FLASH3_DTYPES"] = str(d), "bf16"
+    import smoke_sim
+    return smoke_sim.build_driver(kinds=("fwd", "bwd"))
+
+
+def flash3_row(driver, d, causal, s, sample, h=None):
+    b, s, h0, d = paper_shape(s, d)
+    if h:   # the training step's shape: b*s = 16k with h heads
+        b = max(1, 16384 // s)
+    h = h or h0
+    case = WORK / f"flash3-d{d}-{'causal' if causal else 'full'}-s{s}{'' if h == h0 else f'-h{h}'}{sample_tag(sample)}"
     case.mkdir(parents=True, exist_ok=True)
     st = [s * h * d, h * d, d, 1]
     lines = ["flash3-sim-case 1", "op fwd"]
@@ -211,7 +223,39 @@ def flash3_row(driver, d, causal, s, sample):
     if not recs:
         return None
     rec = recs[-1]
-    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
+    flops = flops_fwd(b, h, s, s, d, causal)
+    return dict(tflops=flops / (rec["us"] * 1e-6) / 1e12, rec=rec, us=rec["us"], flops=flops)
+
+
+def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
+    """flash3's backward (preprocess, main kernel, dQ conversion: all its launches) at the paper's shape,
+    or with h heads at b*s = 16k (the training step's shape); random dout/out/lse (the model needs
+    no meaningful values). FLOPs: 2.5x the forward's."""
+    b, s, h0, d = paper_shape(s, d)
+    h = h or h0
+    b = max(1, 16384 // s) if h != h0 else b
+    tag = (f"flash3-bwd-d{d}-{'causal' if causal else 'full'}-s{s}-h{h}{'-det' if deterministic else ''}"
+           f"{sample_tag(sample)}")
+    case = WORK / tag
+    case.mkdir(parents=True, exist_ok=True)
+    st = [s * h * d, h * d, d, 1]
+    lines = ["flash3-sim-case 1", "op bwd"]
+    for name in ("dout", "q", "k", "v", "out"):
+        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
+    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 random")
+    for name in ("dq", "dk", "dv"):
+        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
+    scal = dict(softmax_scale=float(d) ** -0.5, causal=int(causal), window_left=-1, window_right=-1,
+                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, deterministic=int(deterministic), no_outputs=1)
+    lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
+    (case / "case.txt").write_text("\n".join(lines) + "\n")
+    recs = run_timed([str(driver), str(case)], case.name, sample, atomics=True)
+    if not recs:
+        return None
+    us = sum(r["us"] for r in recs)
+    main = max(recs, key=lambda r: r["us"])
+    return dict(tflops=2.5 * flops_fwd(b, h, s, s, d, causal) / (us * 1e-6) / 1e12, us=us, rec=main,
+                launches=len(recs), shape=f"b {b} s {s} h {h}")
 
 
 # ---- report --------------------------------------------------------------------------------------------
@@ -227,7 +271,30 @@ def fmt_err(model, pub):
     return f"{100.0 * (model - pub) / pub:+.0f}%"
 
 
-def write_report(gemm, fa3, f3, args, fa3_commit):
+def bwd_section(bwd, steps):
+    if not bwd:
+        return []
+    L = ["", "## Backward and the training step (flash3 in the model)", "",
+         "FA3's backward does not run in the simulator yet (its driver builds the forward only), so its "
+         "published figure stands beside flash3's model figure: not the same footing.", "",
+         "| row | shape | launches | flash3 model TFLOP/s (2.5x fwd FLOPs) | flash3 us | FA3 published | "
+         "flash3 / 989.4 peak | dominant stall (main kernel) |", "|---|---|---|---|---|---|---|---|"]
+    for key, r in sorted(bwd.items()):
+        d, causal, s, h, det = key
+        pub = FA3_PUBLISHED_BWD.get((d, causal, s)) if h == 16 and not det else None
+        L.append(f"| bwd bf16 d {d}{' causal' if causal else ''}{' deterministic' if det else ''} | {r['shape']} | "
+                 f"{r['launches']} | {r['tflops']:.0f} | {r['us']:.0f} | {pub or '-'} | {r['tflops'] / 989.4:.2f} | "
+                 f"{dominant_stall(r['rec'])} |")
+    for (d, causal, s, h, det), r in sorted(bwd.items()):
+        fw = steps.get((d, causal, s, h))
+        if fw and not det:
+            L += ["", f"Training step, attention only, b*s 16k, h {h}, d {d}{', causal' if causal else ''}: "
+                  f"forward {fw['us']:.0f} us + backward {r['us']:.0f} us = {fw['us'] + r['us']:.0f} us in the model "
+                  f"({3.5 * fw['flops'] / ((fw['us'] + r['us']) * 1e-6) / 1e12:.0f} TFLOP/s over fwd + bwd)."]
+    return L
+
+
+def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None):
     prows, phash = params_table()
     L = ["# flash3 in the H100 timing model", "",
          f"Generated by `make perf-model` (tools/perf_model.py) on {datetime.date.today().isoformat()}; "
@@ -266,6 +333,7 @@ def write_report(gemm, fa3, f3, args, fa3_commit):
                  f"{o['tflops']:.0f} | {r['tflops'] / o['tflops']:.2f} | " if o else
                  f"| fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {r['tflops']:.0f} | - | - | ")
         L[-1] += f"{r['tflops'] / 989.4:.2f} | {dominant_stall(r['rec'])} |"
+    L += bwd_section(bwd or {}, steps or {})
     L += ["", "## History (kernel changes, before / after in the model)", "",
           "| row | before | after | change | what motivated it |", "|---|---|---|---|---|"]
     L += [f"| {r} | {b} | {a} | {c} | {w} |" for r, b, a, c, w in HISTORY]
@@ -367,7 +435,8 @@ def main():
     # for a mean of 72), so they sample more SMs.
     ap.add_argument("--sample-causal", type=int, default=8, help="SMs sampled for causal rows (0: all)")
     ap.add_argument("--rows", choices=("quick", "validation", "paper"), default="quick")
-    ap.add_argument("--only", default="gemm,fa3,flash3")
+    ap.add_argument("--only", default="gemm,fa3,flash3", help="comma list of gemm, fa3, flash3, bwd (flash3's "
+                    "backward d 128 and the training step; not in the default)")
     ap.add_argument("--reuse", action="store_true", help="take a row's record from build/perf_model/ when there")
     ap.add_argument("--no-run", action="store_true", help="with --reuse: leave out rows without a record")
     a = ap.parse_args()
@@ -407,7 +476,19 @@ def main():
             r = flash3_row(drivers[d], d, causal, s, a.sample_causal if causal else a.sample)
             if r:
                 f3[(d, causal, s)] = r
-    write_report(gemm, fa3, f3, a, commit)
+    bwd, steps = {}, {}
+    if "bwd" in only:   # d 128: full at 4k and 16k, causal at 16k; the training step's shape (h 32)
+        drv = smoke_sim_driver_bwd(128)
+        for causal, s, h, det in ((False, 4096, None, False), (False, 16384, None, False), (True, 16384, None, False),
+                                  (True, 16384, 32, False)):
+            r = flash3_bwd_row(drv, 128, causal, s, a.sample_causal if causal else a.sample, det, h)
+            if r:
+                bwd[(128, causal, s, h or 16, det)] = r
+            if r and h:   # the same shape's forward, for the step
+                fw = flash3_row(flash3_driver(128), 128, causal, s, a.sample_causal if causal else a.sample, h=h)
+                if fw:
+                    steps[(128, causal, s, h)] = fw
+    write_report(gemm, fa3, f3, a, commit, bwd, steps)
 
 
 if __name__ == "__main__":

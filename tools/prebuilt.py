@@ -85,7 +85,8 @@ def source_hash(csrc: Path, tu: Path, flag_list: list[str]) -> str:
     if fb.extra_include_dirs():
         raise StaleError("FLASH3_EXTRA_INCLUDE_DIRS is set: its headers are not in the prebuilt hash")
     h = hashlib.sha256("\0".join(portable(flag_list)).encode() + b"\0")
-    files = [tu] + sorted(p for p in (csrc / "flash3").rglob("*") if p.suffix in (".h", ".cuh", ".hpp"))
+    files = [tu] + sorted(p for p in (csrc / "flash3").rglob("*") if p.suffix in (".h", ".cuh", ".hpp")) + sorted(
+        (csrc / "generated").glob("*.h"))  # the generated WGMMA atoms (generate_kernels.py WGMMA_HEADER)
     for p in files:
         h.update(p.relative_to(csrc).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:20]

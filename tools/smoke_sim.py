@@ -357,14 +357,41 @@ def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
     return flags + [f"-I{d}" for d in incs]
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def _included_sources(csrc: Path, tu: Path) -> list[Path]:
+    """The TU and every project header it includes, transitively (every `#include "..."` line counts,
+    whatever #if it sits under: a superset is safe), resolved against csrc/ or the including file's
+    folder; headers found in neither (CUDA's, CUTLASS's) are left to the flags."""
+    seen, todo = {}, [tu]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen[p] = None
+        for inc in _INCLUDE.findall(p.read_bytes()):
+            name = inc.decode()
+            for q in (csrc / name, p.parent / name):
+                if q.is_file():
+                    todo.append(q.resolve())
+                    break
+    return sorted(seen)
+
+
 def _source_hash(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> str:
-    """Of the TU, every header under csrc/flash3 (any of them may be included), the flags and the
-    nvcc path; CUTLASS enters through its include dir in the flags (a pinned wheel version)."""
+    """Of the TU and the project headers it includes (by content and path relative to csrc), the
+    flags with csrc's own path taken out, and the nvcc path; CUTLASS enters through its include dir in
+    the flags (a pinned wheel version). So an edit recompiles only the TUs that include what changed,
+    and a copy of csrc elsewhere (mutant_check.sh's mutants, FLASH3_SIM_CSRC) shares the objects of
+    every TU its change does not reach."""
+    csrc = csrc.resolve()
     h = hashlib.sha256()
-    h.update(("\0".join(flags) + "\0" + nvcc).encode())
-    files = [tu] + sorted(p for p in (csrc / "flash3").rglob("*") if p.suffix in (".h", ".cuh", ".hpp"))
-    for p in files:
-        h.update(str(p.relative_to(csrc)).encode() + b"\0" + p.read_bytes() + b"\0")
+    norm = [f.replace(str(csrc), "<csrc>") for f in flags]
+    h.update(("\0".join(norm) + "\0" + nvcc).encode())
+    for p in _included_sources(csrc, tu.resolve()):
+        rel = p.relative_to(csrc) if p.is_relative_to(csrc) else p
+        h.update(str(rel).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -14,7 +14,6 @@
 // so Q, dO and K use the widest atom that divides half their head dim.
 #pragma once
 
-#include "flash3/common/wgmma_shapes.h"  // the TU enables CuTe's extended WGMMA shapes where needed
 
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -25,6 +24,7 @@
 #include "flash3/bwd/params.h"
 #include "flash3/common/attn_logic.h"
 #include "flash3/common/softmax.cuh"
+#include "flash3/common/wgmma_shapes.h"
 #include "flash3/fwd/traits.cuh"  // gmma_smem_atom
 
 namespace flash3 {
@@ -102,10 +102,10 @@ struct BwdTraits {
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<Slab, cute::Int<kDKCols>, BlkM>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
   using TiledMmaDq = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<BlkM, cute::Int<kDQCols>, BlkN>,
-                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
-  FLASH3_WGMMA_SHAPES_CHECK(wgmma_basic_n(kBlockM) && wgmma_basic_n(kDVCols) && wgmma_basic_n(kDKCols) &&
-                            wgmma_basic_n(kDQCols));
+      ss_op<Element, kDQCols, kBlockN, cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+  // S^T, dP^T, dV, dK: CuTe's atoms (basic n); dQ: ss_op (48 at d 96).
+  FLASH3_WGMMA_N_CHECK(wgmma_basic_n(kBlockM) && wgmma_basic_n(kDVCols) && wgmma_basic_n(kDKCols) &&
+                       wgmma_n_ok(kDQCols));
 
   using LayoutS = decltype(cute::partition_fragment_C(TiledMmaS{}, cute::Shape<Slab, BlkM>{}).layout());
   using LayoutP = decltype(acc_as_a_operand(LayoutS{}));  // P^T / dS^T as the A operand of dV / dK

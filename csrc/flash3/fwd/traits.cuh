@@ -3,9 +3,6 @@
 // MMAs, the TMA copy types, the shared-storage struct and the kernel's parameter block.
 #pragma once
 
-// WGMMA n-extents such as 80 and 112 (block_n of the d=192/256 tiles) live in CuTe's "extended"
-// shape list, which the generated TUs that need it enable before this header (wgmma_shapes.h).
-#include "flash3/common/wgmma_shapes.h"
 
 #include <type_traits>
 
@@ -19,6 +16,7 @@
 
 #include "flash3/common/attn_logic.h"
 #include "flash3/common/softmax.cuh"
+#include "flash3/common/wgmma_shapes.h"  // n-extents such as 80 and 112 (block_n of d 192/256)
 #include "flash3/fwd/params.h"
 
 namespace flash3 {
@@ -147,7 +145,7 @@ struct FwdTraits {
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kNumConsumers>, cute::_1, cute::_1>>;
   // S = Q K^T, both operands from shared memory (SS).
   using TiledMmaS = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BlkN, HD>>(),
+      ss_op<Element, kBlockN, kHeadDim>(),
       AtomLayout{}));
   // O += P V, P from registers (RS), V as B (MN-major for 16 bits, K-major for FP8), one WGMMA
   // n-extent per O chunk (O's fragment then has kOChunks tiles along N).
@@ -155,7 +153,7 @@ struct FwdTraits {
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kOChunkCols>, BlkN>,
                                  cute::GMMA::Major::K, kVMajor>(),
       AtomLayout{}));
-  FLASH3_WGMMA_SHAPES_CHECK(wgmma_basic_n(kBlockN) && wgmma_basic_n(kOChunkCols));
+  FLASH3_WGMMA_N_CHECK(wgmma_n_ok(kBlockN) && wgmma_basic_n(kOChunkCols));  // P.V: CuTe's RS atoms
 
   // Global tensors as TMA sees them. Rows tensors: (row, dim, head, batch); Vt: (dim, row, head, batch).
   using ShapeRows = cute::Shape<int32_t, int32_t, int32_t, int32_t>;

@@ -8,10 +8,16 @@
 #     (csrc/flash3/bwd/kernel.cuh, write_dq): the next CTA's reduction may start before this one's
 #     has landed. The values usually come out right (the simulator lands the copy in time, or the
 #     sum is exact); the simulator's global-async-order check must report it. Built for bf16 d 128,
-#     its "determ" smoke case must end with that check (status "crash"). The copy lives at a fixed
-#     path under build/ so its kernel objects stay cached between runs (the cache key holds the
-#     include path).
-#  MUTANT=causal|dq_read_wait runs only one.
+#     its "determ" smoke case must end with that check (status "crash").
+#  The simulator's object cache is keyed on the sources a TU includes, not on where the tree lives, so
+#  a mutant compiles only the TUs its change reaches (the backward one for 2, the d 64 forward for 1
+#  and 3); the rest are compile-check's objects.
+#  3. a consumer releasing its V stage (the empty-barrier arrive) before the wgmma.wait_group that
+#     covers the P.V reading it (csrc/flash3/fwd/mainloop.cuh, step): the producer may refill the
+#     stage under the in-flight wgmma. The values may still come out right; the simulator's
+#     wgmma-operand-overwrite check must report it. Built for bf16 d 64 (one TU), its "full" smoke
+#     case must end with that check (status "crash").
+#  MUTANT=causal|dq_read_wait|v_early_release runs only one.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-python3}
@@ -58,6 +64,36 @@ mutant_dq_read_wait() {
   echo "mutant_check: the early dQ semaphore bump was NOT caught ('${res:0:300}'):"; tail -20 "$tmp/log_dq"; return 1
 }
 
+mutant_v_early_release() {
+  local dir=tools/hopper_sim/build/mutant_v_early_release
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
+  "$PY" - "$dir/csrc/flash3/fwd/mainloop.cuh" <<'PYEOF' || { echo "mutant_check: the V early-release mutation did not apply (mainloop.cuh step changed?)"; return 1; }
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);\n"
+       "    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n"
+       "    pipe_v.consumer_release(state_v);\n")
+new = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    pipe_v.consumer_release(state_v);\n"
+       "    softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);\n"
+       "    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n")
+if s.count(old) != 1:
+    sys.exit(1)
+open(p, "w").write(s.replace(old, new))
+PYEOF
+  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+    --cases bf16:64:64/full --json "$tmp/smoke_v.json" > "$tmp/log_v" 2>&1
+  local res
+  res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
+        "$tmp/smoke_v.json" 2>/dev/null)
+  case "$res" in
+    "crash hopper_sim: wgmma-operand-overwrite:"*)
+      echo "mutant_check: V stage released before the P.V's wait: caught (${res:0:300})"; return 0 ;;
+  esac
+  echo "mutant_check: the early V release was NOT caught ('${res:0:300}'):"; tail -20 "$tmp/log_v"; return 1
+}
+
 if [ -z "$only" ] || [ "$only" = causal ]; then mutant_causal || fail=1; fi
 if [ -z "$only" ] || [ "$only" = dq_read_wait ]; then mutant_dq_read_wait || fail=1; fi
+if [ -z "$only" ] || [ "$only" = v_early_release ]; then mutant_v_early_release || fail=1; fi
 exit $fail
