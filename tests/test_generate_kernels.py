@@ -142,7 +142,7 @@ def test_setup_sources_are_in_the_sdist():
     included = {f for line in manifest if line.startswith("include ") for f in line.split()[1:]}
     for src in sources:
         assert src in included or src.startswith("csrc/flash3/"), src
-    assert "recursive-include csrc/generated *.cu" in manifest
+    assert "recursive-include csrc/generated *.cu *.h" in manifest  # the TUs and the generated WGMMA atoms
     assert "recursive-include csrc/flash3 *.h *.cuh *.cpp *.cu" in manifest
 
 
