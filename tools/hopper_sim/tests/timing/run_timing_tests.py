@@ -79,9 +79,12 @@ def main():
                                                 if P["kSchedWindow"] * P["kMufuInterval"] >= 2 * P["kMufuLatency"]
                                                 else P["kMufuLatency"] + 1)),
         # wait_group.read: each store's wait ends when its 8 KB left shared memory (the TMA issue cost,
-        # then 8192 B at the SM's shared-memory bandwidth); the next store issues one cycle later (its
-        # commit rides along); the FMA tail outlasts the L2 drain of either size
-        ("tma_store_read", 4, 12, (12 - 4) * (P["kTmaIssueCycles"] + 8192 / P["kSmemBytesPerClk"] + 1)),
+        # then 8192 B at the SM's shared-memory bandwidth); then the next store's address (an add.s64 on
+        # the base: each store has its own 8 KB, as a second store onto incomplete bytes would race)
+        # issues, and the store one ALU latency after it, one cycle more for the commit; the FMA tail
+        # outlasts the L2 drain of either size
+        ("tma_store_read", 4, 12, (12 - 4) * (P["kTmaIssueCycles"] + 8192 / P["kSmemBytesPerClk"] + 1
+                                              + P["kAluLatency"])),
     ]
     bad = 0
     for name, a, b, want in cases:

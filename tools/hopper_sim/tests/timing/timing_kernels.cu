@@ -95,8 +95,9 @@ __global__ void tma_stream(const float* src, float* out) {
 }
 
 // 7. Bulk stores, each waited for with cp.async.bulk.wait_group.read 0 (lane 0, NT times, the
-// same 8 KB to the same place): the wait ends once the bytes were read out of shared memory, not
-// when the global write completes. A dependent chain of 1024 FMAs follows, longer than the stores'
+// same 8 KB to NT different places: a second bulk store to bytes an incomplete one still writes would
+// be a race, which the simulator's global-async-order check reports): the wait ends once the bytes
+// were read out of shared memory, not when the global write completes. A dependent chain of 1024 FMAs follows, longer than the stores'
 // L2 drain, so the kernel's end moves with the loop alone.
 template <int NT>
 __global__ void tma_store_read(float* dst, float a, float b) {
@@ -108,7 +109,8 @@ __global__ void tma_store_read(float* dst, float a, float b) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 8192;" :: "l"(dst), "r"(s) : "memory");
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 8192;" :: "l"(dst + 2048 * i), "r"(s)
+                   : "memory");
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
@@ -116,7 +118,7 @@ __global__ void tma_store_read(float* dst, float a, float b) {
 #pragma unroll
     for (int i = 0; i < 1024; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    dst[4096] = x;
+    dst[2048 * NT] = x;
   }
 }
 
