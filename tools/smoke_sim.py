@@ -362,8 +362,9 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
 def _included_sources(csrc: Path, tu: Path) -> list[Path]:
     """The TU and every project header it includes, transitively (every `#include "..."` line counts,
-    whatever #if it sits under: a superset is safe), resolved against csrc/ or the including file's
-    folder; headers found in neither (CUDA's, CUTLASS's) are left to the flags."""
+    whatever #if it sits under: a superset is safe), resolved as nvcc does a quoted include: the
+    including file's folder first, then csrc/; headers found in neither (CUDA's, CUTLASS's) are left
+    to the flags."""
     seen, todo = {}, [tu]
     while todo:
         p = todo.pop()
@@ -372,7 +373,7 @@ def _included_sources(csrc: Path, tu: Path) -> list[Path]:
         seen[p] = None
         for inc in _INCLUDE.findall(p.read_bytes()):
             name = inc.decode()
-            for q in (csrc / name, p.parent / name):
+            for q in (p.parent / name, csrc / name):
                 if q.is_file():
                     todo.append(q.resolve())
                     break
