@@ -43,6 +43,23 @@ mutant_causal() {
   echo "mutant_check: the wrong kernel was NOT caught (status '$status'):"; tail -20 "$tmp/log"; return 1
 }
 
+# caught_by_check DIR HDIMS CASE CHECK WHAT: the bf16 smoke CASE, built from DIR/csrc, must end with the
+# simulator's strict check CHECK (status "crash", detail "hopper_sim: CHECK: ...").
+caught_by_check() {
+  local dir=$1 hdims=$2 case_=$3 check=$4 what=$5 tag
+  tag=$(basename "$dir")
+  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=$hdims FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+    --cases "$case_" --json "$tmp/$tag.json" > "$tmp/$tag.log" 2>&1
+  local res
+  res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
+        "$tmp/$tag.json" 2>/dev/null)
+  case "$res" in
+    "crash hopper_sim: $check:"*)
+      echo "mutant_check: $what: caught (${res:0:300})"; return 0 ;;
+  esac
+  echo "mutant_check: $what: NOT caught ('${res:0:300}'):"; tail -20 "$tmp/$tag.log"; return 1
+}
+
 mutant_dq_read_wait() {
   local dir=tools/hopper_sim/build/mutant_dq_read_wait
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
@@ -52,16 +69,7 @@ mutant_dq_read_wait() {
   if [ "$(diff csrc/flash3/bwd/kernel.cuh "$f" | grep -c '^>')" != 1 ]; then
     echo "mutant_check: the dQ semaphore mutation did not apply to exactly one line (bwd/kernel.cuh changed?)"; return 1
   fi
-  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
-    --cases bwd:bf16:128:128/determ --json "$tmp/smoke_dq.json" > "$tmp/log_dq" 2>&1
-  local res
-  res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
-        "$tmp/smoke_dq.json" 2>/dev/null)
-  case "$res" in
-    "crash hopper_sim: global-async-order:"*)
-      echo "mutant_check: dQ semaphore bumped after wait_group.read: caught (${res:0:300})"; return 0 ;;
-  esac
-  echo "mutant_check: the early dQ semaphore bump was NOT caught ('${res:0:300}'):"; tail -20 "$tmp/log_dq"; return 1
+  caught_by_check "$dir" 128 bwd:bf16:128:128/determ global-async-order "dQ semaphore bumped after wait_group.read"
 }
 
 mutant_v_early_release() {
@@ -81,16 +89,7 @@ if s.count(old) != 1:
     sys.exit(1)
 open(p, "w").write(s.replace(old, new))
 PYEOF
-  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
-    --cases bf16:64:64/full --json "$tmp/smoke_v.json" > "$tmp/log_v" 2>&1
-  local res
-  res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
-        "$tmp/smoke_v.json" 2>/dev/null)
-  case "$res" in
-    "crash hopper_sim: wgmma-operand-overwrite:"*)
-      echo "mutant_check: V stage released before the P.V's wait: caught (${res:0:300})"; return 0 ;;
-  esac
-  echo "mutant_check: the early V release was NOT caught ('${res:0:300}'):"; tail -20 "$tmp/log_v"; return 1
+  caught_by_check "$dir" 64 bf16:64:64/full wgmma-operand-overwrite "V stage released before the P.V's wait"
 }
 
 if [ -z "$only" ] || [ "$only" = causal ]; then mutant_causal || fail=1; fi
