@@ -108,7 +108,10 @@ def wgmma_header() -> str:
                 "#endif",
                 "  }",
                 "};", ""]
-    out += ["}  // namespace cute::SM90::GMMA", ""]
+    out += ["}  // namespace cute::SM90::GMMA", "", "namespace flash3 {",
+            "// The n-extents above (EXTRA_WGMMA_N): ss_op takes these atoms for them.",
+            "constexpr bool wgmma_extra_n(int n) { return " + " || ".join(f"n == {n}" for n in EXTRA_WGMMA_N) + "; }",
+            "}  // namespace flash3", ""]
     return "\n".join(out)
 
 # The generated files' name prefixes (kind): check()/write() own every csrc/generated/<kind>_*.cu.

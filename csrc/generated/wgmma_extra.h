@@ -279,3 +279,8 @@ struct Flash3SS<cutlass::half_t, 176, tnspA, tnspB> {
 };
 
 }  // namespace cute::SM90::GMMA
+
+namespace flash3 {
+// The n-extents above (EXTRA_WGMMA_N): ss_op takes these atoms for them.
+constexpr bool wgmma_extra_n(int n) { return n == 48 || n == 80 || n == 112 || n == 176; }
+}  // namespace flash3

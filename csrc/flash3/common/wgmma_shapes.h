@@ -45,7 +45,7 @@ namespace flash3 {
 constexpr bool wgmma_basic_n(int n) {
   return n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128 || n == 192 || n == 256;
 }
-constexpr bool wgmma_extra_n(int n) { return n == 48 || n == 80 || n == 112 || n == 176; }  // EXTRA_WGMMA_N
+// wgmma_extra_n (the generated header): flash3's own atoms.
 constexpr bool wgmma_n_ok(int n) { return wgmma_basic_n(n) || wgmma_extra_n(n); }
 
 // The SS atom for a (64, N, K) product of T with fp32 accumulators: CuTe's selector for a basic N,
