@@ -112,36 +112,70 @@ __device__ __forceinline__ void apply_softcap(Tensor& s, float softcap_in) {
   for (int i = 0; i < cute::size(s); ++i) s(i) = tanhf(s(i) * softcap_in);
 }
 
+// This thread's columns of an accumulator row, in register order, lie at offsets
+// 8 * (k / 2) + k % 2 from its first column (two adjacent columns per n8 group; one WGMMA atom wide).
+// How many of them lie before offset `b`, extended to any b: 2 * floor(b / 8) + min(b mod 8, 2),
+// which is the count for b >= 0, at most 0 below, and grows by exactly 2 when b grows by 8.
+__device__ __forceinline__ int thread_cols_before(int b) { return 2 * (b >> 3) + min(b & 7, 2); }
+
+// Bits 0 .. n-1 set (n clamped to [0, 32]).
+__device__ __forceinline__ uint32_t low_bits(int n) {
+  n = n > 0 ? n : 0;
+  uint32_t r;
+  asm("bmsk.clamp.b32 %0, 0, %1;" : "=r"(r) : "r"(n));  // width clamped to 32
+  return r;
+}
+
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
 // accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
 // A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible).
-// row_last: the tile's last row (its token has the largest first_key): when that first key is at
-// or before col0, no row of the tile is cut on the left in this block (the causal diagonal, a
-// seqlen_k tail), and each score is compared against the right bound only (a uniform branch).
-template <class TensorS, class TensorC>
+// The visible columns of a row are one contiguous run, so per row the thread builds a bit mask of
+// its visible columns (a few integer ops) and each score tests one constant bit: ptxas turns the
+// tests into R2P (seven predicates per instruction) and one FSEL per score, instead of a compare
+// and a select per score. A thread's rows lie 8 apart, so with one row per token the counts of the
+// later rows follow from the first row's (+2 per 8 rows, then the clamp at seqlen_k); packed GQA
+// rows (rows_per_token > 1) compute each row's bounds.
+// Which bounds a key block's mask may cut it by: none (every pair visible), the right one only
+// (no left bound: causal diagonal, seqlen_k tail), or both.
+enum class Masking { none, right, both };
+
+template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
-                                           int row0, int col0, int row_last, int rows_per_token = 1) {
+                                           int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
-  // Columns are compared as compile-time offsets from this thread's first column, against bounds
-  // shifted once per row: no per-column register is needed.
-  const int thread_col = get<1>(coord_rc(0, 0));
-  const bool cut_left = mask.first_key(row_last / rows_per_token) > col0;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  constexpr int kRowsHere = decltype(size<0>(s_rc))::value;
+  using CL = decltype(coord_rc.layout());  // static: only the thread's origin is a register
+  static_assert(decltype(get<1>(CL{}(_0{}, _1{})))::value == 1 && decltype(get<1>(CL{}(_0{}, _2{})))::value == 8,
+                "column k of a row lies at 8 * (k / 2) + k % 2");
+  static_assert(decltype(get<0>(CL{}(_1{}, _0{})))::value == 8 &&
+                    (kRowsHere == 2 || decltype(get<0>(CL{}(_2{}, _0{})))::value == 64),
+                "a thread's rows lie 8 apart (then 64: one WGMMA atom per 64 rows)");
+  const int tc = col0 + get<1>(coord_rc(0, 0));  // this thread's first column in the sequence
+  const int first_row = row0 + get<0>(coord_rc(0, 0));
+  // The first row's counts below last_key and below first_key (no left bound: far below 0, so no
+  // later row's count reaches 0 either), and the count below seqlen_k.
+  const int cnt_end = thread_cols_before(mask.seqlen_k - tc);
+  const int cnt_hi = mask.right < 0 ? cnt_end : thread_cols_before(first_row + mask.offset() + mask.right + 1 - tc);
+  const int cnt_lo = mask.left < 0 ? -(1 << 20) : thread_cols_before(first_row + mask.offset() - mask.left - tc);
   CUTE_UNROLL
-  for (int mi = 0; mi < size<0>(s_rc); ++mi) {
-    const int row = (row0 + get<0>(coord_rc(mi, 0))) / rows_per_token;  // packed GQA: the token
-    const int lo = mask.first_key(row) - col0 - thread_col;
-    const int hi = mask.last_key(row + 1) - col0 - thread_col;
-    if (cut_left) {
-      CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-        const int c = get<1>(coord_rc(mi, ni)) - thread_col;  // folds to a constant
-        if (c < lo || c >= hi) s_rc(mi, ni) = -INFINITY;
-      }
+  for (int mi = 0; mi < kRowsHere; ++mi) {
+    int lo, hi;
+    if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
+      const int row = (row0 + get<0>(coord_rc(mi, 0))) / rows_per_token;
+      lo = thread_cols_before(mask.first_key(row) - tc);
+      hi = thread_cols_before(mask.last_key(row + 1) - tc);
     } else {
+      const int dr = get<0>(coord_rc(mi, 0)) - get<0>(coord_rc(0, 0));  // a constant multiple of 8
+      lo = cnt_lo + dr / 4;
+      hi = min(cnt_end, cnt_hi + dr / 4);
+    }
+    CUTE_UNROLL
+    for (int w = 0; w < (kCols + 31) / 32; ++w) {
+      const uint32_t visible = low_bits(hi - 32 * w) & (kCutLeft ? ~low_bits(lo - 32 * w) : ~0u);
       CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-        if (get<1>(coord_rc(mi, ni)) - thread_col >= hi) s_rc(mi, ni) = -INFINITY;
-      }
+      for (int k = 0; k < 32 && 32 * w + k < kCols; ++k)
+        if (!((visible >> k) & 1u)) s_rc(mi, 32 * w + k) = -INFINITY;
     }
   }
 }

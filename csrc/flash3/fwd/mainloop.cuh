@@ -201,19 +201,19 @@ struct FwdConsumer {
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
   // row maxes first, then the exponentials, so the exponentials can run under the P.V WGMMA).
-  template <bool kMasked, bool kFirst, class TensorS, class TensorCS, class F>
+  template <Masking kMask, bool kFirst, class TensorS, class TensorCS, class F>
   static __device__ __forceinline__ void softmax_block(typename Tr::KernelParams const& params, TensorS& tSrS,
                                                        TensorCS const& tScS_rc, const WorkTile& w, int n, F& fr) {
     using namespace cute;
+    constexpr bool kMasked = kMask != Masking::none;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, row0 + Tr::kBlockM - 1,
-                 params.p.num_heads / params.p.num_heads_k);
+      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.p.num_heads / params.p.num_heads_k);
     else if constexpr (kMasked)
-      apply_mask(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, row0 + Tr::kBlockM - 1);
+      apply_mask<false, kMask == Masking::both>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
     fr.softmax.template rescale_max<kFirst, kMasked>(s_rc, fr.scale_o);
@@ -298,7 +298,7 @@ struct FwdConsumer {
 
   // One key block n with intra-warpgroup overlap: issue S_n, issue O += P_{n+1} V_{n+1}, then the
   // softmax of S_n while that P.V runs; P_n replaces P_{n+1} only after the P.V has finished.
-  template <bool kMasked, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
+  template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void step(typename Tr::KernelParams const& params, SharedStorage& smem,
                                               PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
                                               PipelineState& state_v, const WorkTile& w, int n, int consumer,
@@ -316,7 +316,7 @@ struct FwdConsumer {
     warpgroup_wait<1>();  // S_n is ready; P.V still running
     pipe_k.consumer_release(state_k);
     ++state_k;
-    softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);
+    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);
     pin_before_wait(smem, fr);
     warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again
     pipe_v.consumer_release(state_v);
@@ -376,7 +376,7 @@ struct FwdConsumer {
   //  first, chunk by chunk (pv_chunks, applying the rescale left pending by the previous softmax),
   //  then S_n and its softmax, whose rescale stays pending. No softmax/P.V overlap inside the
   //  warpgroup; the other warpgroup's softmax still runs under these GEMMs through pingpong.
-  template <bool kMasked, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
+  template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void step_fp8(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                   PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
                                                   PipelineState& state_v, const WorkTile& w, int n, int consumer,
@@ -405,7 +405,7 @@ struct FwdConsumer {
       warpgroup_wait<1>();  // S_n is ready; P.V still running
       pipe_k.consumer_release(state_k);
       ++state_k;
-      softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);
+      softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);
       pin_before_wait(smem, fr);
       warpgroup_wait<0>();
       pipe_v.consumer_release(state_v);
@@ -417,7 +417,7 @@ struct FwdConsumer {
       warpgroup_wait<0>();
       pipe_k.consumer_release(state_k);
       ++state_k;
-      softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);
+      softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);
     }
     store_p(tSrS, fr);
     fr.v_descale_p = v_descale_n;
@@ -450,16 +450,16 @@ struct FwdConsumer {
     ++state_v;
   }
 
-  template <bool kMasked, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
+  template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void any_step(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                   PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
                                                   PipelineState& state_v, const WorkTile& w, int n, int consumer,
                                                   TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
                                                   TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
     if constexpr (Tr::kFp8)
-      step_fp8<kMasked>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      step_fp8<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
     else
-      step<kMasked>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
   }
 
   // Runs the mainloop of one tile. On return tOrO holds O normalized by the row sums (0 for rows
@@ -517,25 +517,32 @@ struct FwdConsumer {
       pipe_k.consumer_release(state_k);
       ++state_k;
       if (n >= w.unmasked.end || n < w.unmasked.begin) {
-        softmax_block<true, true>(params, tSrS, tScS_rc, w, n, fr);
+        softmax_block<Masking::both, true>(params, tSrS, tScS_rc, w, n, fr);
       } else {
-        softmax_block<false, true>(params, tSrS, tScS_rc, w, n, fr);
+        softmax_block<Masking::none, true>(params, tSrS, tScS_rc, w, n, fr);
       }
       store_p(tSrS, fr);  // O is still 0: no rescale needed (scale_o is 1)
     }
 
     // Right masked blocks (causal diagonal, seqlen_k tail), then the unmasked middle, then the left
-    // masked blocks of a sliding window.
+    // masked blocks of a sliding window. Without a left bound (causal, or a seqlen_k tail) the right
+    // blocks' mask has one bound per row: its own loop (FA3 makes that a separate kernel).
     int n = w.blocks.end - 2;
+    if (w.mask.left < 0) {
 #pragma unroll 1
-    for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
-      any_step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
+        any_step<Masking::right>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    } else {
+#pragma unroll 1
+      for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
+        any_step<Masking::both>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    }
 #pragma unroll 1
     for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n)
-      any_step<false>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      any_step<Masking::none>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
 #pragma unroll 1
     for (; n >= w.blocks.begin; --n)
-      any_step<true>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      any_step<Masking::both>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
 
     // Every Q.K^T of this tile has completed (each step waited for its S): Q's buffer is free.
     cutlass::arch::ClusterBarrier::arrive(&smem.q_free);

@@ -141,7 +141,7 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
       {"add", Op::Add}, {"sub", Op::Sub}, {"mul", Op::Mul}, {"mad", Op::Mad}, {"mul24", Op::Mul24},
       {"mad24", Op::Mad24}, {"sad", Op::Sad}, {"div", Op::Div}, {"rem", Op::Rem}, {"abs", Op::Abs},
       {"neg", Op::Neg}, {"min", Op::Min}, {"max", Op::Max}, {"popc", Op::Popc}, {"clz", Op::Clz},
-      {"bfind", Op::Bfind}, {"brev", Op::Brev}, {"bfe", Op::Bfe}, {"bfi", Op::Bfi}, {"and", Op::And},
+      {"bfind", Op::Bfind}, {"brev", Op::Brev}, {"bfe", Op::Bfe}, {"bfi", Op::Bfi}, {"bmsk", Op::Bmsk}, {"and", Op::And},
       {"or", Op::Or}, {"xor", Op::Xor}, {"not", Op::Not}, {"cnot", Op::Cnot}, {"lop3", Op::Lop3},
       {"shl", Op::Shl}, {"shr", Op::Shr}, {"dp4a", Op::Dp4a}, {"dp2a", Op::Dp2a}, {"fns", Op::Fns},
       {"szext", Op::Szext}, {"fma", Op::Fma}, {"rcp", Op::Rcp}, {"sqrt", Op::Sqrt}, {"rsqrt", Op::Rsqrt},

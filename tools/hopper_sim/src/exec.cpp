@@ -1125,6 +1125,20 @@ void Engine::step(Thread* t, int budget) {
         dst(c, o[0], maskb(r, n));
         break;
       }
+      case Op::Bmsk: {  // PTX ISA "bmsk": b bits set from bit a (the ISA's pseudo-code, step by step)
+        const uint32_t a = val(c, o[1]), b = val(c, o[2]);
+        const uint32_t a1 = a & 31, b1 = b & 31, sum = a1 + b1;
+        uint32_t mask0 = ~0u << a1, mask1 = sum >= 32 ? 0u : ~0u << sum;
+        bool overflow = sum >= 32;
+        if (d.flags & F_CLAMP) {
+          if (a >= 32) overflow = true, mask0 = 0;
+          if (b >= 32) overflow = true;
+        }
+        if (overflow) mask1 = 0;
+        else if (b1 == 0) mask1 = ~0u;
+        dst(c, o[0], mask0 & ~mask1);
+        break;
+      }
       case Op::Lop3: {
         uint32_t a = val(c, o[1]), b = val(c, o[2]), cc = val(c, o[3]);
         uint32_t lut = (uint32_t)val(c, o[4]), r = 0;

@@ -53,7 +53,7 @@ enum class Op : uint16_t {
   Invalid,
   // integer / bit
   Add, Sub, Mul, Mad, Mul24, Mad24, Sad, Div, Rem, Abs, Neg, Min, Max, Popc, Clz, Bfind, Brev, Bfe,
-  Bfi, And, Or, Xor, Not, Cnot, Lop3, Shf, Shl, Shr, Prmt, Dp4a, Dp2a, Fns, Szext,
+  Bfi, Bmsk, And, Or, Xor, Not, Cnot, Lop3, Shf, Shl, Shr, Prmt, Dp4a, Dp2a, Fns, Szext,
   // float-only
   Fma, Rcp, Sqrt, Rsqrt, Sin, Cos, Lg2, Ex2, Tanh, Copysign, Testp,
   // data movement / compare

@@ -30,7 +30,7 @@ OUT = os.path.join(SIM, "build", "isa")
 SIMRUN = simbuild.SIMRUN
 
 PROGRAMS = {
-    "int": ["arith", "mad", "mul24", "divrem", "minmax", "minmax_x2", "absneg", "bits", "bfe", "bfi", "shift",
+    "int": ["arith", "mad", "mul24", "divrem", "minmax", "minmax_x2", "absneg", "bits", "bfe", "bmsk", "bfi", "shift",
             "shf", "prmt", "prmt_modes", "lop3", "selp", "setp", "setp_bool", "cvt_int"],
     "fp": ["cvt_fi", "cvt_half", "cvt_half_rmrp", "cvt_packed", "f32arith", "fdiv", "half2", "copysign_testp"],
     "warp": ["shfl", "warpcoll", "warp_partial", "warp_partial_concurrent", "atom", "ldst"],

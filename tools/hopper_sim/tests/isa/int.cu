@@ -224,6 +224,21 @@ SCALAR_FAMILY(bfe) {
   chk("bfe.s64 neg", bfe64s(0x8000000000000000ull, 60, 4), 0xfffffffffffffff8ull);
   chk("bfe.s64 lo", bfe64s(0x80ull, 4, 4), 0xfffffffffffffff8ull);
 }
+// ---- bmsk: PTX ISA "bmsk".  a1 = a & 0x1f; mask0 = ~0 << a1; b1 = b & 0x1f; sum = a1 + b1;
+//   mask1 = ~0 << sum; .clamp: a >= 32 -> mask0 = 0 and overflow; b >= 32 -> overflow;
+//   mask1 = 0 on overflow or sum >= 32, else ~0 when b1 == 0; d = mask0 & ~mask1. ----
+SCALAR_FAMILY(bmsk) {
+  chk("bmsk.clamp 0,5", R2("bmsk.clamp.b32", 0, 5), 0x1fu);
+  chk("bmsk.wrap 1,2 (the ISA's example)", R2("bmsk.wrap.b32", 1, 2), 0x6u);
+  chk("bmsk.clamp 0,32", R2("bmsk.clamp.b32", 0, 32), 0xffffffffu);
+  chk("bmsk.clamp 0,-1", R2("bmsk.clamp.b32", 0, 0xffffffffu), 0xffffffffu);
+  chk("bmsk.clamp 4,36", R2("bmsk.clamp.b32", 4, 36), 0xfffffff0u);
+  chk("bmsk.clamp 0,0", R2("bmsk.clamp.b32", 0, 0), 0u);
+  chk("bmsk.wrap 0,32", R2("bmsk.wrap.b32", 0, 32), 0u);
+  chk("bmsk.clamp 28,8 (sum past 32)", R2("bmsk.clamp.b32", 28, 8), 0xf0000000u);
+  chk("bmsk.clamp 32,4", R2("bmsk.clamp.b32", 32, 4), 0u);
+  chk("bmsk.wrap 33,4", R2("bmsk.wrap.b32", 33, 4), 0x1eu);
+}
 SCALAR_FAMILY(bfi) {
   auto bfi32 = [](uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
     uint32_t f; asm volatile("bfi.b32 %0, %1, %2, %3, %4;" : "=r"(f) : "r"(a), "r"(b), "r"(c), "r"(d)); return f; };
@@ -545,6 +560,6 @@ SCALAR_FAMILY(cvt_int) {
 }
 
 FAMILIES({"arith", arith}, {"mad", mad}, {"mul24", mul24}, {"divrem", divrem}, {"minmax", minmax},
-         {"minmax_x2", minmax_x2}, {"absneg", absneg}, {"bits", bits}, {"bfe", bfe}, {"bfi", bfi},
+         {"minmax_x2", minmax_x2}, {"absneg", absneg}, {"bits", bits}, {"bfe", bfe}, {"bmsk", bmsk}, {"bfi", bfi},
          {"shift", shift}, {"shf", shf}, {"prmt", prmt}, {"prmt_modes", prmt_modes}, {"lop3", lop3},
          {"selp", selp}, {"setp", setp}, {"setp_bool", setp_bool}, {"cvt_int", cvt_int})
