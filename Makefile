@@ -93,9 +93,10 @@ sim-flags:
 # Unit tests (numerics, tensor cores, TMA, parser), instruction semantics from the PTX ISA, every
 # strict check tripped on purpose, CUTLASS's own Hopper examples under the simulator with their own
 # verification; then flash3's kernels: tools/smoke.py's CI subset (every kernel TU and every feature
-# at least once, each case with two schedule seeds; the TUs come from compile-check's objects when
-# it ran first, else they are compiled once into tools/hopper_sim/build/flash3), and a deliberately
-# wrong kernel that must be caught.
+# at least once, each case with two schedule seeds; then, with one seed, more cases until every TU
+# has three features, its family's riskiest among them: --ci-extra; the TUs come from
+# compile-check's objects when it ran first, else they are compiled once into
+# tools/hopper_sim/build/flash3), and deliberately wrong kernels that must be caught.
 SIM_SMOKE = $(SIM_PY) tools/smoke.py --backend sim --seeds 1,2
 sim-check: sim
 	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t" | tail -3; done
@@ -103,6 +104,7 @@ sim-check: sim
 	  [ -f "$$r" ] || continue; echo "== $$r"; $(SIM_PY) "$$r"; done
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py --reuse-record
 	$(SIM_SMOKE) --ci
+	$(SIM_PY) tools/smoke.py --backend sim --seeds 1 --ci-extra --json $(SIM_DIR)/build/smoke-sim-extra.json
 	PYTHON=$(SIM_PY) bash $(SIM_DIR)/flash3/mutant_check.sh
 	$(SIM_PY) tools/timing_smoke.py
 

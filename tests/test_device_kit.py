@@ -237,7 +237,14 @@ def test_case_check_classifies_on_cpu(feature):
             written[(used.stop + 1, 0) if name == "out" else (0, used.stop + 1)] = 0.0
             r = smoke.check(c, *((written, lse) if name == "out" else (out, written)))
             assert r["status"] == "wrong" and r["detail"] == f"wrote {name} past cu_seqlens[-1]", r
-    assert smoke.check(c, out, lse)["status"] == "ok"
+    r = smoke.check(c, out, lse)
+    assert r["status"] == "ok" and r["sharp"] < 1, r
+    # The sharp bound (issue 32): an error 0.63x the FlashAttention rule's tolerance, half of one
+    # that crosses the rule by 1.27x, passes the rule but not the sharp bound.
+    bad = out.clone()
+    bad[used].view(-1)[0] += 0.63 * r["tol"]
+    r = smoke.check(c, bad, lse)
+    assert r["status"] == "wrong" and r["detail"].startswith("sharp bound: max err") and r["err"] < r["tol"], r
     bad = out.clone()
     bad[used].view(-1)[-5] += 1.0
     r = smoke.check(c, bad, lse)
@@ -499,7 +506,12 @@ def test_bwd_case_check_classifies_on_cpu(feature):
     grads = list(grads)
     again = [g.clone() for g in grads] if c["deterministic"] else None
     r = smoke.check_bwd(c, out, lse, grads, again)
-    assert r["status"] == "ok" and r["err"] < r["tol"] / 2, r
+    assert r["status"] == "ok" and r["err"] < r["tol"] / 2 and r["sharp"] < 1, r
+    # The sharp bound: an error 0.63x the 4-eps tolerance passes that, not the sharp 2 eps.
+    off = [g.clone() for g in grads]
+    off[1].view(-1)[-5] += 0.63 * 4 * torch.finfo(torch.bfloat16).eps * grads[1].abs().max().item()
+    r = smoke.check_bwd(c, out, lse, off)
+    assert r["status"] == "wrong" and r["detail"].startswith("dk: sharp bound") and r["err"] < r["tol"], r
     if feature == "onekey":  # dq of a row that sees one key: exactly 0, however small the error
         assert torch.equal(grads[0][70:72], torch.zeros_like(grads[0][70:72]))
         off = [g.clone() for g in grads]

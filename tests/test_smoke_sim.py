@@ -758,6 +758,33 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert smoke.ci_cases(["fp16:64:64"]) == [("fp16:64:64", smoke.kernel_features("fp16:64:64"))]
 
 
+def test_ci_extra_cases_give_every_tu_three_features():
+    """--ci-extra: beside ci_cases, every kernel TU gets three features that reach it, its family's
+    riskiest among them (a 16-bit kernel with a wide variant: masked features for the plain TU, the
+    rest for the wide one); nothing ci_cases runs already, no CI_ONCE feature, matrix order."""
+    import flash3_build
+    ids = smoke.kernel_ids(CI_INFO)
+    base, extra = dict(smoke.ci_cases(ids)), dict(smoke.ci_extra_cases(ids))
+    assert list(extra) == ids
+    wide = set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
+    for k in ids:
+        fs = extra[k]
+        assert not set(fs) & set(base[k]) and not set(fs) & smoke.CI_ONCE, (k, fs)
+        assert fs == [f for f in smoke.kernel_features(k) if f in fs], (k, fs)
+        run = set(base[k]) | set(fs)
+        fam = smoke.family(k)
+        if fam in ("bf16", "fp16") and smoke.parse_kernel(k)[1:] in wide:
+            tus = [({f for f in run if f in smoke.MASKED_FEATURES}, "window"),
+                   ({f for f in run if f not in smoke.MASKED_FEATURES}, "nantail")]
+        else:
+            tus = [(run, smoke.CI_RISKIEST.get(fam))]
+        for feats, risky in tus:
+            assert len(feats) >= 3 and (risky is None or risky in feats), (k, feats)
+    assert extra["bf16:128:128"] == ["window"]  # base: full, causal, softcap, varlen, sq_gt_sk, nantail
+    assert "vpaged" in base["dec:bf16:128:128"] + extra["dec:bf16:128:128"]
+    assert extra["quant:bf16"] == []  # five features already
+
+
 def test_kinds_for():
     """The TU kinds a set of kernel ids needs, in ALL_KINDS order (a backward case runs its forward
     first; the quantize, append and combine kernels are always linked)."""

@@ -61,22 +61,20 @@ __device__ __forceinline__ Mask bwd_mask(const BwdParams& p, const BwdSeq& s) {
   return Mask::make(s.seqlen_q, s.seqlen_k, p.is_causal, p.window_left, p.window_right);
 }
 
-// Sets the entries of a transposed (key, query) accumulator that the mask hides to `fill`.
+// Sets the entries of a transposed (key, query) accumulator that the mask hides to `fill`: the
+// queries that see a key are one run (first_query, last_query), so the forward's per-row bit mask
+// serves (fill_outside_run). Keys past seqlen_k see no query: each row computes its own bounds.
 template <class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask_transposed(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                                       int key0, int query0, float fill) {
   using namespace cute;
-  const int thread_col = get<1>(coord_rc(0, 0));
+  check_rowcol_layout<decltype(coord_rc.layout())>();
+  const int tc = query0 + get<1>(coord_rc(0, 0));  // this thread's first query column
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
     const int key = key0 + get<0>(coord_rc(mi, 0));
-    const int lo = mask.first_query(key) - query0 - thread_col;
-    const int hi = mask.last_query(key) - query0 - thread_col;
-    CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-      const int c = get<1>(coord_rc(mi, ni)) - thread_col;
-      if (c < lo || c >= hi) s_rc(mi, ni) = fill;
-    }
+    fill_outside_run(s_rc, mi, thread_cols_before(mask.first_query(key) - tc),
+                     thread_cols_before(mask.last_query(key) - tc), fill);
   }
 }
 

@@ -126,31 +126,48 @@ __device__ __forceinline__ uint32_t low_bits(int n) {
   return r;
 }
 
+// The layout every mask below relies on, for a (row, col) view of a 64xN WGMMA accumulator's
+// identity: column k of a row at 8 * (k / 2) + k % 2, rows 8 apart (then 64: one atom per 64 rows).
+template <class CL>  // the identity view's layout: static, only the thread's origin is a register
+__device__ __forceinline__ constexpr void check_rowcol_layout() {
+  using namespace cute;
+  static_assert(decltype(get<1>(CL{}(_0{}, _1{})))::value == 1 && decltype(get<1>(CL{}(_0{}, _2{})))::value == 8,
+                "column k of a row lies at 8 * (k / 2) + k % 2");
+  static_assert(decltype(get<0>(CL{}(_1{}, _0{})))::value == 8 &&
+                    (decltype(size<0>(CL{}))::value == 2 || decltype(get<0>(CL{}(_2{}, _0{})))::value == 64),
+                "a thread's rows lie 8 apart (then 64)");
+}
+
+// Sets the entries of row mi outside this thread's visible run to `fill`. lo / hi: how many of
+// the row's columns (thread_cols_before) lie before the first visible one and before the end of
+// the run. The thread builds a bit mask of its visible columns and each entry tests one constant
+// bit: ptxas turns the tests into R2P (seven predicates per instruction) and one FSEL per entry,
+// instead of a compare and a select per entry.
+template <bool kCutLeft = true, class TensorS>
+__device__ __forceinline__ void fill_outside_run(TensorS& s_rc, int mi, int lo, int hi, float fill) {
+  using namespace cute;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  CUTE_UNROLL
+  for (int w = 0; w < (kCols + 31) / 32; ++w) {
+    const uint32_t visible = low_bits(hi - 32 * w) & (kCutLeft ? ~low_bits(lo - 32 * w) : ~0u);
+    CUTE_UNROLL
+    for (int k = 0; k < 32 && 32 * w + k < kCols; ++k)
+      if (!((visible >> k) & 1u)) s_rc(mi, 32 * w + k) = fill;
+  }
+}
+
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
 // accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
-// A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible).
-// The visible columns of a row are one contiguous run, so per row the thread builds a bit mask of
-// its visible columns (a few integer ops) and each score tests one constant bit: ptxas turns the
-// tests into R2P (seven predicates per instruction) and one FSEL per score, instead of a compare
-// and a select per score. A thread's rows lie 8 apart, so with one row per token the counts of the
-// later rows follow from the first row's (+2 per 8 rows, then the clamp at seqlen_k); packed GQA
-// rows (rows_per_token > 1) compute each row's bounds.
-// Which bounds a key block's mask may cut it by: none (every pair visible), the right one only
-// (no left bound: causal diagonal, seqlen_k tail), or both.
-enum class Masking { none, right, both };
-
+// A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible): one
+// run per row (fill_outside_run). A thread's rows lie 8 apart, so with one row per token the counts
+// of the later rows follow from the first row's (+2 per 8 rows, then the clamp at seqlen_k);
+// packed GQA rows (rows_per_token > 1) compute each row's bounds. kCutLeft = false: the caller
+// knows there is no left bound (Masking::right).
 template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
-  constexpr int kCols = decltype(size<1>(s_rc))::value;
-  constexpr int kRowsHere = decltype(size<0>(s_rc))::value;
-  using CL = decltype(coord_rc.layout());  // static: only the thread's origin is a register
-  static_assert(decltype(get<1>(CL{}(_0{}, _1{})))::value == 1 && decltype(get<1>(CL{}(_0{}, _2{})))::value == 8,
-                "column k of a row lies at 8 * (k / 2) + k % 2");
-  static_assert(decltype(get<0>(CL{}(_1{}, _0{})))::value == 8 &&
-                    (kRowsHere == 2 || decltype(get<0>(CL{}(_2{}, _0{})))::value == 64),
-                "a thread's rows lie 8 apart (then 64: one WGMMA atom per 64 rows)");
+  check_rowcol_layout<decltype(coord_rc.layout())>();
   const int tc = col0 + get<1>(coord_rc(0, 0));  // this thread's first column in the sequence
   const int first_row = row0 + get<0>(coord_rc(0, 0));
   // The first row's counts below last_key and below first_key (no left bound: far below 0, so no
@@ -159,23 +176,14 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
   const int cnt_hi = mask.right < 0 ? cnt_end : thread_cols_before(first_row + mask.offset() + mask.right + 1 - tc);
   const int cnt_lo = mask.left < 0 ? -(1 << 20) : thread_cols_before(first_row + mask.offset() - mask.left - tc);
   CUTE_UNROLL
-  for (int mi = 0; mi < kRowsHere; ++mi) {
-    int lo, hi;
+  for (int mi = 0; mi < size<0>(s_rc); ++mi) {
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int row = (row0 + get<0>(coord_rc(mi, 0))) / rows_per_token;
-      lo = thread_cols_before(mask.first_key(row) - tc);
-      hi = thread_cols_before(mask.last_key(row + 1) - tc);
+      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(row) - tc),
+                                 thread_cols_before(mask.last_key(row + 1) - tc), -INFINITY);
     } else {
       const int dr = get<0>(coord_rc(mi, 0)) - get<0>(coord_rc(0, 0));  // a constant multiple of 8
-      lo = cnt_lo + dr / 4;
-      hi = min(cnt_end, cnt_hi + dr / 4);
-    }
-    CUTE_UNROLL
-    for (int w = 0; w < (kCols + 31) / 32; ++w) {
-      const uint32_t visible = low_bits(hi - 32 * w) & (kCutLeft ? ~low_bits(lo - 32 * w) : ~0u);
-      CUTE_UNROLL
-      for (int k = 0; k < 32 && 32 * w + k < kCols; ++k)
-        if (!((visible >> k) & 1u)) s_rc(mi, 32 * w + k) = -INFINITY;
+      fill_outside_run<kCutLeft>(s_rc, mi, cnt_lo + dr / 4, min(cnt_end, cnt_hi + dr / 4), -INFINITY);
     }
   }
 }
