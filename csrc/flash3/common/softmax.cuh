@@ -156,6 +156,10 @@ __device__ __forceinline__ void fill_outside_run(TensorS& s_rc, int mi, int lo, 
   }
 }
 
+// Which bounds a key block's mask may cut it by: none (every pair visible), the right one only
+// (no left bound: causal diagonal, seqlen_k tail), or both.
+enum class Masking { none, right, both };
+
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
 // accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
 // A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible): one
