@@ -234,9 +234,13 @@ struct OnlineSoftmax {
       m[mi] = quad_allreduce_max(m[mi]);
       if constexpr (kFirst) {
         scale[mi] = 1.f;
+      } else if constexpr (kCheckInf) {
+        // No key seen yet: -inf - -inf is NaN, and max() takes the other operand, so the factor is
+        // exp2(-FLT_MAX) = 0 (row_sum and O are 0 anyway); one FMNMX instead of a test and a select.
+        scale[mi] = exp2f(fmaxf((row_max[mi] - m[mi]) * scale_log2, -FLT_MAX));
+        row_sum[mi] *= scale[mi];
       } else {
-        const float cur = kCheckInf && m[mi] == -INFINITY ? 0.f : m[mi];
-        scale[mi] = exp2f((row_max[mi] - cur) * scale_log2);  // 0 when the old max was -inf
+        scale[mi] = exp2f((row_max[mi] - m[mi]) * scale_log2);
         row_sum[mi] *= scale[mi];
       }
       row_max[mi] = m[mi];
@@ -249,8 +253,9 @@ struct OnlineSoftmax {
     using namespace cute;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
+      // No key seen yet (max -inf): -FLT_MAX keeps s - max at -inf, so P = 0, not NaN.
       const float max_scaled =
-          (kCheckInf && row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
+          (kCheckInf ? fmaxf(row_max[mi] * scale_log2, -FLT_MAX) : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
       float sum = 0.f;
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rc); ++ni) {
