@@ -93,7 +93,7 @@ def test_loops_of_the_listing():
 
 
 def test_masked_label():
-    # A second consumer loop with 16 (= keys / 2) more FSEL than the first is the masked one.
+    # A second consumer loop with 16 (>= keys / 4) more FSEL than the first is the masked one.
     body = ["HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT", "HGMMA.64x32x16.F32.BF16 R24, gdesc[UR8], R24, gsb0",
             "HGMMA.64x64x16.F32.BF16 R40, R8, gdesc[UR12], R40", "HGMMA.64x64x16.F32.BF16 R40, R12, gdesc[UR16], R40, gsb0",
             "MUFU.EX2 R24, R24"]

@@ -9,7 +9,9 @@ loops (a back edge u -> h where h dominates u) and keeps the ones worth reading:
   consumer  a loop with HGMMA/QGMMA and MUFU.EX2 that holds no inner loop with a GMMA (a mainloop
             step loop; the persistent tile loop around it is left out). Of a function's consumer loops
             the one with the fewest instructions is labelled `unmasked`, a loop with at least
-            keys/2 more FSEL+ISETP than it (each thread masks keys/2 scores) `masked`.
+            keys/4 more FSEL than it `masked` (a masked score costs one FSEL, its compare an R2P bit
+            or an ISETP; a thread holds keys/2 scores per iteration, at least half of them in a
+            masked block).
   producer  a loop with >= 2 UTMALDG and no GMMA whose inner loops do not qualify themselves (the
             K/V block loop; the elect loops around single TMA issues are inside it).
 Per iteration: the hot blocks are the loop's blocks laid out between its header and its last back
@@ -357,10 +359,10 @@ def analyze_function(f: Function) -> list[LoopReport]:
     cons = [r for r in out if r.kind == "consumer"]
     if cons:
         base = min(cons, key=lambda r: r.total)
-        masking = lambda r: r.ops["FSEL"] + r.ops["ISETP"]  # noqa: E731
         for r in cons:
-            half = (r.keys or 0) // 2
-            r.kind = "masked" if r is not base and half and masking(r) >= masking(base) + half else "unmasked"
+            quarter = (r.keys or 0) // 4
+            r.kind = ("masked" if r is not base and quarter and r.ops["FSEL"] >= base.ops["FSEL"] + quarter
+                      else "unmasked")
     out.sort(key=lambda r: r.start)
     return out
 

@@ -6,6 +6,7 @@
 // quad (lanes 4k..4k+3) share those rows, so row reductions are two xor-shuffles.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -163,10 +164,11 @@ enum class Masking { none, right, both };
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
 // accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
 // A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible): one
-// run per row (fill_outside_run). A thread's rows lie 8 apart, so with one row per token the counts
-// of the later rows follow from the first row's (+2 per 8 rows, then the clamp at seqlen_k);
-// packed GQA rows (rows_per_token > 1) compute each row's bounds. kCutLeft = false: the caller
-// knows there is no left bound (Masking::right).
+// run per row (fill_outside_run). A thread's rows lie 8 apart, so with one row per token the right
+// bound of a later row follows from the first row's (last_key grows by 8, up to seqlen_k: +2 of
+// the thread's columns, then the clamp); the left bound (first_key clamps at 0, which breaks that)
+// is taken per row. Packed GQA rows (rows_per_token > 1) take both per row. kCutLeft = false: the
+// caller knows there is no left bound (Masking::right).
 template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
@@ -174,20 +176,19 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
   check_rowcol_layout<decltype(coord_rc.layout())>();
   const int tc = col0 + get<1>(coord_rc(0, 0));  // this thread's first column in the sequence
   const int first_row = row0 + get<0>(coord_rc(0, 0));
-  // The first row's counts below last_key and below first_key (no left bound: far below 0, so no
-  // later row's count reaches 0 either), and the count below seqlen_k.
   const int cnt_end = thread_cols_before(mask.seqlen_k - tc);
-  const int cnt_hi = mask.right < 0 ? cnt_end : thread_cols_before(first_row + mask.offset() + mask.right + 1 - tc);
-  const int cnt_lo = mask.left < 0 ? -(1 << 20) : thread_cols_before(first_row + mask.offset() - mask.left - tc);
+  const int cnt_hi = thread_cols_before(mask.last_key(first_row + 1) - tc);
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
+    const int row = row0 + get<0>(coord_rc(mi, 0));
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
-      const int row = (row0 + get<0>(coord_rc(mi, 0))) / rows_per_token;
-      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(row) - tc),
-                                 thread_cols_before(mask.last_key(row + 1) - tc), -INFINITY);
+      const int token = row / rows_per_token;
+      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
+                                 thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
     } else {
-      const int dr = get<0>(coord_rc(mi, 0)) - get<0>(coord_rc(0, 0));  // a constant multiple of 8
-      fill_outside_run<kCutLeft>(s_rc, mi, cnt_lo + dr / 4, min(cnt_end, cnt_hi + dr / 4), -INFINITY);
+      const int dr = row - first_row;  // a constant multiple of 8
+      fill_outside_run<kCutLeft>(s_rc, mi, kCutLeft ? thread_cols_before(mask.first_key(row) - tc) : 0,
+                                 min(cnt_end, cnt_hi + dr / 4), -INFINITY);
     }
   }
 }
