@@ -129,10 +129,19 @@ EXTRA_EXAMPLES = {
         "57_hopper_grouped_gemm/57_hopper_grouped_gemm.cu", [],
         [("", "--m=256 --n=256 --k=256 --groups=2 --iterations=0",
           r"Disposition: Passed", r"Disposition: Failed", [])]),
-    # fp8 GEMM with the LinCombTopKSoftmaxCol EVT epilogue (top-2 + softmax along each row's N=8).
+    # f16 GEMM with the LinCombTopKSoftmaxCol EVT epilogue (top-2 + softmax along each row's N=8,
+    # shuffles across the row's threads, ex2/lg2.approx), 64x64x128 tiles. The size is the example's
+    # own usage line (one M tile, 8 k-blocks), not "a few tiles": its check (relative L2 error of the
+    # f16 output < 1e-5) needs every softmax value to round to the same f16 as the host's, and its
+    # data (multiples of 1/4, alpha = 1/k) puts many of them within float error of an f16 rounding
+    # midpoint (top-2 logits a multiple of 2^-11 apart give 0.5 -+ j*2^-13 + O(d^3)), so the verdict
+    # at other sizes turns on the last bits of the approximate exp/log: the simulator's ex2/lg2 are
+    # correctly rounded, the hardware's are not bit-specified. At 256x8x128 this fails by one f16 ulp
+    # in a few rows (worked out in Python from the example's own data: the exact value is 4.5e-12
+    # above the midpoint); its default 16x8x64 and this size pass with error 0.
     "61_hopper_gemm_with_topk_and_softmax": (
         "61_hopper_gemm_with_topk_and_softmax/61_hopper_gemm_with_topk_and_softmax.cu", [],
-        [("", "--m=256 --n=8 --k=256 --l=1 --iterations=0",
+        [("", "--m=16 --n=8 --k=1024 --l=1 --iterations=0",
           r"Disposition: Passed", r"Disposition: Failed", [])]),
     # fp8 GEMM whose mainloop prefetches B (the weights) into L2 from a separate warp ahead of
     # its TMA loads (cp.async.bulk.prefetch.L2), with its own pipeline and collective.
