@@ -344,7 +344,8 @@ def main():
                          "`make sim-check-all` runs); without it, the five CI examples")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--seeds", type=int, default=1, help="run each example under seeds 1..N")
-    ap.add_argument("--jobs", type=int, default=2, help="parallel nvcc builds (default 2)")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="parallel nvcc builds, and parallel simulations (default 2, at most 2)")
     ap.add_argument("--timeout", type=int, default=2400, help="seconds per run (88 takes ~7 min of CPU each way)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print each run's output")
     ap.add_argument("--reuse-record", action="store_true",
@@ -397,7 +398,7 @@ def main():
     if a.build_only:
         return 1 if failed else 0
 
-    # Runs go two at a time (each simulation is single-threaded), the longest (88) first.
+    # Runs go --jobs (at most two) at a time (each simulation is single-threaded), the longest (88) first.
     jobs = []
     for name in names:
         if name not in binaries:
@@ -427,7 +428,7 @@ def main():
 
     order = sorted(range(len(jobs)), key=lambda i: not jobs[i][0].startswith("88"))
     results = [None] * len(jobs)
-    with cf.ThreadPoolExecutor(max_workers=2) as ex:
+    with cf.ThreadPoolExecutor(max_workers=max(1, min(a.jobs, 2))) as ex:
         futs = {ex.submit(one, jobs[i]): i for i in order}
         for f in cf.as_completed(futs):
             results[futs[f]] = f.result()
