@@ -359,6 +359,7 @@ void Engine::dispatch_clusters() {
       // Unused shared memory holds a recognisable garbage pattern, never zeros.
       c->smem.assign(total, 0xA5);
       c->shadow.assign(total, 0);
+      c->inflight_n.assign(total, 0);
       c->dirty_owner.assign(total, 0);
       c->deliv_id.assign(total, 0);
       c->deliv_phase.assign(total, 0);
@@ -694,6 +695,15 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
                      write ? "write" : "read", off + b);
             fail("async-inflight", t, d, buf);
           }
+          if (s & kShadowRacy) {
+            if (write) {
+              c->shadow[off + b] &= ~kShadowRacy;   // this store defines the byte again
+            } else {
+              snprintf(buf, sizeof buf, "read of shared offset 0x%x, which two asynchronous copies wrote while both "
+                       "were in flight (a write-write race: either copy's byte may be there)", off + b);
+              fail("async-inflight", t, d, buf);
+            }
+          }
           if (write && (s & kShadowAsyncRead)) {
             snprintf(buf, sizeof buf, "write to shared offset 0x%x while a bulk/TMA store is still reading it "
                      "(missing cp.async.bulk.wait_group.read)", off + b);
@@ -766,6 +776,12 @@ void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, u
     if (c->shadow[off + b] & kShadowInflight) {
       char buf[160];
       snprintf(buf, sizeof buf, "async-proxy read of shared offset 0x%x while a copy is still writing it", off + b);
+      fail("async-inflight", t, d, buf);
+    }
+    if (c->shadow[off + b] & kShadowRacy) {
+      char buf[200];
+      snprintf(buf, sizeof buf, "async-proxy read of shared offset 0x%x, which two asynchronous copies wrote while both "
+               "were in flight (a write-write race)", off + b);
       fail("async-inflight", t, d, buf);
     }
     if (c->dirty_owner[off + b]) {
@@ -1193,16 +1209,18 @@ void Engine::complete(AsyncOp& op) {
         }
         MBar& mb = mbar(op.issuer, op.instr, c, op.mbar);
         for (uint32_t b = 0; b < op.bytes; ++b) {
-          c->shadow[op.smem + b] &= ~kShadowInflight;
+          async_write_end(c, op.smem + b);
           c->dirty_owner[op.smem + b] = 0;
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
         // swizzled boxes may touch bytes past op.bytes only within the footprint: clear those too
+        // (bytes past op.bytes were not counted in flight at issue)
         for (auto& r : runs)
           for (uint32_t b = 0; b < std::get<2>(r); ++b) {
-            c->shadow[op.smem + std::get<0>(r) + b] &= ~kShadowInflight;
-            c->dirty_owner[op.smem + std::get<0>(r) + b] = 0;
+            uint32_t x = op.smem + std::get<0>(r) + b;
+            if (x >= op.smem + op.bytes && c->inflight_n[x] == 0) c->shadow[x] &= ~kShadowInflight;
+            c->dirty_owner[x] = 0;
           }
         mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       }
@@ -1242,7 +1260,7 @@ void Engine::complete(AsyncOp& op) {
           memcpy(c->smem.data() + op.smem, src, op.bytes);
         MBar& mb = mbar(op.issuer, op.instr, c, op.mbar);
         for (uint32_t b = 0; b < op.bytes; ++b) {
-          c->shadow[op.smem + b] &= ~kShadowInflight;
+          async_write_end(c, op.smem + b);
           c->dirty_owner[op.smem + b] = 0;
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
@@ -1418,7 +1436,7 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
       if (op.src_bytes) memcpy(dst, (const void*)op.src, op.src_bytes);
       if (op.bytes > op.src_bytes) memset(dst + op.src_bytes, 0, op.bytes - op.src_bytes);
       for (uint32_t b = 0; b < op.bytes; ++b) {
-        c->shadow[op.dst + b] &= ~kShadowInflight;
+        async_write_end(c, op.dst + b);
         c->dirty_owner[op.dst + b] = 0;
         c->deliv_id[op.dst + b] = 0;
       }

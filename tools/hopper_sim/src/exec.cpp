@@ -889,6 +889,13 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
                 e->fail("async-unobserved", lead, &d, buf);
               }
             }
+            if (cta->shadow[a + b] & kShadowRacy) {
+              char buf[300];
+              snprintf(buf, sizeof buf, "wgmma operand %s element (%d, %d) at shared 0x%x was written by two "
+                       "asynchronous copies while both were in flight (a write-write race: either copy's byte may "
+                       "be there)", which, r, k, a + b);
+              e->fail("async-inflight", lead, &d, buf);
+            }
             if ((cta->shadow[a + b] & kShadowInflight) || cta->dirty_owner[a + b]) {
               char buf[300];
               snprintf(buf, sizeof buf, "wgmma operand %s element (%d, %d) at shared 0x%x %s", which, r, k, a + b,
@@ -1842,7 +1849,7 @@ void Engine::step(Thread* t, int budget) {
         Cta* owner;
         mem(t, &d, Sp::Shared, da, n, true, &owner, &off);
         if (srcn) mem(t, &d, Sp::Global, sa, srcn, false);
-        for (uint32_t b = 0; b < n; ++b) owner->shadow[off + b] |= kShadowInflight;
+        for (uint32_t b = 0; b < n; ++b) async_write_begin(owner, off + b);
         t->cp_uncommitted.push_back(CpAsyncOp{off, sa, n, srcn, Sp::Global});
         break;
       }
@@ -1943,14 +1950,13 @@ void Engine::step(Thread* t, int budget) {
             for (Cta* dc : op.dst_ctas) {
               if (off + op.bytes > dc->smem.size()) fail("tma", t, &d, "destination box past the end of shared memory");
               mbar(t, &d, dc, moff);
+              // Onto bytes another copy is still writing: a write-write race, not an error until
+              // something reads them (kShadowRacy).
               for (uint32_t b = 0; b < op.bytes; ++b) {
-                if (!opt_.strict) { dc->shadow[off + b] |= kShadowInflight; continue; }
-                if (dc->shadow[off + b] & kShadowInflight)
-                  fail("async-inflight", t, &d, "TMA destination overlaps another in-flight copy at shared address " + std::to_string(off + b));
-                if (dc->shadow[off + b] & kShadowAsyncRead)
+                if (opt_.strict && (dc->shadow[off + b] & kShadowAsyncRead))
                   fail("async-inflight", t, &d, "TMA destination overlaps a bulk/TMA store still reading shared address " +
                        std::to_string(off + b) + " (missing cp.async.bulk.wait_group.read)");
-                dc->shadow[off + b] |= kShadowInflight;
+                async_write_begin(dc, off + b);
               }
               check_wgmma_overwrite(t, &d, dc, off, op.bytes, "a TMA load (issued)");
             }
@@ -2050,10 +2056,10 @@ void Engine::step(Thread* t, int budget) {
             }
             for (Cta* dc : op.dst_ctas)
               for (uint32_t b = 0; b < n; ++b) {
-                if (opt_.strict && (dc->shadow[off + b] & (kShadowInflight | kShadowAsyncRead)))
-                  fail("async-inflight", t, &d, "bulk copy destination overlaps another in-flight copy or a store still "
-                       "reading shared address " + std::to_string(off + b));
-                dc->shadow[off + b] |= kShadowInflight;
+                if (opt_.strict && (dc->shadow[off + b] & kShadowAsyncRead))
+                  fail("async-inflight", t, &d, "bulk copy destination overlaps a store still reading shared address " +
+                       std::to_string(off + b) + " (missing cp.async.bulk.wait_group.read)");
+                async_write_begin(dc, off + b);   // (onto an in-flight copy: kShadowRacy)
               }
             for (Cta* dc : op.dst_ctas) check_wgmma_overwrite(t, &d, dc, off, n, "a bulk copy (issued)");
           }

@@ -254,6 +254,7 @@ struct Cta {
   Cluster* cluster = nullptr;
   std::vector<uint8_t> smem;
   std::vector<uint8_t> shadow;  // per byte: kShadow* flags
+  std::vector<uint8_t> inflight_n;     // per byte: asynchronous copies in flight into it (kShadowInflight <=> > 0)
   std::vector<uint16_t> dirty_owner;   // per byte: thread linear + 1 that wrote without proxy fence
   // per byte: the mbarrier (id + 1, 0: none) and phase whose completion made an asynchronous copy's
   // data visible; a generic access needs the accessing thread to have observed that phase
@@ -276,7 +277,25 @@ struct Cta {
 };
 
 // kShadowWgmmaRead: some in-flight wgmma reads the byte (wgmma_readers > 0)
-enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2, kShadowWgmmaRead = 16 };
+// kShadowRacy: two asynchronous copies wrote the byte while both were in flight, nothing ordering
+// one after the other (a write-write race: PTX's coherence order does not order them, so a later
+// read may see either copy's byte). Not an error by itself (CUTLASS 63's L2 prefetcher keeps
+// several TMA loads in flight into one scratch stage it never reads); reading the byte is. A
+// later write (a thread's store, or a copy issued while none is in flight there) ends it.
+enum : uint8_t { kShadowInflight = 1, kShadowAsyncRead = 2, kShadowRacy = 4, kShadowWgmmaRead = 16 };
+
+// An asynchronous copy into shared byte `off` of `c` is issued / lands.
+inline void async_write_begin(Cta* c, uint32_t off) {
+  uint8_t& n = c->inflight_n[off];
+  if (n) c->shadow[off] |= kShadowRacy;
+  else c->shadow[off] = (uint8_t)((c->shadow[off] & ~kShadowRacy) | kShadowInflight);
+  if (n < 255) ++n;   // (255 copies in flight into one byte: the count saturates and the bit stays)
+}
+inline void async_write_end(Cta* c, uint32_t off) {
+  uint8_t& n = c->inflight_n[off];
+  if (n == 255 || (n && --n)) return;   // another copy into it is still in flight
+  c->shadow[off] &= ~kShadowInflight;
+}
 
 struct Cluster {
   uint32_t id[3] = {0, 0, 0};

@@ -68,6 +68,7 @@ CASES = [
     ("mem", "shared_misaligned", "shared-misaligned", ["misaligned 4-byte access at 0x2"], [], None),
     ("mem", "async_inflight_load", "async-inflight", ["read of shared offset", "still writing"], [], None),
     ("mem", "async_inflight_store", "async-inflight", ["wait_group.read"], [], None),
+    ("mem", "async_waw", "async-inflight", ["two asynchronous copies wrote while both were in flight"], ["--seed", "2"], None),
     ("mem", "async_unobserved", "async-unobserved", ["has not observed that phase"], ["--schedules", "3"], None),
     ("mem", "proxy_fence_bulk", "proxy-fence", ["no fence.proxy.async", "cp.async.bulk.global.shared::cta"], [], None),
     ("mem", "bulk_copy_size", "bulk-copy", ["size 40 is not a multiple of 16"], [], None),

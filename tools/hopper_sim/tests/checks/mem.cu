@@ -254,8 +254,42 @@ static void pipeline(bool bad) {
     if (r[i] != h[i] * 2.f + i / kTile) { printf("pipeline: out[%d] = %g, expected %g\n", i, r[i], h[i] * 2.f + i / kTile); exit(1); }
 }
 
+// async_waw: four cp.async.bulk (global->shared) into the same 16 bytes, all in flight at once, from
+// sources holding different values, completing on one mbarrier phase the thread then waits for.
+// PTX orders none of these writes after another (no causality order between them, so their
+// coherence order is free): each byte may end up holding any source's value. The bad run reads the
+// bytes (reported); the good twin stores over them first (a write ordered after every copy: the
+// bytes are defined again) and reads its own values. Issuing the overlapping copies is itself no
+// error: CUTLASS 63's L2 prefetcher keeps several TMA loads in flight into one scratch stage it
+// never reads. Run with --seed 2 (copies land as late as possible) so all four are in flight.
+__global__ void k_awaw(const uint32_t* g, uint32_t* out, int bad) {
+  __shared__ alignas(128) uint32_t buf[4];
+  __shared__ alignas(8) uint64_t bar;
+  mbar_init(&bar, 1);
+  mbar_init_fence();
+  mbar_arrive_tx(&bar, 64);
+  for (int i = 0; i < 4; ++i) bulk_g2s(buf, g + 4 * i, 16, &bar);
+  mbar_wait(&bar, 0);
+  if (!bad)
+    for (int i = 0; i < 4; ++i) st_shared_u32(&buf[i], 7);
+  uint32_t s = 0;
+  for (int i = 0; i < 4; ++i) s += ld_shared_u32(&buf[i]);
+  out[0] = s;
+}
+static void async_waw(bool bad) {
+  uint32_t h[16], *g, *o;
+  for (int i = 0; i < 16; ++i) h[i] = i;
+  CK(cudaMalloc(&g, sizeof h)); CK(cudaMalloc(&o, 4));
+  CK(cudaMemcpy(g, h, sizeof h, cudaMemcpyHostToDevice));
+  k_awaw<<<1, 1>>>(g, o, bad);
+  uint32_t r = 0;
+  CK(cudaMemcpy(&r, o, 4, cudaMemcpyDeviceToHost));
+  if (!bad && r != 28) { printf("async_waw: sum %u, expected 28\n", r); exit(1); }
+}
+
 CASES({"global_oob_read", global_oob_read}, {"global_oob_write", global_oob_write},
       {"global_misaligned", global_misaligned}, {"shared_oob", shared_oob}, {"shared_misaligned", shared_misaligned},
       {"async_inflight_load", async_inflight_load}, {"async_unobserved", async_unobserved}, {"async_inflight_store", async_inflight_store},
       {"proxy_fence_bulk", proxy_fence_bulk}, {"async_at_exit", async_at_exit}, {"bulk_copy_size", bulk_copy_size},
-      {"address_space", address_space}, {"ldmatrix_during_store", ldmatrix_during_store}, {"pipeline", pipeline})
+      {"address_space", address_space}, {"ldmatrix_during_store", ldmatrix_during_store}, {"pipeline", pipeline},
+      {"async_waw", async_waw})
