@@ -668,8 +668,9 @@ def sharp_bound(o, naive, ref, dtype) -> tuple[float, str]:
     rule: a bug half the size of one that crosses the rule by 1.3x still fails), and an RMS bound
     (rms(o - ref) <= 2 rms(naive - ref) + eps rms(ref)) for small errors spread over many outputs.
     Returns (worst error / bound, what crossed it or "")."""
+    import torch
     from helpers import max_err, noop_rounding
-    eps = __import__("torch").finfo(dtype).eps
+    eps = torch.finfo(dtype).eps
     rms = lambda x: x.double().pow(2).mean().sqrt().item() if x.numel() else 0.0  # noqa: E731
     m_err, m_tol = max_err(o, ref), 2 * max_err(naive, ref) + 2 * noop_rounding(ref, dtype) + 2 * eps
     r_err = rms(o.double() - ref.double())
