@@ -79,11 +79,11 @@ mutant_v_early_release() {
 import sys
 p = sys.argv[1]
 s = open(p).read()
-old = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);\n"
+old = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);\n"
        "    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n"
        "    pipe_v.consumer_release(state_v);\n")
 new = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    pipe_v.consumer_release(state_v);\n"
-       "    softmax_block<kMasked, false>(params, tSrS, tScS_rc, w, n, fr);\n"
+       "    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);\n"
        "    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n")
 if s.count(old) != 1:
     sys.exit(1)
