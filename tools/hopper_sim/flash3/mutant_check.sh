@@ -17,7 +17,7 @@
 #     stage under the in-flight wgmma. The values may still come out right; the simulator's
 #     wgmma-operand-overwrite check must report it. Built for bf16 d 64 (one TU), its "full" smoke
 #     case must end with that check (status "crash").
-#  MUTANT=causal|dq_read_wait|v_early_release runs only one.
+#  MUTANT=causal|dq_read_wait|v_early_release runs only one. They run concurrently.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-python3}
@@ -92,7 +92,17 @@ PYEOF
   caught_by_check "$dir" 64 bf16:64:64/full wgmma-operand-overwrite "V stage released before the P.V's wait"
 }
 
-if [ -z "$only" ] || [ "$only" = causal ]; then mutant_causal || fail=1; fi
-if [ -z "$only" ] || [ "$only" = dq_read_wait ]; then mutant_dq_read_wait || fail=1; fi
-if [ -z "$only" ] || [ "$only" = v_early_release ]; then mutant_v_early_release || fail=1; fi
+# The mutants run at once (each is mostly one nvcc of ~1 min and ~4 GB, then a short simulation; they
+# share no file), their reports printed in order afterwards.
+pids=()
+for m in causal dq_read_wait v_early_release; do
+  if [ -z "$only" ] || [ "$only" = "$m" ]; then
+    "mutant_$m" > "$tmp/report_$m" 2>&1 &
+    pids+=("$!:$m")
+  fi
+done
+for pm in "${pids[@]}"; do
+  wait "${pm%%:*}" || fail=1
+  cat "$tmp/report_${pm#*:}"
+done
 exit $fail
