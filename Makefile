@@ -94,7 +94,8 @@ sim-flags:
 # strict check tripped on purpose, CUTLASS's own Hopper examples under the simulator with their own
 # verification; then flash3's kernels: tools/smoke.py's CI subset (every kernel TU and every feature
 # at least once, each case with two schedule seeds; then, with one seed, more cases until every TU
-# has three features, its family's riskiest among them: --ci-extra; the TUs come from
+# has three features, its family's riskiest among them: --ci-extra; both in one run, one worker per
+# kernel; the TUs come from
 # compile-check's objects when it ran first, else they are compiled once into
 # tools/hopper_sim/build/flash3), and deliberately wrong kernels that must be caught.
 SIM_SMOKE = $(SIM_PY) tools/smoke.py --backend sim --seeds 1,2
@@ -103,8 +104,7 @@ sim-check: sim
 	@set -e; for r in $(SIM_DIR)/tests/run_isa.py $(SIM_DIR)/tests/run_checks.py $(SIM_DIR)/tests/timing/run_timing_tests.py; do \
 	  [ -f "$$r" ] || continue; echo "== $$r"; $(SIM_PY) "$$r"; done
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py --reuse-record
-	$(SIM_SMOKE) --ci
-	$(SIM_PY) tools/smoke.py --backend sim --seeds 1 --ci-extra --json $(SIM_DIR)/build/smoke-sim-extra.json
+	$(SIM_SMOKE) --ci --ci-extra
 	PYTHON=$(SIM_PY) bash $(SIM_DIR)/flash3/mutant_check.sh
 	$(SIM_PY) tools/timing_smoke.py
 

@@ -26,6 +26,9 @@ FAKE_WORKER = textwrap.dedent("""
     import json, os, signal, sys, time
     a = sys.argv
     kernel, feats = a[a.index("--kernel") + 1], a[a.index("--features") + 1].split(",")
+    if os.environ.get("FAKE_ARGV"):
+        open(os.environ["FAKE_ARGV"], "a").write(json.dumps(a) + "\\n")
+    feats = [f.removesuffix("@1") for f in feats]  # smoke.ONE_SEED tokens: the feature is the name
     modes = dict(x.split("=") for x in os.environ.get("FAKE", "").split(";") if x)
     if os.environ.get("FAKE_PIDFILE"):
         open(os.environ["FAKE_PIDFILE"], "a").write(f"{os.getpid()}\\n")
@@ -123,6 +126,19 @@ def test_driver_classifies_kills_and_restarts(fake):
         assert c[(k, f)]["status"] == "ok", (k, f)
         assert c[(k, f)]["flash3"] == "/fake"
     assert smoke.counts(res["cases"]) == {"ok": 27, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
+
+
+def test_driver_feature_tokens(fake, tmp_path, monkeypatch):
+    """A worker's feature tokens (smoke.ONE_SEED: first seed only) are recorded under the feature's
+    name, and the token itself is what a restarted worker gets."""
+    monkeypatch.setenv("FAKE_ARGV", str(tmp_path / "argv"))
+    cmd = fake("bf16:64:64/causal=segv")
+    res = smoke.run_matrix([("bf16:64:64", ["full", "causal@1", "window@1"])], cmd, parallel=1,
+                           case_timeout=5.0, start_timeout=20, budget=60)
+    assert [(c["feature"], c["status"]) for c in res["cases"]] == [("full", "ok"), ("causal", "crash"),
+                                                                      ("window", "ok")]
+    argvs = [json.loads(l) for l in (tmp_path / "argv").read_text().splitlines()]
+    assert [a[a.index("--features") + 1] for a in argvs] == ["full,causal@1,window@1", "window@1"]
 
 
 def test_driver_budget_leaves_not_run(fake):

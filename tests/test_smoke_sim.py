@@ -785,6 +785,37 @@ def test_ci_extra_cases_give_every_tu_three_features():
     assert extra["quant:bf16"] == []  # five features already
 
 
+def test_ci_all_cases_is_both_parts_in_one_worker_per_kernel():
+    """--ci --ci-extra: per kernel, ci_cases' features (every seed) then ci_extra_cases' (tokens with
+    ONE_SEED: first seed only); every kernel once, the backward ones first."""
+    ids = smoke.kernel_ids(CI_INFO)
+    base, extra = dict(smoke.ci_cases(ids)), dict(smoke.ci_extra_cases(ids))
+    got = smoke.ci_all_cases(ids)
+    assert sorted(k for k, _ in got) == sorted(ids)
+    fams = [smoke.family(k) for k, _ in got]
+    assert fams == sorted(fams, key=lambda f: f != "bwd") and fams[0] == "bwd"
+    for k, toks in got:
+        assert toks == base[k] + [f + smoke.ONE_SEED for f in extra[k]], k
+        assert [smoke.feature_name(t) for t in toks if t.endswith(smoke.ONE_SEED)] == extra[k]
+
+
+def test_sim_worker_one_seed_token(monkeypatch, capsys):
+    """A ONE_SEED token runs with the first seed only even with seeds_all; its record names the
+    feature."""
+    calls = []
+
+    def fake_launch(p, driver, seed=1, sms=None):
+        calls.append((p["feature"], seed))
+        out, descale = smoke_quant.reference(p)
+        return {"out": out, "descale": descale}
+    monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
+    first = smoke_quant.QUANT_FEATURES[0]
+    assert smoke.sim_worker("quant:bf16", [first, "tiny" + smoke.ONE_SEED], "driver", [1, 2], seeds_all=True) == 0
+    res = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
+    assert calls == [(first, 1), (first, 2), ("tiny", 1), ("tiny", 1)]  # tiny: two parts, one seed
+    assert [(r["feature"], r["seeds"]) for r in res] == [(first, [1, 2]), ("tiny", [1])]
+
+
 def test_kinds_for():
     """The TU kinds a set of kernel ids needs, in ALL_KINDS order (a backward case runs its forward
     first; the quantize, append and combine kernels are always linked)."""

@@ -952,10 +952,11 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
     import smoke_sim
     _emit({"ready": True, "flash3": "hopper_sim:" + driver})
     first = features[0] if features else None  # its every-seed case when not seeds_all
-    for f in features:
+    for token in features:
+        f = feature_name(token)
         _emit({"begin": f})
         t0 = time.monotonic()
-        runs = seeds if (seeds_all or f == first) else seeds[:1]
+        runs = seeds[:1] if token.endswith(ONE_SEED) else seeds if (seeds_all or token == first) else seeds[:1]
         try:
             if family(kernel) == "dec":  # each part (launch) of the feature, each with every seed
                 todo = [(p, lambda p, seed: smoke_sim.dec_launch(p, Path(driver), seed=seed, sms=sms), check_dec)
@@ -1070,16 +1071,16 @@ def run_worker(kernel, feats, cmd, record, case_timeout, start_timeout, deadline
                 if time.monotonic() < last + limit:  # the budget ran out, not the case
                     return []
                 what = f"silent for {limit:.0f} s" + ("" if ready else " (worker start-up)")
-                record(kernel, left[0], "hang", what, extra)
+                record(kernel, feature_name(left[0]), "hang", what, extra)
                 return left[1:]
             if line is None:  # the worker ended before finishing its features
                 rc = proc.wait()
                 detail = _exit_detail(rc, errf) if rc else "exited early (exit 0)"
                 if not ready:  # it never got going: the same would happen again
                     for f in left:
-                        record(kernel, f, "crash", "worker failed to start: " + detail, extra)
+                        record(kernel, feature_name(f), "crash", "worker failed to start: " + detail, extra)
                     return []
-                record(kernel, left[0], "crash", detail, extra)
+                record(kernel, feature_name(left[0]), "crash", detail, extra)
                 return left[1:]
             try:
                 msg = json.loads(line)
@@ -1092,9 +1093,9 @@ def run_worker(kernel, feats, cmd, record, case_timeout, start_timeout, deadline
             last = time.monotonic()
             if msg.get("ready"):
                 ready, where = True, msg.get("flash3")
-            elif msg.get("feature") in left:
+            elif msg.get("feature") in (names := [feature_name(t) for t in left]):
                 f = msg["feature"]
-                left.remove(f)
+                del left[names.index(f)]  # its token (a feature, maybe with ONE_SEED)
                 if msg.get("status") == "crash":  # it exits now; keep its last printf lines
                     end = time.monotonic() + 5
                     while (line := _get(lines, end - time.monotonic())) is not None:
@@ -1171,7 +1172,7 @@ def run_matrix(jobs, worker_cmd, parallel=4, case_timeout=15.0, start_timeout=60
         t.join()
     cases = []
     for kernel, feats in jobs:
-        for f in feats:
+        for f in map(feature_name, feats):
             cases.append(results.get((kernel, f)) or
                          {"kernel": kernel, "feature": f, "status": "not run", "detail": "out of time"})
     return {"cases": cases, "elapsed": round(time.monotonic() - t0, 1), "budget": budget,
@@ -1376,6 +1377,24 @@ def ci_extra_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
     return jobs
 
 
+ONE_SEED = "@1"  # a feature token's suffix: run it with the first of --seeds only
+
+
+def feature_name(token: str) -> str:
+    """The feature of a worker's feature token ("window" or "window@1")."""
+    return token.removesuffix(ONE_SEED)
+
+
+def ci_all_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
+    """--ci --ci-extra in one run: ci_cases with every seed, ci_extra_cases' additions with the
+    first seed only (token suffix ONE_SEED), one worker per kernel for both (a worker's start-up,
+    torch's import, costs ~3.5 s of CPU); backward kernels first, the longest cases, so that the
+    run does not end on one of them."""
+    extra = dict(ci_extra_cases(kernels))
+    jobs = [(k, fs + [f + ONE_SEED for f in extra.get(k, []) if f not in fs]) for k, fs in ci_cases(kernels)]
+    return sorted(jobs, key=lambda j: family(j[0]) != "bwd")
+
+
 def built_kernel_ids() -> list[str]:
     """kernel_ids of kernel_info() plus the quantize op's entry (smoke_quant.gpu_info), which
     binding.cpp's kernel_info() does not list."""
@@ -1393,7 +1412,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="driver: explicit kernel/feature list, e.g. bf16:128:128/causal")
     ap.add_argument("--ci", action="store_true", help="driver: the CI subset (ci_cases) of the kernels' cases")
     ap.add_argument("--ci-extra", action="store_true",
-                    help="driver: the CI subset's second part (ci_extra_cases: three features per TU)")
+                    help="driver: the CI subset's second part (ci_extra_cases: three features per TU); "
+                         "with --ci, both in one run (ci_all_cases: the second part's cases with the first seed only)")
     ap.add_argument("--parallel", type=int, help="workers at once (4; sim: 2)")
     ap.add_argument("--case-timeout", type=float, help="seconds (15; sim: 1800)")
     ap.add_argument("--start-timeout", type=float, help="seconds (60; sim: 120)")
@@ -1417,12 +1437,16 @@ def main(argv=None) -> int:
         if getattr(args, name) is None:
             setattr(args, name, sim_default if sim else gpu_default)
     seeds = [int(x) for x in args.seeds.split(",") if x]
+    if sim and args.parallel > 1:
+        # --parallel workers share the cores with their simulator runs: torch's OpenMP pool in each
+        # worker only spins between the reference's small ops (~15% of a sim smoke run's CPU).
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     if args.worker:
         features = features or kernel_features(args.kernel)
         if sim:
             return sim_worker(args.kernel, features, args.sim_driver, seeds, args.seeds_all, args.sms)
-        return worker(args.kernel, features)
+        return worker(args.kernel, [feature_name(f) for f in features])
     if args.plan:
         with open(args.plan) as f:
             p = plan(json.load(f)["cases"])
@@ -1444,9 +1468,10 @@ def main(argv=None) -> int:
     if not args.cases:
         kernels = (args.kernels.split(",") if args.kernels
                    else kernel_ids(smoke_sim.driver_info(driver)) if driver else built_kernel_ids())
-        jobs = (ci_cases(kernels) if args.ci else ci_extra_cases(kernels) if args.ci_extra
+        jobs = (ci_all_cases(kernels) if args.ci and args.ci_extra else ci_cases(kernels) if args.ci
+                else ci_extra_cases(kernels) if args.ci_extra
                 else [(k, features or kernel_features(k)) for k in kernels])
-    jobs = [(k, [f for f in fs if applies(k, f)]) for k, fs in jobs]
+    jobs = [(k, [f for f in fs if applies(k, feature_name(f))]) for k, fs in jobs]
     cmd = (shlex.split(args.worker_cmd) if args.worker_cmd
            else [sys.executable, os.path.abspath(__file__), "--worker"])
     if sim:
