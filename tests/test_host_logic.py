@@ -202,6 +202,24 @@ def test_key_counts_match_python_spec(driver):
                 assert min(n[a:b + 1]) == min(n[a], n[b]), (sq, sk, causal, left, right, a, b)
 
 
+def test_row_bounds_key_floor(driver):
+    """The kernels' per-row run of visible keys (softmax.cuh apply_mask): key j in [0, seqlen_k) is
+    visible to row i iff key_floor(i) <= j < last_key(i + 1); key_floor is first_key before its
+    clamp at 0 and grows by exactly 1 per row (a thread's later rows follow from its first), or is
+    kNoLeftBound (far below any key) without a left bound."""
+    cases = random_masks(40, seed=17) + [(200, 300, False, 97, 13), (300, 200, True, 5, -1), (9, 5, False, 0, 2)]
+    answers = driver([f"row_bounds {sq} {sk} {int(c)} {l} {r}" for sq, sk, c, l, r in cases])
+    for (sq, sk, causal, left, right), line in zip(cases, answers):
+        rows = [tuple(map(int, x.split())) for x in line.split(";")]
+        vis = brute_visible(sq, sk, causal, left, right)
+        for i, (lo, hi) in enumerate(rows):
+            assert vis[i] == [lo <= j < hi for j in range(sk)], (sq, sk, causal, left, right, i)
+            if left < 0:
+                assert lo == -(1 << 30)
+            elif i:
+                assert lo == rows[i - 1][0] + 1
+
+
 @pytest.mark.parametrize("align", [16, 64])
 def test_padded_seq_offsets(driver, align):
     """padded_seq_offset: every sequence starts at a multiple of `align` and its rows, rounded up

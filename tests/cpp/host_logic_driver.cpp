@@ -109,6 +109,10 @@ int main() {
       for (int i = 0; i < mask.seqlen_q; ++i)
         for (int j = 0; j < mask.seqlen_k; ++j) std::putchar(mask.visible(i, j) ? '1' : '0');
       std::printf("\n");
+    } else if (cmd == "row_bounds") {  // seqlen_q seqlen_k causal left right -> per row: key_floor last_key
+      const Mask mask = read_mask(in);
+      for (int i = 0; i < mask.seqlen_q; ++i) std::printf("%s%d %d", i ? ";" : "", mask.key_floor(i), mask.last_key(i + 1));
+      std::printf("\n");
     } else if (cmd == "tiles") {  // m_blocks heads batch seqlen_k d d_v heads_k l2 causal
       int nm, h, b, sk, d, dv, hk, l2, causal;
       in >> nm >> h >> b >> sk >> d >> dv >> hk >> l2 >> causal;

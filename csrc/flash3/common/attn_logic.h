@@ -38,9 +38,12 @@ struct Mask {
   }
   // First and one-past-last key any row in [row_begin, row_end) may see (before clipping to
   // block granularity). Empty when first >= last.
-  FLASH3_HD int first_key(int row_begin) const {
-    return left < 0 ? 0 : imax(0, row_begin + offset() - left);
-  }
+  FLASH3_HD int first_key(int row_begin) const { return imax(0, key_floor(row_begin)); }
+  // first_key before its clamp at key 0: no key below it is visible to row `row` (nor is any key
+  // below 0), so as a left bound it cuts exactly what first_key does, and it grows by exactly 1 per
+  // row (a later row's follows from an earlier one's). kNoLeftBound without a left bound.
+  static constexpr int kNoLeftBound = -(1 << 30);
+  FLASH3_HD int key_floor(int row) const { return left < 0 ? kNoLeftBound : row + offset() - left; }
   FLASH3_HD int last_key(int row_end) const {
     return right < 0 ? seqlen_k : imin(seqlen_k, row_end - 1 + offset() + right + 1);
   }

@@ -162,33 +162,40 @@ __device__ __forceinline__ void fill_outside_run(TensorS& s_rc, int mi, int lo, 
 enum class Masking { none, right, both };
 
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
-// accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence.
+// accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence
+// (col0 a multiple of 8).
 // A key j is visible to row i iff first_key(i) <= j < last_key(i + 1) (this is Mask::visible): one
-// run per row (fill_outside_run). A thread's rows lie 8 apart, so with one row per token the right
-// bound of a later row follows from the first row's (last_key grows by 8, up to seqlen_k: +2 of
-// the thread's columns, then the clamp); the left bound (first_key clamps at 0, which breaks that)
-// is taken per row. Packed GQA rows (rows_per_token > 1) take both per row. kCutLeft = false: the
-// caller knows there is no left bound (Masking::right).
+// run per row (fill_outside_run). A thread's rows lie 8 apart, so with one row per token both
+// bounds of a later row follow from the first row's: last_key grows by 8, up to seqlen_k (+2 of the
+// thread's columns, then the clamp); the left bound is key_floor, first_key before its clamp at 0,
+// which grows by 8 with no clamp (a count <= 0 cuts nothing either way). Packed GQA rows
+// (rows_per_token > 1) take both per row. kCutLeft = false: the caller knows there is no left
+// bound (Masking::right).
 template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
   check_rowcol_layout<decltype(coord_rc.layout())>();
-  const int tc = col0 + get<1>(coord_rc(0, 0));  // this thread's first column in the sequence
+  const int tcol = get<1>(coord_rc(0, 0));  // this thread's first column in the tile
   const int first_row = row0 + get<0>(coord_rc(0, 0));
-  const int cnt_end = thread_cols_before(mask.seqlen_k - tc);
-  const int cnt_hi = thread_cols_before(mask.last_key(first_row + 1) - tc);
+  // col0 is a multiple of 8 (a key block's origin), so thread_cols_before(b - col0) =
+  // thread_cols_before(b) - col0 / 4: each count is a term that is the same for every key block
+  // (the compiler hoists it out of the key loop) minus one shift.
+  const int shift = col0 / 4;
+  const int cnt_end = thread_cols_before(mask.seqlen_k - tcol) - shift;
+  const int cnt_hi = thread_cols_before(mask.last_key(first_row + 1) - tcol) - shift;
+  const int cnt_lo = thread_cols_before(mask.key_floor(first_row) - tcol) - shift;
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
     const int row = row0 + get<0>(coord_rc(mi, 0));
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int token = row / rows_per_token;
+      const int tc = col0 + tcol;  // per block: a hoisted per-row term costs registers the decode lacks
       fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
                                  thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
     } else {
       const int dr = row - first_row;  // a constant multiple of 8
-      fill_outside_run<kCutLeft>(s_rc, mi, kCutLeft ? thread_cols_before(mask.first_key(row) - tc) : 0,
-                                 min(cnt_end, cnt_hi + dr / 4), -INFINITY);
+      fill_outside_run<kCutLeft>(s_rc, mi, kCutLeft ? cnt_lo + dr / 4 : 0, min(cnt_end, cnt_hi + dr / 4), -INFINITY);
     }
   }
 }

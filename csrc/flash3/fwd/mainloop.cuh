@@ -210,6 +210,7 @@ struct FwdConsumer {
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
     const int row0 = w.coord.m_block * Tr::kBlockM;
+    static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
       apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.p.num_heads / params.p.num_heads_k);
     else if constexpr (kMasked)
