@@ -86,6 +86,8 @@ def table(sim: dict | None, gpu: dict | None) -> str:
         lines.append(f"- {what}: `{meta.get('command', 'tools/smoke.py')}` on {meta.get('date', '?')}"
                      + (f", schedule seeds {meta['seeds']}" if meta.get("seeds") else "")
                      + f", {len(res['cases'])} cases"
+                     + (f" ({one} of them with the first seed only)"
+                        if (one := sum(len(c.get("seeds", [0, 0])) == 1 for c in res["cases"])) else "")
                      + (" — **interrupted: only the cases that finished**" if res.get("partial") else ""))
     lines += ["", "| kernels | head dims | features | simulator | GPU |", "|---|---|---|---|---|"]
     for name in list(sim_rows) + [n for n in gpu_rows if n not in sim_rows]:
