@@ -799,9 +799,9 @@ def test_ci_all_cases_is_both_parts_in_one_worker_per_kernel():
         assert [smoke.feature_name(t) for t in toks if t.endswith(smoke.ONE_SEED)] == extra[k]
 
 
-def test_sim_worker_one_seed_token(monkeypatch, capsys):
-    """A ONE_SEED token runs with the first seed only even with seeds_all; its record names the
-    feature."""
+def run_quant_worker(monkeypatch, capsys, features, seeds_all):
+    """smoke.sim_worker on quant:bf16 with seeds [1, 2] and the simulator launch replaced by the
+    reference: ([(feature, seed) per launch], the worker's result records)."""
     calls = []
 
     def fake_launch(p, driver, seed=1, sms=None):
@@ -809,9 +809,15 @@ def test_sim_worker_one_seed_token(monkeypatch, capsys):
         out, descale = smoke_quant.reference(p)
         return {"out": out, "descale": descale}
     monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
+    assert smoke.sim_worker("quant:bf16", features, "driver", [1, 2], seeds_all=seeds_all) == 0
+    return calls, [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
+
+
+def test_sim_worker_one_seed_token(monkeypatch, capsys):
+    """A ONE_SEED token runs with the first seed only even with seeds_all; its record names the
+    feature."""
     first = smoke_quant.QUANT_FEATURES[0]
-    assert smoke.sim_worker("quant:bf16", [first, "tiny" + smoke.ONE_SEED], "driver", [1, 2], seeds_all=True) == 0
-    res = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
+    calls, res = run_quant_worker(monkeypatch, capsys, [first, "tiny" + smoke.ONE_SEED], seeds_all=True)
     assert calls == [(first, 1), (first, 2), ("tiny", 1), ("tiny", 1)]  # tiny: two parts, one seed
     assert [(r["feature"], r["seeds"]) for r in res] == [(first, [1, 2]), ("tiny", [1])]
 
@@ -890,16 +896,8 @@ def test_sim_driver_runs_every_seed_by_default(tmp_path, monkeypatch, first_only
 
 def test_sim_worker_first_seed_only(monkeypatch, capsys):
     """seeds_all=False (--first-seed-only): only the family's first feature with every seed."""
-    calls = []
-
-    def fake_launch(p, driver, seed=1, sms=None):
-        calls.append((p["feature"], seed))
-        out, descale = smoke_quant.reference(p)
-        return {"out": out, "descale": descale}
-    monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
     first = smoke_quant.QUANT_FEATURES[0]
-    assert smoke.sim_worker("quant:bf16", [first, "tiny"], "driver", [1, 2], seeds_all=False) == 0
-    res = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
+    calls, res = run_quant_worker(monkeypatch, capsys, [first, "tiny"], seeds_all=False)
     assert calls == [(first, 1), (first, 2), ("tiny", 1), ("tiny", 1)]  # tiny: two parts, one seed
     assert [r["seeds"] for r in res] == [[1, 2], [1]]
 
