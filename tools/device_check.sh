@@ -48,6 +48,11 @@ LOG=$OUT/device_check.log
 BUDGET=${DEVICE_CHECK_BUDGET:-570}
 RESERVE=${DEVICE_CHECK_RESERVE:-20}
 MIN_STEP=${DEVICE_CHECK_MIN_STEP:-15}
+# Stage 1: seconds kept after the smoke matrix (self-test, hang rerun, sanitizers), and which
+# sanitizer tools run (a shorter lease: fewer tools, a smaller reserve; DEVICE_CHECK_HANG_BUILD=0
+# also leaves out the hang-diagnosis build beside the smoke).
+AFTER_SMOKE=${DEVICE_CHECK_AFTER_SMOKE:-200}
+SANITIZERS=${DEVICE_CHECK_SANITIZERS:-memcheck racecheck synccheck}
 PY=$(command -v "${PYTHON:-python3}") || { echo "device-check: no ${PYTHON:-python3}"; exit 1; }
 [[ $PY = /* ]] || PY=$ROOT/$PY
 export PYTHONUNBUFFERED=1
@@ -151,18 +156,20 @@ if [ "$STAGE" = 1 ]; then
   HANG_DIR=$BUILD/hang-tree HB_PID=
   stop_hang_build() { [ -n "$HB_PID" ] && kill -- -"$HB_PID" 2>/dev/null; HB_PID=; }
   trap stop_hang_build EXIT
-  if [ -n "${FLASH3_PREBUILT_ALLOW_MISSING:-}" ] || ! prepare hang >> "$LOG" 2>&1; then
-    HANG_OBJ="$PY tools/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 --nice &&"
-  else
-    HANG_OBJ=
+  if [ "${DEVICE_CHECK_HANG_BUILD:-1}" != 0 ]; then  # 0: no CPU taken from the smoke, no hang rerun
+    if [ -n "${FLASH3_PREBUILT_ALLOW_MISSING:-}" ] || ! prepare hang >> "$LOG" 2>&1; then
+      HANG_OBJ="$PY tools/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 --nice &&"
+    else
+      HANG_OBJ=
+    fi
+    rm -rf "$HANG_DIR" && mkdir -p "$HANG_DIR" &&
+      cp -r setup.py pyproject.toml README.md flash3 csrc tools "$HANG_DIR"/ &&
+      rm -f "$HANG_DIR"/flash3/_C*.so &&
+      { setsid bash -c "$HANG_OBJ cd $HANG_DIR && FLASH3_DEBUG_HANG=1 FLASH3_PREBUILT=$PRE/hang \
+                        timeout 400 $PY setup.py build_ext --inplace
+                        echo \$? > $WORK/hang_build.rc" > "$WORK/hang_build.log" 2>&1 < /dev/null &
+        HB_PID=$!; }
   fi
-  rm -rf "$HANG_DIR" && mkdir -p "$HANG_DIR" &&
-    cp -r setup.py pyproject.toml README.md flash3 csrc tools "$HANG_DIR"/ &&
-    rm -f "$HANG_DIR"/flash3/_C*.so &&
-    { setsid bash -c "$HANG_OBJ cd $HANG_DIR && FLASH3_DEBUG_HANG=1 FLASH3_PREBUILT=$PRE/hang \
-                      timeout 400 $PY setup.py build_ext --inplace
-                      echo \$? > $WORK/hang_build.rc" > "$WORK/hang_build.log" 2>&1 < /dev/null &
-      HB_PID=$!; }
   # The self-test of the hang-diagnosis build's bounded waits (small; compiles beside the smoke).
   SELFTEST=$WORK/debug_hang_selftest
   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc \
@@ -172,7 +179,7 @@ if [ "$STAGE" = 1 ]; then
 
   # Smoke matrix; its internal budget ends before the step's timeout, so it reports "not run"
   # rather than being killed.
-  SMOKE=$(( $(left) - 200 )); [ "$SMOKE" -gt 280 ] && SMOKE=280
+  SMOKE=$(( $(left) - AFTER_SMOKE )); [ "$SMOKE" -gt 280 ] && SMOKE=280
   STEP_LOG=$WORK/smoke.log step smoke $((SMOKE + 30)) \
     $PY tools/smoke.py --budget $((SMOKE > 20 ? SMOKE - 10 : 10)) --parallel 8 --case-timeout 15 \
     --json "$OUT/smoke.json"
@@ -183,7 +190,9 @@ if [ "$STAGE" = 1 ]; then
   STEP_LOG=$WORK/selftest.log step debug_hang_selftest 40 \
     bash -c "cat $WORK/selftest_build.log; $SELFTEST sync && $SELFTEST hang"
 
-  if [ -n "$HANG_CASES" ]; then
+  if [ -n "$HANG_CASES" ] && [ "${DEVICE_CHECK_HANG_BUILD:-1}" = 0 ]; then
+    skip hang_rerun "DEVICE_CHECK_HANG_BUILD=0"
+  elif [ -n "$HANG_CASES" ]; then
     STEP_LOG=$WORK/hang_build.log step "hang_build (background)" 300 \
       bash -c "while [ ! -f $WORK/hang_build.rc ]; do sleep 1; done; exit \$(cat $WORK/hang_build.rc)" &&
     STEP_LOG=$WORK/hang_rerun.log step hang_rerun 45 env PYTHONPATH="$HANG_DIR" \
@@ -207,9 +216,9 @@ if [ "$STAGE" = 1 ]; then
   }
   if [ -n "$FAIL_CASES" ]; then
     set -- $FAIL_CASES
-    for tool in memcheck racecheck synccheck; do san $tool "$PYTHONPATH" "$1"; done
+    for tool in $SANITIZERS; do san $tool "$PYTHONPATH" "$1"; done
   elif [ -n "$SAN_CASES" ]; then
-    for tool in memcheck racecheck synccheck; do san $tool "$PYTHONPATH" $SAN_CASES; done
+    for tool in $SANITIZERS; do san $tool "$PYTHONPATH" $SAN_CASES; done
   elif [ -n "$HANG_CASES" ] && ls "$HANG_DIR"/flash3/_C*.so >/dev/null 2>&1; then
     san memcheck "$HANG_DIR" "${HANG_CASES%% *}"  # the debug build traps instead of hanging
   else

@@ -18,7 +18,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SIM_FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-cudart", "shared", "-no-compress"]
+# The simulator interposes on the shared CUDA runtime; `--cudart static` makes a binary for a real
+# GPU whose image may keep libcudart elsewhere (tools/fa3_peer/device_time.sh).
+SIM_FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-no-compress"]
 # FA3's own nvcc flags (hopper/setup.py; --expt-relaxed-constexpr comes from torch's extension
 # defaults there), minus -lineinfo/--resource-usage (no effect on code).
 FA3_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "--expt-relaxed-constexpr", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
@@ -47,6 +49,7 @@ def main():
     ap.add_argument("--hdim", type=int, required=True, choices=[64, 96, 128, 192, 256])
     ap.add_argument("--fa3-src", default=os.environ.get("FA3_SRC"))
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "fa3_peer"))
+    ap.add_argument("--cudart", choices=["shared", "static"], default="shared")
     a = ap.parse_args()
     if not a.fa3_src or not os.path.isfile(os.path.join(a.fa3_src, "hopper", "flash.h")):
         sys.exit("fa3_peer: give the flash-attention checkout (FA3_SRC=... or --fa3-src): hopper/flash.h not found")
@@ -54,7 +57,7 @@ def main():
     inst = os.path.join(hopper, "instantiations", f"flash_fwd_hdim{a.hdim}_bf16_sm90.cu")
     srcs = [inst, os.path.join(hopper, "flash_prepare_scheduler.cu"), os.path.join(HERE, "fa3_fwd_driver.cu")]
     disabled = [d for d in DISABLED] + [f"HDIM{x}" for x in (64, 96, 128, 192, 256) if x != a.hdim]
-    flags = SIM_FLAGS + FA3_FLAGS + [f"-DFLASHATTENTION_DISABLE_{d}" for d in disabled] + [
+    flags = SIM_FLAGS + ["-cudart", a.cudart] + FA3_FLAGS + [f"-DFLASHATTENTION_DISABLE_{d}" for d in disabled] + [
         f"-DFA3_HDIM={a.hdim}", "-I" + hopper, "-I" + cutlass_include()]
     h = hashlib.sha1()
     for s in srcs:

@@ -3,12 +3,17 @@
 // benchmark peer. The parameters are filled as FA3's hopper/flash_api.cpp fills them for a batched,
 // non-varlen, non-paged, no-split call (read there, written here from scratch); no torch.
 //
-//   fa3_fwd_driver B S H D [causal 0|1] [check_rows N] [num_sm N]
+//   fa3_fwd_driver B S H D [causal 0|1] [check_rows N] [num_sm N] [time_iters N]
+//
+// time_iters > 0 (on a real GPU) times that many launches after 3 warm-ups with CUDA events, one
+// pair per launch around the launch alone (the causal scheduler's tile counter is zeroed before
+// each, outside the events, as FA3's flash_api zeroes it per call), and prints the median.
 //
 // check_rows > 0 compares that many query rows of every (batch, head) with an fp64 reference
 // (exit 1 beyond bf16 tolerance); 0 skips the check (timing runs with CTAs sampled away leave most
 // of O unwritten). The kernel instance comes from FA3's instantiation file for head dim D
 // (flash_fwd_hdim<D>_bf16_sm90.cu), linked beside this file by tools/fa3_peer/build.py.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,13 +54,14 @@ struct Lcg {   // deterministic inputs, N(0,1) by Box-Muller
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s B S H D [causal] [check_rows] [num_sm]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s B S H D [causal] [check_rows] [num_sm] [time_iters]\n", argv[0]);
     return 2;
   }
   const int b = std::atoi(argv[1]), s = std::atoi(argv[2]), h = std::atoi(argv[3]), d = std::atoi(argv[4]);
   const bool causal = argc > 5 && std::atoi(argv[5]) != 0;
   const int check_rows = argc > 6 ? std::atoi(argv[6]) : 8;
   const int num_sm = argc > 7 ? std::atoi(argv[7]) : 132;
+  const int time_iters = argc > 8 ? std::atoi(argv[8]) : 0;
   if (d != FA3_HDIM || b < 1 || s < 1 || h < 1) {
     std::fprintf(stderr, "fa3_fwd_driver: built for D=%d, got B=%d S=%d H=%d D=%d\n", FA3_HDIM, b, s, h, d);
     return 2;
@@ -108,6 +114,26 @@ int main(int argc, char** argv) {
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::printf("fa3_fwd_driver: b=%d s=%d h=%d d=%d causal=%d ran\n", b, s, h, d, int(causal));
+  if (time_iters > 0) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int it = -3; it < time_iters; ++it) {
+      if (sem) CK(cudaMemsetAsync(sem, 0, 16));
+      CK(cudaEventRecord(e0));
+      run_mha_fwd_<90, cutlass::bfloat16_t, FA3_HDIM, FA3_HDIM, false, false, false, false>(p, nullptr);
+      CK(cudaEventRecord(e1));
+      CK(cudaGetLastError());
+      CK(cudaEventSynchronize(e1));
+      float t = 0; CK(cudaEventElapsedTime(&t, e0, e1));
+      if (it >= 0) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double flops = 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
+    std::printf("fa3_fwd_driver: time b=%d s=%d h=%d d=%d causal=%d median_ms=%.4f min_ms=%.4f tflops=%.1f iters=%d\n",
+                b, s, h, d, int(causal), med, ms.front(), flops / (med * 1e-3) / 1e12, time_iters);
+  }
   if (check_rows <= 0) return 0;
 
   std::vector<uint16_t> ho(n);

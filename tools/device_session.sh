@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The whole of a short lease in ONE device call (15 minutes of device time, a machine start
+# included, leave room for about 600 s of command): stage 1 of tools/device_check.sh (correctness:
+# smoke matrix, memcheck; no hang-diagnosis build) and stage 3 (benchmarks) on the build stage 1
+# made, after FA3's own forward timed on the same GPU (our benchmark peer, built HERE from a
+# flash-attention checkout, copied to .carry/fa3/:
+#   FA3_SRC=... python tools/fa3_peer/build.py --hdim 128 --cudart static --out .carry/fa3).
+# Budgets: FA3 timing starts no run after 30 s (15 s each); SESSION_S1 (default 290 s) and
+# SESSION_S3 (220 s).
+# A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
+# Under $OUT: s1_summary.txt, s3_summary.txt, fa3.txt, session.tgz (both stages' files).
+#
+#   device tool: command `bash tools/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL=${OUT:-build/device-session}
+mkdir -p "$FINAL" && FINAL=$(cd "$FINAL" && pwd)
+S=$PWD/build/device-session-files
+rm -rf "$S" && mkdir -p "$S/s1" "$S/s3"
+T0=$(date +%s)
+
+# FA3's forward, d 128, the FA3 paper's setup (16k tokens, 16 heads), 30 timed launches each.
+FA3=$(ls .carry/fa3/fa3_fwd_hdim128-* 2>/dev/null | head -1)
+if [ -n "$FA3" ]; then
+  for causal in 0 1; do
+    for s in 2048 8192 16384; do
+      [ $(( $(date +%s) - T0 )) -lt 30 ] &&
+        timeout 15 "$FA3" $((16384 / s)) $s 16 128 $causal 2 132 30 2>&1 | tail -2
+    done
+  done > "$FINAL/fa3.txt"
+else
+  echo "no .carry/fa3/fa3_fwd_hdim128-* carried" > "$FINAL/fa3.txt"
+fi
+echo "fa3: done after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+
+OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=${SESSION_S1:-290} DEVICE_CHECK_AFTER_SMOKE=100 \
+  DEVICE_CHECK_SANITIZERS=memcheck DEVICE_CHECK_HANG_BUILD=0 bash tools/device_check.sh > "$S/s1.out" 2>&1
+echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+cp "$S/s1/summary.txt" "$FINAL/s1_summary.txt" 2>/dev/null || tail -40 "$S/s1.out" > "$FINAL/s1_summary.txt"
+
+if grep -q "^build	ok" build/device-check-work/steps.tsv 2>/dev/null; then
+  OUT=$S/s3 STAGE=3 DEVICE_CHECK_BUDGET=${SESSION_S3:-220} bash tools/device_check.sh > "$S/s3.out" 2>&1
+  echo "stage 3: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+  cp "$S/s3/summary.txt" "$FINAL/s3_summary.txt" 2>/dev/null || tail -40 "$S/s3.out" > "$FINAL/s3_summary.txt"
+else
+  echo "stage 3: skipped (stage 1's build did not succeed)" >> "$S/session.log"
+fi
+
+tar czf "$FINAL/session.tgz" -C "$S" . 2>/dev/null
+for f in s1_summary.txt s3_summary.txt fa3.txt; do
+  [ -f "$FINAL/$f" ] && { echo "##### $f"; cat "$FINAL/$f"; }
+done
+cat "$S/session.log"
