@@ -13,6 +13,7 @@ tools/flash3_build.py and third_party/README.md.
 """
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -82,6 +83,13 @@ if PLAN.build_cuda:
         + fb.cutlass_include_dirs(PLAN.cutlass_include),
         define_macros=defines,
         extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
+        # A toolchain that links libstdc++ statically (seen on a lent H200's image: its g++ put
+        # libstdc++'s ostream code inside _C.so) must keep that copy private: exported, the
+        # process's shared libstdc++ (loaded by torch) supplies the locale data while
+        # -Bsymbolic-functions binds the calls to our copy, and the first `os << int` (kernel_info,
+        # every TORCH_CHECK message) segfaulted. A no-op when nothing static is linked.
+        # FLASH3_LDFLAGS adds link flags.
+        extra_link_args=["-Wl,--exclude-libs,ALL"] + shlex.split(os.environ.get("FLASH3_LDFLAGS", "")),
     ))
     cmdclass["build_ext"] = BuildExtension
     if not os.environ.get("MAX_JOBS"):  # torch's ninja build reads MAX_JOBS

@@ -188,7 +188,7 @@ if [ "$STAGE" = 1 ]; then
 
   wait "$SELFTEST_PID"
   STEP_LOG=$WORK/selftest.log step debug_hang_selftest 40 \
-    bash -c "cat $WORK/selftest_build.log; $SELFTEST sync && $SELFTEST hang"
+    bash -c "cat $WORK/selftest_build.log; $SELFTEST sync && $SELFTEST hang mbar && $SELFTEST hang named"
 
   if [ -n "$HANG_CASES" ] && [ "${DEVICE_CHECK_HANG_BUILD:-1}" = 0 ]; then
     skip hang_rerun "DEVICE_CHECK_HANG_BUILD=0"

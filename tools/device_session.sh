@@ -5,8 +5,8 @@
 # made, after FA3's own forward timed on the same GPU (our benchmark peer, built HERE from a
 # flash-attention checkout, copied to .carry/fa3/:
 #   FA3_SRC=... python tools/fa3_peer/build.py --hdim 128 --cudart static --out .carry/fa3).
-# Budgets: FA3 timing starts no run after 30 s (15 s each); SESSION_S1 (default 290 s) and
-# SESSION_S3 (220 s).
+# Budgets: FA3 timing starts no run after 30 s (15 s each; SESSION_FA3=0 skips it); SESSION_S1
+# (default 290 s) and SESSION_S3 (220 s).
 # A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
 # Under $OUT: s1_summary.txt, s3_summary.txt, fa3.txt, session.tgz (both stages' files).
 #
@@ -21,6 +21,7 @@ T0=$(date +%s)
 
 # FA3's forward, d 128, the FA3 paper's setup (16k tokens, 16 heads), 30 timed launches each.
 FA3=$(ls .carry/fa3/fa3_fwd_hdim128-* 2>/dev/null | head -1)
+[ "${SESSION_FA3:-1}" = 0 ] && FA3=  # already measured in this lease
 if [ -n "$FA3" ]; then
   for causal in 0 1; do
     for s in 2048 8192 16384; do
@@ -29,7 +30,7 @@ if [ -n "$FA3" ]; then
     done
   done > "$FINAL/fa3.txt"
 else
-  echo "no .carry/fa3/fa3_fwd_hdim128-* carried" > "$FINAL/fa3.txt"
+  echo "FA3 not timed (SESSION_FA3=0, or no .carry/fa3/fa3_fwd_hdim128-* carried)" > "$FINAL/fa3.txt"
 fi
 echo "fa3: done after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 
