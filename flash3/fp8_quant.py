@@ -24,10 +24,17 @@ FP8_MAX = 448.0
 INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
+def _amax_over_fp8_max(amax: torch.Tensor) -> torch.Tensor:
+    """amax / 448, correctly rounded on every device. A Python-scalar divisor is not: PyTorch's CUDA
+    division multiplies by the scalar's reciprocal (one ulp off, seen on an H200 against the kernels,
+    which divide), so the definition would depend on the device. A tensor divisor divides."""
+    return amax / torch.full_like(amax, FP8_MAX)
+
+
 def _descale_from_amax(amax: torch.Tensor, name: str) -> torch.Tensor:
     if not bool(torch.isfinite(amax).all()):
         raise ValueError(f"{name} contains non-finite values (inf/nan) and cannot be quantized to FP8")
-    descale = amax / FP8_MAX
+    descale = _amax_over_fp8_max(amax)
     # amax == 0 -> descale 1 (all-zero block); tiny amax -> keep descale normal
     # so that x / descale never overflows or divides by zero.
     descale = torch.clamp_min(descale, torch.finfo(torch.float32).tiny)
@@ -37,7 +44,7 @@ def _descale_from_amax(amax: torch.Tensor, name: str) -> torch.Tensor:
 def _descale_from_amax_nosync(amax: torch.Tensor) -> torch.Tensor:
     """_descale_from_amax without its finiteness check (a host sync): the CUDA path's contract is
     finite input."""
-    descale = torch.clamp_min(amax / FP8_MAX, torch.finfo(torch.float32).tiny)
+    descale = torch.clamp_min(_amax_over_fp8_max(amax), torch.finfo(torch.float32).tiny)
     return torch.where(amax == 0, torch.ones_like(descale), descale)
 
 

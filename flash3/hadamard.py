@@ -88,6 +88,15 @@ def random_signs(d: int, seed: int = 0, *, dtype=torch.float32, device=None) -> 
 
 
 @functools.lru_cache(maxsize=64)
+def _on_device(kind: str, n: int, seed: int, dtype, device) -> torch.Tensor:
+    """A read-only device copy of the signs (kind "signs": n = d) or of the Hartley matrix ("cas":
+    n = m), made once: a copy from pageable host memory per call is illegal inside CUDA graph
+    capture (seen on an H200 in attention_fp8_varlen's capture), and costs a transfer per call."""
+    src = _signs_cpu(n, seed) if kind == "signs" else _hartley_cpu(n)
+    return src.to(dtype=dtype, device=device, copy=True)
+
+
+@functools.lru_cache(maxsize=64)
 def _hartley_cpu(m: int) -> torch.Tensor:
     idx = torch.arange(m, dtype=torch.float64)
     ang = (2.0 * math.pi / m) * torch.outer(idx, idx).remainder(m)  # reduce before scaling
@@ -126,7 +135,7 @@ def _apply_T(y: torch.Tensor) -> torch.Tensor:
         f = torch.fft.fft(y, dim=-2)
         y = (f.real - f.imag) * (1.0 / math.sqrt(m))
     elif m > 1:
-        c = _hartley_cpu(m).to(dtype=y.dtype, device=y.device)
+        c = _on_device("cas", m, 0, y.dtype, y.device)
         # out[..., a, j] = sum_b C[a, b] y[..., b, j]; C is symmetric, so this
         # is (y^T @ C)^T -- one GEMM with the batch dims folded into rows.
         y = torch.matmul(y.transpose(-1, -2), c).transpose(-1, -2)
@@ -153,7 +162,8 @@ def hadamard_transform(x: torch.Tensor, *, seed: int = 0, inverse: bool = False)
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = x.to(dtype)
     d = x.shape[-1]
-    s = random_signs(d, seed, dtype=dtype, device=x.device)
+    block_structure(d)
+    s = _on_device("signs", d, int(seed), dtype, x.device)  # read only
     if inverse:
         return _apply_T(y) * s
     return _apply_T(y * s)

@@ -852,3 +852,15 @@ def test_varlen_packing_stays_in_range_for_bad_offsets():
         x8, xd, _ = quantize_fp8_varlen(x, c, 30, block_size=16, smooth=True)
         assert x8.shape == x.shape and xd.shape == (2, 2, 2)
         assert pack_v_fp8_varlen(x8, c).shape[-1] % 16 == 0
+
+
+def test_descale_division_is_correctly_rounded():
+    """descale = amax / 448 correctly rounded (as the kernels divide), on every device: a
+    Python-scalar divisor on CUDA multiplies by the reciprocal instead (one ulp off, seen on an
+    H200). fp32 quotients through fp64 are correctly rounded (53 >= 2 * 24 + 2)."""
+    from flash3 import fp8_quant
+    amax = torch.rand(4096, generator=torch.Generator().manual_seed(3)) * 1e3
+    want = (amax.double() / 448.0).float()
+    assert torch.equal(fp8_quant._amax_over_fp8_max(amax), want)
+    recip = amax * (1.0 / 448.0)  # what the scalar-divisor CUDA path computes
+    assert not torch.equal(recip, want)  # so this test would notice a regression to it

@@ -184,3 +184,11 @@ def test_compile_check_backward_checks():
                               "    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
                               "ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async\n", r)
     assert any("C7510" in p for p in r.problems) and any("stack frame" in p for p in r.problems)
+
+
+def test_setup_keeps_a_static_libstdcxx_private():
+    """A lent H200's g++ links libstdc++ statically; exported, that copy's ostream code ran against
+    the process's shared libstdc++ locale data (kernel_info() segfaulted). setup.py links _C with
+    --exclude-libs,ALL (a no-op for toolchains that link libstdc++ as a shared library)."""
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert 'extra_link_args=["-Wl,--exclude-libs,ALL"]' in setup

@@ -136,3 +136,17 @@ def test_bad_args():
         hadamard_transform(torch.ones(3, 0))
     with pytest.raises(ValueError):
         block_structure(0)
+
+
+def test_device_copies_are_made_once():
+    """hadamard_transform reuses one device copy of the signs (and of the Hartley matrix): a copy
+    from host memory per call breaks CUDA graph capture (seen in attention_fp8_varlen on an H200)."""
+    from flash3 import hadamard
+    x = torch.randn(3, 96)  # 96 = 3 x 32: signs and the Hartley mix
+    first = hadamard_transform(x, seed=5)
+    before = hadamard._on_device.cache_info()
+    again = hadamard_transform(x, seed=5)
+    after = hadamard._on_device.cache_info()
+    assert torch.equal(first, again)
+    assert after.misses == before.misses and after.hits == before.hits + 2
+    assert torch.allclose(hadamard_transform(first, seed=5, inverse=True), x.float(), atol=1e-5)
