@@ -84,6 +84,16 @@ def main():
                 row = {"hdim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h}
                 for name, fn in methods.items():
                     row[name] = flops / median_ms(lambda q, k, v: fn(q, k, v, causal), sets) / 1e9
+                # The kernel alone: torch.ops.flash3.fwd_sm90 into preallocated out/lse (no Python
+                # checks, allocation or autograd wrapper): on an H200 the API call's host work was
+                # visible at short sequences, and FA3's driver times its bare launch.
+                op_sets = [st + (torch.empty_like(st[0]), torch.empty(b, h, s, device="cuda"))
+                           for st in sets]
+                row["flash3_op"] = flops / median_ms(
+                    lambda q, k, v, o, lse: torch.ops.flash3.fwd_sm90(
+                        q, k, v, o, lse, None, None, None, s, s, d ** -0.5, causal, -1, -1, 0.0),
+                    op_sets) / 1e9
+                del op_sets
                 for name, fn in sdpa.items():
                     try:
                         row["sdpa_" + name] = flops / median_ms(lambda q, k, v: fn(q, k, v, causal), sets_t) / 1e9
@@ -93,13 +103,14 @@ def main():
                 rows.append(row)
                 del sets, sets_t
                 print(f"d={d:3d} causal={int(causal)} s={s:5d}  flash3 {row['flash3']:6.0f}  "
+                      f"(op {row['flash3_op']:6.0f})  "
                       f"sdpa-flash {row['sdpa_flash']:6.0f}  sdpa-cudnn {row['sdpa_cudnn']:6.0f}  TFLOP/s",
                       flush=True)
 
-    print(f"\n{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'flash3':>7} {'sdpa-fa2':>8} {'cudnn':>7} |"
+    print(f"\n{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'flash3':>7} {'op':>5} {'sdpa-fa2':>8} {'cudnn':>7} |"
           f" {'/fa2':>5} {'/cudnn':>6} {'/gemm':>5}")
     for r in rows:
-        print(f"{r['hdim']:>4} {int(r['causal']):>6} {r['seqlen']:>6} | {r['flash3']:7.0f} "
+        print(f"{r['hdim']:>4} {int(r['causal']):>6} {r['seqlen']:>6} | {r['flash3']:7.0f} {r['flash3_op']:5.0f} "
               f"{r['sdpa_flash']:8.0f} {r['sdpa_cudnn']:7.0f} | {r['flash3'] / r['sdpa_flash']:5.2f} "
               f"{r['flash3'] / r['sdpa_cudnn']:6.2f} {r['flash3'] / ceiling:5.2f}")
 
