@@ -38,14 +38,17 @@ struct KvSlot {
   int slab, row;
 };
 
+// Key position pos of a paged cache: its page-table index and its row in that page.
+__device__ __forceinline__ KvSlot page_index_row(const FwdParams& p, int pos, int slab_shift) {
+  if (slab_shift >= 0) return {pos >> slab_shift, pos & (p.slab_rows - 1)};
+  const int idx = pos / p.slab_rows;
+  return {idx, pos - idx * p.slab_rows};
+}
+
 __device__ __forceinline__ KvSlot kv_slot(const FwdParams& p, int batch, int pos, int slab_shift) {
   if (p.page_table == nullptr) return {batch, pos};
-  int idx, row;
-  if (slab_shift >= 0) {
-    idx = pos >> slab_shift, row = pos & (p.slab_rows - 1);
-  } else {
-    idx = pos / p.slab_rows, row = pos - idx * p.slab_rows;
-  }
+  const KvSlot ir = page_index_row(p, pos, slab_shift);
+  const int idx = ir.slab, row = ir.row;
   int page = p.page_table[int64_t(batch) * p.page_table_stride + idx];
   if (page < 0 || page >= p.num_slabs) page = p.num_slabs;
   return {page, row};
@@ -199,6 +202,34 @@ struct DecodeProducer {
     }
   }
 
+  // Key block n's pages, read once per block: lane L of every producer warp holds the page id of
+  // the block's L-th page-table entry, and a chunk's row takes its page by shuffle. A page-table
+  // read per chunk (row_offset's general path) left the producer waiting on a global load every
+  // chunk: on an H200 paged decode ran at 13-20% of the copy bandwidth against up to 92% for
+  // contiguous caches (TMA), and in the timing model that load was the producer's largest stall.
+  // first < 0: no page table, or the block spans more than 32 entries (pages of fewer than
+  // kBlockN / 31 rows): row_offset's general path.
+  struct BlockPages {
+    int first;  // the block's first page-table index
+    int page;   // this lane's page id (num_slabs: outside the cache, or past the row's keys)
+  };
+  static __device__ __forceinline__ BlockPages block_pages(typename Tr::KernelParams const& params,
+                                                           const WorkTile& w, int n) {
+    const FwdParams& p = params.p;
+    const int pos0 = n * Tr::kBlockN, last = imin(pos0 + Tr::kBlockN, w.seq.seqlen_k) - 1;
+    if (p.page_table == nullptr || last < pos0) return {-1, 0};
+    const int i0 = page_index_row(p, pos0, params.slab_shift).slab;
+    const int i1 = page_index_row(p, last, params.slab_shift).slab;
+    if (i1 - i0 >= 32) return {-1, 0};
+    const int idx = i0 + int(threadIdx.x % 32);
+    int page = p.num_slabs;
+    if (idx <= i1) {  // only entries of the row's keys: the table may end there
+      page = p.page_table[int64_t(w.coord.batch) * p.page_table_stride + idx];
+      if (page < 0 || page >= p.num_slabs) page = p.num_slabs;
+    }
+    return {i0, page};
+  }
+
   // For chunk i (kChunks a row) of key block n: its row's element offset in the cache,
   // slab * slab_stride + row * row_stride, or -1 past the row's keys or for a page id outside the
   // cache (kv_slot). A warp's 32 consecutive chunks span a few rows: lane j resolves the j-th
@@ -206,9 +237,17 @@ struct DecodeProducer {
   // shuffle. Every lane of the warp calls it with the same n and i - lane.
   template <int kChunks>
   static __device__ __forceinline__ int64_t row_offset(typename Tr::KernelParams const& params, const WorkTile& w,
-                                                       int n, int i, int64_t slab_stride, int64_t row_stride) {
+                                                       int n, int i, int64_t slab_stride, int64_t row_stride,
+                                                       const BlockPages& bp) {
     static_assert(Tr::kBlockN * kChunks % 32 == 0, "a warp's chunks must end with the block");
     const FwdParams& p = params.p;
+    if (bp.first >= 0) {  // every lane shuffles, then rows past the keys drop out
+      const int pos = n * Tr::kBlockN + i / kChunks;
+      const KvSlot ir = page_index_row(p, pos, params.slab_shift);
+      const int page = __shfl_sync(0xffffffffu, bp.page, (ir.slab - bp.first) & 31);
+      if (pos >= w.seq.seqlen_k || page >= p.num_slabs) return -1;
+      return int64_t(page) * slab_stride + int64_t(ir.row) * row_stride;
+    }
     const int lane = threadIdx.x % 32;
     const int r0 = (i - lane) / kChunks, r = r0 + lane, pos = n * Tr::kBlockN + r;
     int64_t off = -1;
@@ -224,7 +263,7 @@ struct DecodeProducer {
   // pages outside the cache are zero-filled (cp.async with source size 0 reads nothing).
   template <bool kIsV>
   static __device__ __forceinline__ void gather(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                const WorkTile& w, int n, int stage) {
+                                                const WorkTile& w, int n, int stage, const BlockPages& bp) {
     using namespace cute;
     const FwdParams& p = params.p;
     constexpr int kCols = kIsV ? Tr::kHeadDimV : Tr::kHeadDim;
@@ -237,16 +276,45 @@ struct DecodeProducer {
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});    // (n, d, stage)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
     const int tid = threadIdx.x % kThreads;
-    CUTE_NO_UNROLL
-    for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = (i % kChunks) * 8;
-      const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride);
+    auto copy = [&](int i, int r, int c) {  // chunk i: row r, column c
+      const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride, bp);
       const bool valid = off >= 0 && c < cols;
       const Element* src = valid ? base + off + c : base;
       Element* dst;
       if constexpr (kIsV) dst = &sVt(c, r, stage);
       else dst = &sK(r, c, stage);
       cp_async_16(cast_smem_ptr_to_uint(dst), src, valid);
+    };
+    constexpr int kRowsPerPass = kThreads / kChunks;  // rows one pass of the warpgroup copies
+    if constexpr (kThreads % kChunks == 0 && Tr::kBlockN % kRowsPerPass == 0) {
+      // A thread keeps its column and steps by whole passes: no division per chunk, and unrolled,
+      // the passes' address arithmetic overlaps (one chunk at a time, a chunk's ~45-instruction
+      // chain was the producer's critical path in the timing model).
+      const int c = (tid % kChunks) * 8, r0 = tid / kChunks;
+      if (bp.first >= 0 && params.slab_shift >= 0) {
+        // Pages of 2^shift rows with the block's page ids in the lanes: a chunk's row costs a
+        // shift, a shuffle and its address. Every lane shuffles; invalid rows drop out after.
+        const int shift = params.slab_shift, row_mask = p.slab_rows - 1, pos0 = n * Tr::kBlockN + r0;
+        const bool col_ok = c < cols;
+#pragma unroll 4  // fully unrolled, ptxas spills the producer's 64 registers
+        for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k) {
+          const int r = r0 + k * kRowsPerPass, pos = pos0 + k * kRowsPerPass;
+          const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> shift) - bp.first) & 31);
+          const bool valid = col_ok && pos < w.seq.seqlen_k && page < p.num_slabs;
+          const Element* src =
+              valid ? base + int64_t(page) * slab_stride + int64_t(pos & row_mask) * row_stride + c : base;
+          Element* dst;
+          if constexpr (kIsV) dst = &sVt(c, r, stage);
+          else dst = &sK(r, c, stage);
+          cp_async_16(cast_smem_ptr_to_uint(dst), src, valid);
+        }
+      } else {
+#pragma unroll 4
+        for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k) copy(tid + k * kThreads, r0 + k * kRowsPerPass, c);
+      }
+    } else {
+      CUTE_NO_UNROLL
+      for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) copy(i, i / kChunks, (i % kChunks) * 8);
     }
     cp_async_commit();
   }
@@ -282,8 +350,9 @@ struct DecodeProducer {
     const bool warp0 = threadIdx.x < 32;
     int prev = 0;  // the stage of block n + 1
     for (int n = w.blocks.end - 1; n >= w.blocks.begin; --n) {
+      const BlockPages bp = block_pages(params, w, n);  // K's and V's rows of block n
       mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
-      gather<false>(params, smem, w, n, state_k.index());
+      gather<false>(params, smem, w, n, state_k.index(), bp);
       if (n == w.blocks.end - 1) {
         if (warp0) load_q(params, smem, w, tile_count);
         if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
@@ -291,7 +360,7 @@ struct DecodeProducer {
         publish<1>(smem, prev, tile);  // block n + 1: all but the K group just issued
       }
       mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
-      gather<true>(params, smem, w, n, state_v.index());
+      gather<true>(params, smem, w, n, state_v.index(), bp);
       prev = state_k.index();
       ++state_k;
       ++state_v;
@@ -319,10 +388,13 @@ struct DecodeProducer {
       const int64_t slab_stride = kIsV ? p.v_batch_stride : p.k_batch_stride;
       const int64_t row_stride = kIsV ? p.v_row_stride : p.k_row_stride;
       uint8_t* dst = kIsV ? raw.v : raw.k;
+      // The per-row lookup (row_offset's general path): with the page ids live, the 56-register
+      // FP8 producer spilled at d 192 (compile-check). Paged FP8 caches keep the per-chunk read.
+      constexpr BlockPages bp{-1, 0};
       CUTE_NO_UNROLL
       for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
         const int r = i / kChunks, c = (i % kChunks) * 16;
-        const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride);
+        const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride, bp);
         const uint8_t* src = base;
         int bytes = 0;
         if (off >= 0 && c < cols) {
