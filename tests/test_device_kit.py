@@ -6,6 +6,7 @@ import re
 import os
 import signal
 import subprocess
+import tarfile
 import sys
 import textwrap
 import time
@@ -1119,7 +1120,7 @@ def device(tmp_path):
                        ("bench_decode", "decode b64 32k: 80% of copy bandwidth")):
         (bench / f"{name}.json").write_text(json.dumps({"rows": [{}], "copy_gbps": 3000.0, "targets": [["PASS", line]]}))
 
-    def run(stage, sanitizer=True, **env):
+    def run(stage, sanitizer=True, script="device_check.sh", **env):
         for name, body in FAKE_TOOLS.items():
             f = bin_ / name
             if name == "compute-sanitizer" and not sanitizer:
@@ -1139,7 +1140,7 @@ def device(tmp_path):
         for k in ("FLASH3_HDIMS", "FLASH3_DTYPES", "FLASH3_FORCE_CUDA", "FLASH3_PREBUILT"):
             full.pop(k, None)
         full.update(env)
-        p = subprocess.run(["bash", str(ROOT / "tools" / "device_check.sh")], env=full, capture_output=True,
+        p = subprocess.run(["bash", str(ROOT / "tools" / script)], env=full, capture_output=True,
                            text=True, timeout=240)
         return p, out, calls.read_text()
     return run, tmp_path
@@ -1250,6 +1251,23 @@ def test_device_stage3_benchmarks_in_one_results_json(device):
     res = json.loads((out / "results.json").read_text())
     assert res["bench"]["rows"] and res["bench_fp8"]["targets"] and res["bench_decode"]["copy_gbps"] == 3000.0
     assert sorted(x.name for x in out.iterdir()) == ["device_check.log", "results.json", "summary.txt"]
+
+
+def test_device_session_runs_stage1_then_stage3_in_one_call(device):
+    """tools/device_session.sh (a 15-minute lease): stage 1 with memcheck only and no hang-diagnosis
+    build, then stage 3 on stage 1's build; both summaries printed, and under $OUT the two summaries,
+    FA3's table (SESSION_FA3=0: it says so) and one tarball of everything."""
+    run, tmp = device
+    p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S3="150", SESSION_FA3="0")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert sorted(x.name for x in out.iterdir()) == ["fa3.txt", "s1_summary.txt", "s3_summary.txt", "session.tgz"]
+    assert "flash3 device check stage 1" in p.stdout and "flash3 device check stage 3" in p.stdout
+    assert "FA3 not timed" in (out / "fa3.txt").read_text()
+    assert "bench bench_fwd" in calls  # stage 3 ran
+    assert "--tool racecheck" not in calls and "--variant hang" not in calls
+    with tarfile.open(out / "session.tgz") as t:
+        names = t.getnames()
+    assert any(n.endswith("s1/summary.txt") for n in names) and any(n.endswith("s3/results.json") for n in names)
 
 
 def test_summary_skipped_steps_are_neither_ok_nor_failures(tmp_path):

@@ -15,7 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-build/device-session}
 mkdir -p "$FINAL" && FINAL=$(cd "$FINAL" && pwd)
-S=$PWD/build/device-session-files
+BUILD=${DEVICE_CHECK_BUILD:-$PWD/build}  # device_check.sh's own (tests point it elsewhere)
+S=$BUILD/device-session-files
 rm -rf "$S" && mkdir -p "$S/s1" "$S/s3"
 T0=$(date +%s)
 
@@ -39,7 +40,7 @@ OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=${SESSION_S1:-290} DEVICE_CHECK_AFTER_SMOK
 echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 cp "$S/s1/summary.txt" "$FINAL/s1_summary.txt" 2>/dev/null || tail -40 "$S/s1.out" > "$FINAL/s1_summary.txt"
 
-if grep -q "^build	ok" build/device-check-work/steps.tsv 2>/dev/null; then
+if grep -q "^build	ok" "$BUILD/device-check-work/steps.tsv" 2>/dev/null; then
   OUT=$S/s3 STAGE=3 DEVICE_CHECK_BUDGET=${SESSION_S3:-220} bash tools/device_check.sh > "$S/s3.out" 2>&1
   echo "stage 3: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
   cp "$S/s3/summary.txt" "$FINAL/s3_summary.txt" 2>/dev/null || tail -40 "$S/s3.out" > "$FINAL/s3_summary.txt"
