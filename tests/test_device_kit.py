@@ -1270,6 +1270,23 @@ def test_device_session_runs_stage1_then_stage3_in_one_call(device):
     assert any(n.endswith("s1/summary.txt") for n in names) and any(n.endswith("s3/results.json") for n in names)
 
 
+def test_device_session_profile_step(device):
+    """SESSION_PROFILE=1: tools/device_profile.sh after the stages, its ncu CSVs in the tarball and
+    its headline metrics in profile.txt (a fake ncu writes a one-metric details page)."""
+    run, tmp = device
+    fake = tmp / "bin" / "ncu"
+    fake.write_text("#!/bin/bash\necho '\"ID\",\"Kernel Name\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"'\n"
+                    "echo '\"0\",\"k\",\"s\",\"Issue Slots Busy\",\"%\",\"35.00\"'\n")
+    fake.chmod(0o755)
+    p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S3="150", SESSION_FA3="0",
+                        SESSION_PROFILE="1")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    prof = (out / "profile.txt").read_text()
+    assert "== flash3" in prof and "Issue Slots Busy: 35.00 %" in prof, prof
+    with tarfile.open(out / "session.tgz") as t:
+        assert any(n.endswith("profile/ncu_flash3.csv") for n in t.getnames())
+
+
 def test_summary_skipped_steps_are_neither_ok_nor_failures(tmp_path):
     """A sanitizer step skipped out of time is listed as such: INCOMPLETE, never "not clean"."""
     ok_cases = [{"kernel": "bf16:128:128", "feature": f, "status": "ok"} for f in FWD_FEATURES]

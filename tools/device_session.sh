@@ -8,7 +8,9 @@
 # Budgets: FA3 timing starts no run after 30 s (15 s each; SESSION_FA3=0 skips it); SESSION_S1
 # (default 290 s) and SESSION_S3 (220 s).
 # A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
-# Under $OUT: s1_summary.txt, s3_summary.txt, fa3.txt, session.tgz (both stages' files).
+# SESSION_PROFILE=1 adds tools/device_profile.sh (Nsight Compute on FA3 and flash3, at most
+# SESSION_PROFILE_S = 200 s; lower the stage budgets to fit).
+# Under $OUT: s1_summary.txt, s3_summary.txt, fa3.txt, [profile.txt,] session.tgz (every file).
 #
 #   device tool: command `bash tools/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
 set -uo pipefail
@@ -48,8 +50,16 @@ else
   echo "stage 3: skipped (stage 1's build did not succeed)" >> "$S/session.log"
 fi
 
+# SESSION_PROFILE=1: Nsight Compute on FA3's and flash3's d 128 forward (tools/device_profile.sh)
+# after the stages, on stage 1's build.
+if [ "${SESSION_PROFILE:-0}" = 1 ]; then
+  mkdir -p "$S/profile"
+  timeout "${SESSION_PROFILE_S:-200}" bash tools/device_profile.sh "$S/profile" > "$FINAL/profile.txt" 2>&1
+  echo "profile: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+fi
+
 tar czf "$FINAL/session.tgz" -C "$S" . 2>/dev/null
-for f in s1_summary.txt s3_summary.txt fa3.txt; do
+for f in s1_summary.txt s3_summary.txt fa3.txt profile.txt; do
   [ -f "$FINAL/$f" ] && { echo "##### $f"; cat "$FINAL/$f"; }
 done
 cat "$S/session.log"

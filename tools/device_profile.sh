@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Nsight Compute on FA3's and flash3's d 128 forward at the same shape (b 2, s 8192, h 16,
+# non-causal), on a lent Hopper GPU: the stall reasons, issue-slot use and tensor-pipe activity of
+# both kernels side by side (the timing model's breakdown has the same fields). Clocks left alone
+# (--clock-control none). FA3's binary: .carry/fa3/fa3_fwd_hdim128-* (tools/fa3_peer/build.py
+# --cudart static); its kernel is named `device_kernel`, flash3's `fwd_kernel`.
+# Writes ncu_fa3.csv and ncu_flash3.csv under $OUT (or DIR, the first argument) and prints the
+# headline metrics of each. Needs flash3._C built in place (PYTHONPATH=. imports it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-${OUT:-build/device-profile}}
+mkdir -p "$DIR"
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "device_profile: no ncu"; exit 1; }
+SEC=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis
+     --section InstructionStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis
+     --metrics "regex:sm__pipe_.*tensor.*cycles_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg")
+FA3=$(ls .carry/fa3/fa3_fwd_hdim128-* 2>/dev/null | head -1)
+if [ -n "$FA3" ]; then
+  timeout 90 "$NCU" --clock-control none -k regex:device_kernel -s 2 -c 1 "${SEC[@]}" --csv --page details \
+    "$FA3" 2 8192 16 128 0 0 132 3 > "$DIR/ncu_fa3.csv" 2>&1
+  echo "ncu fa3: exit $?"
+else
+  echo "ncu fa3: no .carry/fa3/fa3_fwd_hdim128-* carried"
+fi
+PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout 120 "$NCU" --clock-control none -k regex:fwd_kernel -s 2 -c 1 \
+  "${SEC[@]}" --csv --page details "${PYTHON:-python3}" -c "
+import torch, flash3
+q, k, v = (torch.randn(2, 8192, 16, 128, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+for _ in range(4):
+    flash3.attention(q, k, v, causal=False)
+torch.cuda.synchronize()" > "$DIR/ncu_flash3.csv" 2>&1
+echo "ncu flash3: exit $?"
+"${PYTHON:-python3}" - "$DIR" <<'PY'
+import csv, sys, pathlib
+keys = ("Duration", "SM Frequency", "Issue Slots Busy", "Executed Ipc Active", "Registers Per Thread",
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
+for f in ("fa3", "flash3"):
+    path = pathlib.Path(sys.argv[1]) / f"ncu_{f}.csv"
+    if not path.exists():
+        continue
+    lines = path.read_text(errors="replace").splitlines()
+    head = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    print(f"== {f}" + ("" if head is not None else ": no profile (see the csv)"))
+    if head is None:
+        continue
+    rows = list(csv.DictReader(lines[head:]))
+    for r in rows:
+        name = r.get("Metric Name", "")
+        if name in keys or (name.startswith("smsp__average_warps_issue_stalled_")
+                            and float((r.get("Metric Value") or "0").replace(",", "") or 0) >= 0.1):
+            print(f"  {name}: {r.get('Metric Value')} {r.get('Metric Unit')}")
+PY
