@@ -296,17 +296,24 @@ struct DecodeProducer {
         // shift, a shuffle and its address. Every lane shuffles; invalid rows drop out after.
         const int shift = params.slab_shift, row_mask = p.slab_rows - 1, pos0 = n * Tr::kBlockN + r0;
         const bool col_ok = c < cols;
+        auto smem_at = [&](int r) {
+          if constexpr (kIsV) return cast_smem_ptr_to_uint(&sVt(c, r, stage));
+          else return cast_smem_ptr_to_uint(&sK(r, c, stage));
+        };
+        // Passes of 8 rows (d 128): the 128-byte swizzle repeats every 8 rows of 128 bytes (it
+        // XORs address bits [4,7) with [7,10)), so pass k's destination is pass 0's plus k steps;
+        // the smoke cases check every row. Otherwise each pass evaluates the layout (d 64's passes
+        // of 16 rows would qualify, but the step's registers made its producer spill).
+        constexpr bool kStep = kRowsPerPass == 8;
+        const uint32_t dst0 = smem_at(r0), step = kStep ? smem_at(r0 + kRowsPerPass) - dst0 : 0;
 #pragma unroll 4  // fully unrolled, ptxas spills the producer's 64 registers
         for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k) {
-          const int r = r0 + k * kRowsPerPass, pos = pos0 + k * kRowsPerPass;
+          const int pos = pos0 + k * kRowsPerPass;
           const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> shift) - bp.first) & 31);
           const bool valid = col_ok && pos < w.seq.seqlen_k && page < p.num_slabs;
           const Element* src =
               valid ? base + int64_t(page) * slab_stride + int64_t(pos & row_mask) * row_stride + c : base;
-          Element* dst;
-          if constexpr (kIsV) dst = &sVt(c, r, stage);
-          else dst = &sK(r, c, stage);
-          cp_async_16(cast_smem_ptr_to_uint(dst), src, valid);
+          cp_async_16(kStep ? dst0 + k * step : smem_at(r0 + k * kRowsPerPass), src, valid);
         }
       } else {
 #pragma unroll 4
