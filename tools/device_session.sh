@@ -28,8 +28,9 @@ FA3=$(ls .carry/fa3/fa3_fwd_hdim128-* 2>/dev/null | head -1)
 if [ -n "$FA3" ]; then
   for causal in 0 1; do
     for s in 2048 8192 16384; do
-      [ $(( $(date +%s) - T0 )) -lt 30 ] &&
-        timeout 15 "$FA3" $((16384 / s)) $s 16 128 $causal 2 132 30 2>&1 | tail -2
+      [ $(( $(date +%s) - T0 )) -lt 30 ] || { echo "fa3 s=$s causal=$causal: not run (30 s used)"; continue; }
+      timeout 15 "$FA3" $((16384 / s)) $s 16 128 $causal 2 132 30 2>&1 | tail -2 ||
+        echo "fa3 s=$s causal=$causal: exit ${PIPESTATUS[0]}"
     done
   done > "$FINAL/fa3.txt"
 else
