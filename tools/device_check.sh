@@ -53,6 +53,7 @@ MIN_STEP=${DEVICE_CHECK_MIN_STEP:-15}
 # also leaves out the hang-diagnosis build beside the smoke).
 AFTER_SMOKE=${DEVICE_CHECK_AFTER_SMOKE:-200}
 SANITIZERS=${DEVICE_CHECK_SANITIZERS:-memcheck racecheck synccheck}
+HANG_BUILD=${DEVICE_CHECK_HANG_BUILD:-1}
 PY=$(command -v "${PYTHON:-python3}") || { echo "device-check: no ${PYTHON:-python3}"; exit 1; }
 [[ $PY = /* ]] || PY=$ROOT/$PY
 export PYTHONUNBUFFERED=1
@@ -156,7 +157,7 @@ if [ "$STAGE" = 1 ]; then
   HANG_DIR=$BUILD/hang-tree HB_PID=
   stop_hang_build() { [ -n "$HB_PID" ] && kill -- -"$HB_PID" 2>/dev/null; HB_PID=; }
   trap stop_hang_build EXIT
-  if [ "${DEVICE_CHECK_HANG_BUILD:-1}" != 0 ]; then  # 0: no CPU taken from the smoke, no hang rerun
+  if [ "$HANG_BUILD" != 0 ]; then  # 0: no CPU taken from the smoke, no hang rerun
     if [ -n "${FLASH3_PREBUILT_ALLOW_MISSING:-}" ] || ! prepare hang >> "$LOG" 2>&1; then
       HANG_OBJ="$PY tools/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 --nice &&"
     else
@@ -190,7 +191,7 @@ if [ "$STAGE" = 1 ]; then
   STEP_LOG=$WORK/selftest.log step debug_hang_selftest 40 \
     bash -c "cat $WORK/selftest_build.log; r=0; for m in sync 'hang mbar' 'hang named'; do $SELFTEST \$m || r=1; done; exit \$r"
 
-  if [ -n "$HANG_CASES" ] && [ "${DEVICE_CHECK_HANG_BUILD:-1}" = 0 ]; then
+  if [ -n "$HANG_CASES" ] && [ "$HANG_BUILD" = 0 ]; then
     skip hang_rerun "DEVICE_CHECK_HANG_BUILD=0"
   elif [ -n "$HANG_CASES" ]; then
     STEP_LOG=$WORK/hang_build.log step "hang_build (background)" 300 \
