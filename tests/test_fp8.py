@@ -21,9 +21,18 @@ from flash3.fp8 import (
     quantize_fp8,
     quantize_fp8_per_tensor,
 )
+from flash3.reference import fp8 as fp8_reference
+from flash3.reference.fp8 import fp8_mma
 
 HALF_ULP = 2.0 ** -4      # relative rounding error of a normal e4m3 value
 SUB_ABS = 2.0 ** -10      # absolute rounding error in e4m3's subnormal range
+
+
+@pytest.fixture
+def exact_mma(monkeypatch):
+    """fp32 products instead of the tensor cores' truncating FP8 accumulation (fp8_mma has its own
+    hand-worked tests below): for the tests that isolate the rest of the kernel's numerics."""
+    monkeypatch.setattr(fp8_reference, "FP8_MMA_KEPT_BITS", None)
 
 
 def _gen(seed):
@@ -143,6 +152,85 @@ def _e4m3(shape, seed, scale=1.0):
     return (torch.randn(shape, generator=_gen(seed)) * scale).to(FP8_DTYPE)
 
 
+# --------------------------------------------------------------------------
+# the tensor cores' FP8 accumulation (measured on an H200: tools/fp8_accum_probe.py)
+# --------------------------------------------------------------------------
+
+def _e4m3_exact(values):
+    t = torch.tensor(values, dtype=torch.float64)
+    assert torch.equal(t.to(FP8_DTYPE).double(), t)  # every value is an e4m3 number
+    return t
+
+
+def test_fp8_mma_hand_values():
+    """Per 32-wide chunk, products and the running sum are aligned to the largest of them and
+    truncated toward zero to 13 fractional bits (expected values worked by hand)."""
+    e13, e14 = 2.0 ** -13, 2.0 ** -14
+    k = 64
+    # b: 1 at k 0 and 32, 2^-5 at k 1, 2^-7 elsewhere (one column)
+    b = [[1.0 if i % 32 == 0 else 2.0 ** -5 if i == 1 else 2.0 ** -7] for i in range(k)]
+    rows = [[0.0] * k for _ in range(5)]
+    rows[0][0], rows[0][1] = 1.0, 2.0 ** -9               # 1 + 31 products 2^-14, then 31 more
+    for i in list(range(2, 32)) + list(range(33, 64)):
+        rows[0][i] = 2.0 ** -7
+    rows[1][0], rows[1][1] = 1.0, 3 * 2.0 ** -9          # 1 + 3*2^-14 -> 1 + 2^-13
+    rows[2][0] = 1.0                                     # 1 + 30 * 2^-13: all kept
+    for i in range(2, 32):
+        rows[2][i] = 2.0 ** -6
+    rows[3][1] = 2.0 ** -9                               # 31 * 2^-14 alone: kept; then + 1:
+    for i in range(2, 32):                               # 15.5 * 2^-13 truncates to 15
+        rows[3][i] = 2.0 ** -7
+    rows[3][32] = 1.0
+    rows[4][0], rows[4][1] = 1.0, -3 * 2.0 ** -9         # toward zero: 1 - 2^-13, not 1 - 2^-12
+    a, bb = _e4m3_exact(rows), _e4m3_exact(b)
+    got = fp8_mma(a, bb)[:, 0].tolist()
+    assert got == [1.0, 1.0 + e13, 1.0 + 30 * e13, 1.0 + 15 * e13, 1.0 - e13]
+    # the first chunk alone
+    got1 = fp8_mma(a[:, :32], bb[:32])[:, 0].tolist()
+    assert got1 == [1.0, 1.0 + e13, 1.0 + 30 * e13, 31 * e14, 1.0 - e13]
+    assert fp8_mma(a, bb).dtype == torch.float32
+
+
+def _scalar_rule(arow, bcol, bits=13, chunk=32):
+    """The accumulation rule, one dot product at a time (exact arithmetic on Python floats)."""
+    acc = None
+    for k0 in range(0, len(arow), chunk):
+        terms = [x * y for x, y in zip(arow[k0:k0 + chunk], bcol[k0:k0 + chunk])]
+        if acc is not None:
+            terms.append(acc)
+        mx = max(abs(t) for t in terms)
+        if mx == 0:
+            acc = 0.0
+            continue
+        unit = 2.0 ** (math.frexp(mx)[1] - 1 - bits)
+        acc = sum(math.trunc(t / unit) for t in terms) * unit
+    return acc
+
+
+def test_fp8_mma_matches_the_rule_on_random_e4m3():
+    g = _gen(7)
+    a = (torch.randn(6, 96, generator=g) * 3).to(FP8_DTYPE).double()
+    b = (torch.randn(96, 5, generator=g) * 0.1).to(FP8_DTYPE).double()
+    got = fp8_mma(a, b)
+    for i in range(6):
+        for j in range(5):
+            assert got[i, j].item() == _scalar_rule(a[i].tolist(), b[:, j].tolist()), (i, j)
+    # and it is not fp32 accumulation on such data
+    assert not torch.equal(got, (a.float() @ b.float()))
+
+
+def test_fp8_mma_batched_and_exact_mode(monkeypatch):
+    g = _gen(8)
+    a = (torch.randn(2, 3, 4, 64, generator=g)).to(FP8_DTYPE).float()
+    b = (torch.randn(2, 1, 64, 8, generator=g)).to(FP8_DTYPE).float()
+    got = fp8_mma(a, b)
+    assert got.shape == (2, 3, 4, 8)
+    assert torch.equal(got[1, 2], fp8_mma(a[1, 2], b[1, 0]))
+    monkeypatch.setattr(fp8_reference, "FP8_MMA_KEPT_BITS", None)
+    torch.testing.assert_close(fp8_mma(a, b), a @ b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.usefixtures("exact_mma")
 @pytest.mark.parametrize("s_q,s_k", [(1, 1), (113, 203), (203, 113), (256, 256)])
 def test_exact_inputs_match_fp64_within_p_rounding(s_q, s_k):
     b, h, d = 2, 3, 64
@@ -170,13 +258,13 @@ def test_single_tile_matches_direct_formula():
     qd, kd, vd = torch.full((b, h), 0.3), torch.full((b, h), 0.2), torch.full((b, h), 1.7)
     scale = 0.11
     out, lse = fp8_attention_reference(q, k, v, qd, kd, vd, softmax_scale=scale, block_size=(64, 64))
-    S = torch.einsum("bihd,bjhd->bhij", q.float(), k.float()) * (0.3 * 0.2 * scale)
+    S = fp8_mma(q.float().permute(0, 2, 1, 3), k.float().permute(0, 2, 3, 1)) * (0.3 * 0.2 * scale)
     m = S.amax(-1, keepdim=True)
     log2e = 1 / math.log(2)
     P = torch.exp2((S - m) * log2e + 8)
     l = P.sum(-1)
     P8 = P.to(FP8_DTYPE).float()
-    O = torch.einsum("bhij,bjhd->bihd", P8, v.float()) * 1.7 / l.permute(0, 2, 1)[..., None]
+    O = fp8_mma(P8, v.float().permute(0, 2, 1, 3)).permute(0, 2, 1, 3) * 1.7 / l.permute(0, 2, 1)[..., None]
     torch.testing.assert_close(out, O, rtol=2e-6, atol=2e-6)
     torch.testing.assert_close(lse, (m.squeeze(-1) + torch.log(l) - 8 * math.log(2)), rtol=0, atol=1e-5)
     assert P.max().item() == 256.0
@@ -212,6 +300,7 @@ CASES = [
 ]
 
 
+@pytest.mark.usefixtures("exact_mma")
 @pytest.mark.parametrize("s_q,s_k,h,hk,d,causal,window,softcap", CASES)
 def test_block_descales_match_fp64_on_dequantized_inputs(s_q, s_k, h, hk, d, causal, window, softcap):
     """Exact spec of the kernel given its quantized inputs: only P is rounded."""
@@ -468,12 +557,12 @@ def _manual_online(q8, k8, v8, scale, tile, descending):
     acc = torch.zeros(qf.shape[0], vf.shape[1])
     log2e = 1 / math.log(2)
     for c0 in starts:
-        s = (qf @ kf[c0:c0 + tile].T) * torch.tensor(scale, dtype=torch.float32)
+        s = fp8_mma(qf, kf[c0:c0 + tile].T) * torch.tensor(scale, dtype=torch.float32)
         m_new = torch.maximum(m, s.amax(-1))
         p = torch.exp2((s - m_new[:, None]) * log2e + 8)
         alpha = torch.exp2((m - m_new) * log2e)
         l = l * alpha + p.sum(-1)
-        acc = acc * alpha[:, None] + p.to(FP8_DTYPE).float() @ vf[c0:c0 + tile]
+        acc = acc * alpha[:, None] + fp8_mma(p.to(FP8_DTYPE).float(), vf[c0:c0 + tile])
         m = m_new
     return acc / l[:, None]
 

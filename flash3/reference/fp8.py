@@ -16,8 +16,12 @@ of rows, which are independent; keys in tiles of ``tile_n`` keys --
 key tile to the FIRST, as the kernel does; the full score matrix is never
 formed):
 
-1. ``S = q8.float() @ k8.float()^T`` in fp32 (products of e4m3 values are
-   exact in fp32).
+1. ``S = q8 @ k8^T`` as the tensor cores compute FP8 products into fp32
+   (:func:`fp8_mma`, measured on an H200): per 32-wide chunk of the inner
+   dimension, in order, the 32 products and the running sum are aligned to
+   the largest exponent among them and each is truncated toward zero to 13
+   fractional bits of it.  Not fp32 accumulation: small products next to a
+   large one are lost, which moves ``lse`` by up to ~2e-3.
 2. ``S *= softmax_scale * q_descale[row block] * k_descale[key block]``
    (q descale per block of ``B_r`` rows -- the kernel's native 64-row slab,
    or 128, or per head; k descale per block of ``B_c`` keys, a multiple of
@@ -40,8 +44,8 @@ formed):
    cancelling over many keys).  Summing the rounded P instead would make the
    weights sum to 1 but put the same rounding error into ``lse``.
 6. ``P8 = P.to(float8_e4m3fn)``;
-   ``O_acc = O_acc * alpha + (P8 @ v8.float()) * v_descale[key block]`` in fp32
-   per tile (the kernel folds the per-block v descale into the running
+   ``O_acc = O_acc * alpha + (P8 @ v8) * v_descale[key block]`` in fp32
+   per tile (``P8 @ v8`` by :func:`fp8_mma` over the tile's keys, from zero) (the kernel folds the per-block v descale into the running
    rescale; this is mathematically the same).
 7. ``O = O_acc / l`` (times ``v_channel_descale[channel]`` if given: an
    optional per-(batch, kv head, channel) v scale applied to O's columns once
@@ -69,6 +73,43 @@ _LOG2E = math.log2(math.e)
 _LN2 = math.log(2.0)
 
 
+# The FP8 tensor-core accumulation (wgmma k32 e4m3 into f32), measured on an H200 with
+# tools/fp8_accum_probe.py (benchmarks/results/h200_2026-11-28.md): per instruction, the 32
+# products and the old accumulator are aligned to the largest exponent among them and each is
+# truncated toward zero to FP8_MMA_KEPT_BITS fractional bits of it.  The simulator's QGMMA does
+# the same (tools/hopper_sim/src/tensor_core.cpp).  None = plain fp32 matmul (for comparisons).
+FP8_MMA_KEPT_BITS: Optional[int] = 13
+FP8_MMA_CHUNK = 32
+
+
+def fp8_mma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` (broadcasting batch dims) of exact FP8 values (any float dtype holding them) with
+    the tensor cores' FP8 accumulation, chunk by chunk along the inner dimension; fp32 result.
+
+    Every truncated term is a multiple of the chunk's unit below 2^14 units, so the sums below are
+    exact in float64 and the result is exact in fp32 (no rounding but the truncation)."""
+    if FP8_MMA_KEPT_BITS is None:
+        return torch.matmul(a.float(), b.float())
+    a, b = a.double(), b.double()
+    acc = None
+    for k0 in range(0, a.shape[-1], FP8_MMA_CHUNK):
+        prod = a[..., :, k0:k0 + FP8_MMA_CHUNK, None] * b[..., None, k0:k0 + FP8_MMA_CHUNK, :]
+        mx = prod.abs().amax(dim=-2)
+        if acc is not None:
+            mx = torch.maximum(mx, acc.abs())
+        _, e = torch.frexp(mx)  # mx = f * 2^e, f in [0.5, 1): the leading bit is 2^(e-1)
+        unit = torch.where(mx > 0, torch.ldexp(torch.ones_like(mx), e - 1 - FP8_MMA_KEPT_BITS),
+                           torch.ones_like(mx))
+        s = torch.trunc(prod / unit[..., None, :]).sum(dim=-2)
+        if acc is not None:
+            s = s + torch.trunc(acc / unit)
+        acc = s * unit
+    if acc is None:
+        return torch.zeros(torch.broadcast_shapes(a.shape[:-1], b.shape[:-2] + b.shape[-1:]),
+                           dtype=torch.float32, device=a.device)
+    return acc.float()
+
+
 def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right):
     """'skip' if no (i, j) in the tile is visible, 'full' if all are, else 'partial'."""
     off = s_k - s_q
@@ -85,7 +126,7 @@ def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right):
 
 
 def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, kblk,
-                p_dtype, p_offset_log2, vcd=None):
+                p_dtype, p_offset_log2, vcd=None, mma=torch.matmul):
     """FlashAttention tile loop, key tiles walked from the LAST to the FIRST.
 
     qf: (b, hk, g, s_q, d) fp32;  kf: (b, hk, 1, s_k, d);  vf: (b, hk, 1, s_k, dv).
@@ -95,7 +136,8 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
     key tiles are ``bn`` keys with ``kblk % bn == 0`` (each tile lies in one
     descale block).  Tiles start at multiples of ``bn``; the last one may be short.
     vcd: (b, hk, 1, 1, dv) or None, applied to the output columns at the end.
-    P is rounded to ``p_dtype`` before the PV product (None = no rounding).
+    P is rounded to ``p_dtype`` before the PV product (None = no rounding).  ``mma`` computes
+    both products (:func:`fp8_mma` for the FP8 kernel's tensor cores).
     Returns out (b, hk, g, s_q, dv) fp32 and lse (b, hk, g, s_q) fp32.
     """
     assert kblk % bn == 0, (kblk, bn)
@@ -119,7 +161,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
             state = _tile_state(r0, r1, c0, c1, s_q, s_k, left, right)
             if state == "skip":
                 continue
-            s_tile = torch.matmul(qt, kf[:, :, :, c0:c1].transpose(-1, -2))  # (b, hk, g, R, C)
+            s_tile = mma(qt, kf[:, :, :, c0:c1].transpose(-1, -2))  # (b, hk, g, R, C)
             mult = torch.full((), scale, dtype=torch.float32, device=dev)
             if qd is not None:
                 mult = mult * qd[..., qi]
@@ -140,7 +182,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
             l = l * alpha + p.sum(dim=-1)  # row sums from the UNROUNDED fp32 P
             if p_dtype is not None:
                 p = p.to(p_dtype).float()
-            pv = torch.matmul(p, vf[:, :, :, c0:c1])
+            pv = mma(p, vf[:, :, :, c0:c1])
             if vd is not None:
                 pv = pv * vd[..., kj][..., None, None]
             acc = acc * alpha[..., None] + pv
@@ -258,7 +300,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vf = v.float().permute(0, 2, 1, 3).unsqueeze(2)
     out, lse = _tiled_core(qf, kf, vf, qd, kd, vd, scale=scale, softcap=softcap, left=left, right=right,
                            br=br, bn=bn, kblk=kblk, p_dtype=FP8_DTYPE, p_offset_log2=P_MAX_OFFSET_LOG2,
-                           vcd=vcd)
+                           vcd=vcd, mma=fp8_mma)
     out = out.reshape(b, h, s_q, dv).permute(0, 2, 1, 3).contiguous()
     return out, lse.reshape(b, h, s_q)
 

@@ -390,6 +390,29 @@ void gemm_rows(const double* a, const double* bt, double* out, int M, int N, int
   gemm_rows_sse2(a, bt, out, M, N, K);
 }
 
+// FP8 products (k32) into f32 accumulators, as measured on an H200 (2026-11-28,
+// tools/fp8_accum_probe.py through cuBLAS; benchmarks/results/h200_2026-11-28/fp8_accum_probe.txt):
+// the 32 products and the running accumulator are aligned to the largest exponent among them and
+// each is truncated toward zero to 13 fractional bits of it (1 + 3*2^-14 -> 1 + 2^-13; 1 + 31 terms
+// of 2^-14 -> 1; 96*2^-14 accumulated before a 1 survive, after it they are lost). The truncated
+// terms are multiples of 2^(e-13) below 33 * 2^(e+1), so their sum is exact in double and in f32.
+// Inf/NaN operands keep the plain sum (they propagate the same either way).
+constexpr int kFp8KeptBits = 13;
+double fp8_chunk_sum(const double* am, const double* bcol, int N, int K, double acc, bool has_acc) {
+  double p[32];
+  double mx = has_acc ? std::fabs(acc) : 0.0, plain = has_acc ? acc : 0.0;
+  for (int k = 0; k < K; ++k) {
+    p[k] = am[k] * bcol[static_cast<size_t>(k) * N];
+    mx = std::fmax(mx, std::fabs(p[k]));
+    plain += p[k];
+  }
+  if (mx == 0.0 || !std::isfinite(plain) || !std::isfinite(mx)) return plain;
+  const double ulp = std::ldexp(1.0, std::ilogb(mx) - kFp8KeptBits);
+  double s = has_acc ? std::trunc(acc / ulp) * ulp : 0.0;
+  for (int k = 0; k < K; ++k) s += std::trunc(p[k] / ulp) * ulp;
+  return s;
+}
+
 }  // namespace
 
 int ebits(EType t) {
@@ -452,7 +475,8 @@ bool wgmma(const Wgmma& w, uint64_t desc_a, uint64_t desc_b, const uint32_t* a_f
   else if (!load_operand("A", desc_a, M, K, w.a, w.a_k_major, smem, s.a, K, 1, sa, err)) return false;
   if (!load_operand("B", desc_b, N, K, w.b, w.b_k_major, smem, s.bt, 1, N, sb, err)) return false;
 
-  gemm_rows(s.a, s.bt, s.out, M, N, K);
+  const bool fp8_trunc = is_fp8(w.a) && is_fp8(w.b) && w.d == EType::kF32;
+  if (!fp8_trunc) gemm_rows(s.a, s.bt, s.out, M, N, K);
 
   // Scatter into the accumulator fragment (ISA figure for wgmma D): thread t = 32*w + lane,
   // g = lane/4, c = lane%4; value i -> row 16w + g + 8*((i/2)%2), col 8*(i/4) + 2c + i%2.
@@ -466,7 +490,14 @@ bool wgmma(const Wgmma& w, uint64_t desc_a, uint64_t desc_b, const uint32_t* a_f
     for (int j = 0; j < N / 8; ++j) {
       // i = 4j + {0,1,2,3} -> (row0, col0+8j), (row0, +1), (row0+8, col0+8j), (row0+8, +1)
       const double v[4] = {r0[8 * j], r0[8 * j + 1], r1[8 * j], r1[8 * j + 1]};
-      if (w.d == EType::kF32) {
+      if (w.d == EType::kF32 && fp8_trunc) {
+        for (int q = 0; q < 4; ++q) {
+          const int row = row0 + 8 * (q / 2), col = col0 + 8 * j + q % 2;
+          const double x = fp8_chunk_sum(s.a + row * K, s.bt + col, N, K,
+                                         scale_d ? static_cast<double>(dec_f32(dt[4 * j + q])) : 0.0, scale_d);
+          dt[4 * j + q] = x != x ? 0x7FFFFFFFu : f32_bits(static_cast<float>(x));
+        }
+      } else if (w.d == EType::kF32) {
         // One rounding of (exact-product K-sum in double + old D) to f32; NaN -> canonical NaN.
         for (int q = 0; q < 4; ++q) {
           const double x = scale_d ? v[q] + static_cast<double>(dec_f32(dt[4 * j + q])) : v[q];

@@ -682,6 +682,62 @@ void test_ldst_matrix() {
   CHECK(!ldmatrix(3, false, rows, out, env.smem(), &err));
 }
 
+// FP8 (k32) into f32: the H200-measured accumulation (tensor_core.cpp, fp8_chunk_sum): per
+// instruction, the 32 products and the old accumulator are aligned to the largest exponent and
+// truncated toward zero to 13 fractional bits of it. Expected values worked by hand from that rule.
+void test_fp8_accumulation() {
+  Env env;
+  Wgmma w;
+  w.n = 8; w.a = EType::kE4M3; w.b = EType::kE4M3; w.d = EType::kF32; w.k = 32;
+  w.a_k_major = true; w.b_k_major = true;
+  // e4m3 codes: 1 = 0x38, 2^-5 = 0x10, 2^-6 = 0x08, 2^-7 = 0x04 (subnormal 4/8 * 2^-6),
+  // 2^-9 = 0x01, 3*2^-9 = 0x03, -3*2^-9 = 0x83.
+  Mat A, B;
+  A.mn = 64; B.mn = 8; A.k = B.k = 64; A.eb = B.eb = 1;
+  A.raw.assign(64 * 64, 0); A.val.assign(64 * 64, 0);
+  B.raw.assign(8 * 64, 0); B.val.assign(8 * 64, 0);
+  for (int n = 0; n < 8; ++n)  // every column: B[k] = 1 at k 0 and 32, 2^-5 at k 1, else 2^-7
+    for (int k = 0; k < 64; ++k) B.raw[n * 64 + k] = (k % 32 == 0) ? 0x38 : k == 1 ? 0x10 : 0x04;
+  auto a = [&](int m, int k, uint32_t code) { A.raw[m * 64 + k] = code; };
+  // row 0: 1 + 31 products 2^-14 in chunk 1 (1 * 2^-5 is 2^-5: use 2^-9 there for 2^-14), then
+  //        31 more 2^-14 against an accumulator of 1 in chunk 2.
+  a(0, 0, 0x38); a(0, 1, 0x01);
+  for (int k = 2; k < 32; ++k) a(0, k, 0x04);
+  for (int k = 33; k < 64; ++k) a(0, k, 0x04);
+  // row 1: 1 + 3*2^-14 (one product) -> 1 + 2^-13.
+  a(1, 0, 0x38); a(1, 1, 0x03);
+  // row 2: 1 + 30 products 2^-13 (exactly representable at 13 bits): kept.
+  a(2, 0, 0x38);
+  for (int k = 2; k < 32; ++k) a(2, k, 0x08);
+  // row 3: 31 * 2^-14 alone (kept: aligned to 2^-14), then 1 in chunk 2: 15.5 * 2^-13 -> 15.
+  a(3, 1, 0x01);
+  for (int k = 2; k < 32; ++k) a(3, k, 0x04);
+  a(3, 32, 0x38);
+  // row 4: 1 - 3*2^-14 -> 1 - 2^-13 (toward zero, not 1 - 2^-12).
+  a(4, 0, 0x38); a(4, 1, 0x83);
+  const double e13 = std::ldexp(1.0, -13), e14 = std::ldexp(1.0, -14);
+  const double after1[5] = {1.0, 1.0 + e13, 1.0 + 30 * e13, 31 * e14, 1.0 - e13};
+  const double after2[5] = {1.0, 1.0 + e13, 1.0 + 30 * e13, 1.0 + 15 * e13, 1.0 - e13};
+  // K-major, no swizzle: K chunks of 16 B at +LBO 128, 8-row groups at +SBO 512 (4 chunks of K).
+  place(env.mem, A, 0, true, 0, 128, 512);
+  place(env.mem, B, 0, true, 64 * 1024, 128, 512);
+  std::vector<uint32_t> d(128 * d_regs_per_thread(w), 0);
+  for (int chunk = 0; chunk < 2; ++chunk) {
+    std::string err;
+    CHECK(wgmma(w, make_desc(chunk * 256, 128, 512, 0, 0), make_desc(64 * 1024 + chunk * 256, 128, 512, 0, 0),
+                nullptr, d.data(), chunk > 0, env.smem(), &err));
+    const double* want = chunk ? after2 : after1;
+    for (int t = 0; t < 128; ++t)
+      for (int i = 0; i < w.n / 2; ++i) {
+        int r, c;
+        d_pos(t, i, &r, &c);
+        const double got = d_get(w, d, t, i), expect = r < 5 ? want[r] : 0.0;
+        if (got != expect) std::printf("  fp8 chunk %d row %d col %d: got %.17g want %.17g\n", chunk, r, c, got, expect);
+        CHECK(got == expect);
+      }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -689,6 +745,7 @@ int main() {
   test_layouts();
   test_fragment_hand();
   test_numerics();
+  test_fp8_accumulation();
   test_base_offset();
   test_errors();
   test_ldst_matrix();
