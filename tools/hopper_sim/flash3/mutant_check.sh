@@ -10,14 +10,19 @@
 #     sum is exact); the simulator's global-async-order check must report it. Built for bf16 d 128,
 #     its "determ" smoke case must end with that check (status "crash").
 #  The simulator's object cache is keyed on the sources a TU includes, not on where the tree lives, so
-#  a mutant compiles only the TUs its change reaches (the backward one for 2, the d 64 forward for 1
-#  and 3); the rest are compile-check's objects.
+#  a mutant compiles only the TUs its change reaches (the backward one for 2, the d 64 forward for 1,
+#  3 and 4); the rest are compile-check's objects.
 #  3. a consumer releasing its V stage (the empty-barrier arrive) before the wgmma.wait_group that
 #     covers the P.V reading it (csrc/flash3/fwd/mainloop.cuh, step): the producer may refill the
 #     stage under the in-flight wgmma. The values may still come out right; the simulator's
 #     wgmma-operand-overwrite check must report it. Built for bf16 d 64 (one TU), its "full" smoke
 #     case must end with that check (status "crash").
-#  MUTANT=causal|dq_read_wait|v_early_release runs only one. They run concurrently.
+#  4. varlen O rows copied out of shared memory without the consumers' barrier after the stmatrix
+#     that staged them (csrc/flash3/fwd/epilogue.cuh, the packed-rows branch): a thread reads rows
+#     another warp writes. The values often come out right (the simulator may run every stmatrix
+#     first); the simulator's shared-race check must report it. Built for bf16 d 64, its "varlen"
+#     smoke case must end with that check (status "crash").
+#  MUTANT=causal|dq_read_wait|v_early_release|o_rows_unsynced runs only one. They run concurrently.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-python3}
@@ -92,10 +97,25 @@ PYEOF
   caught_by_check "$dir" 64 bf16:64:64/full wgmma-operand-overwrite "V stage released before the P.V's wait"
 }
 
+mutant_o_rows_unsynced() {
+  local dir=tools/hopper_sim/build/mutant_o_rows_unsynced
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
+  "$PY" - "$dir/csrc/flash3/fwd/epilogue.cuh" <<'PYEOF' || { echo "mutant_check: the O-rows mutation did not apply (epilogue.cuh changed?)"; return 1; }
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "    } else {\n      sync_consumers(w.index);\n      constexpr int kChunks"
+if s.count(old) != 1:
+    sys.exit(1)
+open(p, "w").write(s.replace(old, "    } else {\n      constexpr int kChunks"))
+PYEOF
+  caught_by_check "$dir" 64 bf16:64:64/varlen shared-race "varlen O rows read before the consumers' barrier"
+}
+
 # The mutants run at once (each is mostly one nvcc of ~1 min and ~4 GB, then a short simulation; they
 # share no file), their reports printed in order afterwards.
 pids=()
-for m in causal dq_read_wait v_early_release; do
+for m in causal dq_read_wait v_early_release o_rows_unsynced; do
   if [ -z "$only" ] || [ "$only" = "$m" ]; then
     "mutant_$m" > "$tmp/report_$m" 2>&1 &
     pids+=("$!:$m")

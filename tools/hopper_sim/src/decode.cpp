@@ -311,6 +311,9 @@ static void decode_one(const Module& m, const Instr& in, DInstr& d) {
     for (auto& x : mods) if (x.rfind("sync_restrict", 0) == 0) restricted = true;
     if (!has("proxy") && !has("mbarrier_init") && !restricted) d.sem = kSemAcqRel;
   }
+  // the shared-race check's plain accesses: no memory order, not volatile (those synchronize)
+  if (d.op == Op::Ld || d.op == Op::Ldu || d.op == Op::St || d.op == Op::Ldmatrix || d.op == Op::Stmatrix)
+    d.plain_mem = d.sem == kSemWeak;
   if (d.op == Op::Invalid) bad(m, in, "instruction not simulated");
 }
 

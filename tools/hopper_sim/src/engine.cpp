@@ -342,6 +342,7 @@ void Engine::dispatch_clusters() {
     uint64_t ci = next_cluster_++;
     if (rec_ && opt_.timing_sample > 0 && !sampled(ci)) continue;   // not on a sampled SM: skipped
     auto cl = std::make_unique<Cluster>();
+    if (opt_.strict) cl->rcarry.resize(csize);
     cl->id[0] = (uint32_t)(ci % ncl_[0]);
     cl->id[1] = (uint32_t)((ci / ncl_[0]) % ncl_[1]);
     cl->id[2] = (uint32_t)(ci / ((uint64_t)ncl_[0] * ncl_[1]));
@@ -364,6 +365,7 @@ void Engine::dispatch_clusters() {
       c->deliv_id.assign(total, 0);
       c->deliv_phase.assign(total, 0);
       c->wgmma_readers.assign(total, 0);
+      if (opt_.strict) c->race.assign(total, RaceCell());
       uint32_t nwarps = (nthreads + 31) / 32;
       for (uint32_t w = 0; w < nwarps; ++w) {
         auto wp = std::make_unique<Warp>();
@@ -386,6 +388,7 @@ void Engine::dispatch_clusters() {
         t->warp = c->warps[i / 32].get();
         t->warp->lanes[t->lane] = t.get();
         t->warp->live_mask |= 1u << t->lane;
+        t->rc.w[i / 32] = t->rc.l[t->lane] = 1;   // its first epoch (others know 0 of it)
         Frame f;
         f.lf = lf_;
         f.regs.assign(fn.regs.size(), 0);
@@ -717,6 +720,7 @@ uint8_t* Engine::mem(Thread* t, const DInstr* d, Sp sp, uint64_t a, uint32_t n, 
         }
       }
       if (opt_.strict) check_delivered(t, d, c, off, n, write);
+      if (opt_.strict && d && c == t->cta) race_access(t, d, c, off, n, write);
       if (write) note_generic_smem_write(t, c, off, n);
       if (cta_out) *cta_out = c;
       if (smem_off) *smem_off = off;
@@ -772,6 +776,7 @@ void Engine::fence_proxy_async(Thread* t) {
 
 void Engine::check_smem_read(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n) {
   if (!opt_.strict) return;
+  if (c == t->cta) race_async_read(t, d, t->rc, -1, c, off, n, "a bulk/TMA copy's read");
   for (uint32_t b = 0; b < n; ++b) {
     if (c->shadow[off + b] & kShadowInflight) {
       char buf[160];
@@ -836,6 +841,110 @@ void Engine::check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Shared-memory races (racecheck's job, strict "shared-race"): a plain access (ld/st/ldmatrix/
+// stmatrix with no memory order, not volatile) to bytes another thread last wrote with a plain
+// store, or a plain store to bytes another thread last read, where no synchronization orders the
+// two: the accessing thread's race clock does not cover the other's epoch at its access (same warp:
+// the lane entry; other warps: the warp entry). Clocks travel with the barriers, mbarrier
+// arrive -> wait and warp collectives as Knowledge does. Limits: one writer and one reader are kept
+// per byte (an unordered reader followed by an ordered one hides the first); atomics, volatile and
+// ordered accesses synchronize through memory and clear the byte's history; accesses to another
+// CTA's shared memory (DSMEM) are not checked; copies that land are the async checks' business.
+
+void Engine::race_put(RaceCarry& into, const Thread* t) {
+  uint32_t* row = into.l[t->warp->id];
+  for (int i = 0; i < 32; ++i) {
+    into.w[i] = std::max(into.w[i], t->rc.w[i]);
+    row[i] = std::max(row[i], t->rc.l[i]);
+  }
+}
+
+void Engine::race_take(Thread* t, const RaceCarry& from) {
+  const uint32_t* row = from.l[t->warp->id];
+  for (int i = 0; i < 32; ++i) {
+    t->rc.w[i] = std::max(t->rc.w[i], from.w[i]);
+    t->rc.l[i] = std::max(t->rc.l[i], row[i]);
+  }
+}
+
+static void race_merge(RaceCarry& into, const RaceCarry& from) {
+  for (int i = 0; i < 32; ++i) into.w[i] = std::max(into.w[i], from.w[i]);
+  for (int w = 0; w < 32; ++w)
+    for (int i = 0; i < 32; ++i) into.l[w][i] = std::max(into.l[w][i], from.l[w][i]);
+}
+
+// Is the access by t (clock rc) ordered after thread `who1 - 1`'s access at epochs (we, le)?
+static bool race_ordered(const Thread* t, const RaceClock& rc, uint16_t who1, uint32_t we, uint32_t le) {
+  const uint32_t who = who1 - 1u, ww = who / 32, wl = who % 32;
+  if (ww == t->warp->id) return wl == t->lane || rc.l[wl] >= le;
+  return rc.w[ww] >= we;
+}
+
+static std::string race_who(uint16_t who1) {
+  char buf[80];
+  snprintf(buf, sizeof buf, "thread %u (warp %u, lane %u)", who1 - 1u, (who1 - 1u) / 32, (who1 - 1u) % 32);
+  return buf;
+}
+
+void Engine::race_access(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write) {
+  if (c->race.empty()) return;
+  if (!d->plain_mem) {
+    if (write) race_clear(c, off, n);
+    return;
+  }
+  // ldmatrix/stmatrix run inside their warp collective, after its release: they count as of the
+  // rendezvous, so every lane that took part is ordered after them.
+  const uint32_t back = (d->op == Op::Ldmatrix || d->op == Op::Stmatrix) ? 1 : 0;
+  const uint32_t we = t->rc.w[t->warp->id] - back, le = t->rc.l[t->lane] - back;
+  const uint16_t me = (uint16_t)(t->linear + 1);
+  const uint32_t line = d->src ? d->src->line : 0;
+  for (uint32_t b = 0; b < n; ++b) {
+    RaceCell& x = c->race[off + b];
+    if (x.w && x.w != me && !race_ordered(t, t->rc, x.w, x.we, x.wle)) {
+      char buf[400];
+      snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which %s wrote at PTX line %u, with no synchronization "
+               "ordering that write before this access (no barrier, mbarrier arrive->wait or warp collective "
+               "between them)", write ? "write" : "read", off + b, race_who(x.w).c_str(), x.wline);
+      fail("shared-race", t, d, buf);
+    }
+    if (write && x.r && x.r != me && !race_ordered(t, t->rc, x.r, x.re, x.rle)) {
+      char buf[400];
+      snprintf(buf, sizeof buf, "write of shared offset 0x%x, which %s read at PTX line %u, with no synchronization "
+               "ordering that read before this write (no barrier, mbarrier arrive->wait or warp collective between "
+               "them)", off + b, race_who(x.r).c_str(), x.rline);
+      fail("shared-race", t, d, buf);
+    }
+    if (write) {
+      x.w = me; x.we = we; x.wle = le; x.wline = line;
+      x.r = 0;
+    } else {
+      x.r = me; x.re = we; x.rle = le; x.rline = line;
+    }
+  }
+}
+
+void Engine::race_clear(Cta* c, uint32_t off, uint32_t n) {
+  if (c->race.empty()) return;
+  for (uint32_t b = 0; b < n && off + b < c->race.size(); ++b) c->race[off + b] = RaceCell();
+}
+
+void Engine::race_async_read(Thread* t, const DInstr* d, const RaceClock& rc, int wg, Cta* c, uint32_t off,
+                             uint32_t n, const char* what) {
+  if (c->race.empty()) return;
+  for (uint32_t b = 0; b < n; ++b) {
+    const RaceCell& x = c->race[off + b];
+    if (!x.w) continue;
+    const uint32_t ww = (x.w - 1u) / 32;
+    if (wg >= 0 ? (ww >= (uint32_t)wg && ww < (uint32_t)wg + 4) : x.w == t->linear + 1) continue;
+    if (rc.w[ww] >= x.we) continue;
+    char buf[400];
+    snprintf(buf, sizeof buf, "%s of shared offset 0x%x, which %s wrote at PTX line %u, with no synchronization "
+             "ordering that write before it", what, off + b, race_who(x.w).c_str(), x.wline);
+    fail("shared-race", t, d, buf);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // mbarriers
 
 MBar& Engine::mbar(Thread* t, const DInstr* d, Cta* c, uint32_t off, bool must_be_valid) {
@@ -856,6 +965,7 @@ void merge_knowledge(Knowledge& into, const Knowledge& from) {
 
 void Engine::observe(Thread* t, MBar& m) {
   merge_knowledge(t->know, m.completed_carry);
+  if (m.rcompleted) race_take(t, *m.rcompleted);
   if (t->know.size() <= m.id) t->know.resize(m.id + 1, 0);
   if (t->know[m.id] < m.phase) t->know[m.id] = m.phase;
 }
@@ -880,6 +990,11 @@ static void mbar_maybe_complete(Engine* e, MBar& m) {
   if (m.pending == 0 && m.tx == 0) {
     merge_knowledge(m.completed_carry, m.carry);
     m.carry.clear();
+    if (m.rcarry) {
+      if (!m.rcompleted) m.rcompleted = std::make_shared<RaceCarry>();
+      race_merge(*m.rcompleted, *m.rcarry);
+      m.rcarry.reset();
+    }
     ++m.phase;
     m.pending = m.expected;
     std::vector<Thread*> w;
@@ -898,6 +1013,11 @@ void Engine::mbar_arrive(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint3
     fail("mbarrier-overarrive", t, d, buf);
   }
   merge_knowledge(m.carry, t->know);
+  if (race_on() && c == t->cta) {   // (a remote arrive's clock counts another CTA's warps)
+    if (!m.rcarry) m.rcarry = std::make_shared<RaceCarry>();
+    race_put(*m.rcarry, t);
+    race_release(t);
+  }
   m.pending -= count;
   if (no_complete && m.pending == 0 && m.tx == 0) fail("mbarrier", t, d, "arrive.noComplete completed the phase");
   mbar_maybe_complete(this, m);
@@ -937,6 +1057,11 @@ void Engine::bar_arrive(Thread* t, const DInstr* d, uint32_t id, uint32_t count,
   }
   ++b.arrived;
   merge_knowledge(b.carry, t->know);
+  if (race_on()) {
+    if (!b.rcarry) b.rcarry = std::make_unique<RaceCarry>();
+    race_put(*b.rcarry, t);
+    race_release(t);
+  }
   if (wait) {
     b.waiters.push_back(t);
     t->wait_addr = id;
@@ -958,6 +1083,7 @@ void Engine::check_bar_complete(Cta* c, uint32_t id) {
   if (rec_) rec_->bar_completed(c, id);
   for (Thread* t : w) {
     merge_knowledge(t->know, b.carry);
+    if (b.rcarry) race_take(t, *b.rcarry);
     if (t->wait_instr && t->wait_instr->op == Op::BarRed) {   // bar.red: every waiter gets the reduction
       extern void bar_red_result(Engine*, Thread*, uint32_t);
       bar_red_result(this, t, b.red_kind == 0 ? b.red_value : (b.red_value ? 1 : 0));
@@ -965,6 +1091,7 @@ void Engine::check_bar_complete(Cta* c, uint32_t id) {
     wake(t);
   }
   b.carry.clear();
+  b.rcarry.reset();
   b.red_kind = -1;
   b.red_value = 0;
 }
@@ -974,7 +1101,13 @@ void Engine::cluster_arrive(Thread* t, bool release) {
   t->cluster_gen = cl->arrive_gen;   // the generation this arrival belongs to
   t->cluster_arrived = true;
   ++cl->arrived;
-  if (release) merge_knowledge(cl->carry, t->know);
+  if (release) {
+    merge_knowledge(cl->carry, t->know);
+    if (!cl->rcarry.empty()) {
+      race_put(cl->rcarry[t->cta->rank], t);
+      race_release(t);
+    }
+  }
   check_cluster_bar(cl);
 }
 
@@ -982,7 +1115,11 @@ void Engine::cluster_wait(Thread* t, const DInstr* d) {
   Cluster* cl = t->cta->cluster;
   if (!t->cluster_arrived) fail("cluster-barrier", t, d, "barrier.cluster.wait without a preceding barrier.cluster.arrive");
   t->cluster_arrived = false;
-  if (cl->arrive_gen != t->cluster_gen) { merge_knowledge(t->know, cl->carry); return; }   // already completed
+  if (cl->arrive_gen != t->cluster_gen) {   // already completed
+    merge_knowledge(t->know, cl->carry);
+    if (!cl->rcarry.empty()) race_take(t, cl->rcarry[t->cta->rank]);
+    return;
+  }
   cl->waiters.push_back(t);
   block(t, TS::ClusterBar, d);
 }
@@ -995,6 +1132,7 @@ void Engine::check_cluster_bar(Cluster* cl) {
   w.swap(cl->waiters);
   for (Thread* t : w) {
     merge_knowledge(t->know, cl->carry);
+    if (!cl->rcarry.empty()) race_take(t, cl->rcarry[t->cta->rank]);
     wake(t);
   }
 }
@@ -1049,6 +1187,20 @@ void Engine::finish_warp_collective(Warp* w, size_t si, Thread* except) {
     Knowledge k;
     for (int l = 0; l < 32; ++l) if (lanes >> l & 1) merge_knowledge(k, w->lanes[l]->know);
     if (!k.empty()) for (int l = 0; l < 32; ++l) if (lanes >> l & 1) w->lanes[l]->know = k;
+    if (race_on()) {
+      RaceClock rc;
+      for (int l = 0; l < 32; ++l)
+        if (lanes >> l & 1)
+          for (int i = 0; i < 32; ++i) {
+            rc.w[i] = std::max(rc.w[i], w->lanes[l]->rc.w[i]);
+            rc.l[i] = std::max(rc.l[i], w->lanes[l]->rc.l[i]);
+          }
+      for (int l = 0; l < 32; ++l)
+        if (lanes >> l & 1) {
+          w->lanes[l]->rc = rc;
+          race_release(w->lanes[l]);
+        }
+    }
   }
   extern void exec_warp_collective_entry(Engine*, Warp*, uint32_t, const DInstr*);
   exec_warp_collective_entry(this, w, lanes, s.coll);
@@ -1214,6 +1366,8 @@ void Engine::complete(AsyncOp& op) {
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
+        race_clear(c, op.smem, op.bytes);
+        for (auto& r : runs) race_clear(c, op.smem + std::get<0>(r), std::get<2>(r));
         // swizzled boxes may touch bytes past op.bytes only within the footprint: clear those too
         // (bytes past op.bytes were not counted in flight at issue)
         for (auto& r : runs)
@@ -1265,6 +1419,7 @@ void Engine::complete(AsyncOp& op) {
           c->deliv_id[op.smem + b] = mb.id + 1;
           c->deliv_phase[op.smem + b] = mb.phase;
         }
+        race_clear(c, op.smem, op.bytes);
         mbar_tx(op.issuer, op.instr, c, op.mbar, -(int64_t)op.bytes);
       }
       break;
@@ -1440,6 +1595,7 @@ void Engine::complete_thread_cp_async(Thread* t, size_t keep) {
         c->dirty_owner[op.dst + b] = 0;
         c->deliv_id[op.dst + b] = 0;
       }
+      race_clear(c, op.dst, op.bytes);
     }
     t->cp_groups.erase(t->cp_groups.begin());
     progress();

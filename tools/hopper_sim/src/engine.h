@@ -108,6 +108,19 @@ class Engine {
   void wgmma_read_end(Warp* w, uint64_t keep);
   void check_wgmma_overwrite(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, const char* writer);
   uint32_t next_mbar_id() { return mbar_ids_++; }
+  // Shared-memory races (strict, "shared-race"): plain accesses by different threads, one a write,
+  // that no barrier, mbarrier hand-off or warp collective orders (the race clocks of RaceClock).
+  void race_access(Thread* t, const DInstr* d, Cta* c, uint32_t off, uint32_t n, bool write);
+  void race_clear(Cta* c, uint32_t off, uint32_t n);   // a copy landed: no plain writer/reader left
+  // an async-proxy read (wgmma operand, bulk/TMA store source) ordered by clock `rc` of warp `warp`
+  // (the issuing thread's; for a wgmma, the warpgroup's merged, `wg` its first warp: writers in the
+  // warpgroup are ordered by the wgmma's own rendezvous)
+  void race_async_read(Thread* t, const DInstr* d, const RaceClock& rc, int wg, Cta* c, uint32_t off, uint32_t n,
+                       const char* what);
+  bool race_on() const { return opt_.strict; }
+  void race_release(Thread* t) { ++t->rc.w[t->warp->id]; ++t->rc.l[t->lane]; }
+  static void race_put(RaceCarry& into, const Thread* t);       // t's clock into a carry
+  static void race_take(Thread* t, const RaceCarry& from);      // a carry into t's clock
   // Global memory ordering (strict): async global writes and the flags that hand them over.
   void gmem_issue(Thread* t, AsyncOp& op);                          // records op's runs (checks them first)
   void gmem_check(Thread* t, const DInstr* d, uint64_t a, uint64_t n, GAcc acc);

@@ -863,7 +863,12 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
   reads.instr = &d;
   for (uint32_t j = 0; j < 4; ++j) reads.group[j] = cta->warps[wg * 4 + j]->wg_commits;
   Knowledge seen;
-  if (e->opt().strict) for (Thread* t : th) merge_knowledge(seen, t->know);
+  RaceClock seen_rc;   // the warpgroup's race clocks, merged (the shared-race check)
+  if (e->opt().strict)
+    for (Thread* t : th) {
+      merge_knowledge(seen, t->know);
+      for (int i = 0; i < 32; ++i) seen_rc.w[i] = std::max(seen_rc.w[i], t->rc.w[i]);
+    }
   if (e->opt().strict) {
     auto check = [&](uint64_t desc, int rows, tc::EType et, bool k_major, const char* which) {
       tc::Desc dsc = tc::decode_desc(desc);
@@ -872,6 +877,7 @@ void exec_warpgroup_wgmma(Engine* e, Cta* cta, uint32_t wg, const std::vector<Th
         for (int k = 0; k < w.k; ++k) {
           uint32_t a = tc::element_addr(dsc, r, k, eb, k_major);
           if (a + nb <= cta->smem.size()) {
+            e->race_async_read(lead, &d, seen_rc, (int)(wg * 4), cta, a, (uint32_t)nb, "a wgmma operand read");
             auto& rs = reads.runs;
             if (!rs.empty() && rs.back().operand == which[0] && rs.back().off + rs.back().len == a) rs.back().len += nb;
             else rs.push_back(WgmmaRead::Run{a, (uint32_t)nb, which[0]});

@@ -114,6 +114,7 @@ struct DInstr {
   const Operand* ops = nullptr;                // the source instruction's operands
   uint32_t nops = 0;
   const Instr* src = nullptr;
+  bool plain_mem = false;                      // ld/st/ldmatrix/stmatrix, no memory order, not volatile (race-checked)
 };
 
 struct LoadedFunction {
@@ -141,6 +142,27 @@ struct LoadedModule {
 // had (named/cluster barriers, warp collectives, mbarrier arrive -> wait).
 using Knowledge = std::vector<uint32_t>;
 void merge_knowledge(Knowledge& into, const Knowledge& from);
+
+// The shared-race check's clocks, per CTA (engine.cpp "shared-race"): w[i] counts the releases of
+// warp i of the CTA this thread is ordered after, l[j] those of lane j of its own warp. A thread's
+// own entries grow by one at each release (barrier/mbarrier arrive, warp collective). Fixed-size:
+// a synchronization costs O(warps + lanes), not O(threads).
+struct RaceClock {
+  uint32_t w[32] = {};
+  uint32_t l[32] = {};
+};
+// What one barrier round / mbarrier phase / cluster barrier releases: the warp entries, and the
+// lane entries per warp (lanes only order threads of their own warp).
+struct RaceCarry {
+  uint32_t w[32] = {};
+  uint32_t l[32][32] = {};
+};
+// Per shared byte: the last plain writer and the last plain reader (thread linear + 1, 0: none),
+// each with its warp and lane epochs at the access and the PTX line.
+struct RaceCell {
+  uint16_t w = 0, r = 0;
+  uint32_t we = 0, wle = 0, wline = 0, re = 0, rle = 0, rline = 0;
+};
 
 struct Cta;
 struct Warp;
@@ -190,6 +212,7 @@ struct Thread {
   // fence.proxy.async
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
   Knowledge know;
+  RaceClock rc;
   // Global memory ordering (strict, engine.cpp "global-async-order"): a thread that issues async-proxy
   // global writes (bulk/TMA stores and reductions) gets three knowledge ids: gid - 1 counts the writes
   // it issued (I), gid the same count as observed through an unreleased flag (S), gid + 1 its bulk
@@ -220,6 +243,7 @@ struct NamedBarrier {
   bool counted = false;         // expected came from an explicit count
   std::vector<Thread*> waiters;
   Knowledge carry;              // merged knowledge of this round's arrivals
+  std::unique_ptr<RaceCarry> rcarry;   // this round's arrivals' race clocks (strict only)
   uint32_t red_value = 0;       // bar.red accumulator
   int red_kind = -1;
 };
@@ -233,6 +257,7 @@ struct MBar {
   uint32_t id = 0;              // Engine-wide id (knowledge index), new at each init
   Knowledge carry;              // knowledge released by this phase's arrivals
   Knowledge completed_carry;    // released by every completed phase (what a waiter acquires)
+  std::shared_ptr<RaceCarry> rcarry, rcompleted;   // the same for the race clocks (strict only)
 };
 
 struct Cluster;
@@ -274,6 +299,7 @@ struct Cta {
   // wgmma operands being read: per byte the in-flight wgmmas reading it, and those wgmmas
   std::vector<uint16_t> wgmma_readers;
   std::vector<WgmmaRead> wgmma_reads;
+  std::vector<RaceCell> race;   // shared-race check, per byte (strict only)
 };
 
 // kShadowWgmmaRead: some in-flight wgmma reads the byte (wgmma_readers > 0)
@@ -304,6 +330,7 @@ struct Cluster {
   uint64_t arrive_gen = 0;      // barrier.cluster
   uint32_t arrived = 0;
   Knowledge carry;
+  std::vector<RaceCarry> rcarry;   // per rank: the race clocks its threads released (strict only)
   std::vector<Thread*> waiters;
 };
 

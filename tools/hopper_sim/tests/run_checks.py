@@ -39,6 +39,7 @@ PROGRAMS = {
     "wgmma": [],
     "wgmma_async": [],
     "gmem": [],
+    "race": [],
     "setmaxnreg": [(b"setmaxnreg.dec.sync.aligned.u32 56;", b"setmaxnreg.dec.sync.aligned.u32 52;")],
 }
 
@@ -96,6 +97,17 @@ CASES = [
     ("gmem", "flag_no_acquire", "global-async-order", ["an acquire (ld.acquire, or a fence after the load) is missing"],
      ["--schedules", "3"], None),
     ("gmem", "unordered_reduce", None, [], ["--schedules", "3"], None),
+    # shared-memory races (plain accesses no synchronization orders)
+    ("race", "shared_race_rw", "shared-race", ["read of shared offset", "thread 0 (warp 0, lane 0)"],
+     ["--schedules", "3"], None),
+    ("race", "shared_race_ww_warp", "shared-race", ["write of shared offset", "(warp 0, lane"],
+     ["--schedules", "3"], None),
+    ("race", "shared_race_mbar", "shared-race", ["write of shared offset", "thread 0 (warp 0, lane 0)"],
+     ["--schedules", "3"], None),
+    ("race", "shared_race_war", "shared-race", ["write of shared offset", "thread 32 (warp 1, lane 0) read"],
+     ["--schedules", "3"], None),
+    ("race", "shared_race_store_src", "shared-race", ["a bulk/TMA copy's read", "thread 32 (warp 1, lane 0)"],
+     ["--schedules", "3"], None),
     ("setmaxnreg", "setmaxnreg_dec", "setmaxnreg", [".dec to 48 from a budget of 40"], [], None),
     ("setmaxnreg", "setmaxnreg_mult8", "setmaxnreg", ["register count 52"], [], None),
 ]
