@@ -11,9 +11,9 @@
 //       workspace (csrc/flash3/bwd/params.h) is allocated on the current stream, nothing is read
 //       back to the host. deterministic: bitwise reproducible run to run. Meta: nothing.
 // Batched tensors (b, s, heads, dim), lse/dlse (b, h, s_q); varlen (total, heads, dim), lse/dlse
-// (h, total_q). flash3/ops.py validates first; these checks defend the kernel's memory accesses.
-// csrc/flash3/host/bwd.cpp checks the arguments, allocates the workspace through the adapter and
-// launches; this file adapts it to at::Tensor.
+// (h, total_q). flash3/ops.py validates first; the host layer's checks defend the kernel's memory
+// accesses: csrc/flash3/host/bwd.cpp checks the arguments, allocates the workspace through the
+// adapter and launches; this file adapts it to at::Tensor.
 #include <torch/library.h>
 
 #include <cstdint>

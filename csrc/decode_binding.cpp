@@ -7,8 +7,8 @@
 //       cache_seqlens[b] + t, skipping slots outside the cache, and q rotated into q_out; no host
 //       synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn caches take float32
 //       descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)). Meta: nothing.
-// flash3/ops.py validates first; these checks are a defence of the kernel's memory accesses.
-// csrc/flash3/host/append_kv.cpp checks the arguments and launches; this file adapts it to
+// flash3/ops.py validates first; the host layer's checks are a defence of the kernel's memory
+// accesses: csrc/flash3/host/append_kv.cpp checks the arguments and launches; this file adapts it to
 // at::Tensor.
 #include <torch/library.h>
 

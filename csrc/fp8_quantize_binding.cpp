@@ -8,8 +8,8 @@
 //       layout 1 (V packed): out (b, h, d, ceil(s / 16) * 16). signs (d,) fp32 = rotate first
 //       (flash3.hadamard); mean / channel_descale (b, h, d) fp32 with contiguous channels.
 //       No host synchronization (csrc/flash3/fp8/quantize.h). Meta: nothing.
-// flash3/_quantize.py validates first; these checks are a defence of the kernel's memory accesses.
-// csrc/flash3/host/quantize.cpp checks the arguments and launches; this file adapts it to
+// flash3/_quantize.py validates first; the host layer's checks are a defence of the kernel's memory
+// accesses: csrc/flash3/host/quantize.cpp checks the arguments and launches; this file adapts it to
 // at::Tensor.
 #include <torch/library.h>
 

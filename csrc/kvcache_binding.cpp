@@ -18,8 +18,8 @@
 //       through CombineParams::seq_end, no combine writes them); split-KV partials are indexed by
 //       packed row (combined as one batch of total_q rows).
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
-// flash3/ops.py validates first; these checks are a defence of the kernels' memory accesses.
-// csrc/flash3/host/kvcache.cpp checks the arguments, picks the kernel and launches it (and the
+// flash3/ops.py validates first; the host layer's checks are a defence of the kernels' memory
+// accesses: csrc/flash3/host/kvcache.cpp checks the arguments, picks the kernel and launches it (and the
 // combine); this file adapts it to at::Tensor.
 #include <torch/library.h>
 

@@ -12,16 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <vector>
-
-#include <deque>
 
 #include "flash3/host/backend.h"
 #include "flash3/host/check.h"
@@ -57,17 +55,7 @@ inline DType parse_dtype(const std::string& s) {
   return it->second;
 }
 
-inline const char* dtype_str(DType t) {
-  switch (t) {
-    case DType::bf16: return "BFloat16";
-    case DType::fp16: return "Half";
-    case DType::e4m3: return "Float8_e4m3fn";
-    case DType::f32: return "Float";
-    default: return "Int";
-  }
-}
-
-// The part of at::Tensor the binding uses: sizes, element strides, dtype, a device pointer.
+// A case tensor: sizes, element strides, dtype, its device buffer (view() below hands it to the host layer).
 struct Tensor {
   std::string name;
   DType dtype = DType::f32;
@@ -85,14 +73,6 @@ struct Tensor {
   int element_size() const { return elem_size(dtype); }
   void* data_ptr() const { return ptr; }
 };
-
-inline std::string shape_str(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
 
 inline std::vector<void*> g_scratch;  // device buffers the binding would allocate (tile counter, descales, ...)
 
