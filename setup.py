@@ -63,6 +63,9 @@ if PLAN.build_cuda:
     sources = ["csrc/binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/decode_binding.cpp",
                "csrc/fp8_quantize_binding.cpp", "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp",
                "csrc/kvcache_binding.cpp"]
+    # The torch-free host layer the bindings adapt (each op's checks, kernel pick, parameters and
+    # launch; the simulator's driver links the same files: tools/smoke_sim.py host_layer_sources).
+    sources += sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc/flash3/host").glob("*.cpp"))
     extra_objects = []
     if os.environ.get("FLASH3_PREBUILT"):
         # Kernel objects `make device-prep` compiled (tools/prebuilt.py), checked against the

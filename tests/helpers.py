@@ -130,9 +130,11 @@ def check_against_reference(fn, q, k, v, grads=True, **kw):
     return out, lse
 
 
-def cpp_driver(source: str, workdir):
+def cpp_driver(source: str, workdir, sources=(), csrc=None):
     """Build tests/cpp/<source> (a stdin line -> stdout line driver of host headers in csrc/) with
-    the host C++ compiler; returns ask(lines) -> answer lines. Skips without a compiler."""
+    the host C++ compiler, with `sources` (paths relative to csrc, e.g. the host layer's .cpp files)
+    linked in; csrc: another copy of csrc/ to build against. Returns ask(lines) -> answer lines.
+    Skips without a compiler."""
     import shutil
     import subprocess
     from pathlib import Path
@@ -140,12 +142,14 @@ def cpp_driver(source: str, workdir):
     import pytest
 
     root = Path(__file__).resolve().parents[1]
+    csrc = Path(csrc) if csrc else root / "csrc"
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no host C++ compiler on PATH")
     exe = Path(workdir) / Path(source).stem
-    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(root / "csrc"),
-                    str(root / "tests/cpp" / source), "-o", str(exe)], check=True)
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", str(csrc),
+                    str(root / "tests/cpp" / source)] + [str(csrc / s) for s in sources] + ["-o", str(exe)],
+                   check=True)
 
     def ask(lines):
         out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True,

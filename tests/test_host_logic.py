@@ -244,7 +244,7 @@ def test_padded_seq_offsets(driver, align):
 
 def test_total_rows_limit_same_for_forward_and_backward(driver):
     """total_q / total_k (issue 23: the batched backward rejected b * s >= 2^31 where the forward
-    clamped). One rule, csrc/binding_common.h total_rows for both ops: varlen packed row counts are
+    clamped). One rule, csrc/flash3/host/check.h total_rows for both ops: varlen packed row counts are
     int32 in the kernels (rejected past 2^31 - 1); batched calls never read them (clamped)."""
     i32 = 2**31 - 1
     cases = [(0, 0), (0, 1), (5, 0), (5, 1), (i32, 0), (i32, 1), (i32 + 1, 0), (i32 + 1, 1),
@@ -252,8 +252,8 @@ def test_total_rows_limit_same_for_forward_and_backward(driver):
     got = [int(a) for a in driver([f"total_rows {t} {v}" for t, v in cases])]
     want = [-1 if t < 0 or (v and t > i32) else min(t, i32) for t, v in cases]
     assert got == want
-    root = Path(__file__).resolve().parents[1] / "csrc"
-    for src in ("binding_common.h", "bwd_binding.cpp"):
+    root = Path(__file__).resolve().parents[1] / "csrc" / "flash3" / "host"
+    for src in ("fwd_params.cpp", "bwd.cpp"):
         text = (root / src).read_text()
         assert 'total_rows(' in text and 'to_int(total_q' not in text and 'to_int(total_k' not in text, src
 

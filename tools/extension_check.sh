@@ -236,6 +236,23 @@ qv = torch.empty(9, 4, d, dtype=torch.bfloat16, device="meta")
 cuq = torch.empty(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.fwd_kvcache_sm90(qv, pages, pages, torch.empty_like(qv), torch.empty(4, 9, dtype=torch.float32, device="meta"),
                                   used, table, d ** -0.5, True, -1, -1, 0.0, 2, cu_seqlens_q=cuq, max_seqlen_q=7)
+# The CUDA kernels' adapters reach the host layer (csrc/flash3/host/) and raise its refusals as
+# TORCH_CHECK does: called straight on the CUDA key with CPU tensors, each op names what is wrong.
+ks = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+c = torch.zeros(1, 8, 1, 128, dtype=torch.bfloat16)
+for name, args, msg in [
+        ("fwd_sm90", (c, c, c, c, torch.zeros(1, 1, 8), None, None, None, 8, 8, 1.0, False, -1, -1, 0.0),
+         "flash3.fwd_sm90: q must be a CUDA tensor, got cpu"),
+        ("bwd_sm90", (c, c, c, c, c, torch.zeros(1, 1, 8), None, c, c, c, None, None, 8, 8, 1.0, False, -1, -1, 0.0,
+                      False), "flash3.bwd_sm90: q must be a CUDA tensor, got cpu"),
+        ("quantize_fp8_sm90", (c, None, None, None, 128, 0, c, torch.zeros(1)),
+         "flash3.quantize_fp8_sm90: x must be a CUDA tensor")]:
+    try:
+        getattr(torch.ops.flash3, name).default.redispatch(ks, *args)
+        raise AssertionError(f"{name} on CPU tensors did not raise")
+    except RuntimeError as e:
+        assert str(e).splitlines()[0] == msg, (name, str(e))
+print("extension-check: the ops' host-layer refusals raise as RuntimeError with their messages")
 print(f"extension-check: torch.cuda.is_available() = {torch.cuda.is_available()}")
 EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).

@@ -331,11 +331,18 @@ DECODE_SOURCES = ("flash3/decode/append_kv.cu", "flash3/decode/combine.cu")
 # The fused FP8 rotate-and-quantize (setup.py compiles it into every build, both input dtypes):
 # linked always, for sim_op_quantize.cu.
 QUANTIZE_SOURCES = ("flash3/fp8/quantize.cu",)
-# Headers the host objects (sim_driver.cu, sim_op_*.cu, registry.cpp) depend on, for their cache key.
+# Headers the host objects (sim_driver.cu, sim_op_*.cu, the host layer, registry.cpp) depend on, for
+# their cache key; the host layer's own headers (csrc/flash3/host/*.h) join them in build_driver.
 HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/bwd/api.h", "flash3/bwd/params.h",
-                "flash3/common/attn_logic.h",
+                "flash3/common/attn_logic.h", "flash3/common/total_rows.h",
                 "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h",
                 "flash3/fp8/quantize.h")
+
+
+def host_layer_sources(csrc: Path | None = None) -> list[Path]:
+    """The torch-free host layer (csrc/flash3/host/*.cpp): every op's checks, kernel pick, parameters
+    and launch, linked into the driver as into flash3._C (setup.py)."""
+    return sorted((csrc or csrc_root()).joinpath("flash3", "host").glob("*.cpp"))
 
 
 def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
@@ -473,8 +480,10 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
                 f.result()
     # The host side: the driver's files and the registries, with the same include dirs.
     hflags = [SIM_GENCODE, "-no-compress", "-std=c++17", "-O2"] + [f for f in kflags if f.startswith("-I")]
-    shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join((csrc / h).read_bytes() for h in HOST_HEADERS)
+    headers = [csrc / h for h in HOST_HEADERS] + sorted((csrc / "flash3" / "host").glob("*.h"))
+    shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join(h.read_bytes() for h in headers)
     host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
+    host_srcs += host_layer_sources(csrc)
     host_srcs += [csrc / "flash3" / "fwd" / "registry.cpp", csrc / "flash3" / "bwd" / "registry.cpp"]
     host = []
     for src in host_srcs:

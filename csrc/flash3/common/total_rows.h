@@ -1,5 +1,5 @@
 // total_q / total_k of FwdParams and BwdParams, set the same way by the forward and the backward
-// bindings (binding_common.h total_rows). Host only, no torch, no CUDA (tests/cpp/host_logic_driver).
+// ops (csrc/flash3/host/check.h total_rows). Host only, no torch, no CUDA (tests/cpp/host_logic_driver).
 #pragma once
 
 namespace flash3 {

@@ -22,7 +22,11 @@
 #     another warp writes. The values often come out right (the simulator may run every stmatrix
 #     first); the simulator's shared-race check must report it. Built for bf16 d 64, its "varlen"
 #     smoke case must end with that check (status "crash").
-#  MUTANT=causal|dq_read_wait|v_early_release|o_rows_unsynced runs only one. They run concurrently.
+#  5. not a kernel: a check added to the host layer (csrc/flash3/host/fwd.cpp, the code the torch
+#     bindings run) must refuse the simulator's smoke case too (status "error" with its message),
+#     proving that the smoke goes through the host layer rather than a copy of it. Only the driver's
+#     host objects recompile.
+#  MUTANT=causal|dq_read_wait|v_early_release|o_rows_unsynced|host_probe runs only one. They run concurrently.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-python3}
@@ -112,10 +116,38 @@ PYEOF
   caught_by_check "$dir" 64 bf16:64:64/varlen shared-race "varlen O rows read before the consumers' barrier"
 }
 
+mutant_host_probe() {
+  local dir=tools/hopper_sim/build/mutant_host_probe
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
+  local f="$dir/csrc/flash3/host/fwd.cpp"
+  "$PY" - "$f" <<'PYEOF'
+import sys
+p = sys.argv[1]
+anchor = '  constexpr const char* kOp = "flash3.fwd_sm90";\n'
+s = open(p).read()
+if s.count(anchor) == 1:
+    open(p, "w").write(s.replace(anchor, anchor + '  check(false, "host-layer probe: ", kOp);\n'))
+PYEOF
+  if [ "$(diff csrc/flash3/host/fwd.cpp "$f" | grep -c '^>')" != 1 ]; then
+    echo "mutant_check: the host-layer probe did not apply to exactly one line (host/fwd.cpp changed?)"; return 1
+  fi
+  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+    --cases bf16:64:64/full --json "$tmp/host_probe.json" > "$tmp/host_probe.log" 2>&1
+  local res
+  res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
+        "$tmp/host_probe.json" 2>/dev/null)
+  case "$res" in
+    "error sim_driver: error: host-layer probe: flash3.fwd_sm90"*)
+      echo "mutant_check: a check added to the host layer: seen by the simulator's smoke (${res:0:200})"; return 0 ;;
+  esac
+  echo "mutant_check: a check added to the host layer was NOT seen by the smoke ('${res:0:300}'):"
+  tail -20 "$tmp/host_probe.log"; return 1
+}
+
 # The mutants run at once (each is mostly one nvcc of ~1 min and ~4 GB, then a short simulation; they
 # share no file), their reports printed in order afterwards.
 pids=()
-for m in causal dq_read_wait v_early_release o_rows_unsynced; do
+for m in causal dq_read_wait v_early_release o_rows_unsynced host_probe; do
   if [ -z "$only" ] || [ "$only" = "$m" ]; then
     "mutant_$m" > "$tmp/report_$m" 2>&1 &
     pids+=("$!:$m")

@@ -1,6 +1,7 @@
 // The shared part of flash3's simulator driver (sim_driver.cu and its op files): the case files,
-// a minimal tensor type standing in for at::Tensor, and csrc/binding_common.h's checks and
-// FwdParams setup on it, line for line (keep the two in step).
+// a minimal tensor type for their tensors, and the host layer's Backend on the CUDA runtime (which
+// the simulator implements). The ops themselves are flash3's host layer (csrc/flash3/host/), the
+// very code the torch bindings run: the driver only turns case tensors into host::TensorViews.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,31 +12,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "flash3/fwd/api.h"
-#include "flash3/fwd/params.h"
+#include "flash3/host/backend.h"
+#include "flash3/host/check.h"
+#include "flash3/host/device.h"
 
 namespace simdrv {
-
-// A refused call (TORCH_CHECK in the binding, std::runtime_error from the launcher): exit 3.
-struct Refused : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-template <class... A>
-inline void check(bool ok, const A&... parts) {
-  if (ok) return;
-  std::ostringstream os;
-  (os << ... << parts);
-  throw Refused(os.str());
-}
 
 [[noreturn]] inline void fatal(const std::string& msg) {
   std::fprintf(stderr, "sim_driver: %s\n", msg.c_str());
@@ -65,17 +55,7 @@ inline DType parse_dtype(const std::string& s) {
   return it->second;
 }
 
-inline const char* dtype_str(DType t) {
-  switch (t) {
-    case DType::bf16: return "BFloat16";
-    case DType::fp16: return "Half";
-    case DType::e4m3: return "Float8_e4m3fn";
-    case DType::f32: return "Float";
-    default: return "Int";
-  }
-}
-
-// The part of at::Tensor the binding uses: sizes, element strides, dtype, a device pointer.
+// A case tensor: sizes, element strides, dtype, its device buffer (view() below hands it to the host layer).
 struct Tensor {
   std::string name;
   DType dtype = DType::f32;
@@ -94,146 +74,7 @@ struct Tensor {
   void* data_ptr() const { return ptr; }
 };
 
-inline std::string shape_str(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
-
-// ---- csrc/binding_common.h, on Tensor ----------------------------------------------------------
-
-inline int64_t tma_stride(const Tensor& t, int dim) {
-  if (t.size(dim) > 1) return t.stride(dim);
-  const int64_t unit = 16 / t.element_size();
-  int64_t s = unit;
-  for (int d = dim + 1; d < t.dim(); ++d) s = std::max(s, t.stride(d) * t.size(d));
-  return (s + unit - 1) / unit * unit;
-}
-
-inline void check_tma_layout(const Tensor& t, const char* name, const char* op = "flash3.fwd_sm90") {
-  check(t.stride(-1) == 1 || t.size(-1) == 1, op, ": ", name, " must have a contiguous last dimension (stride ",
-        t.stride(-1), ")");
-  for (int d = 0; d + 1 < t.dim(); ++d) {
-    check(tma_stride(t, d) > 0, op, ": ", name, ".stride(", d, ") is ", t.stride(d), " on a dimension of size ",
-          t.size(d), " (a broadcast/expanded tensor); pass a contiguous copy");
-    check(tma_stride(t, d) * t.element_size() % 16 == 0, op, ": ", name, ".stride(", d, ") = ", t.stride(d),
-          " must be a multiple of ", 16 / t.element_size(), " elements (16 bytes, for TMA)");
-  }
-  check(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, op, ": ", name, " must be 16-byte aligned (for TMA)");
-}
-
-inline void check_shape(const Tensor& t, const char* name, std::vector<int64_t> expected) {
-  check(t.sizes == expected, "flash3: ", name, " has shape ", shape_str(t.sizes), ", expected ", shape_str(expected));
-}
-
-inline void check_seqlens(const Tensor* t, const char* name, int64_t numel) {
-  if (t == nullptr) return;
-  check(t->dtype == DType::i32, "flash3: ", name, " must be int32, got ", dtype_str(t->dtype));
-  check(t->dim() == 1 && t->numel() == numel, "flash3: ", name, " must have shape (", numel, "), got ",
-        shape_str(t->sizes));
-  check(t->stride(0) == 1 || t->numel() <= 1, "flash3: ", name, " must be contiguous");
-}
-
-inline const float* check_sinks(const Tensor* sinks, int64_t num_heads, const char* op) {
-  if (sinks == nullptr) return nullptr;
-  check(sinks->dtype == DType::f32, op, ": sinks must be float32, got ", dtype_str(sinks->dtype));
-  check(sinks->dim() == 1 && sinks->size(0) == num_heads, op, ": sinks must have shape (", num_heads,
-        ",) (one logit per query head), got ", shape_str(sinks->sizes));
-  check(sinks->stride(0) == 1 || sinks->numel() <= 1, op, ": sinks must be contiguous");
-  return static_cast<const float*>(sinks->data_ptr());
-}
-
-inline int to_int(int64_t v, const char* what) {
-  check(v >= 0 && v <= INT32_MAX, "flash3: ", what, " = ", v, " does not fit in int32");
-  return static_cast<int>(v);
-}
-
-struct DeviceInfo {
-  int major = 0, minor = 0, num_sms = 0, l2_bytes = 0;
-};
-
-inline DeviceInfo device_info() {
-  DeviceInfo d;
-  int dev = 0;
-  ck(cudaGetDevice(&dev), "cudaGetDevice");
-  ck(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
-  ck(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
-  ck(cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-  ck(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute");
-  return d;
-}
-
-inline const char* dtype_name(bool is_bf16) { return is_bf16 ? "bf16" : "fp16"; }
-
-inline std::vector<void*> g_scratch;  // device buffers the binding would allocate (tile counter, descales)
-
-inline void set_mask_and_launch(flash3::FwdParams& p, flash3::FwdLauncher launch, const DeviceInfo& dev,
-                         double softmax_scale, double softcap, bool causal, int64_t window_left,
-                         int64_t window_right, const char* op, const char* dtype) {
-  p.softmax_scale = static_cast<float>(softmax_scale);
-  p.softcap = static_cast<float>(softcap);
-  p.is_causal = causal;
-  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
-  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
-  p.num_sms = dev.num_sms;
-  p.l2_bytes = dev.l2_bytes;
-  if (flash3::fwd_uses_dynamic_scheduler(p)) {  // at::zeros({1}, int32)
-    void* c = nullptr;
-    ck(cudaMalloc(&c, 4), "cudaMalloc");
-    ck(cudaMemset(c, 0, 4), "cudaMemset");
-    g_scratch.push_back(c);
-    p.tile_counter = static_cast<int*>(c);
-  }
-  std::fprintf(stderr, "sim_driver: %s%s%s d=%d d_v=%d b=%d s_q=%d s_k=%d h=%d h_k=%d causal=%d window=(%d,%d) "
-               "softcap=%g varlen=%d seqused_k=%d dynamic=%d num_sms=%d\n",
-               op, dtype ? " " : "", dtype ? dtype : "", p.head_dim, p.head_dim_v, p.batch, p.seqlen_q, p.seqlen_k,
-               p.num_heads, p.num_heads_k, int(p.is_causal), p.window_left, p.window_right, p.softcap,
-               int(p.cu_seqlens_q != nullptr), int(p.seqused_k != nullptr), int(p.tile_counter != nullptr),
-               p.num_sms);
-  try {
-    launch(p, nullptr);  // the default stream (the binding: torch's current stream)
-  } catch (const std::exception& e) {
-    std::ostringstream os;
-    os << op << " (" << (dtype ? dtype : "") << (dtype ? ", " : "") << "d=" << p.head_dim << ", d_v=" << p.head_dim_v
-       << "): kernel launch failed: " << e.what();
-    throw Refused(os.str());
-  }
-  const cudaError_t err = cudaGetLastError();
-  check(err == cudaSuccess, op, ": CUDA error after launch: ", cudaGetErrorString(err));
-}
-
-inline void set_q_k_out(flash3::FwdParams& p, const Tensor& q, const Tensor& k, const Tensor& out, const Tensor& lse,
-                 const Tensor* cu_seqlens_q, const Tensor* cu_seqlens_k, int64_t batch, int64_t s_q, int64_t s_k) {
-  const bool varlen = cu_seqlens_q != nullptr;
-  const int dim = varlen ? 3 : 4;
-  auto strides = [&](const Tensor& t, int64_t& bs, int64_t& rs, int64_t& hs) {
-    bs = varlen ? 0 : tma_stride(t, 0);
-    rs = tma_stride(t, dim - 3);
-    hs = tma_stride(t, dim - 2);
-  };
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.o = out.data_ptr();
-  p.lse = static_cast<float*>(lse.data_ptr());
-  strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  p.lse_batch_stride = varlen ? 0 : lse.stride(0);
-  p.lse_head_stride = lse.stride(varlen ? 0 : 1);
-  p.batch = to_int(batch, "batch");
-  p.seqlen_q = to_int(s_q, "seqlen_q");
-  p.seqlen_k = to_int(s_k, "seqlen_k");
-  p.num_heads = to_int(q.size(-2), "num_heads");
-  p.num_heads_k = to_int(k.size(-2), "num_heads_k");
-  p.head_dim = static_cast<int>(q.size(-1));
-  p.head_dim_v = static_cast<int>(out.size(-1));
-  p.total_q = to_int(varlen ? q.size(0) : batch * s_q, "total_q");
-  p.total_k = varlen ? to_int(k.size(0), "total_k") : static_cast<int>(std::min<int64_t>(batch * s_k, INT32_MAX));
-  p.cu_seqlens_q = varlen ? static_cast<const int*>(cu_seqlens_q->data_ptr()) : nullptr;
-  p.cu_seqlens_k = varlen ? static_cast<const int*>(cu_seqlens_k->data_ptr()) : nullptr;
-}
+inline std::vector<void*> g_scratch;  // device buffers the binding would allocate (tile counter, descales, ...)
 
 // ---- the case --------------------------------------------------------------------------------
 
@@ -399,7 +240,7 @@ inline void fill(const Tensor& t, float value) {
   ck(cudaMemcpy(t.ptr, host.data(), t.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
-// binding_common.h fill_empty_lse: lse.fill_(-inf), or with sinks lse[..., head (dim head_dim), ...]
+// TorchBackend::fill_empty_lse (csrc/torch_adapter.h): lse.fill_(-inf), or with sinks lse[..., head (dim head_dim), ...]
 // = sinks[head].
 inline void fill_empty_lse(const Tensor& lse, const Tensor* sinks, int head_dim) {
   if (sinks == nullptr) return fill(lse, -std::numeric_limits<float>::infinity());
@@ -417,14 +258,113 @@ inline void fill_empty_lse(const Tensor& lse, const Tensor* sinks, int head_dim)
   ck(cudaMemcpy(lse.ptr, host.data(), lse.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
+// ---- the host layer's view of a case tensor, and its backend ----------------------------------
+
+inline flash3::host::TensorView view(const Tensor& t) {
+  namespace h = flash3::host;
+  h::TensorView v;
+  v.data = t.ptr;
+  switch (t.dtype) {
+    case DType::bf16: v.dtype = h::DType::bf16; break;
+    case DType::fp16: v.dtype = h::DType::fp16; break;
+    case DType::e4m3: v.dtype = h::DType::e4m3; break;
+    case DType::f32: v.dtype = h::DType::f32; break;
+    default: v.dtype = h::DType::i32;
+  }
+  v.dtype_name = h::dtype_torch_name(v.dtype);
+  v.elem_size = t.element_size();
+  v.ndim = t.dim();
+  v.size_ = t.sizes.data();
+  v.stride_ = t.strides.data();
+  v.device = {h::DeviceKind::cuda, 0};  // the simulator's one GPU
+  v.handle = &t;
+  return v;
+}
+
+inline std::optional<flash3::host::TensorView> view(const Tensor* t) {
+  return t ? std::optional<flash3::host::TensorView>(view(*t)) : std::nullopt;
+}
+
+inline const flash3::host::TensorView* ptr(const std::optional<flash3::host::TensorView>& v) {
+  return v ? &*v : nullptr;
+}
+
+// The torch adapter's operations (csrc/torch_adapter.h TorchBackend) with the CUDA runtime: the
+// default stream, cudaMalloc'd scratch freed at exit, host loops for the fills. Every case tensor is
+// its own allocation, so the overlap checks have nothing to find.
+class SimBackend final : public flash3::host::Backend {
+ public:
+  void* stream() override { return nullptr; }  // the default stream (the binding: torch's current one)
+
+  void* alloc(int64_t count, flash3::host::DType, flash3::host::Init init) override {
+    void* p = nullptr;
+    const size_t bytes = size_t(std::max<int64_t>(count, 0)) * 4;  // f32 or i32
+    ck(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc");
+    g_scratch.push_back(p);
+    if (init == flash3::host::Init::zero) ck(cudaMemset(p, 0, bytes), "cudaMemset");
+    if (init == flash3::host::Init::neg_inf) {
+      const std::vector<float> inf(size_t(count), -std::numeric_limits<float>::infinity());
+      ck(cudaMemcpy(p, inf.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    // Init::none: at::empty is uninitialized (simrun --uninit fills it with 0xFF)
+    return p;
+  }
+
+  void fill(const flash3::host::TensorView& t, float value) override { simdrv::fill(tensor(t), value); }
+
+  void fill_empty_lse(const flash3::host::TensorView& lse, const flash3::host::TensorView* sinks,
+                      int head_dim) override {
+    simdrv::fill_empty_lse(tensor(lse), sinks ? &tensor(*sinks) : nullptr, head_dim);
+  }
+
+  void neg_inf_rows_past_end(const flash3::host::TensorView& lse_view, const flash3::host::TensorView& cu_seqlens_q,
+                             int64_t batch) override {
+    const Tensor& lse = tensor(lse_view);
+    int end = 0;
+    ck(cudaMemcpy(&end, static_cast<const int*>(cu_seqlens_q.data) + batch, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int64_t head = 0; head < lse.size(0); ++head)
+      for (int64_t r = std::max<int64_t>(end, 0); r < lse.size(1); ++r)
+        ck(cudaMemcpy(static_cast<float*>(lse.ptr) + head * lse.strides[0] + r * lse.strides[1], &ninf, 4,
+                      cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+
+  // t.repeat_interleave(repeat, 2) is contiguous (b, h, n * repeat); the narrowed view keeps its strides.
+  flash3::host::TensorView repeat_last(const flash3::host::TensorView& tv, int64_t r, int64_t count) override {
+    const Tensor& t = tensor(tv);
+    const int64_t b = t.size(0), heads = t.size(1), nb = t.size(2);
+    std::vector<float> src(t.bytes / 4), rep(size_t(b * heads * nb * r));
+    if (t.bytes) ck(cudaMemcpy(src.data(), t.ptr, t.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < heads; ++j)
+        for (int64_t x = 0; x < nb * r; ++x)
+          rep[(i * heads + j) * nb * r + x] = src[i * t.stride(0) + j * t.stride(1) + (x / r) * t.stride(2)];
+    Tensor keep = device_copy(rep, {b, heads, nb * r});
+    keep.sizes[2] = count;
+    keep_.push_back(keep);
+    return view(keep_.back());
+  }
+
+  void assert_no_overlap(const flash3::host::TensorView&, const flash3::host::TensorView&) override {}
+  void assert_no_internal_overlap(const flash3::host::TensorView&) override {}
+
+  const char* build_name() const override { return "sim_driver; see sim_driver --info"; }
+  bool tracing() const override { return true; }
+  void trace(const std::string& line) override { std::fprintf(stderr, "sim_driver: %s\n", line.c_str()); }
+
+ private:
+  static const Tensor& tensor(const flash3::host::TensorView& v) { return *static_cast<const Tensor*>(v.handle); }
+  std::deque<Tensor> keep_;
+};
+
 // ---- ops ---------------------------------------------------------------------------------------
 
-// One op of the driver ("op NAME" in case.txt): run() makes the call (throws Refused for what the
-// binding would refuse); after it the driver writes CASE_DIR/NAME.out.bin for each of `outputs`
-// the case has. info(): its kernel_info() entries ("\"bwd\": [...]"), or nullptr.
+// One op of the driver ("op NAME" in case.txt): run() makes the call through the host layer (which
+// throws host::Error for what the binding would refuse); after it the driver writes
+// CASE_DIR/NAME.out.bin for each of `outputs` the case has. info(): its --info entries, or nullptr.
 struct Op {
   const char* name;
-  void (*run)(const Case& c, const DeviceInfo& dev);
+  void (*run)(const Case& c, flash3::host::Backend& be);
   std::vector<const char*> outputs;
   std::string (*info)() = nullptr;
 };

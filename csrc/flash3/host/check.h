@@ -1,0 +1,94 @@
+// The host layer's argument checks (shared by every op in csrc/flash3/host/): a refused call throws
+// host::Error with the message the torch bindings raise (they rethrow it as TORCH_CHECK does).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flash3/common/total_rows.h"
+#include "flash3/host/tensor_view.h"
+
+namespace flash3::host {
+
+// A refused call: bad arguments, no kernel, a failed launch.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// TORCH_CHECK's contract: the message is built (operator<< of every part) only when !ok.
+template <class... A>
+inline void check(bool ok, const A&... parts) {
+  if (ok) return;
+  std::ostringstream os;
+  (os << ... << parts);
+  throw Error(os.str());
+}
+
+inline const char* dtype_name(bool is_bf16) { return is_bf16 ? "bf16" : "fp16"; }
+
+// TMA (and 16-byte cp.async) needs 16-byte aligned base addresses and 16-byte multiple strides
+// (8 elements of 16 bits, 16 of 8). The stride of a dimension of size 1 is never used to address
+// memory; give it a harmless value.
+inline int64_t tma_stride(const TensorView& t, int dim) {
+  if (t.size(dim) > 1) return t.stride(dim);
+  const int64_t unit = 16 / t.element_size();
+  int64_t s = unit;
+  for (int d = dim + 1; d < t.dim(); ++d) s = std::max(s, t.stride(d) * t.size(d));
+  return (s + unit - 1) / unit * unit;
+}
+
+inline void check_tma_layout(const TensorView& t, const char* name, const char* op = "flash3.fwd_sm90") {
+  check(t.stride(-1) == 1 || t.size(-1) == 1, op, ": ", name, " must have a contiguous last dimension (stride ",
+        t.stride(-1), ")");
+  for (int d = 0; d + 1 < t.dim(); ++d) {
+    // A broadcast (expanded) dimension: TMA would walk past a one-copy allocation.
+    check(tma_stride(t, d) > 0, op, ": ", name, ".stride(", d, ") is ", t.stride(d), " on a dimension of size ",
+          t.size(d), " (a broadcast/expanded tensor); pass a contiguous copy");
+    check(tma_stride(t, d) * t.element_size() % 16 == 0, op, ": ", name, ".stride(", d, ") = ", t.stride(d),
+          " must be a multiple of ", 16 / t.element_size(), " elements (16 bytes, for TMA)");
+  }
+  check(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, op, ": ", name, " must be 16-byte aligned (for TMA)");
+}
+
+inline void check_shape(const TensorView& t, const char* name, std::vector<int64_t> expected) {
+  check(t.sizes() == expected, "flash3: ", name, " has shape ", t.sizes(), ", expected ", Sizes(expected));
+}
+
+// cu_seqlens_q/k, seqused_k: contiguous int32 (numel,) on q's device, when given.
+inline void check_seqlens(const TensorView* t, const char* name, int64_t numel, const TensorView& q) {
+  if (t == nullptr) return;
+  check(t->dtype == DType::i32, "flash3: ", name, " must be int32, got ", t->dtype_name);
+  check(t->device == q.device, "flash3: ", name, " must be on ", q.device, ", got ", t->device);
+  check(t->dim() == 1 && t->numel() == numel, "flash3: ", name, " must have shape (", numel, "), got ", t->sizes());
+  check(t->is_contiguous(), "flash3: ", name, " must be contiguous");
+}
+
+// Attention sinks (FwdParams::sinks): nullptr without, else the data of a contiguous float32
+// (num_heads,) tensor on q's device, one logit per query head.
+inline const float* check_sinks(const TensorView* sinks, int64_t num_heads, const TensorView& q, const char* op) {
+  if (sinks == nullptr) return nullptr;
+  const TensorView& s = *sinks;
+  check(s.dtype == DType::f32, op, ": sinks must be float32, got ", s.dtype_name);
+  check(s.device == q.device, op, ": sinks must be on ", q.device, ", got ", s.device);
+  check(s.dim() == 1 && s.size(0) == num_heads, op, ": sinks must have shape (", num_heads,
+        ",) (one logit per query head), got ", s.sizes());
+  check(s.is_contiguous(), op, ": sinks must be contiguous");
+  return s.ptr<const float>();
+}
+
+inline int to_int(int64_t v, const char* what, const char* op = "flash3") {
+  check(v >= 0 && v <= INT32_MAX, op, ": ", what, " = ", v, " does not fit in int32");
+  return static_cast<int>(v);
+}
+
+// total_q / total_k for the kernels (kernel_total_rows): varlen must fit int32, batched is clamped.
+inline int total_rows(int64_t total, bool varlen, const char* what) {
+  const long long v = kernel_total_rows(total, varlen);
+  check(v >= 0, "flash3: ", what, " = ", total, " packed rows do not fit in int32 (varlen calls index them in 32 bits)");
+  return static_cast<int>(v);
+}
+
+}  // namespace flash3::host

@@ -1,0 +1,26 @@
+// The decode (KV-cache) attention op, torch-free: torch.ops.flash3.fwd_kvcache_sm90
+// (csrc/kvcache_binding.cpp adapts it; the simulator driver calls it). Optional tensors are nullptr
+// when absent.
+//   q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged (num_pages, page_size, h_k,
+//   d|d_v) with int32 page_table (b, max_pages); row i sees its first seqused_k[i] keys (clamped to
+//   the cache). Packed GQA, split-KV (num_splits 0: decode/split_heuristic.h, from shapes only)
+//   merged by the combine kernel. Caches of q's dtype, or float8_e4m3fn with float32
+//   k_descale/v_descale (num_slabs, h_k). sinks: float32 (h,) (the kernel's epilogue without
+//   splits, else the combine). Packed queries (cu_seqlens_q int32 (b + 1,), max_seqlen_q): q
+//   (total_q, h, d), out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0, lse
+//   -inf. No host synchronization.
+#pragma once
+#include <cstdint>
+
+#include "flash3/host/backend.h"
+
+namespace flash3::host {
+
+void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                      const TensorView& out, const TensorView& lse, const TensorView& seqused_k,
+                      const TensorView* page_table, double softmax_scale, bool causal, int64_t window_left,
+                      int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
+                      const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
+                      int64_t max_seqlen_q);
+
+}  // namespace flash3::host

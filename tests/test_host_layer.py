@@ -1,0 +1,184 @@
+"""The torch-free host layer (csrc/flash3/host/): the ops' checks, kernel pick, parameters and launch,
+proven on the CPU without torch, CUDA or a GPU (tests/cpp/host_layer_driver.cpp: stand-in kernels
+record their parameters), and shown to be the code both callers run: the torch bindings (thin
+adapters, csrc/torch_adapter.h) and the simulator driver (tools/hopper_sim/flash3/), so that a check
+added to the host layer is seen by the simulator's smoke as by the bindings.
+"""
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import cpp_driver
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "csrc"
+HOST = CSRC / "flash3" / "host"
+# The host layer's sources but device.cpp (the driver stands in for the CUDA runtime), and the
+# kernel registries it looks kernels up in.
+SOURCES = [f"flash3/host/{p.name}" for p in sorted(HOST.glob("*.cpp")) if p.name != "device.cpp"]
+SOURCES += ["flash3/fwd/registry.cpp", "flash3/bwd/registry.cpp"]
+PROBE = 'check(false, "host-layer probe: ", kOp);'
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    return cpp_driver("host_layer_driver.cpp", tmp_path_factory.mktemp("host_layer"), SOURCES)
+
+
+def fields(answer):
+    """'ok k=v k=v ...' -> {k: v}."""
+    assert answer.startswith("ok"), answer
+    return dict(kv.split("=", 1) for kv in answer[2:].split())
+
+
+def test_forward_kernel_pick_and_parameters(driver):
+    full, causal, window, small, nextdim = driver(["fwd", "fwd causal=1", "fwd wl=8 wr=4", "fwd d=64",
+                                                   "fwd d=120 dv=96"])
+    f = fields(full)
+    assert f["kernel"] == "bf16:128:128:wide" and f["dynamic"] == "0"  # full attention: wide tile, static
+    assert f["q_strides"] == "51200,512,128" and f["lse_strides"] == "400,100"
+    assert f["total_q"] == "200" and f["total_k"] == "600" and f["window"] == "-1,-1"
+    c = fields(causal)
+    assert c["kernel"] == "bf16:128:128" and c["window"] == "-1,0" and c["causal"] == "1"
+    assert c["dynamic"] == "1" and c["alloc"] == "1i32/zero"  # a zeroed tile counter per call
+    assert fields(window)["window"] == "8,4" and fields(window)["kernel"] == "bf16:128:128"
+    assert fields(small)["kernel"] == "bf16:64:64"  # no wide d 64 kernel: the narrow one
+    assert fields(nextdim)["kernel"] == "bf16:128:128:wide"  # the next compiled head dims up
+
+
+def test_forward_refusals_keep_the_bindings_messages(driver):
+    answers = driver([
+        "fwd d=12",
+        "fwd dtype=fp16 kdtype=bf16",
+        "fwd h=3 hk=2",
+        "fwd softcap=-1",
+        "fwd scale=0",
+        "fwd wl=-2",
+        "fwd sinks=1 sinks_len=3",
+        "fwd sinks=1 sinks_dtype=bf16",
+        "fwd d=256",
+        "arch major=8 minor=0", "fwd", "arch major=9 minor=0",
+    ])
+    assert answers == [
+        "error: flash3.fwd_sm90: head dims must be multiples of 8 in [8, 256], got d=12 d_v=12",
+        "error: flash3.fwd_sm90: q, k and v must have the same dtype, got Half, BFloat16, Half",
+        "error: flash3.fwd_sm90: the number of query heads (3) must be a multiple of the number of kv heads (2)",
+        "error: flash3.fwd_sm90: softcap must be >= 0 (0 = off), got -1",
+        "error: flash3.fwd_sm90: softmax_scale must be finite and > 0, got 0",
+        "error: flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)",
+        "error: flash3.fwd_sm90: sinks must have shape (4,) (one logit per query head), got [3]",
+        "error: flash3.fwd_sm90: sinks must be float32, got BFloat16",
+        "error: flash3.fwd_sm90: no bf16 kernel for head dim (256, 256) or larger in this build of "
+        "host_layer_driver and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel",
+        "ok ", "error: flash3.fwd_sm90 needs an sm_90 (Hopper) GPU; cuda:0 is sm_80", "ok ",
+    ]
+
+
+def test_no_keys_and_varlen_fill_what_no_kernel_writes(driver):
+    empty, sinks, varlen = driver(["fwd sk=0", "fwd sk=0 sinks=1", "fwd varlen=1"])
+    assert empty == "ok  fill=4d:0 empty_lse=1"  # out 0, lse -inf, no launch
+    assert sinks == "ok  fill=4d:0 empty_lse=1:sinks"
+    v = fields(varlen)
+    assert v["q_strides"] == "0,512,128" and v["lse_strides"] == "0,200" and v["dynamic"] == "1"
+
+
+def test_fp8_forward_repeats_coarser_descales(driver):
+    f = fields(driver(["fwd_fp8 q_block=256"])[0])
+    assert f["kernel"] == "e4m3:128:128" and f["q_descale_count"] == "2"
+    assert driver(["fwd_fp8 q_block=100"])[0] == (
+        "error: flash3.fwd_fp8_sm90: the block of q_descale (100 rows) must be a multiple of the kernel's 64")
+
+
+def test_decode_split_kv_and_its_combine(driver):
+    split, one, varlen = driver(["kvcache splits=3", "kvcache splits=1",
+                                 "kvcache varlen=1 sq=7 page=16 total_q=9"])
+    s = fields(split)
+    assert s["kernel"] == "decode:128:128" and s["num_splits"] == "3" and s["combine"] == "3"
+    assert " alloc=6144f32 alloc=48f32" in split  # partial O and lse, uninitialized (at::empty)
+    assert "combine" not in fields(one)
+    assert fields(varlen)["paged"] == "1" and "fill=3d:0 fill=2d:-inf" in varlen  # rows of no sequence
+    assert driver(["kvcache d=80 fp8=1"])[0].startswith(
+        "ok kernel=decode_e4m3:128:128")  # the FP8-cache list, the next head dim up
+
+
+def test_backward_workspace_and_checks(driver):
+    det, plain, bad = driver(["bwd deterministic=1", "bwd", "bwd dv_sk=7"])
+    assert fields(det)["semaphore"] == "1" and det.endswith("alloc=133120f32 alloc=16i32")
+    assert fields(plain)["semaphore"] == "0" and plain.endswith("alloc=133120f32")
+    assert bad == "error: flash3: dv has shape [2, 7, 2, 128], expected [2, 300, 2, 128]"
+
+
+def test_append_and_quantize(driver):
+    rot, bad_k, layout = driver(["append rotary=1 page=16", "append kd=64", "quantize layout=3"])
+    assert rot.startswith("ok append page_size=16 max_pages=8 rotary_dim=64")
+    assert rot.count("overlap") == 6  # the caches against k/v and themselves; q_out with rotary
+    assert bad_k == "error: flash3.append_kv_sm90: k has shape [2, 1, 2, 64], expected (2, *, 2, 128)"
+    assert layout == "error: flash3.quantize_fp8_sm90: layout must be 0 (rows) or 1 (v_packed), got 3"
+
+
+def test_kernel_lists(driver):
+    assert driver(["kernel_info"])[0] == (
+        'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]], '
+        '"bwd": [["bf16", 128, 128]], "decode": [["bf16", 128, 128]], "decode_fp8_cache": [["bf16", 128, 128]]')
+
+
+# ---- one host layer for both callers -----------------------------------------------------------
+
+
+def test_bindings_and_simulator_driver_call_the_host_layer():
+    """Every op of the torch bindings and of the simulator driver is a call into flash3::host, and
+    the simulator's build links every source of the host layer (as setup.py does)."""
+    calls = {"fwd_sm90", "fwd_fp8_sm90", "fwd_kvcache_sm90", "append_kv_sm90", "bwd_sm90", "quantize_fp8_sm90"}
+    sim = "".join(p.read_text() for p in (ROOT / "tools/hopper_sim/flash3").glob("sim_*"))
+    bindings = "".join(p.read_text() for p in CSRC.glob("*_binding.cpp")) + (CSRC / "binding.cpp").read_text()
+    for op in calls:
+        assert f"host::{op}(" in sim, op
+        assert f"host::{op}(" in bindings, op
+    for text in (sim, bindings):  # the checks live in the host layer only
+        assert "TORCH_CHECK(" not in text.replace("TORCH_CHECK(false, e.what())", "")
+        assert not re.search(r"\bcheck\(", text)
+    sys.path.insert(0, str(ROOT / "tools"))
+    import smoke_sim
+    assert {p.name for p in smoke_sim.host_layer_sources(CSRC)} == {p.name for p in HOST.glob("*.cpp")}
+    setup = (ROOT / "setup.py").read_text()
+    assert "csrc/flash3/host" in setup
+
+
+def probe_copy(tmp_path):
+    """A copy of csrc/ whose host layer refuses every forward call with a probe message."""
+    copy = tmp_path / "csrc"
+    shutil.copytree(CSRC, copy)
+    fwd = copy / "flash3" / "host" / "fwd.cpp"
+    anchor = '  constexpr const char* kOp = "flash3.fwd_sm90";\n'
+    text = fwd.read_text()
+    assert text.count(anchor) == 1, "host/fwd.cpp changed: move the probe"
+    fwd.write_text(text.replace(anchor, anchor + "  " + PROBE + "\n"))
+    return copy
+
+
+def test_a_check_added_to_the_host_layer_is_seen_by_both(tmp_path, monkeypatch):
+    """The host-logic driver (g++) and, where the simulator and nvcc are here, the simulator's
+    driver built from the same copy of csrc/ both refuse a forward call with a check added only to
+    csrc/flash3/host/fwd.cpp (tools/hopper_sim/flash3/mutant_check.sh's host_probe does the latter in
+    `make sim-check`, through tools/smoke.py). FLASH3_TEST_NO_SIM=1 keeps to the g++ half."""
+    copy = probe_copy(tmp_path)
+    ask = cpp_driver("host_layer_driver.cpp", tmp_path, SOURCES, csrc=copy)
+    assert ask(["fwd", "bwd"])[0] == "error: host-layer probe: flash3.fwd_sm90"
+    sys.path.insert(0, str(ROOT / "tools"))
+    import smoke_sim
+    if not smoke_sim.SIMRUN.exists() or not (smoke_sim.SIM_DIR / "build" / "lib").exists() \
+            or shutil.which("nvcc") is None or os.environ.get("FLASH3_TEST_NO_SIM"):
+        pytest.skip("the simulator is not built here (make sim) or no nvcc: the g++ half ran")
+    import torch
+    monkeypatch.setenv("FLASH3_SIM_CSRC", str(copy))
+    drv = smoke_sim.build_driver(kinds=())  # no kernel TU: the probe refuses before any launch
+    q = torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16)
+    tensors = dict(q=q, k=q, v=q, out=q.clone(), lse=torch.zeros(1, 1, 8))
+    scalars = dict(max_seqlen_q=8, max_seqlen_k=8, softmax_scale=0.125, causal=0, window_left=-1,
+                   window_right=-1, softcap=0.0)
+    with pytest.raises(smoke_sim.SimFailure) as e:
+        smoke_sim.run_case("fwd", tensors, scalars, {"out": q}, drv)
+    assert e.value.status == "error" and e.value.detail == "sim_driver: error: host-layer probe: flash3.fwd_sm90"
