@@ -83,6 +83,36 @@ def kernel_sinks(sinks):
     return None if sinks is None else sinks.detach().to(torch.float32).contiguous()
 
 
+_ALIBI_OPS = {"fwd": "fwd_sm90", "decode": "fwd_kvcache_sm90", "bwd": "bwd_sm90"}
+
+
+@functools.lru_cache(maxsize=None)
+def has_alibi_kernel(kind: str) -> bool:
+    """True when flash3._C's `kind` op ("fwd", "decode", "bwd") takes ALiBi slopes (an
+    ``alibi_slopes`` argument in its schema)."""
+    if not has_extension():
+        return False
+    try:
+        op = getattr(torch.ops.flash3, _ALIBI_OPS[kind]).default
+        return any(a.name == "alibi_slopes" for a in op._schema.arguments)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def kernel_alibi_reason(q, kind: str) -> str | None:
+    """Why the `kind` kernel ("fwd", "decode", "bwd") cannot take ALiBi slopes for this call
+    (checked after the kernel's own reason); None if it can."""
+    if q.is_cuda and not has_alibi_kernel(kind):
+        return f"flash3._C's {_ALIBI_OPS[kind]} takes no alibi_slopes (a build without ALiBi)"
+    return None
+
+
+def kernel_alibi(slopes):
+    """The kernels' form of ``alibi_slopes``: None, or contiguous float32 (h,) or (b, h) (row
+    stride 0 or h in the kernels' parameters)."""
+    return None if slopes is None else slopes.detach().to(torch.float32).contiguous()
+
+
 @functools.lru_cache(maxsize=None)
 def kernel_info() -> dict:
     """The extension's self-description ({} when not built)."""
@@ -206,14 +236,15 @@ def kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale) -> str | None:
 
 
 def kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k=None,
-                                 sinks=None) -> str | None:
+                                 sinks=None, alibi_slopes=None) -> str | None:
     """Why the decode kernel cannot run packed (varlen) queries against this cache; None if it
     can: a paged or contiguous cache (not a packed one, cu_seqlens_k), a build whose kernels take
     sinks when they are given, and what kernel_kvcache_reason asks of any decode call."""
     if cu_seqlens_k is not None:
         return "a packed cache (cu_seqlens_k) has no decode-kernel path (use page_table or a contiguous cache)"
     return (kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale)
-            or (kernel_sinks_reason(q) if sinks is not None else None))
+            or (kernel_sinks_reason(q) if sinks is not None else None)
+            or (kernel_alibi_reason(q, "decode") if alibi_slopes is not None else None))
 
 
 def _missing_bwd_op() -> str | None:
@@ -253,13 +284,14 @@ def warn_fallback(reason: str, what: str = "forward") -> None:
 
 
 def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q=None,
-                   cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, sinks=None):
+                   cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, sinks=None,
+                   alibi_slopes=None):
     """Call flash3::fwd_sm90; returns (out, lse).
 
     Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
     ``right == 0`` is passed as causal (same mask, bottom-right aligned). ``sinks`` (h,): attention
     sinks (made float32 contiguous; lse includes them); passed only when given, so a build without
-    them serves calls without.
+    them serves calls without; ``alibi_slopes`` (h,) or (b, h) the same way.
     """
     q, k, v = (_tma_ready(x) for x in (q, k, v))
     out = q.new_empty(*q.shape[:-1], v.shape[-1])
@@ -269,6 +301,8 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
         lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     causal = right == 0
     extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
+    if alibi_slopes is not None:
+        extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
                               causal, int(left), -1 if causal else int(right), float(softcap),
@@ -277,15 +311,18 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
 
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
-                       softcap, num_splits, k_descale=None, v_descale=None, sinks=None):
+                       softcap, num_splits, k_descale=None, v_descale=None, sinks=None,
+                       alibi_slopes=None):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
     device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
-    (slabs, h_k). ``sinks`` (h,) as in run_kernel_fwd."""
+    (slabs, h_k). ``sinks`` (h,) and ``alibi_slopes`` as in run_kernel_fwd."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     causal = right == 0
     extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
+    if alibi_slopes is not None:
+        extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), causal, int(left),
                                       -1 if causal else int(right), float(softcap),
@@ -295,7 +332,7 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
 
 def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
                    deterministic, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-                   max_seqlen_k=0, sinks=None):
+                   max_seqlen_k=0, sinks=None, alibi_slopes=None):
     """Call flash3::bwd_sm90; returns (dq, dk, dv), contiguous, in q/k/v's shapes and dtypes, and
     with ``sinks`` (h,) (lse must then include them) d_sinks (h,) float32 last.
 
@@ -316,10 +353,11 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
     if sinks is not None:  # passed only then: the schema's trailing (sinks, dsinks), both optional
         sinks = kernel_sinks(sinks)
         tail = (sinks, torch.empty_like(sinks))
+    extra = {} if alibi_slopes is None else {"alibi_slopes": kernel_alibi(alibi_slopes)}
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
                               cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                               float(softmax_scale), causal, int(left), -1 if causal else int(right),
-                              float(softcap), bool(deterministic), *tail)
+                              float(softcap), bool(deterministic), *tail, **extra)
     return (dq, dk, dv) + tail[1:]
 
 
@@ -415,7 +453,7 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
 
 def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k,
                               page_table, softmax_scale, left, right, softcap, num_splits=0,
-                              k_descale=None, v_descale=None, sinks=None):
+                              k_descale=None, v_descale=None, sinks=None, alibi_slopes=None):
     """Call flash3::fwd_kvcache_sm90 with packed queries (cu_seqlens_q, max_seqlen_q): q
     (total_q, h, d) -> out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0,
     lse -inf (the op fills them). Reads no device value on the host (capturable in a CUDA graph).
@@ -433,6 +471,8 @@ def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, s
                                       -1 if causal else int(right), float(softcap),
                                       int(num_splits), f32(k_descale), f32(v_descale),
                                       **({} if sinks is None else {"sinks": kernel_sinks(sinks)}),
+                                      **({} if alibi_slopes is None
+                                         else {"alibi_slopes": kernel_alibi(alibi_slopes)}),
                                       cu_seqlens_q=i32(cu_seqlens_q),
                                       max_seqlen_q=int(max_seqlen_q))
     return out, lse

@@ -517,6 +517,28 @@ def sinks(q, sinks, heads_dim=-2):
     return sinks
 
 
+def alibi_slopes(q, slopes, batch, heads_dim=-2):
+    """ALiBi: None, or a float32 tensor (h,) or (batch, h) of slopes, on q's device.
+
+    Each row adds -slope * |i + s_k - s_q - j| to its scaled (and softcapped) scores
+    (FlashAttention-2's convention); no gradient flows to the slopes."""
+    if slopes is None:
+        return None
+    if not isinstance(slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(slopes).__name__}")
+    if slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes must be float32, got {slopes.dtype}")
+    h = q.shape[heads_dim]
+    if tuple(slopes.shape) not in ((h,), (batch, h)):
+        raise ValueError(f"alibi_slopes must have shape ({h},) or ({batch}, {h}) (per query head, "
+                         f"or per batch row and query head), got {tuple(slopes.shape)}")
+    _same_device("q", q, "alibi_slopes", slopes)
+    if is_fp8(q):
+        raise NotImplementedError("alibi_slopes is not implemented for float8_e4m3fn q/k/v "
+                                  "(the FP8 attention); pass alibi_slopes=None")
+    return slopes
+
+
 def _int32_vector(name, t, q, n=None, what="(batch,)"):
     tensor(name, t)
     _same_device("q", q, name, t)

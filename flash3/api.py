@@ -11,7 +11,8 @@ from . import _backend, _checks, ops, ops_serve
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None,
-              fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None, sinks=None):
+              fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None, sinks=None,
+              alibi_slopes=None):
     """Scaled dot-product attention, FlashAttention-3 semantics.
 
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v) with h % h_k == 0.
@@ -30,21 +31,30 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     gradient is returned; a -inf sink is no sink.  The forward kernel adds it (its epilogue); the
     backward has no kernel with sinks yet: on CUDA it runs the reference backend with a one-time
     warning.  Not with float8 inputs.
+
+    ``alibi_slopes`` float32 (h,) or (b, h), optional: ALiBi, FlashAttention-2's convention.
+    Query row i adds -slope·|i + s_k - s_q - j| to its score with key j (in the space of
+    softmax_scale·q·kᵀ after softcap; bottom-right aligned like the masks).  lse is the exact
+    log-sum-exp of the biased scores, causal or not (FlashAttention-2's causal kernel adds
+    slope·j instead, which shifts each row's lse by a constant: flash3's differs from it there,
+    its out does not).  No gradient flows to the slopes.  Not with float8 inputs.
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale)
     _checks.flag("deterministic", deterministic)
     _checks.sinks(q, sinks)
+    _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
     if sinks is not None:
         out, lse = ops_serve.attention_sinks_fwd(q, k, v, sinks, scale, left, right, softcap,
-                                                 deterministic)
+                                                 deterministic, alibi_slopes)
     elif _checks.is_fp8(q):
         out, lse = ops.attention_fp8(q, k, v, q_descale, k_descale, v_descale, scale, left,
                                      right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
                                      v_channel_descale)
     else:
-        out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic)
+        out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic,
+                                     alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -52,7 +62,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                      return_lse=False, deterministic=False, q_descale=None, k_descale=None,
                      v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None,
-                     sinks=None, page_table=None, seqused_k=None):
+                     sinks=None, page_table=None, seqused_k=None, alibi_slopes=None):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
@@ -61,7 +71,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ``deterministic`` as in :func:`attention`.  float8_e4m3fn inputs as in
     :func:`attention`, descales indexed by sequence: (b, h_k) per head, or per block
     (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
-    ``sinks`` (h,) as in :func:`attention`.
+    ``sinks`` (h,) as in :func:`attention`.  ``alibi_slopes`` (h,) or (batch, h) as in
+    :func:`attention`, distances per sequence (its own s_q and s_k).
 
     Keys from a cache (chunked prefill, prefix caching, mixed prefill/decode batches), forward
     only; on CUDA the decode kernel runs paged and contiguous caches (16-bit q, a cache of q's
@@ -83,7 +94,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         return _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                                 cu_seqlens_k, causal, softmax_scale, window_size, softcap,
                                 k_descale, v_descale, sinks, return_lse, "attention_varlen",
-                                "seqused_k", "k", "v")
+                                "seqused_k", "k", "v", alibi_slopes=alibi_slopes)
     if cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is required without page_table")
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -93,10 +104,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale,
                          varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
     _checks.sinks(q, sinks)
+    _checks.alibi_slopes(q, alibi_slopes, b)
     if sinks is not None:
         out, lse = ops_serve.attention_varlen_sinks_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks,
                                                         int(max_seqlen_q), int(max_seqlen_k),
-                                                        scale, left, right, softcap, deterministic)
+                                                        scale, left, right, softcap, deterministic,
+                                                        alibi_slopes)
     elif _checks.is_fp8(q):
         out, lse = ops.attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), q_descale, k_descale, v_descale, scale,
@@ -105,7 +118,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     else:
         out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), scale, left, right, softcap,
-                                            deterministic)
+                                            deterministic, alibi_slopes)
     return (out, lse) if return_lse else out
 
 
@@ -114,7 +127,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0,
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
-                           max_seqlen_q=None):
+                           max_seqlen_q=None, alibi_slopes=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -130,7 +143,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     rounding.  The reference computes the splits explicitly when num_splits > 1.
 
     ``sinks`` (h,) as in :func:`attention` (forward only here): the decode kernel adds them (its
-    epilogue, or the split-KV combine).
+    epilogue, or the split-KV combine).  ``alibi_slopes`` (h,) or (b, h) as in :func:`attention`,
+    with row i's s_k its key count (cache_seqlens[i] + s_new) and s_q the query count.
 
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
@@ -177,23 +191,24 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         return _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
-                               max_seqlen_q)
+                               max_seqlen_q, alibi_slopes)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
                            rotary_interleaved, k_descale, v_descale)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     _checks.sinks(q, sinks)
+    _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
-                                     sinks)
+                                     sinks, alibi_slopes)
     return (out, lse) if return_lse else out
 
 
 def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
                     window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
-                    k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q):
+                    k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None):
     """attention_with_kvcache with packed queries (cu_seqlens_q)."""
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
@@ -213,21 +228,23 @@ def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal
     return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
                             page_table, None, causal, softmax_scale, window_size, softcap,
                             k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
-                            "cache_seqlens", "k_cache", "v_cache", num_splits)
+                            "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes)
 
 
 def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
                      causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
-                     return_lse, who, lens_name, kn, vn, num_splits=0):
+                     return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None):
     """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                          cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     _checks.sinks(q, sinks)
+    _checks.alibi_slopes(q, alibi_slopes, cu_seqlens_q.shape[0] - 1)
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
     if q.is_cuda:  # the decode kernel; the reference (host reads of the metadata) is CPU-only
-        reason = _backend.kernel_varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks)
+        reason = _backend.kernel_varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
+                                                       alibi_slopes)
         if reason is not None:
             raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot "
                                       f"run the CUDA kernel: {reason}; the reference runs on CPU "
@@ -239,5 +256,5 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
                                                   cu_seqlens_k, int(max_seqlen_q), scale, left,
                                                   right, softcap, k_descale, v_descale, sinks,
-                                                  int(num_splits))
+                                                  int(num_splits), alibi_slopes)
     return (out, lse) if return_lse else out

@@ -26,6 +26,12 @@ conventions, and map onto flash3's public API:
 they are accepted (``num_splits`` reaches flash3's decode call; ``get_scheduler_metadata``
 returns an int32 tensor that ``flash_attn_with_kvcache`` accepts back and ignores).
 
+``alibi_slopes`` (FlashAttention-2's keyword; FA3's hopper interface has none): a trailing keyword
+of ``flash_attn_func``, ``flash_attn_qkvpacked_func``, ``flash_attn_varlen_func`` and
+``flash_attn_with_kvcache``, float32 (h,) or (b, h), passed to flash3's calls (FA2's bias
+-slope·|i + s_k - s_q - j|; lse is the exact one, see flash3.attention).  Not with the arguments
+below that run the FA3 spec (NotImplementedError).
+
 FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the direct spec of
 FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
@@ -90,6 +96,12 @@ def _reference_shapes(q, k, v, dims, what):
                          "d_v <= 512 with d <= 64")
 
 
+def _no_alibi_on_reference(reason, alibi_slopes):
+    if reason is not None and alibi_slopes is not None:
+        raise NotImplementedError(f"alibi_slopes cannot be combined with {reason} (FA3's "
+                                  "reference spec, flash3/reference/fa3.py, has no ALiBi)")
+
+
 def _reference_reason(**named):
     """Names of the given arguments that only the reference computes, or None."""
     given = [n for n, x in named.items()
@@ -129,13 +141,14 @@ def _fp8_descales(q, k, b, q_descale, k_descale, v_descale):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None,
                     k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0,
                     softcap=0.0, num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0,
-                    return_attn_probs=False):
+                    return_attn_probs=False, *, alibi_slopes=None):
     """FA3 ``flash_attn_func``: q (b, s_q, h, d), k/v (b, s_k, h_k, d|d_v) -> out, or
     (out, softmax_lse (b, h, s_q)) with ``return_attn_probs``."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     qd, kd, vd = _fp8_descales(q, k, q.shape[0], q_descale, k_descale, v_descale)
     reason = _reference_reason(qv=qv, attention_chunk=attention_chunk,
                                head_dim_v_over_256=v.shape[-1] > 256)
+    _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 4, "(batch, seqlen, heads, headdim)")
         out, lse = _on_reference("flash_attn_func", q, reason, k=k, v=v, qv=qv, causal=causal,
@@ -145,14 +158,16 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         return (out, lse) if return_attn_probs else out
     out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                          window_size=_window(window_size), softcap=softcap, return_lse=True,
-                         q_descale=qd, k_descale=kd, v_descale=vd, deterministic=deterministic)
+                         q_descale=qd, k_descale=kd, v_descale=vd, deterministic=deterministic,
+                         alibi_slopes=alibi_slopes)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=None,
                               k_descale=None, v_descale=None, window_size=(-1, -1),
                               attention_chunk=0, softcap=0.0, deterministic=False,
-                              num_heads_q=None, sm_margin=0, return_attn_probs=False):
+                              num_heads_q=None, sm_margin=0, return_attn_probs=False, *,
+                              alibi_slopes=None):
     """FA3 ``flash_attn_qkvpacked_func``: qkv (b, s, 3, h, d), or (b, s, h + 2 h_k, d) with
     ``num_heads_q`` = h (GQA); gradients flow back into qkv."""
     _checks.tensor("qkv", qkv)
@@ -173,7 +188,7 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
         raise ValueError(f"qkv must be 5-D or 4-D, got shape {tuple(qkv.shape)}")
     return flash_attn_func(q, k, v, softmax_scale, causal, None, q_descale, k_descale, v_descale,
                            window_size, attention_chunk, softcap, 1, None, deterministic,
-                           sm_margin, return_attn_probs)
+                           sm_margin, return_attn_probs, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -181,7 +196,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            qv=None, q_descale=None, k_descale=None, v_descale=None,
                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                            pack_gqa=None, deterministic=False, sm_margin=0,
-                           return_attn_probs=False):
+                           return_attn_probs=False, *, alibi_slopes=None):
     """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
     or (out, softmax_lse (h, total_q)).  ``seqused_k`` (the first seqused_k[i] keys of
     sequence i) runs flash3's forward-only, CPU-only cache path for now."""
@@ -193,6 +208,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     reason = _reference_reason(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
                                head_dim_v_over_256=v.shape[-1] > 256,
                                seqused_k_with_grad=seqused_k is not None and needs_grad)
+    _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 3, "(total, heads, headdim)")
         for n, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -208,7 +224,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                 causal=causal, softmax_scale=softmax_scale,
                                 window_size=_window(window_size), softcap=softcap,
                                 return_lse=True, deterministic=deterministic, q_descale=qd,
-                                k_descale=kd, v_descale=vd, seqused_k=seqused_k)
+                                k_descale=kd, v_descale=vd, seqused_k=seqused_k,
+                                alibi_slopes=alibi_slopes)
     return (out, lse) if return_attn_probs else out
 
 
@@ -244,7 +261,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
-                            pack_gqa=None, sm_margin=0, return_softmax_lse=False):
+                            pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
+                            alibi_slopes=None):
     """FA3 ``flash_attn_with_kvcache`` (forward only; k/v, if given, are appended in place)."""
     fn = "flash_attn_with_kvcache"
     _speed_only(num_splits, pack_gqa, sm_margin)
@@ -263,6 +281,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         fp8_paged_cache=fp8_cache and page_table is not None,
         fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
         cu_seqlens_q_with_new_kv=varlen and (k is not None or rotary_cos is not None))
+    _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         if cache_seqlens is None:
             full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
@@ -323,7 +342,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         causal=causal, softmax_scale=softmax_scale, window_size=_window(window_size),
         softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
-        v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
+        v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+        alibi_slopes=alibi_slopes)
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

@@ -50,63 +50,83 @@ def _dispatch(q, why_not, what, run_kernel, run_reference):
     return run_reference()
 
 
-def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
-    return _dispatch(q, lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), "forward",
-                     run_kernel, run_reference)
+def _with_alibi(reason, q, alibi_slopes, kind):
+    """reason() and then, with ALiBi slopes, whether this build's `kind` kernel takes them."""
+    return lambda: (reason() or (None if alibi_slopes is None
+                                 else _backend.kernel_alibi_reason(q, kind)))
 
 
-def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference):
-    return _dispatch(q, lambda: _backend.kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale),
+def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
+    return _dispatch(q, _with_alibi(lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), q,
+                                    alibi_slopes, "fwd"), "forward", run_kernel, run_reference)
+
+
+def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference,
+                      alibi_slopes=None):
+    return _dispatch(q, _with_alibi(lambda: _backend.kernel_kvcache_reason(q, k_cache, v_cache,
+                                                                           softmax_scale),
+                                    q, alibi_slopes, "decode"),
                      "attention_with_kvcache", run_kernel, run_reference)
 
 
-def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
-    return _dispatch(q, lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), "backward",
-                     run_kernel, run_reference)
+def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
+    return _dispatch(q, _with_alibi(lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), q,
+                                    alibi_slopes, "bwd"), "backward", run_kernel, run_reference)
+
+
+def _alibi_kw(alibi_slopes):
+    """The kernels' keyword for the slopes: passed only when given (a build without ALiBi serves
+    calls without)."""
+    return {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}
 
 
 # ----------------------------------------------------------------- batched
 @torch.library.custom_op("flash3::attention_fwd", mutates_args=())
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float,
-                  deterministic: bool = False) -> tuple[Tensor, Tensor]:
+                  window_right: int, softcap: float, deterministic: bool = False,
+                  alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     # `deterministic` only concerns the backward; it travels with the forward for autograd.
     args = (softmax_scale, window_left, window_right, softcap)
     return _fwd_dispatch(
         q, k, v, softmax_scale,
-        lambda: _backend.run_kernel_fwd(q, k, v, *args),
-        lambda: reference.forward(q, k, v, *args))
+        lambda: _backend.run_kernel_fwd(q, k, v, *args, **_alibi_kw(alibi_slopes)),
+        lambda: reference.forward(q, k, v, *args, alibi_slopes=alibi_slopes), alibi_slopes)
 
 
 @attention_fwd.register_fake
-def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=False):
+def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=False,
+      alibi_slopes=None):
     return q.new_empty(*q.shape[:-1], v.shape[-1]), _lse_batched(q)
 
 
 @torch.library.custom_op("flash3::attention_bwd", mutates_args=())
 def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                   dlse: Optional[Tensor], softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float,
-                  deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                  window_right: int, softcap: float, deterministic: bool = False,
+                  alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     # The reference backward is bitwise reproducible run to run either way (fixed tile order,
     # no atomics); `deterministic` chooses the ordered dQ reduction of the backward kernel.
     args = (softmax_scale, window_left, window_right, softcap)
     return _bwd_dispatch(
         q, k, v, softmax_scale,
-        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic),
-        lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse))
+        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
+                                        **_alibi_kw(alibi_slopes)),
+        lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse,
+                                   alibi_slopes=alibi_slopes), alibi_slopes)
 
 
 @attention_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, softmax_scale, window_left, window_right, softcap,
-      deterministic=False):
+      deterministic=False, alibi_slopes=None):
     return _like(q), _like(k), _like(v)
 
 
 def _setup(ctx, inputs, output):
+    # inputs: q, k, v, scale, left, right, softcap, deterministic, alibi_slopes (a tensor or None:
+    # saved as one, and handed back last; it gets no gradient).
     q, k, v = inputs[:3]
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.extra = inputs[3:]
+    ctx.save_for_backward(q, k, v, inputs[-1], *output)
+    ctx.extra = inputs[3:-1]
     # An unused output's gradient then arrives as None rather than zeros: the usual call never
     # touches lse, and a None dlse lets the backward skip it (and use torch's CPU kernel).
     ctx.set_materialize_grads(False)
@@ -117,10 +137,10 @@ def _grads_or_zeros(dout, out):
 
 
 def _attention_backward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, alibi, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
-    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra)
-    return (dq, dk, dv) + (None,) * len(ctx.extra)
+    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra, alibi)
+    return (dq, dk, dv) + (None,) * (len(ctx.extra) + 1)
 
 
 attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
@@ -131,7 +151,8 @@ attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
 def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
-                         softcap: float, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+                         softcap: float, deterministic: bool = False,
+                         alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
@@ -140,13 +161,14 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         q, k, v, softmax_scale,
         lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
                                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                                        max_seqlen_k=max_seqlen_k),
-        lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args))
+                                        max_seqlen_k=max_seqlen_k, **_alibi_kw(alibi_slopes)),
+        lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args,
+                                         alibi_slopes=alibi_slopes), alibi_slopes)
 
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, softcap, deterministic=False):
+      window_left, window_right, softcap, deterministic=False, alibi_slopes=None):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     return out, _lse_varlen(q)
 
@@ -156,37 +178,41 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
                          lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
-                         softcap: float,
-                         deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                         softcap: float, deterministic: bool = False,
+                         alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
     args = (softmax_scale, window_left, window_right, softcap)
     return _bwd_dispatch(
         q, k, v, softmax_scale,
         lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
                                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k),
+                                        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                        **_alibi_kw(alibi_slopes)),
         lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                          *args, dlse=dlse))
+                                          *args, dlse=dlse, alibi_slopes=alibi_slopes),
+        alibi_slopes)
 
 
 @attention_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      softmax_scale, window_left, window_right, softcap, deterministic=False):
+      softmax_scale, window_left, window_right, softcap, deterministic=False, alibi_slopes=None):
     return _like(q), _like(k), _like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
-    ctx.extra = inputs[5:]  # max_seqlen_q, max_seqlen_k, scale, left, right, softcap, deterministic
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, inputs[-1], *output)  # inputs[-1]: alibi_slopes
+    # max_seqlen_q, max_seqlen_k, scale, left, right, softcap, deterministic
+    ctx.extra = inputs[5:-1]
     ctx.n_inputs = len(inputs)
     ctx.set_materialize_grads(False)  # as in _setup
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
+    q, k, v, cu_q, cu_k, alibi, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
-    dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra)
+    dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra,
+                                      alibi)
     return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
 
@@ -201,8 +227,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                       softcap: float, rotary_cos: Optional[Tensor] = None,
                       rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
                       k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
-                      num_splits: int = 0,
-                      sinks: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                      num_splits: int = 0, sinks: Optional[Tensor] = None,
+                      alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
     local = window_left >= 0 or window_right >= 0  # causal or local: q rotated per token
     # Value checks (host reads) only in validation mode; everything is validated before the
@@ -215,7 +241,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
     def run_reference():
         return reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                          *args, rotary_cos, rotary_sin, rotary_interleaved,
-                                         k_descale, v_descale, max(num_splits, 1), sinks)
+                                         k_descale, v_descale, max(num_splits, 1), sinks,
+                                         alibi_slopes)
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
@@ -246,20 +273,22 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         # Each row's key count (no host read); the kernel clamps it into [0, capacity].
         seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
-                                           kd, vd, sinks)
+                                           kd, vd, sinks, **_alibi_kw(alibi_slopes))
 
     if sinks is not None:  # the decode kernel adds them (its epilogue, or the split combine)
-        why_not = lambda: (_backend.kernel_kvcache_reason(q, k_cache, v_cache,  # noqa: E731
-                                                          softmax_scale)
-                           or _backend.kernel_sinks_reason(q))
+        why_not = _with_alibi(lambda: (_backend.kernel_kvcache_reason(q, k_cache, v_cache,
+                                                                      softmax_scale)
+                                       or _backend.kernel_sinks_reason(q)),
+                              q, alibi_slopes, "decode")
         return _dispatch(q, why_not, "attention_with_kvcache", kernel, run_reference)
-    return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference)
+    return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference,
+                             alibi_slopes)
 
 
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
       window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
-      k_descale=None, v_descale=None, num_splits=0, sinks=None):
+      k_descale=None, v_descale=None, num_splits=0, sinks=None, alibi_slopes=None):
     return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
 
 

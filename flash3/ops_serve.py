@@ -21,10 +21,12 @@ from torch import Tensor
 from . import _backend, _checks, ops, reference, validation
 
 
-def _sinks_fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
-    """ops._fwd_dispatch, plus: the extension's kernels take sinks."""
-    return ops._dispatch(q, lambda: (_backend.kernel_fwd_reason(q, k, v, softmax_scale)
-                                     or _backend.kernel_sinks_reason(q)),
+def _sinks_fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
+    """ops._fwd_dispatch, plus: the extension's kernels take sinks (and ALiBi, when given)."""
+    return ops._dispatch(q, ops._with_alibi(lambda: (_backend.kernel_fwd_reason(q, k, v,
+                                                                                softmax_scale)
+                                                     or _backend.kernel_sinks_reason(q)),
+                                            q, alibi_slopes, "fwd"),
                          "forward", run_kernel, run_reference)
 
 
@@ -32,16 +34,19 @@ def _sinks_fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference):
 @torch.library.custom_op("flash3::attention_sinks_fwd", mutates_args=())
 def attention_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, softmax_scale: float,
                         window_left: int, window_right: int, softcap: float,
-                        deterministic: bool = False) -> tuple[Tensor, Tensor]:
+                        deterministic: bool = False,
+                        alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     args = (softmax_scale, window_left, window_right, softcap)
     return _sinks_fwd_dispatch(
         q, k, v, softmax_scale,
-        lambda: _backend.run_kernel_fwd(q, k, v, *args, sinks=sinks),
-        lambda: reference.forward(q, k, v, *args, sinks=sinks))
+        lambda: _backend.run_kernel_fwd(q, k, v, *args, sinks=sinks, **ops._alibi_kw(alibi_slopes)),
+        lambda: reference.forward(q, k, v, *args, sinks=sinks, alibi_slopes=alibi_slopes),
+        alibi_slopes)
 
 
 @attention_sinks_fwd.register_fake
-def _(q, k, v, sinks, softmax_scale, window_left, window_right, softcap, deterministic=False):
+def _(q, k, v, sinks, softmax_scale, window_left, window_right, softcap, deterministic=False,
+      alibi_slopes=None):
     return q.new_empty(*q.shape[:-1], v.shape[-1]), ops._lse_batched(q)
 
 
@@ -49,34 +54,36 @@ def _(q, k, v, sinks, softmax_scale, window_left, window_right, softcap, determi
 def attention_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                         dlse: Optional[Tensor], sinks: Tensor, softmax_scale: float,
                         window_left: int, window_right: int, softcap: float,
-                        deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                        deterministic: bool = False, alibi_slopes: Optional[Tensor] = None
+                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     args = (softmax_scale, window_left, window_right, softcap)
     dq, dk, dv, ds = ops._bwd_dispatch(
         q, k, v, softmax_scale,
         lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
-                                        sinks=sinks),
-        lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse, sinks=sinks))
+                                        sinks=sinks, **ops._alibi_kw(alibi_slopes)),
+        lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse, sinks=sinks,
+                                   alibi_slopes=alibi_slopes), alibi_slopes)
     return dq, dk, dv, ds.to(sinks.dtype)
 
 
 @attention_sinks_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, sinks, softmax_scale, window_left, window_right, softcap,
-      deterministic=False):
+      deterministic=False, alibi_slopes=None):
     return ops._like(q), ops._like(k), ops._like(v), ops._like(sinks)
 
 
 def _sinks_setup(ctx, inputs, output):
     q, k, v, sinks = inputs[:4]
-    ctx.save_for_backward(q, k, v, sinks, *output)
-    ctx.extra = inputs[4:]
+    ctx.save_for_backward(q, k, v, sinks, inputs[-1], *output)  # inputs[-1]: alibi_slopes
+    ctx.extra = inputs[4:-1]
     ctx.set_materialize_grads(False)  # as in ops._setup
 
 
 def _sinks_backward(ctx, dout, dlse):
-    q, k, v, sinks, out, lse = ctx.saved_tensors
+    q, k, v, sinks, alibi, out, lse = ctx.saved_tensors
     dout = ops._grads_or_zeros(dout, out)
-    grads = attention_sinks_bwd(dout, q, k, v, out, lse, dlse, sinks, *ctx.extra)
-    return grads + (None,) * len(ctx.extra)
+    grads = attention_sinks_bwd(dout, q, k, v, out, lse, dlse, sinks, *ctx.extra, alibi)
+    return grads + (None,) * (len(ctx.extra) + 1)
 
 
 attention_sinks_fwd.register_autograd(_sinks_backward, setup_context=_sinks_setup)
@@ -87,8 +94,8 @@ attention_sinks_fwd.register_autograd(_sinks_backward, setup_context=_sinks_setu
 def attention_varlen_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                                cu_seqlens_k: Tensor, sinks: Tensor, max_seqlen_q: int,
                                max_seqlen_k: int, softmax_scale: float, window_left: int,
-                               window_right: int, softcap: float,
-                               deterministic: bool = False) -> tuple[Tensor, Tensor]:
+                               window_right: int, softcap: float, deterministic: bool = False,
+                               alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
@@ -97,13 +104,15 @@ def attention_varlen_sinks_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Te
         q, k, v, softmax_scale,
         lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
                                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                                        max_seqlen_k=max_seqlen_k, sinks=sinks),
-        lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args, sinks=sinks))
+                                        max_seqlen_k=max_seqlen_k, sinks=sinks,
+                                        **ops._alibi_kw(alibi_slopes)),
+        lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args, sinks=sinks,
+                                         alibi_slopes=alibi_slopes), alibi_slopes)
 
 
 @attention_varlen_sinks_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, softcap, deterministic=False):
+      window_left, window_right, softcap, deterministic=False, alibi_slopes=None):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     return out, ops._lse_varlen(q)
 
@@ -113,7 +122,8 @@ def attention_varlen_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, ou
                                lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
                                cu_seqlens_k: Tensor, sinks: Tensor, max_seqlen_q: int,
                                max_seqlen_k: int, softmax_scale: float, window_left: int,
-                               window_right: int, softcap: float, deterministic: bool = False
+                               window_right: int, softcap: float, deterministic: bool = False,
+                               alibi_slopes: Optional[Tensor] = None
                                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
     args = (softmax_scale, window_left, window_right, softcap)
@@ -122,31 +132,33 @@ def attention_varlen_sinks_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, ou
         lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
                                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                        sinks=sinks),
+                                        sinks=sinks, **ops._alibi_kw(alibi_slopes)),
         lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                          *args, dlse=dlse, sinks=sinks))
+                                          *args, dlse=dlse, sinks=sinks,
+                                          alibi_slopes=alibi_slopes), alibi_slopes)
     return dq, dk, dv, ds.to(sinks.dtype)
 
 
 @attention_varlen_sinks_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, sinks, max_seqlen_q,
-      max_seqlen_k, softmax_scale, window_left, window_right, softcap, deterministic=False):
+      max_seqlen_k, softmax_scale, window_left, window_right, softcap, deterministic=False,
+      alibi_slopes=None):
     return ops._like(q), ops._like(k), ops._like(v), ops._like(sinks)
 
 
 def _varlen_sinks_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k, sinks = inputs[:6]
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, sinks, *output)
-    ctx.extra = inputs[6:]
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, sinks, inputs[-1], *output)  # + alibi_slopes
+    ctx.extra = inputs[6:-1]
     ctx.set_materialize_grads(False)
 
 
 def _varlen_sinks_backward(ctx, dout, dlse):
-    q, k, v, cu_q, cu_k, sinks, out, lse = ctx.saved_tensors
+    q, k, v, cu_q, cu_k, sinks, alibi, out, lse = ctx.saved_tensors
     dout = ops._grads_or_zeros(dout, out)
     dq, dk, dv, ds = attention_varlen_sinks_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k,
-                                                sinks, *ctx.extra)
-    return (dq, dk, dv, None, None, ds) + (None,) * len(ctx.extra)
+                                                sinks, *ctx.extra, alibi)
+    return (dq, dk, dv, None, None, ds) + (None,) * (len(ctx.extra) + 1)
 
 
 attention_varlen_sinks_fwd.register_autograd(_varlen_sinks_backward,
@@ -161,8 +173,8 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                              softmax_scale: float, window_left: int, window_right: int,
                              softcap: float, k_descale: Optional[Tensor] = None,
                              v_descale: Optional[Tensor] = None,
-                             sinks: Optional[Tensor] = None,
-                             num_splits: int = 0) -> tuple[Tensor, Tensor]:
+                             sinks: Optional[Tensor] = None, num_splits: int = 0,
+                             alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     # Forward only.  CUDA: the decode kernel (packed GQA, split-KV by packed row), or
     # NotImplementedError (kernel_varlen_kvcache_reason); CPU: the reference.
     if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table):
@@ -170,22 +182,24 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                                     cu_seqlens_k, max_seqlen_q, k_descale, v_descale)
     if q.is_cuda:
         reason = _backend.kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale,
-                                                       cu_seqlens_k, sinks)
+                                                       cu_seqlens_k, sinks, alibi_slopes)
         if reason is not None:
             raise NotImplementedError(f"packed queries against a KV cache on CUDA: {reason} "
                                       "(the reference runs on CPU tensors)")
         return _backend.run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q,
                                                   seqused_k, page_table, softmax_scale,
                                                   window_left, window_right, softcap, num_splits,
-                                                  k_descale, v_descale, sinks)
+                                                  k_descale, v_descale, sinks,
+                                                  **ops._alibi_kw(alibi_slopes))
     return reference.varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                           page_table, cu_seqlens_k, softmax_scale, window_left,
-                                          window_right, softcap, k_descale, v_descale, sinks)
+                                          window_right, softcap, k_descale, v_descale, sinks,
+                                          alibi_slopes)
 
 
 @attention_varlen_kvcache.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, max_seqlen_q,
       softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
-      sinks=None, num_splits=0):
+      sinks=None, num_splits=0, alibi_slopes=None):
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     return out, ops._lse_varlen(q)

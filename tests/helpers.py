@@ -28,7 +28,7 @@ def _mask(s_q, s_k, causal, window, device):
 
 
 def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1),
-                    softcap=0.0, compute_dtype=None, sinks=None):
+                    softcap=0.0, compute_dtype=None, sinks=None, alibi_slopes=None):
     """Plain attention; full (s_q, s_k) matrix. Returns (out, lse).
 
     ``compute_dtype`` None means q's dtype: fp64 gives the oracle; fp16/bf16
@@ -36,6 +36,8 @@ def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     upcast then rounded back, as a straightforward implementation would do).
     ``sinks`` (h,): attention sinks, one more score column per row (the head's
     logit, after softcap) that joins the softmax and lse and carries no value.
+    ``alibi_slopes`` (h,) or (b, h): -slope * |i + s_k - s_q - j| added to the scores after
+    softcap (FlashAttention-2's convention), in the softmax's precision (fp32 for 16-bit).
     """
     dt = compute_dtype or q.dtype
     d = q.shape[-1]
@@ -50,6 +52,13 @@ def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
         s = softcap * torch.tanh(s / softcap)
     keep = _mask(q.shape[1], k.shape[1], causal, window_size, q.device)
     s = s.float() if dt in (torch.float16, torch.bfloat16) else s
+    if alibi_slopes is not None:
+        s_q, s_k = q.shape[1], k.shape[1]
+        i = torch.arange(s_q, device=q.device)[:, None] + s_k - s_q
+        j = torch.arange(s_k, device=q.device)[None, :]
+        dist = (i - j).abs().to(s.dtype)
+        sl = alibi_slopes.to(s.dtype).expand(q.shape[0], q.shape[2])
+        s = s - sl[:, :, None, None] * dist
     s = s.masked_fill(~keep, -math.inf)
     if sinks is not None:
         s = torch.cat([s, sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)], dim=-1)

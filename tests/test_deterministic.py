@@ -9,8 +9,10 @@ import flash3
 def test_ops_carry_the_keyword():
     for op in (torch.ops.flash3.attention_fwd, torch.ops.flash3.attention_bwd,
                torch.ops.flash3.attention_varlen_fwd, torch.ops.flash3.attention_varlen_bwd):
-        arg = op.default._schema.arguments[-1]
-        assert arg.name == "deterministic" and arg.default_value is False, op
+        args = {a.name: a for a in op.default._schema.arguments}
+        assert args["deterministic"].default_value is False, op
+        # alibi_slopes (optional, None) is the one argument after it
+        assert op.default._schema.arguments[-2].name == "deterministic", op
 
 
 @pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(40, 7), softcap=5.0)])

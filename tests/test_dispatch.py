@@ -218,7 +218,7 @@ def fake_bwd_op(monkeypatch):
             dst.copy_(src)
 
     monkeypatch.setattr(torch.ops.flash3, "bwd_sm90", bwd_sm90, raising=False)
-    monkeypatch.setattr(ops, "_bwd_dispatch", lambda q, k, v, scale, run_kernel, run_reference: run_kernel())
+    monkeypatch.setattr(ops, "_bwd_dispatch", lambda q, k, v, scale, run_kernel, run_reference, alibi_slopes=None: run_kernel())
     return calls
 
 

@@ -36,8 +36,13 @@ FA3_PARAMS = {
 @pytest.mark.parametrize("name", list(FA3_PARAMS))
 def test_signatures(name):
     params = inspect.signature(getattr(fai, name)).parameters
-    assert list(params) == FA3_PARAMS[name].split()
-    assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params.values())
+    positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == FA3_PARAMS[name].split()
+    # Beyond FA3's: FlashAttention-2's alibi_slopes, keyword-only and last (positional calls keep
+    # FA3's meaning).
+    extra = [n for n, p in params.items() if p.kind is not p.POSITIONAL_OR_KEYWORD]
+    assert extra == ([] if name == "flash_attn_combine" else ["alibi_slopes"])
+    assert all(params[n].kind is params[n].KEYWORD_ONLY and params[n].default is None for n in extra)
 
 
 def test_defaults():

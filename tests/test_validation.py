@@ -110,7 +110,7 @@ def kernel_path(monkeypatch):
                 torch.zeros(q.shape[0], q.shape[2], q.shape[1]))
 
     real_kvcache = _backend.run_kernel_kvcache
-    dispatch = lambda q, k, v, scale, run_kernel, run_reference: run_kernel()  # noqa: E731
+    dispatch = lambda q, k, v, scale, run_kernel, run_reference, alibi_slopes=None: run_kernel()  # noqa: E731
     monkeypatch.setattr(ops, "_fwd_dispatch", dispatch)
     monkeypatch.setattr(ops, "_kvcache_dispatch", dispatch)
     monkeypatch.setattr(_backend, "run_kernel_fwd", fake_kernel)
@@ -204,7 +204,7 @@ def test_varlen_backward_kernel_path_reads_nothing_on_the_host(monkeypatch, kern
         return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
 
     monkeypatch.setattr(ops, "_bwd_dispatch",
-                        lambda q, k, v, scale, run_kernel, run_reference: run_kernel())
+                        lambda q, k, v, scale, run_kernel, run_reference, alibi_slopes=None: run_kernel())
     monkeypatch.setattr(_backend, "run_kernel_bwd", fake_bwd)
     q, k, v = (torch.randn(n, 2, 8, requires_grad=True) for n in (7, 9, 9))
     cu_q = torch.tensor([0, 3, 7], dtype=torch.int32)

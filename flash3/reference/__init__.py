@@ -22,6 +22,14 @@ sum start from it (max = sink, sum = 1), so lse includes it and a row with no vi
 gives out 0, lse = sink; a -inf sink is no sink.  The backward returns
 d_sink[h] = -sum over rows of P_sink * (rowsum(dO * O) - dlse), with P_sink = exp(sink - lse).
 
+ALiBi (``alibi_slopes``, float32 (h,) or (b, h)): query row i of a sequence with s_q queries and
+s_k keys adds -slope * |i + s_k - s_q - j| to its score with key j (in the space of
+softmax_scale·q·kᵀ after softcap, before the mask: FlashAttention-2's convention, bottom-right
+aligned, per sequence in varlen; a KV cache's s_k is the row's key count).  lse is the exact
+log-sum-exp of those biased scores, with or without a causal mask (FlashAttention-2's causal
+kernel adds slope * j instead, which shifts each row's lse by a constant; flash3 does not).  The
+slopes are constants: no gradient flows to them.
+
 Internal layout: query heads are grouped by their kv head, ``h = h_k * g``, and
 the ``g`` heads of a group are folded into the row dimension, so one batched
 matmul over ``(batch * h_k)`` serves GQA/MQA without copying K/V per head.
@@ -125,6 +133,28 @@ def sink_grad(sinks, dout, out, lse, dlse=None):
     return -(p_sink * D).sum(dim=(0, 2))
 
 
+def _alibi_rows(slopes, b: int, h_k: int):
+    """alibi_slopes (h,) or (b, h) -> fp32 (b*h_k, 1, g, 1) slopes in log2 units, to scale a
+    (m, 1, n) distance tile of _rows' (position, group) rows."""
+    h = slopes.shape[-1]
+    sl = slopes.to(torch.float32).expand(b, h) * _LOG2E
+    return sl.reshape(b * h_k, 1, h // h_k, 1)
+
+
+def _alibi_dist(m0, m1, n0, n1, s_q, s_k, device):
+    """|i + s_k - s_q - j| of one tile, fp32 (m, 1, n) (exact: integers below 2^24)."""
+    i = torch.arange(m0, m1, device=device, dtype=torch.float32).unsqueeze(1) + float(s_k - s_q)
+    j = torch.arange(n0, n1, device=device, dtype=torch.float32).unsqueeze(0)
+    return (i - j).abs_().unsqueeze(1)
+
+
+def _slopes_of_row(alibi_slopes, i):
+    """The (h,) slopes of batch row / sequence i (None stays None)."""
+    if alibi_slopes is None or alibi_slopes.dim() == 1:
+        return alibi_slopes
+    return alibi_slopes[i]
+
+
 def _q_scale(softmax_scale: float, softcap: float) -> float:
     # Without softcap the softmax scale and log2(e) fold into q (exp2 later);
     # with softcap q carries scale/cap and tanh's output is multiplied back.
@@ -132,13 +162,16 @@ def _q_scale(softmax_scale: float, softcap: float) -> float:
 
 
 def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float = 0.0,
-            block_m: int | None = None, block_n: int | None = None, sinks=None):
+            block_m: int | None = None, block_n: int | None = None, sinks=None,
+            alibi_slopes=None):
     """Attention forward.
 
-    q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), optional ``sinks`` (h,).
+    q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), optional ``sinks`` (h,) and
+    ``alibi_slopes`` (h,) or (b, h) float32.
     Returns ``out`` (b, s_q, h, d_v) in q's dtype and ``lse`` (b, h, s_q) fp32.
     """
-    explicit = bool(block_m or block_n) or sinks is not None  # torch's kernel has no sinks
+    # torch's kernel has no sinks nor ALiBi
+    explicit = bool(block_m or block_n) or sinks is not None or alibi_slopes is not None
     if _torch_cpu.applies(q, k, v, left, right, softcap, explicit):
         return _torch_cpu.forward(q, k, v, softmax_scale, causal=right == 0)
     if _torch_cpu.applies_masked(q, k, v, softcap, explicit):
@@ -171,6 +204,7 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
     v_ext[..., :d_v].view(b, h_k, s_k, d_v).copy_(v.permute(0, 2, 1, 3))
     v_ext[..., d_v] = 1.0
     cap2 = softcap * _LOG2E
+    alibi2 = None if alibi_slopes is None else _alibi_rows(alibi_slopes, b, h_k)
 
     for mb in range((s_q + block_m - 1) // block_m):
         m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
@@ -192,6 +226,9 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
             s = torch.bmm(q_t, k_t)  # (B, rows, n), log2 domain unless softcap
             if softcap > 0:
                 s.tanh_().mul_(cap2)
+            if alibi2 is not None:
+                dist = _alibi_dist(m0, m1, n0, n1, s_q, s_k, dev)
+                s.view(b * h_k, m1 - m0, g, n1 - n0).sub_(alibi2 * dist)
             if not (u_lo <= nb < u_hi):
                 hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev)
                 if hide is not None:
@@ -221,18 +258,20 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
 
 def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int,
              softcap: float = 0.0, dlse=None, block_m: int | None = None,
-             block_n: int | None = None, sinks=None):
+             block_n: int | None = None, sinks=None, alibi_slopes=None):
     """Attention backward (recomputes P from ``lse``).
 
     ``dlse`` (b, h, s_q), optional, is the gradient flowing into lse: since
     d lse / d score = P, it enters exactly like the row sum D (D - dlse).
     Returns ``(dq, dk, dv)`` in the input dtypes, and d_sinks (h,) fp32 last when ``sinks``
     is given (P already includes the sink through lse: dq, dk, dv need nothing else).
+    ``alibi_slopes`` (h,) or (b, h): the bias enters the recomputed P only (no slope gradient).
     """
     if sinks is not None:
         dsinks = sink_grad(sinks, dout, out, lse, dlse)
         return backward(dout, q, k, v, out, lse, softmax_scale, left, right, softcap, dlse,
-                        block_m or BLOCK_M, block_n or BLOCK_N) + (dsinks,)
+                        block_m or BLOCK_M, block_n or BLOCK_N,
+                        alibi_slopes=alibi_slopes) + (dsinks,)
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
@@ -240,8 +279,9 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     # Rows that see exactly one key (ONE_HOT_TOL below); the torch kernels do not know them.
     single = masking.visible_counts(s_q, s_k, False, left, right, dev) == 1
     any_single = bool(single.any()) if s_k > 0 else False
-    whole = _torch_cpu.applies(q, k, v, left, right, softcap, block_m or block_n)
-    if dlse is None and (whole or _torch_cpu.applies_masked(q, k, v, softcap, block_m or block_n)):
+    explicit = bool(block_m or block_n) or alibi_slopes is not None
+    whole = _torch_cpu.applies(q, k, v, left, right, softcap, explicit)
+    if dlse is None and (whole or _torch_cpu.applies_masked(q, k, v, softcap, explicit)):
         # torch's kernel; rows that see one key go through it with dO = 0 (so they add exactly
         # nothing: dP = D = 0) and get their gradients from _add_one_key_rows.
         d_o = dout
@@ -284,6 +324,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     k_all = k.permute(0, 2, 1, 3)  # (b, h_k, s_k, d)
     v_all = v.permute(0, 2, 1, 3)
     cap2 = softcap * _LOG2E
+    alibi2 = None if alibi_slopes is None else _alibi_rows(alibi_slopes, b, h_k)
 
     for mb in range((s_q + block_m - 1) // block_m):
         m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
@@ -304,6 +345,9 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
             if softcap > 0:
                 t = s.tanh_()
                 s = t * cap2
+            if alibi2 is not None:  # a constant of q and k: dS passes through it unchanged
+                dist = _alibi_dist(m0, m1, n0, n1, s_q, s_k, dev)
+                s.view(B, m1 - m0, g, n1 - n0).sub_(alibi2 * dist)
             if not (u_lo <= nb < u_hi):
                 hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev)
                 if hide is not None:
@@ -362,10 +406,11 @@ def _seq_bounds(cu_seqlens_q, cu_seqlens_k):
 
 
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, right,
-                   softcap=0.0, sinks=None):
+                   softcap=0.0, sinks=None, alibi_slopes=None):
     """q (total_q, h, d), k/v (total_k, h_k, d|d_v) -> out (total_q, h, d_v), lse (h, total_q).
 
-    Tokens outside every sequence get out 0, lse -inf."""
+    Tokens outside every sequence get out 0, lse -inf.  ALiBi distances are per sequence
+    (``alibi_slopes`` (h,) or (b, h): row i of a (b, h) tensor is sequence i's)."""
     total_q, h, _ = q.shape
     out = torch.zeros(total_q, h, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((h, total_q), -math.inf, dtype=torch.float32, device=q.device)
@@ -375,14 +420,15 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, rig
         if q1 == q0:
             continue
         o_i, l_i = forward(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
-                           softmax_scale, left, right, softcap, sinks=sinks)
+                           softmax_scale, left, right, softcap, sinks=sinks,
+                           alibi_slopes=_slopes_of_row(alibi_slopes, i))
         out[q0:q1] = o_i[0]
         lse[:, q0:q1] = l_i[0]
     return out, lse
 
 
 def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-                    left, right, softcap=0.0, dlse=None, sinks=None):
+                    left, right, softcap=0.0, dlse=None, sinks=None, alibi_slopes=None):
     """Gradients of :func:`varlen_forward`; tokens outside every sequence get 0.  With
     ``sinks``, d_sinks (h,) fp32 is returned last (a sum over every sequence's rows)."""
     dq, dk, dv = (torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
@@ -401,7 +447,8 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
             continue
         grads = backward(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
                          out[None, q0:q1], lse[None, :, q0:q1], softmax_scale, left, right,
-                         softcap, dlse=dlse_i, sinks=sinks)
+                         softcap, dlse=dlse_i, sinks=sinks,
+                         alibi_slopes=_slopes_of_row(alibi_slopes, i))
         dq[q0:q1] = grads[0][0]
         dk[k0:k1] += grads[1][0]  # += : sequences may share keys if cu_seqlens_k overlap
         dv[k0:k1] += grads[2][0]
@@ -479,12 +526,13 @@ def kvcache_gather(cache, i, n, page_table=None, descale=None):
     return x if descale is None else dequantize_fp8_cache(x, descale[pages])
 
 
-def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges):
+def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges, alibi_slopes=None):
     """Partial attention of q (1, s_q, h, d) over each key range [a, b) of k/v (1, n, h_k, ·).
 
     The mask is that of the whole row (bottom-right aligned on n keys), applied at absolute
     key positions.  Returns o (S, 1, s_q, h, d_v) fp32, each normalized over its own range,
     and lse (S, 1, h, s_q) fp32; a range with no visible key gives o = 0, lse = -inf.
+    ``alibi_slopes`` (h,): the row's ALiBi slopes (distances on the whole row's n keys).
     """
     _, s_q, h, _ = q.shape
     n, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
@@ -502,6 +550,9 @@ def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges):
         s = torch.einsum("bqhd,bkhd->bhqk", qf, kf[:, a:b]) * softmax_scale
         if softcap > 0:
             s = softcap * torch.tanh(s / softcap)
+        if alibi_slopes is not None:
+            dist = _alibi_dist(0, s_q, a, b, s_q, n, dev).squeeze(1)  # (s_q, b - a)
+            s = s - alibi_slopes.to(torch.float32).view(1, h, 1, 1) * dist
         keep = masking.visible_mask(0, s_q, a, b, s_q, n, False, left, right, device=dev)
         s = s.masked_fill(~keep, -math.inf)
         lse = torch.logsumexp(s, dim=-1)  # (1, h, s_q); -inf where nothing is visible
@@ -534,7 +585,7 @@ def combine_splits(o_parts, lse_parts):
 def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
                     left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
                     rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1,
-                    sinks=None):
+                    sinks=None, alibi_slopes=None):
     """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys.
 
     ``sinks`` (h,): attention sinks; with splits the sink is one more partial (o = 0,
@@ -555,12 +606,13 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     lengths = (cache_seqlens.to(torch.long) + s_new).tolist()
     for i in range(b):
         n = lengths[i]
+        sl_i = _slopes_of_row(alibi_slopes, i)  # distances over the row's n keys
         k_i = kvcache_gather(k_cache, i, n, page_table, k_descale)
         v_i = kvcache_gather(v_cache, i, n, page_table, v_descale)
         if num_splits > 1:
             ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]
             o_p, l_p = split_partials(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left,
-                                      right, softcap, ranges)
+                                      right, softcap, ranges, sl_i)
             if sinks is not None:
                 o_p = torch.cat([o_p, torch.zeros_like(o_p[:1])])
                 sink = sinks.to(torch.float32).view(1, 1, h, 1).expand(1, 1, h, s_q)
@@ -568,7 +620,7 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
             o_i, l_i = combine_splits(o_p, l_p)
         else:
             o_i, l_i = forward(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left, right,
-                               softcap, sinks=sinks)
+                               softcap, sinks=sinks, alibi_slopes=sl_i)
         out[i] = o_i[0].to(q.dtype)
         lse[i] = l_i[0]
     return out, lse
@@ -582,7 +634,7 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
 
 def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
                          softmax_scale, left, right, softcap=0.0, k_descale=None, v_descale=None,
-                         sinks=None):
+                         sinks=None, alibi_slopes=None):
     """q (total_q, h, d) -> out (total_q, h, d_v) in q's dtype, lse (h, total_q) fp32.
 
     Keys of sequence i, by layout:
@@ -612,7 +664,7 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
             k_i = kvcache_gather(k_cache, i, used[i], page_table, k_descale)
             v_i = kvcache_gather(v_cache, i, used[i], page_table, v_descale)
         o_i, l_i = forward(q[None, q0:q1], k_i[None], v_i[None], softmax_scale, left, right,
-                           softcap, sinks=sinks)
+                           softcap, sinks=sinks, alibi_slopes=_slopes_of_row(alibi_slopes, i))
         out[q0:q1] = o_i[0].to(q.dtype)
         lse[:, q0:q1] = l_i[0]
     return out, lse
