@@ -2,7 +2,7 @@
 //
 //   flash3::fwd_sm90(q, k, v, out!, lse!, cu_seqlens_q?, cu_seqlens_k?, seqused_k?, max_seqlen_q,
 //                    max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
-//                    sinks?=None) -> ()
+//                    sinks?=None, alibi_slopes?=None) -> ()
 //       CUDA: checks the arguments, fills flash3::FwdParams, runs the registered kernel for
 //       (dtype, d, d_v) on the current stream. sinks: float32 (h,), attention sinks (one logit
 //       per query head, joining every row's softmax denominator; lse includes it). Meta: nothing (shapes of out/lse are the caller's),
@@ -64,7 +64,8 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const std::optional<Tensor>& cu_seqlens_k,
                    const std::optional<Tensor>& seqused_k, int64_t max_seqlen_q,
                    int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-                   int64_t window_right, double softcap, const std::optional<Tensor>& sinks) {
+                   int64_t window_right, double softcap, const std::optional<Tensor>& sinks,
+                   const std::optional<Tensor>& alibi_slopes) {
   // Device and dtypes.
   TORCH_CHECK(q.is_cuda(), "flash3.fwd_sm90: q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k, &v, &out, &lse})
@@ -132,6 +133,8 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   TORCH_CHECK(window_left >= -1 && window_right >= -1,
               "flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)");
   const float* sinks_ptr = check_sinks(sinks, h, q, "flash3.fwd_sm90");
+  int64_t alibi_stride = 0;
+  const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, "flash3.fwd_sm90", &alibi_stride);
 
   // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
   // columns); full attention takes the wide-tile variant where (d, d_v) has one.
@@ -163,6 +166,7 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   p.v_head_stride = tma_stride(v, qdim - 2);
   p.seqused_k = seqused_k.has_value() ? seqused_k->data_ptr<int>() : nullptr;
   p.sinks = sinks_ptr;
+  p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
 
   p.is_bf16 = is_bf16;
   set_mask_and_launch(p, launch, q, dev, softmax_scale, softcap, causal, window_left, window_right,
@@ -311,7 +315,7 @@ void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const std::optional<Tensor>&,
                    const std::optional<Tensor>&, int64_t, int64_t, double, bool, int64_t, int64_t,
-                   double, const std::optional<Tensor>&) {}
+                   double, const std::optional<Tensor>&, const std::optional<Tensor>&) {}
 
 std::string kernel_info() {
   std::vector<std::tuple<int, int, int>> entries;  // (dtype order, d, d_v)
@@ -365,7 +369,7 @@ TORCH_LIBRARY(flash3, m) {
       "fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
-      "float softcap, Tensor? sinks=None) -> ()");
+      "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None) -> ()");
   m.def(
       "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "

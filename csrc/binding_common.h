@@ -115,6 +115,23 @@ inline const float* check_sinks(const std::optional<Tensor>& sinks, int64_t num_
   return s.data_ptr<float>();
 }
 
+// ALiBi slopes (FwdParams/BwdParams alibi_slopes): nullptr without, else the data of a contiguous
+// float32 (num_heads,) or (batch, num_heads) tensor on q's device; *batch_stride gets 0 or num_heads.
+inline const float* check_alibi(const std::optional<Tensor>& slopes, int64_t batch, int64_t num_heads,
+                                const Tensor& q, const char* op, int64_t* batch_stride) {
+  *batch_stride = 0;
+  if (!slopes.has_value()) return nullptr;
+  const Tensor& s = *slopes;
+  TORCH_CHECK(s.scalar_type() == at::kFloat, op, ": alibi_slopes must be float32, got ", s.scalar_type());
+  TORCH_CHECK(s.device() == q.device(), op, ": alibi_slopes must be on ", q.device(), ", got ", s.device());
+  TORCH_CHECK((s.dim() == 1 && s.size(0) == num_heads) || (s.dim() == 2 && s.size(0) == batch && s.size(1) == num_heads),
+              op, ": alibi_slopes must have shape (", num_heads, ",) or (", batch, ", ", num_heads, "), got ",
+              s.sizes());
+  TORCH_CHECK(s.is_contiguous(), op, ": alibi_slopes must be contiguous");
+  *batch_stride = s.dim() == 2 ? num_heads : 0;
+  return s.data_ptr<float>();
+}
+
 // The lse of a call whose rows all see no key: -inf, or with sinks each row's sink (lse's head
 // dimension: head_dim; every other dimension broadcasts).
 inline void fill_empty_lse(const Tensor& lse, const std::optional<Tensor>& sinks, int head_dim) {

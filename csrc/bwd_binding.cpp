@@ -2,7 +2,7 @@
 //
 //   flash3::bwd_sm90(dout, q, k, v, out, lse, dlse?, dq!, dk!, dv!, cu_seqlens_q?, cu_seqlens_k?,
 //                    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
-//                    softcap, deterministic, sinks?=None, dsinks!?=None) -> ()
+//                    softcap, deterministic, sinks?=None, dsinks!?=None, alibi_slopes?=None) -> ()
 //       CUDA: dq, dk, dv of attention (the forward's out and lse given), with the gradient dlse
 //       flowing into lse when given, exactly as flash3/reference/__init__.py backward defines them;
 //       with attention sinks (float32 (num_heads,); lse then includes them, dq/dk/dv need nothing
@@ -46,7 +46,8 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
                    const Tensor& dv, const std::optional<Tensor>& cu_seqlens_q,
                    const std::optional<Tensor>& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-                   bool deterministic, const std::optional<Tensor>& sinks, const std::optional<Tensor>& dsinks) {
+                   bool deterministic, const std::optional<Tensor>& sinks, const std::optional<Tensor>& dsinks,
+                   const std::optional<Tensor>& alibi_slopes) {
   TORCH_CHECK(q.is_cuda(), kOp, ": q must be a CUDA tensor, got ", q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   const DeviceInfo& dev = device_info(q.get_device());
@@ -105,6 +106,8 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
     check_shape(*t, name, {h});
     TORCH_CHECK(t->is_contiguous(), kOp, ": ", name, " must be contiguous");
   }
+  int64_t alibi_stride = 0;
+  const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
   check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1, q);
   check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1, q);
   TORCH_CHECK(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
@@ -179,6 +182,7 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   p.cu_seqlens_k = varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
+  p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
   p.is_causal = causal;
   p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
   p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
@@ -212,7 +216,8 @@ void bwd_sm90_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const T
 void bwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t, int64_t, double, bool,
-                   int64_t, int64_t, double, bool, const std::optional<Tensor>&, const std::optional<Tensor>&) {}
+                   int64_t, int64_t, double, bool, const std::optional<Tensor>&, const std::optional<Tensor>&,
+                   const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -222,7 +227,8 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       "bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, "
       "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_left, "
-      "int window_right, float softcap, bool deterministic, Tensor? sinks=None, Tensor(d!)? dsinks=None) -> ()");
+      "int window_right, float softcap, bool deterministic, Tensor? sinks=None, Tensor(d!)? dsinks=None, "
+      "Tensor? alibi_slopes=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("bwd_sm90", &flash3::bwd_sm90_cuda); }

@@ -51,7 +51,8 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
                            double softcap, int64_t num_splits, const std::optional<Tensor>& k_descale,
                            const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks,
                            // ---- varlen (packed) queries: appended last, defaults keep old callers valid
-                           const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q) {
+                           const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q,
+                           const std::optional<Tensor>& alibi_slopes) {
   TORCH_CHECK(q.is_cuda(), kOp, ": q must be a CUDA tensor, got ", q.device());
   for (const Tensor* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
     TORCH_CHECK(t->device() == q.device(), kOp, ": all tensors must be on ", q.device(), ", got one on ",
@@ -114,6 +115,8 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   TORCH_CHECK(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1");
   TORCH_CHECK(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
+  int64_t alibi_stride = 0;
+  const float* alibi_ptr = check_alibi(alibi_slopes, b, h, q, kOp, &alibi_stride);
   int64_t capacity = slab_rows;  // keys a row can hold
   if (page_table.has_value()) {
     const Tensor& pt = *page_table;
@@ -182,6 +185,7 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
   }
   p.is_bf16 = is_bf16;
   p.sinks = sinks_ptr;  // the epilogue adds them without splits; split partials stay sink-free
+  p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
   if (fp8_cache) {
     auto descale = [](const Tensor& t) {
       Descale ds;
@@ -239,7 +243,8 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
 void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                            const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t,
                            const std::optional<Tensor>&, const std::optional<Tensor>&,
-                           const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t) {}
+                           const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t,
+                           const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -252,6 +257,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       "Tensor? sinks=None"
       // varlen (packed) queries: keep these last
       ", Tensor? cu_seqlens_q=None, int max_seqlen_q=0"
+      ", Tensor? alibi_slopes=None"
       ") -> ()");
 }
 

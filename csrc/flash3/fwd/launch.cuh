@@ -176,9 +176,8 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       mO.shape(),
       p,
       Tr::kDecode ? make_decode_tile_order(p, Tr::kBlockM) : make_tile_order(p, Tr::kBlockM),
-      0.f,
-      0.f,
-      false};
+      ScoreMod::make(p.softmax_scale, p.softcap, p.alibi_slopes, p.alibi_batch_stride,
+                     p.num_heads_k > 0 ? p.num_heads / p.num_heads_k : 1)};
   if constexpr (Tr::kDecode) {
     // TMA per key block where every block lies in one slab; else rows are gathered.
     kp.gather_kv = Tr::kFp8Cache || (p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0);
@@ -186,10 +185,6 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     for (int s = 0; s < 31; ++s)
       if ((1 << s) == p.slab_rows) kp.slab_shift = s;
   }
-  constexpr float kLog2e = 1.4426950408889634f;
-  kp.has_softcap = p.softcap > 0.f;
-  kp.scale_log2 = kp.has_softcap ? p.softcap * kLog2e : p.softmax_scale * kLog2e;
-  kp.softcap_in = kp.has_softcap ? p.softmax_scale / p.softcap : 0.f;
 
   const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * kp.order.num_heads * kp.order.batch;
   fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");

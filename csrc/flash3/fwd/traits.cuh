@@ -262,9 +262,7 @@ struct FwdTraits {
     ShapeRows shape_q, shape_k, shape_vt, shape_o;
     FwdParams p;          // raw call description (pointers, strides, lengths, mask)
     TileOrder order;      // persistent schedule
-    float scale_log2;     // multiplies raw scores inside exp2 (softmax_scale*log2e, or cap*log2e)
-    float softcap_in;     // softmax_scale / softcap when softcap is on
-    bool has_softcap;
+    ScoreMod mod;         // softcap, ALiBi and the exp2 scale of raw scores (common/score_mod.h)
     // Decode: K/V gathered row by row (a page table whose pages do not hold whole key blocks), and
     // log2(slab_rows) when it is a power of two (else -1): page addressing without a division.
     bool gather_kv = false;

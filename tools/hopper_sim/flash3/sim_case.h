@@ -136,6 +136,21 @@ inline void check_seqlens(const Tensor* t, const char* name, int64_t numel) {
   check(t->stride(0) == 1 || t->numel() <= 1, "flash3: ", name, " must be contiguous");
 }
 
+// binding_common.h check_alibi: ALiBi slopes float32 (num_heads,) or (batch, num_heads), contiguous.
+inline const float* check_alibi(const Tensor* slopes, int64_t batch, int64_t num_heads, const char* op,
+                                int64_t* batch_stride) {
+  *batch_stride = 0;
+  if (slopes == nullptr) return nullptr;
+  check(slopes->dtype == DType::f32, op, ": alibi_slopes must be float32, got ", dtype_str(slopes->dtype));
+  check((slopes->dim() == 1 && slopes->size(0) == num_heads) ||
+            (slopes->dim() == 2 && slopes->size(0) == batch && slopes->size(1) == num_heads),
+        op, ": alibi_slopes must have shape (", num_heads, ",) or (", batch, ", ", num_heads, "), got ",
+        shape_str(slopes->sizes));
+  check(slopes->stride(slopes->dim() - 1) == 1 || slopes->numel() <= 1, op, ": alibi_slopes must be contiguous");
+  *batch_stride = slopes->dim() == 2 ? num_heads : 0;
+  return static_cast<const float*>(slopes->data_ptr());
+}
+
 inline const float* check_sinks(const Tensor* sinks, int64_t num_heads, const char* op) {
   if (sinks == nullptr) return nullptr;
   check(sinks->dtype == DType::f32, op, ": sinks must be float32, got ", dtype_str(sinks->dtype));

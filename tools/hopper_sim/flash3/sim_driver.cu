@@ -152,6 +152,7 @@ void fwd_sm90(const Case& c, const DeviceInfo& dev) {
   p.v_head_stride = tma_stride(v, qdim - 2);
   p.seqused_k = seqused_k != nullptr ? static_cast<const int*>(seqused_k->data_ptr()) : nullptr;
   p.sinks = sinks_ptr;
+  p.alibi_slopes = check_alibi(c.opt("alibi_slopes"), batch, h, "flash3.fwd_sm90", &p.alibi_batch_stride);
   p.is_bf16 = is_bf16;
   set_mask_and_launch(p, launch, dev, softmax_scale, softcap, causal, window_left, window_right, "flash3.fwd_sm90",
                       dtype_name(is_bf16));
@@ -400,7 +401,8 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
                       const Tensor& lse, const Tensor& seqused_k, const Tensor* page_table, double softmax_scale,
                       bool causal, int64_t window_left, int64_t window_right, double softcap, int64_t num_splits,
                       const Tensor* k_descale, const Tensor* v_descale, const Tensor* sinks,
-                      const Tensor* cu_seqlens_q, int64_t max_seqlen_q, const DeviceInfo& dev) {
+                      const Tensor* cu_seqlens_q, int64_t max_seqlen_q, const DeviceInfo& dev,
+                      const Tensor* alibi_slopes = nullptr) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(dev.major == 9 && dev.minor == 0, kOp, " needs an sm_90 (Hopper) GPU; it is sm_", dev.major, dev.minor);
   const DType dtype = q.dtype;
@@ -523,6 +525,7 @@ void fwd_kvcache_sm90(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   }
   p.is_bf16 = is_bf16;
   p.sinks = sinks_ptr;
+  p.alibi_slopes = check_alibi(alibi_slopes, b, h, kOp, &p.alibi_batch_stride);
   if (fp8_cache) {
     auto descale = [](const Tensor& t) {
       flash3::Descale ds;
@@ -597,7 +600,7 @@ void kvcache_step(const Case& c, const DeviceInfo& dev) {
                    c.num("softmax_scale"), c.integer("causal") != 0, c.integer("window_left"),
                    c.integer("window_right"), c.num("softcap"), c.integer("num_splits"), k_descale, v_descale,
                    c.opt("sinks"), c.opt("cu_seqlens_q"), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0,
-                   dev);
+                   dev, c.opt("alibi_slopes"));
 }
 
 // kernel_info()'s "fwd", "fwd_fp8", "decode" and "decode_fp8_cache" lists, as binding.cpp prints them.

@@ -166,6 +166,7 @@ void bwd_sm90(const Case& c, const DeviceInfo& dev) {
   p.cu_seqlens_k = varlen ? static_cast<const int*>(cu_seqlens_k->data_ptr()) : nullptr;
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
+  p.alibi_slopes = check_alibi(c.opt("alibi_slopes"), batch, h, kOp, &p.alibi_batch_stride);
   p.is_causal = causal;
   p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
   p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
