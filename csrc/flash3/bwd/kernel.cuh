@@ -437,7 +437,7 @@ struct BwdKernel {
     gemm_async<true>(fr.mma_dp, tdPrV, tdPrDo(_, _, _, sd.index()), tdPrdP);
     const float* lse = smem.lse[sq.index()];
     const float* dpsum = smem.dpsum[sd.index()];
-    if (!params.mod.active) {
+    if (!params.mod.active()) {
       warpgroup_wait<1>();  // S^T is ready; dP^T still running
       if (masked) apply_mask_transposed(s_rc, tScS_rc, w.mask, key0, query0, -INFINITY);
       exp_scores(s_rc, tScS_rc, lse, params.mod.scale_log2);
@@ -446,7 +446,7 @@ struct BwdKernel {
       grad_scores(s_rc, dp_rc, tScS_rc, dpsum);
     } else {
       warpgroup_wait<0>();
-      if (params.mod.alibi != nullptr)
+      if (params.mod.has_alibi())
         modded_scores<true>(params.mod, s_rc, dp_rc, tScS_rc, lse, dpsum, key0, query0, w.mask.offset(),
                             params.mod.alibi_raw_slope(w.batch, head));
       else

@@ -31,21 +31,27 @@ struct ScoreMod {
   float softcap_in = 0.f;   // softmax_scale / softcap with softcap, else 0
   const float* alibi = nullptr;    // fp32 slopes: slope of (batch, head) at alibi[batch * alibi_batch_stride + head]
   int alibi_batch_stride = 0;      // 0: one slope per head (h,); num_heads: per batch row (b, h)
-  int group = 1;            // query heads per kv head: the head of a packed GQA row (decode kernel)
-  bool softcap = false;
-  bool active = false;      // softcap or ALiBi: the single test the default path pays
+  int group = 1;            // query heads per kv head: packed GQA rows per token (decode: mask, ALiBi head)
+  // kSoftcap | kAlibi: one word for every test, so the key loop keeps one value live for them (a
+  // pointer test and a second flag held uniform registers and cost the default path a reload).
+  static constexpr int kSoftcap = 1, kAlibi = 2;
+  int flags = 0;
+
+  FLASH3_HD bool active() const { return flags != 0; }  // the single test the default path pays
+  FLASH3_HD bool has_softcap() const { return (flags & kSoftcap) != 0; }
+  FLASH3_HD bool has_alibi() const { return (flags & kAlibi) != 0; }
 
   static ScoreMod make(float softmax_scale, float softcap, const float* alibi, int64_t alibi_batch_stride,
                        int group = 1) {
     constexpr float kLog2e = 1.4426950408889634f;
     ScoreMod m;
-    m.softcap = softcap > 0.f;
-    m.scale_log2 = m.softcap ? softcap * kLog2e : softmax_scale * kLog2e;
-    m.softcap_in = m.softcap ? softmax_scale / softcap : 0.f;
+    const bool has_softcap = softcap > 0.f;
+    m.scale_log2 = has_softcap ? softcap * kLog2e : softmax_scale * kLog2e;
+    m.softcap_in = has_softcap ? softmax_scale / softcap : 0.f;
     m.alibi = alibi;
     m.alibi_batch_stride = int(alibi_batch_stride);
     m.group = group;
-    m.active = m.softcap || alibi != nullptr;
+    m.flags = (has_softcap ? kSoftcap : 0) | (alibi != nullptr ? kAlibi : 0);
     return m;
   }
 
@@ -57,12 +63,12 @@ struct ScoreMod {
     // cost the default path re-materialized descriptors.
     asm volatile("" : "+r"(batch), "+r"(head));
     constexpr float kLog2e = 1.4426950408889634f;
-    return alibi == nullptr ? 0.f : alibi[batch * alibi_batch_stride + head] * (kLog2e / scale_log2);
+    return has_alibi() ? alibi[batch * alibi_batch_stride + head] * (kLog2e / scale_log2) : 0.f;
   }
   // The transform of one raw score before the position term (softcap's tanh, or s itself).
-  __device__ __forceinline__ float transform(float s) const { return softcap ? tanhf(s * softcap_in) : s; }
+  __device__ __forceinline__ float transform(float s) const { return has_softcap() ? tanhf(s * softcap_in) : s; }
   // Its derivative factor for dS, from transform(s) (1 - t^2 with softcap, else 1).
-  __device__ __forceinline__ float grad_factor(float t) const { return softcap ? 1.f - t * t : 1.f; }
+  __device__ __forceinline__ float grad_factor(float t) const { return has_softcap() ? 1.f - t * t : 1.f; }
   // The position term in raw units: -raw_slope * |dist| (dist = i + seqlen_k - seqlen_q - j).
   static __device__ __forceinline__ float position(float raw_slope, float dist) { return -raw_slope * fabsf(dist); }
 #endif

@@ -115,7 +115,7 @@ template <bool kPackedRows, int kRows, class TensorC>
 __device__ __forceinline__ void alibi_rows(float (&slope)[kRows], int (&diag)[kRows], TensorC const& coord_rc,
                                            const ScoreMod& mod, int row0, int offset, int batch, int head) {
   using namespace cute;
-  if (mod.alibi == nullptr) return;
+  if (!mod.has_alibi()) return;
   const int tcol = get<1>(coord_rc(0, 0));
   CUTE_UNROLL
   for (int mi = 0; mi < kRows; ++mi) {
@@ -133,17 +133,17 @@ __device__ __forceinline__ void alibi_rows(float (&slope)[kRows], int (&diag)[kR
 
 // The score mod (common/score_mod.h) on a (row, col) view of raw scores whose keys start at col0:
 // the transform (softcap's tanh, with cap * log2(e) folded into the softmax's exp2 scale), then the
-// ALiBi position term from the rows' alibi_rows. The caller tests mod.active first (the default
+// ALiBi position term from the rows' alibi_rows. The caller tests mod.active() first (the default
 // path's only cost).
 template <int kRows, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_score_mod(TensorS& s_rc, TensorC const& coord_rc, const ScoreMod& mod, int col0,
                                                 const float (&slope)[kRows], const int (&diag)[kRows]) {
   using namespace cute;
-  if (mod.softcap) {
+  if (mod.has_softcap()) {
     CUTE_UNROLL
     for (int i = 0; i < size(s_rc); ++i) s_rc(i) = mod.transform(s_rc(i));
   }
-  if (mod.alibi == nullptr) return;
+  if (!mod.has_alibi()) return;
   const int tcol = get<1>(coord_rc(0, 0));
   CUTE_UNROLL
   for (int mi = 0; mi < kRows; ++mi) {

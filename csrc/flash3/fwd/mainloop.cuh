@@ -213,7 +213,7 @@ struct FwdConsumer {
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     const int row0 = w.coord.m_block * Tr::kBlockM;
-    if (params.mod.active) {  // softcap / ALiBi (common/score_mod.h)
+    if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
       if constexpr (Tr::kDecode) {  // packed GQA rows: their terms were computed once per tile
         apply_score_mod(s_rc, tScS_rc, params.mod, n * Tr::kBlockN, fr.alibi_slope, fr.alibi_diag);
       } else {
@@ -225,7 +225,7 @@ struct FwdConsumer {
     }
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.p.num_heads / params.p.num_heads_k);
+      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
     else if constexpr (kMasked)
       apply_mask<false, kMask == Masking::both>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
