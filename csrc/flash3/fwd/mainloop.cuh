@@ -214,13 +214,14 @@ struct FwdConsumer {
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
+      const ScoreMod& mod = params.mod;
       if constexpr (Tr::kDecode) {  // packed GQA rows: their terms were computed once per tile
-        apply_score_mod(s_rc, tScS_rc, params.mod, n * Tr::kBlockN, fr.alibi_slope, fr.alibi_diag);
+        apply_score_mod(s_rc, tScS_rc, mod, n * Tr::kBlockN, fr.alibi_slope, fr.alibi_diag);
       } else {
         float slope[kRows];
         int diag[kRows];
-        alibi_rows<false>(slope, diag, tScS_rc, params.mod, row0, w.mask.offset(), w.coord.batch, w.coord.head);
-        apply_score_mod(s_rc, tScS_rc, params.mod, n * Tr::kBlockN, slope, diag);
+        alibi_rows<false>(slope, diag, tScS_rc, mod, row0, w.mask.offset(), w.coord.batch, w.coord.head);
+        apply_score_mod(s_rc, tScS_rc, mod, n * Tr::kBlockN, slope, diag);
       }
     }
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
