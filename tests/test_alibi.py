@@ -378,6 +378,7 @@ def test_kernel_routing_without_alibi_kernels(monkeypatch):
 
     class FakeCuda:
         is_cuda = True
+        shape = (2, 8, 4, 128)
     if not _backend.has_extension():
         assert not any(_backend.has_alibi_kernel(k) for k in ("fwd", "decode", "bwd"))
     monkeypatch.setattr(_backend, "has_alibi_kernel", lambda kind: kind == "fwd")
@@ -386,9 +387,16 @@ def test_kernel_routing_without_alibi_kernels(monkeypatch):
         assert op in _backend.kernel_alibi_reason(FakeCuda(), kind)
     q = torch.zeros(1)
     assert _backend.kernel_alibi_reason(q, "bwd") is None  # CPU tensors: the reference anyway
+    # Head dims above ALIBI_MAX_HEAD_DIM: the forward and decode kernels have no ALiBi term
+    monkeypatch.setattr(_backend, "has_alibi_kernel", lambda kind: True)
+    big = type("Big", (), {"is_cuda": True, "shape": (2, 8, 4, 256)})()
+    assert "up to 128" in _backend.kernel_alibi_reason(big, "fwd")
+    assert "up to 128" in _backend.kernel_alibi_reason(FakeCuda(), "decode", 192)
+    assert _backend.kernel_alibi_reason(big, "bwd") is None
+    assert _backend.kernel_alibi_reason(FakeCuda(), "fwd", 128) is None
     # the dispatch asks only when slopes are given
     asked = []
-    monkeypatch.setattr(_backend, "kernel_alibi_reason", lambda q, kind: asked.append(kind) or "no")
+    monkeypatch.setattr(_backend, "kernel_alibi_reason", lambda q, kind, d_v=None: asked.append(kind) or "no")
     assert ops._with_alibi(lambda: None, FakeCuda(), None, "fwd")() is None and asked == []
     assert ops._with_alibi(lambda: None, FakeCuda(), torch.ones(2), "bwd")() == "no" and asked == ["bwd"]
     assert ops._with_alibi(lambda: "cpu", FakeCuda(), torch.ones(2), "bwd")() == "cpu"

@@ -135,7 +135,8 @@ __device__ __forceinline__ void alibi_rows(float (&slope)[kRows], int (&diag)[kR
 // the transform (softcap's tanh, with cap * log2(e) folded into the softmax's exp2 scale), then the
 // ALiBi position term from the rows' alibi_rows. The caller tests mod.active() first (the default
 // path's only cost).
-template <int kRows, class TensorS, class TensorC>
+// kWithAlibi = false: the transform only (kernels without the ALiBi term).
+template <bool kWithAlibi = true, int kRows, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_score_mod(TensorS& s_rc, TensorC const& coord_rc, const ScoreMod& mod, int col0,
                                                 const float (&slope)[kRows], const int (&diag)[kRows]) {
   using namespace cute;
@@ -143,6 +144,7 @@ __device__ __forceinline__ void apply_score_mod(TensorS& s_rc, TensorC const& co
     CUTE_UNROLL
     for (int i = 0; i < size(s_rc); ++i) s_rc(i) = mod.transform(s_rc(i));
   }
+  if constexpr (!kWithAlibi) return;
   if (!mod.has_alibi()) return;
   const int tcol = get<1>(coord_rc(0, 0));
   CUTE_UNROLL

@@ -50,6 +50,8 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   constexpr int kHeadDim = Tr::kHeadDim, kHeadDimV = Tr::kHeadDimV;
   using detail::fwd_check;
 
+  fwd_check(p.alibi_slopes == nullptr || Tr::kAlibi,
+            "ALiBi slopes on a kernel compiled without them (head dims above 128, or FP8)");
   // Head dims below the compiled ones run here too: TMA zero-fills Q/K/V's missing columns (the
   // tensor maps have the real extents) and never stores O's.
   fwd_check(p.head_dim > 0 && p.head_dim <= kHeadDim && p.head_dim % 8 == 0 && p.head_dim_v > 0 &&

@@ -190,8 +190,8 @@ struct FwdConsumer {
     float q_descale, v_descale_p;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
-    float alibi_slope[Tr::kDecode ? kRows : 1];
-    int alibi_diag[Tr::kDecode ? kRows : 1];
+    float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
+    int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
   };
 
   // FP8: the raw scores of block n times q_descale * k_descale[n] (before softcap and mask).
@@ -215,7 +215,11 @@ struct FwdConsumer {
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
       const ScoreMod& mod = params.mod;
-      if constexpr (Tr::kDecode) {  // packed GQA rows: their terms were computed once per tile
+      if constexpr (!Tr::kAlibi) {  // softcap only (kAlibi)
+        float slope[1];
+        int diag[1];
+        apply_score_mod<false>(s_rc, tScS_rc, mod, 0, slope, diag);
+      } else if constexpr (Tr::kDecode) {  // packed GQA rows: their terms were computed once per tile
         apply_score_mod(s_rc, tScS_rc, mod, n * Tr::kBlockN, fr.alibi_slope, fr.alibi_diag);
       } else {
         float slope[kRows];
@@ -509,7 +513,7 @@ struct FwdConsumer {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
 
     fr.softmax.init(params.mod.scale_log2);
-    if constexpr (Tr::kDecode)
+    if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
     clear(tOrO);
