@@ -3,7 +3,7 @@
 //
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
 //                            causal, window_left, window_right, softcap, num_splits, k_descale?,
-//                            v_descale?, sinks?, cu_seqlens_q?, max_seqlen_q) -> ()
+//                            v_descale?, sinks?, cu_seqlens_q?, max_seqlen_q, alibi_slopes?) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
 //       first seqused_k[i] keys (clamped to the cache). Packed GQA, split-KV (num_splits 0: the
@@ -38,20 +38,22 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
                            double softcap, int64_t num_splits, const std::optional<Tensor>& k_descale,
                            const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks,
                            // ---- varlen (packed) queries: appended last, defaults keep old callers valid
-                           const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q) {
+                           const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q,
+                           const std::optional<Tensor>& alibi_slopes) {
   const auto pt = view(page_table), kd = view(k_descale), vd = view(v_descale), sk = view(sinks),
-             cu_q = view(cu_seqlens_q);
+             cu_q = view(cu_seqlens_q), al = view(alibi_slopes);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_kvcache_sm90(be, view(q), view(k_cache), view(v_cache), view(out), view(lse), view(seqused_k), ptr(pt),
                            softmax_scale, causal, window_left, window_right, softcap, num_splits, ptr(kd), ptr(vd),
-                           ptr(sk), ptr(cu_q), max_seqlen_q);
+                           ptr(sk), ptr(cu_q), max_seqlen_q, ptr(al));
   });
 }
 
 void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                            const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t,
                            const std::optional<Tensor>&, const std::optional<Tensor>&,
-                           const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t) {}
+                           const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t,
+                           const std::optional<Tensor>&) {}
 
 }  // namespace
 }  // namespace flash3
@@ -64,6 +66,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       "Tensor? sinks=None"
       // varlen (packed) queries: keep these last
       ", Tensor? cu_seqlens_q=None, int max_seqlen_q=0"
+      ", Tensor? alibi_slopes=None"
       ") -> ()");
 }
 

@@ -99,11 +99,22 @@ def has_alibi_kernel(kind: str) -> bool:
         return False
 
 
-def kernel_alibi_reason(q, kind: str) -> str | None:
-    """Why the `kind` kernel ("fwd", "decode", "bwd") cannot take ALiBi slopes for this call
-    (checked after the kernel's own reason); None if it can."""
-    if q.is_cuda and not has_alibi_kernel(kind):
+# The forward and decode kernels compile the ALiBi term for head dims up to this (FwdTraits::kAlibi,
+# csrc/flash3/fwd/traits.cuh: above it the term spilled registers); the backward's covers all.
+ALIBI_MAX_HEAD_DIM = 128
+
+
+def kernel_alibi_reason(q, kind: str, d_v: int | None = None) -> str | None:
+    """Why the `kind` kernel ("fwd", "decode", "bwd") cannot take ALiBi slopes for this call with
+    head dims (q's, d_v) (checked after the kernel's own reason); None if it can."""
+    if not q.is_cuda:
+        return None
+    if not has_alibi_kernel(kind):
         return f"flash3._C's {_ALIBI_OPS[kind]} takes no alibi_slopes (a build without ALiBi)"
+    dims = (q.shape[-1], q.shape[-1] if d_v is None else d_v)
+    if kind != "bwd" and max(dims) > ALIBI_MAX_HEAD_DIM:
+        return (f"the {kind} kernels take ALiBi for head dims up to {ALIBI_MAX_HEAD_DIM}, got "
+                f"(d, d_v) = {dims}")
     return None
 
 
@@ -244,7 +255,8 @@ def kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_
         return "a packed cache (cu_seqlens_k) has no decode-kernel path (use page_table or a contiguous cache)"
     return (kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale)
             or (kernel_sinks_reason(q) if sinks is not None else None)
-            or (kernel_alibi_reason(q, "decode") if alibi_slopes is not None else None))
+            or (kernel_alibi_reason(q, "decode", v_cache.shape[-1]) if alibi_slopes is not None
+                else None))
 
 
 def _missing_bwd_op() -> str | None:

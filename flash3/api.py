@@ -37,7 +37,9 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     softmax_scale·q·kᵀ after softcap; bottom-right aligned like the masks).  lse is the exact
     log-sum-exp of the biased scores, causal or not (FlashAttention-2's causal kernel adds
     slope·j instead, which shifts each row's lse by a constant: flash3's differs from it there,
-    its out does not).  No gradient flows to the slopes.  Not with float8 inputs.
+    its out does not).  No gradient flows to the slopes.  Not with float8 inputs.  On Hopper the
+    forward and decode kernels take them for head dims up to 128 (larger ones run on the reference
+    with a one-time warning), the backward kernel for every head dim.
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)

@@ -50,28 +50,31 @@ def _dispatch(q, why_not, what, run_kernel, run_reference):
     return run_reference()
 
 
-def _with_alibi(reason, q, alibi_slopes, kind):
-    """reason() and then, with ALiBi slopes, whether this build's `kind` kernel takes them."""
+def _with_alibi(reason, q, alibi_slopes, kind, d_v=None):
+    """reason() and then, with ALiBi slopes, whether this build's `kind` kernel takes them (for
+    head dims (q's, d_v))."""
     return lambda: (reason() or (None if alibi_slopes is None
-                                 else _backend.kernel_alibi_reason(q, kind)))
+                                 else _backend.kernel_alibi_reason(q, kind, d_v)))
 
 
 def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
     return _dispatch(q, _with_alibi(lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), q,
-                                    alibi_slopes, "fwd"), "forward", run_kernel, run_reference)
+                                    alibi_slopes, "fwd", v.shape[-1]), "forward", run_kernel,
+                     run_reference)
 
 
 def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference,
                       alibi_slopes=None):
     return _dispatch(q, _with_alibi(lambda: _backend.kernel_kvcache_reason(q, k_cache, v_cache,
                                                                            softmax_scale),
-                                    q, alibi_slopes, "decode"),
+                                    q, alibi_slopes, "decode", v_cache.shape[-1]),
                      "attention_with_kvcache", run_kernel, run_reference)
 
 
 def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
     return _dispatch(q, _with_alibi(lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), q,
-                                    alibi_slopes, "bwd"), "backward", run_kernel, run_reference)
+                                    alibi_slopes, "bwd", v.shape[-1]), "backward", run_kernel,
+                     run_reference)
 
 
 def _alibi_kw(alibi_slopes):
@@ -279,7 +282,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         why_not = _with_alibi(lambda: (_backend.kernel_kvcache_reason(q, k_cache, v_cache,
                                                                       softmax_scale)
                                        or _backend.kernel_sinks_reason(q)),
-                              q, alibi_slopes, "decode")
+                              q, alibi_slopes, "decode", v_cache.shape[-1])
         return _dispatch(q, why_not, "attention_with_kvcache", kernel, run_reference)
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference,
                              alibi_slopes)

@@ -26,7 +26,7 @@ def _sinks_fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi
     return ops._dispatch(q, ops._with_alibi(lambda: (_backend.kernel_fwd_reason(q, k, v,
                                                                                 softmax_scale)
                                                      or _backend.kernel_sinks_reason(q)),
-                                            q, alibi_slopes, "fwd"),
+                                            q, alibi_slopes, "fwd", v.shape[-1]),
                          "forward", run_kernel, run_reference)
 
 

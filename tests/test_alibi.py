@@ -369,3 +369,34 @@ def test_fake_and_compile_shapes():
                        fullgraph=True, backend="eager")
     assert max_err(fn(q, k, v, sl), flash3.attention(q, k, v, alibi_slopes=sl, causal=True)) == 0
     assert math.isfinite(float(fn(q, k, v, sl).sum()))
+
+
+def test_kernel_routing_without_alibi_kernels(monkeypatch):
+    """CUDA calls with slopes reach a kernel only when its op takes alibi_slopes (has_alibi_kernel
+    reads the schema); otherwise the reference runs, with the package's one-time warning."""
+    from flash3 import _backend, ops
+
+    class FakeCuda:
+        is_cuda = True
+        shape = (2, 8, 4, 128)
+    if not _backend.has_extension():
+        assert not any(_backend.has_alibi_kernel(k) for k in ("fwd", "decode", "bwd"))
+    monkeypatch.setattr(_backend, "has_alibi_kernel", lambda kind: kind == "fwd")
+    assert _backend.kernel_alibi_reason(FakeCuda(), "fwd") is None
+    for kind, op in (("decode", "fwd_kvcache_sm90"), ("bwd", "bwd_sm90")):
+        assert op in _backend.kernel_alibi_reason(FakeCuda(), kind)
+    q = torch.zeros(1)
+    assert _backend.kernel_alibi_reason(q, "bwd") is None  # CPU tensors: the reference anyway
+    # Head dims above ALIBI_MAX_HEAD_DIM: the forward and decode kernels have no ALiBi term
+    monkeypatch.setattr(_backend, "has_alibi_kernel", lambda kind: True)
+    big = type("Big", (), {"is_cuda": True, "shape": (2, 8, 4, 256)})()
+    assert "up to 128" in _backend.kernel_alibi_reason(big, "fwd")
+    assert "up to 128" in _backend.kernel_alibi_reason(FakeCuda(), "decode", 192)
+    assert _backend.kernel_alibi_reason(big, "bwd") is None
+    assert _backend.kernel_alibi_reason(FakeCuda(), "fwd", 128) is None
+    # the dispatch asks only when slopes are given
+    asked = []
+    monkeypatch.setattr(_backend, "kernel_alibi_reason", lambda q, kind, d_v=None: asked.append(kind) or "no")
+    assert ops._with_alibi(lambda: None, FakeCuda(), None, "fwd")() is None and asked == []
+    assert ops._with_alibi(lambda: None, FakeCuda(), torch.ones(2), "bwd")() == "no" and asked == ["bwd"]
+    assert ops._with_alibi(lambda: "cpu", FakeCuda(), torch.ones(2), "bwd")() == "cpu"

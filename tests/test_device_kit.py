@@ -105,10 +105,10 @@ def test_driver_classifies_kills_and_restarts(fake):
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
                            on_record=seen.append)
     assert time.monotonic() - t0 < 30
-    assert len(FWD_FEATURES) == 11
-    assert [len(x) for x in seen] == list(range(1, 34))  # progress after every case
+    assert len(FWD_FEATURES) == 12
+    assert [len(x) for x in seen] == list(range(1, 37))  # progress after every case
     c = by_case(res)
-    assert len(res["cases"]) == 33
+    assert len(res["cases"]) == 36
     assert c[("bf16:64:64", "causal")]["status"] == "hang"
     assert "silent for 1 s" in c[("bf16:64:64", "causal")]["detail"]
     assert c[("bf16:64:64", "gqa")]["status"] == "crash"
@@ -126,7 +126,7 @@ def test_driver_classifies_kills_and_restarts(fake):
                  ("fp16:128:128", "sq_gt_sk"), ("fp16:128:128", "nextdim")]:
         assert c[(k, f)]["status"] == "ok", (k, f)
         assert c[(k, f)]["flash3"] == "/fake"
-    assert smoke.counts(res["cases"]) == {"ok": 27, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
+    assert smoke.counts(res["cases"]) == {"ok": 30, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
 
 
 def test_driver_feature_tokens(fake, tmp_path, monkeypatch):
@@ -150,7 +150,7 @@ def test_driver_budget_leaves_not_run(fake):
     assert time.monotonic() - t0 < 12
     n = smoke.counts(res["cases"])
     assert n.get("hang", 0) >= 2 and n.get("not run", 0) >= 10
-    assert sum(n.values()) == 22  # 2 kernels x 11 features
+    assert sum(n.values()) == 24  # 2 kernels x 12 features
     c = by_case(res)
     # Retries go to the back of the queue: both kernels got their first case before any second.
     assert c[("bf16:128:128", "full")]["status"] == c[("fp16:128:128", "full")]["status"] == "hang"
@@ -195,7 +195,7 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
     p, saved = run_smoke_cli(cmd, kernels, out)
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
-    assert len(saved["cases"]) == 44 and "partial" not in saved  # 4 kernels x 11 features
+    assert len(saved["cases"]) == 48 and "partial" not in saved  # 4 kernels x 12 features
     meta = saved["meta"]  # how the run was made, for tools/sim_report.py
     assert meta["backend"] == "gpu" and "seeds" not in meta and len(meta["date"]) == 10
     assert "tools/smoke.py --kernels " + kernels in meta["command"]
@@ -219,9 +219,9 @@ def test_render_matrix_and_hang_lines():
     text = smoke.render_matrix(cases)
     lines = text.splitlines()
     assert lines[0].split() == ["kernel"] + FWD_FEATURES
-    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
+    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
     assert lines[2].split() == ["fp16", "64", "CRASH", "-"]
-    assert "13 cases: 10 ok, 1 wrong, 1 crash, 1 not run" in text
+    assert "14 cases: 11 ok, 1 wrong, 1 crash, 1 not run" in text
     assert "bf16 192x128 causal: wrong: max err 3.1e-01 > tol 4.0e-03" in text
     assert smoke.hang_lines(cases) == [
         "fp16 64 full: warpgroup 1 waits on KFull phase 0 tile 0  (2 warps in 2 blocks)",
@@ -242,7 +242,9 @@ def test_case_check_classifies_on_cpu(feature):
     kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
     if c["sinks"] is not None:  # the oracle's sink column, as check() computes it
         kw["sinks"] = c["sinks"].double()
-    for o, l, qq, k, v in smoke._pieces(c, out, lse):
+    for i, (o, l, qq, k, v) in enumerate(smoke._pieces(c, out, lse)):
+        if c["alibi"] is not None:  # each sequence's slopes (varlen), as check() takes them
+            kw["alibi_slopes"] = c["alibi"][i].double()
         ref, ref_lse = attention_ref64(qq, k, v, **kw)
         o.copy_(ref.to(o.dtype))
         l.copy_(ref_lse.float())
@@ -423,17 +425,17 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 11 + 9 + 9
+    assert len(cases) == 12 + 9 + 9
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse", "onekey")]
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok", "ok", "ok"]  # perhead: FP8 only
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok", "ok", "ok", "ok"]  # perhead: FP8 only
     assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a"]  # sinks: not with FP8
+                                "n/a", "n/a"]  # sinks, alibi: not with FP8
     assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a"]
-    assert "29 cases: 27 ok, 1 wrong, 1 hang" in lines[4]
+                                "n/a", "n/a"]
+    assert "30 cases: 28 ok, 1 wrong, 1 hang" in lines[4]
     assert "e4m3 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"
@@ -456,9 +458,9 @@ def test_bwd_features_and_kernel_ids():
     """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
     feature but kvcache, plus determ and dlse (backward only)."""
     assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk",
-                            "nextdim", "onekey", "nantail", "sinks"]
+                            "nextdim", "onekey", "nantail", "sinks", "alibi"]
     assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim",
-                            "nantail", "sinks"]
+                            "nantail", "sinks", "alibi"]
     assert "nextdim" not in FP8_FEATURES
     assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
     info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],
@@ -509,9 +511,10 @@ def test_bwd_case_check_classifies_on_cpu(feature):
                                    dlse=c["dlse"])
     else:
         out, lse = reference.varlen_forward(c["q"], c["k"], c["v"], c["cu_q"], c["cu_k"], sc, l, r,
-                                            c["softcap"], sinks=c["sinks"])
+                                            c["softcap"], sinks=c["sinks"], alibi_slopes=c["alibi"])
         grads = reference.varlen_backward(c["dout"], c["q"], c["k"], c["v"], out, lse, c["cu_q"],
-                                          c["cu_k"], sc, l, r, c["softcap"], dlse=c["dlse"], sinks=c["sinks"])
+                                          c["cu_k"], sc, l, r, c["softcap"], dlse=c["dlse"], sinks=c["sinks"],
+                                          alibi_slopes=c["alibi"])
     if feature == "sinks":  # varlen with dlse; d_sink is checked too: its sign flipped is wrong
         assert c["dlse"].shape == lse.shape and len(grads) == 4
         flipped = list(grads[:3]) + [-grads[3]]
@@ -655,15 +658,15 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 11 + 13
+    assert len(cases) == 12 + 14
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse", "perhead")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f != "perhead"]  # no FP8 kernel here
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a", "ok", "ok"]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a", "ok", "ok", "ok"]
     assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok",
-                                "ok", "ok", "ok", "ok", "ok"]
-    assert "24 cases: 21 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+                                "ok", "ok", "ok", "ok", "ok", "ok"]
+    assert "26 cases: 23 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
     assert "bwd bf16 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"
@@ -816,7 +819,7 @@ def test_summary_pass_and_fail(tmp_path):
               [("hang_build bf16 128", "ok", 80, tmp_path / "x.log")])
     (tmp_path / "w2" / "w" / "hang.json").write_text(json.dumps(hang))
     text, res, ok = device_summary.summarize(tmp_path / "w2" / "w", tmp_path / "w2" / "o", 570, 560)
-    assert not ok and "FAIL (smoke 1 of 11 not ok; pytest)" in text.splitlines()[0]
+    assert not ok and "FAIL (smoke 1 of 12 not ok; pytest)" in text.splitlines()[0]
     assert "bf16 128 kvcache: warpgroup 0 waits on VTail phase 1 tile 4  (1 warps in 1 blocks)" in text
     assert "2 passed, 1 failed, 0 errors, 1 skipped (incomplete: ok)" in text
     assert len(text) < 8000  # the device call returns 12,000 characters of output tail

@@ -62,6 +62,7 @@ def test_op_call_fwd(feature):
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], out.shape[-1]) == (d, d, dv, dv)
     assert s["softmax_scale"] == d ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk", "sinks"))
     assert t["sinks"] is c["sinks"] and (c["sinks"] is None) == (feature != "sinks")
+    assert t["alibi_slopes"] is c["alibi"] and (c["alibi"] is None) == (feature != "alibi")
     assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, -1))
     assert s["softcap"] == (5.0 if feature == "softcap" else 0.0)
     assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (c["max_q"], c["max_k"])
@@ -87,6 +88,14 @@ def test_op_call_fwd(feature):
         assert smoke.SK - smoke.SINKS_SK > 128 and (smoke.SK - smoke.SINKS_SK) % 64 != 0
         sk = t["sinks"]
         assert sk.dtype == torch.float32 and sk.shape == (6,) and sk[3] == 8 and sk[4] == float("-inf")
+    elif feature == "alibi":  # GQA varlen, (sequence, head) slopes; s_k - s_q > 0, < 0 and 0
+        lq, lk = smoke.ALIBI_LENS
+        assert t["cu_seqlens_q"].tolist()[-1] == sum(lq) and t["cu_seqlens_k"].tolist()[-1] == sum(lk)
+        assert {k > q for q, k in zip(lq, lk) if k != q} == {True, False} and any(q == k for q, k in zip(lq, lk))
+        assert t["q"].shape[1:] == (6, 64) and t["k"].shape[1:] == (2, 64) and lse.shape == (6, sum(lq))
+        a = t["alibi_slopes"]
+        assert a.dtype == torch.float32 and a.shape == (len(lq), 6)
+        assert (a > 0.0019).all() and (a < 0.1).all() and a.unique().numel() == a.numel()
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
         s_q, s_k = (smoke.SK, smoke.SQ) if feature == "sq_gt_sk" else (smoke.SQ, smoke.SK)
         assert lse.shape == (2, c["q"].shape[2], s_q) and t["k"].shape[1] == s_k
@@ -612,7 +621,8 @@ def test_bwd_op_call(feature):
     op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv, dsinks)
     assert op == "bwd"
     want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
-                cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks)
+                cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
+                alibi_slopes=c.get("alibi"))
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
     left, right = (97, 13) if feature == "window" else (-1, -1)  # causal: the op makes the right side 0
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)  # nextdim: the case's own head dims
@@ -739,17 +749,19 @@ def test_ci_cases_cover_every_kernel_and_feature():
     for key, ks in groups.items():
         want = set(smoke.kernel_features(ks[0])) - (set() if key in firsts else smoke.CI_ONCE)
         assert {f for k in ks for f in got[k]} == want, ks
-    assert smoke.CI_ONCE == {"sinks"}
+    assert smoke.CI_ONCE == {"sinks", "alibi"}
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks"]  # 11 features
-    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail"]
-    assert "sinks" not in got["fp16:128:128"] and "sinks" in got["dec:bf16:128:128"]
-    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f != "sinks"]  # alone in its group
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks"]  # 12 features
+    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi"]
+    for f in smoke.CI_ONCE:
+        assert f not in got["fp16:128:128"] and f in got["dec:bf16:128:128"]
+    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f not in smoke.CI_ONCE]  # alone in its group
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
     bwd_cases = got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]
-    assert set(bwd_cases) >= {"determ", "dlse", "sinks"} and bwd_cases.count("sinks") == 1
+    assert set(bwd_cases) >= {"determ", "dlse", "sinks", "alibi"}
+    assert bwd_cases.count("sinks") == 1 and bwd_cases.count("alibi") == 1
     # The wide tile: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the backward).
     assert (128, 128) in set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     for k in ("bf16:128:128", "fp16:128:128"):

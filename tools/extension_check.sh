@@ -131,7 +131,7 @@ def check_op(name, expected):
 check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
             "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
-            "float softcap, Tensor? sinks=None) -> ()"))
+            "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None) -> ()"))
 
 # The Meta kernel: shapes only, no device; what torch.compile traces through.
 b, s, h, d = 2, 64, 4, 128
@@ -141,6 +141,9 @@ lse = torch.empty(b, h, s, dtype=torch.float32, device="meta")
 torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0)
 sk = torch.empty(h, dtype=torch.float32, device="meta")  # attention sinks (one logit per query head)
 torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, sk)
+al = torch.empty(b, h, dtype=torch.float32, device="meta")  # ALiBi slopes (batch, head)
+torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0,
+                          alibi_slopes=al)
 
 # No GPU here: a CPU call must fail cleanly (no CPU kernel), not crash.
 try:
@@ -198,13 +201,15 @@ check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor 
                       "Tensor? dlse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, "
                       "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
                       "bool causal, int window_left, int window_right, float softcap, bool deterministic, "
-                      "Tensor? sinks=None, Tensor(d!)? dsinks=None) -> ()"))
+                      "Tensor? sinks=None, Tensor(d!)? dsinks=None, Tensor? alibi_slopes=None) -> ()"))
 assert "bwd" in info, info
 g = [torch.empty_like(q) for _ in range(3)]
 torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True)
 sk = torch.empty(q.shape[2], dtype=torch.float32, device="meta")  # with sinks: d_sink into dsinks
 torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True,
                           sk, torch.empty_like(sk))
+torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True,
+                          alibi_slopes=al)
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
                           d ** -0.5, False, -1, -1, 0.0, False)
@@ -214,7 +219,7 @@ check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache
                               "Tensor(b!) lse, Tensor seqused_k, Tensor? page_table, float softmax_scale, "
                               "bool causal, int window_left, int window_right, float softcap, int num_splits, "
                               "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None, "
-                              "Tensor? cu_seqlens_q=None, int max_seqlen_q=0) -> ()"))
+                              "Tensor? cu_seqlens_q=None, int max_seqlen_q=0, Tensor? alibi_slopes=None) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
 assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
@@ -231,6 +236,8 @@ torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** 
                                   pd8, pd8)
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 3,
                                   sinks=torch.empty(4, dtype=torch.float32, device="meta"))
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 3,
+                                  alibi_slopes=torch.empty(4, dtype=torch.float32, device="meta"))
 # Packed (varlen) queries on the paged cache: q/out (total_q, h, d), lse (h, total_q).
 qv = torch.empty(9, 4, d, dtype=torch.bfloat16, device="meta")
 cuq = torch.empty(b + 1, dtype=torch.int32, device="meta")

@@ -89,9 +89,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # with others). Backward: a causal GQA varlen batch with dlse (SINKS_LENS: a sequence of 0 queries,
 # one of 0 keys, one with more queries than keys), one head's sink -inf (no sink: its rows that see
 # one key are one-hot); the forward kernel runs with the sinks too, and check_bwd checks d_sink
-# against the fp64 sink_grad.
+# against the fp64 sink_grad. "alibi": ALiBi (alibi_slopes (b, h), FlashAttention-2's bias
+# -slope * |i + s_k - s_q - j|) on a GQA varlen batch (ALIBI_LENS: bottom-right offsets of both signs
+# and 0, unmasked and masked blocks), per-sequence slopes; forward and backward (the oracle's bias).
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail", "sinks"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -101,9 +103,10 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # without and with rotary; attention sinks on packed GQA with a row of 0 keys, without splits (the
 # kernel's epilogue) and with 3 (the combine); packed (varlen) queries on a paged cache (vpaged:
 # VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA per block), 16 keys with 3 splits and 1 key
-# (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf).
+# (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf);
+# ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
-                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged"]
+                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi"]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -114,16 +117,18 @@ NANTAIL_LENS = ([SQ, 0, 77, 45], [SK, 40, 0, 93])  # (q, k) lengths: the last en
 NANTAIL_PAD = (37, 61)  # unused rows after cu_seqlens[-1] in q (and dout), in k and v
 SINKS_SK = 190  # forward "sinks": keys for SK queries, causal: rows 0 .. SK - SINKS_SK - 1 see none
 SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the backward "sinks" case
+ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s_q > 0, < 0, = 0
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi"},
                   "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
                   "bwd": {"kvcache", "perhead"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
 # fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
-# epilogue/combine code that neither q's dtype nor the cache's changes.
-CI_ONCE = {"sinks"}
+# epilogue/combine code that neither q's dtype nor the cache's changes; "alibi" is fp32 score-mod
+# code on the accumulator (common/score_mod.h), the same for every dtype.
+CI_ONCE = {"sinks", "alibi"}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -213,6 +218,13 @@ def sink_logits(h: int, g, device="cpu"):
     return s.to(torch.float32).to(device)
 
 
+def alibi_slopes(b: int, h: int, g, device="cpu"):
+    """The "alibi" features' fp32 (b, h) slopes: 0.002 * 50^u, u uniform in [0, 1) (log-uniform
+    over 0.002-0.1, as ALiBi's geometric slopes spread), one per (batch row or sequence, head)."""
+    import torch
+    return (0.002 * 50.0 ** torch.rand(b, h, generator=g)).to(torch.float32).to(device)
+
+
 def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0,
               bwd=False) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
@@ -227,7 +239,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
-             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None, sinks=None)
+             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None, sinks=None, alibi=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
     if feature == "nextdim":
         d, dv = next_dims(d, dv)
@@ -245,9 +257,12 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         h, hk = 6, 2
     elif feature == "sinks":
         c["causal"], h, hk = True, 6, 2
-    if feature in ("varlen", "onekey", "nantail") or (feature == "sinks" and bwd):
+    elif feature == "alibi":
+        h, hk = 6, 2
+    if feature in ("varlen", "onekey", "nantail", "alibi") or (feature == "sinks" and bwd):
         c["lens_q"], c["lens_k"] = {"varlen": ([SQ, 0, 77, 1], [SK, 40, 150, 0]), "onekey": ONEKEY_LENS,
-                                    "nantail": NANTAIL_LENS, "sinks": SINKS_LENS}[feature]
+                                    "nantail": NANTAIL_LENS, "sinks": SINKS_LENS,
+                                    "alibi": ALIBI_LENS}[feature]
         pq, pk = NANTAIL_PAD if feature == "nantail" else (0, 0)
         tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
         c["q"], c["k"], c["v"] = rnd(tq + pq, h, d), rnd(tk + pk, hk, d), rnd(tk + pk, hk, dv)
@@ -264,6 +279,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["max_q"], c["max_k"] = sq, sk
     if feature == "sinks" and not bwd:
         c["sinks"] = sink_logits(h, g, device)
+    if feature == "alibi":  # per (sequence, head), spanning 0.002-0.1: biases up to ~30 over SK keys
+        c["alibi"] = alibi_slopes(len(c["lens_q"]), h, g, device)
     if bwd:
         c.update(bwd=True, deterministic=feature == "determ", dout=rnd(*c["q"].shape[:-1], dv),
                  dlse=torch.randn(b, h, sq, generator=g).to(device) if feature == "dlse" else None)
@@ -370,10 +387,10 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0):
+             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None):
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
-                    unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q)
+                    unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi)
 
     h, h_k = 4, 2
     if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
@@ -411,6 +428,12 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
         q = rnd(3, 5, 4 * h_k, d)
         sinks = sink_logits(4 * h_k, g, device)
         return [part(q, kc, vc, pt, ds, i32([0, 333, 500]), num_splits=n, causal=True, sinks=sinks)
+                for n in (1, 3)]
+    if feature == "alibi":  # packed GQA (g = 4, s_q 5), per-row slopes, a row of 0 keys; 1 and 3 splits
+        kc, vc, pt, ds = cache(3, 500, h_k, 64)
+        q = rnd(3, 5, 4 * h_k, d)
+        slopes = alibi_slopes(3, 4 * h_k, g, device)
+        return [part(q, kc, vc, pt, ds, i32([0, 333, 500]), num_splits=n, causal=True, alibi=slopes)
                 for n in (1, 3)]
     if feature == "badidx":  # test_bad_index_values_stay_in_bounds
         kc, vc, pt, ds = cache(3, 256, h_k, 16)
@@ -468,6 +491,8 @@ def launch_dec(p: dict) -> dict:
         q = q_out if q_out is not None else q
     left, right = p["window"]
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
+    if p.get("alibi") is not None:
+        extra["alibi_slopes"] = p["alibi"]
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       p["causal"], left, 0 if p["causal"] else right, p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
@@ -552,6 +577,8 @@ def check_dec(p: dict, r: dict) -> dict:
             continue
         k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None]
         v_i = reference.kvcache_gather(vc, i, n, pt, vd)[None]
+        if p.get("alibi") is not None:  # row i's slopes, distances over its n keys
+            kw["alibi_slopes"] = p["alibi"][i].double() if p["alibi"].dim() == 2 else p["alibi"].double()
         ref, ref_lse = attention_ref64(*(x.double() for x in (q_i, k_i, v_i)), **kw)
         naive, _ = attention_naive(q_i, k_i.to(q.dtype), v_i.to(q.dtype), **kw)
         err, tol = max_err(out_i[None], ref), fa_tolerance(naive, ref, out.dtype)
@@ -605,6 +632,8 @@ def launch(c: dict):
 def _launch_fwd(c, out, lse):
     import torch
     extra = {} if c.get("sinks") is None else {"sinks": c["sinks"]}  # builds without sinks: no argument
+    if c.get("alibi") is not None:
+        extra["alibi_slopes"] = c["alibi"]
     torch.ops.flash3.fwd_sm90(c["q"], c["k"], c["v"], out, lse, c["cu_q"], c["cu_k"], c["seqused_k"],
                               c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, c["causal"],
                               c["window"][0], c["window"][1], c["softcap"], **extra)
@@ -703,7 +732,9 @@ def _check_fa(c, out, lse) -> dict:
     if c.get("sinks") is not None:
         kw["sinks"] = c["sinks"].double()
     worst = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
-    for o, l, q, k, v in _pieces(c, out, lse):
+    for i, (o, l, q, k, v) in enumerate(_pieces(c, out, lse)):
+        if c.get("alibi") is not None:  # the sequence's (or batch row's) slopes
+            kw["alibi_slopes"] = c["alibi"][i].double() if c["cu_q"] is not None else c["alibi"].double()
         ref, ref_lse = attention_ref64(q, k, v, **kw)
         naive, _ = attention_naive(q, k, v, **kw)
         err, tol = max_err(o, ref), fa_tolerance(naive, ref, o.dtype)
@@ -783,7 +814,8 @@ def launch_bwd(c: dict):
         torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, c["dlse"], *grads[:3],
                                   c["cu_q"], c["cu_k"], c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5,
                                   c["causal"], c["window"][0], c["window"][1], c["softcap"],
-                                  c["deterministic"], *((sinks, grads[3]) if sinks is not None else ()))
+                                  c["deterministic"], *((sinks, grads[3]) if sinks is not None else ()),
+                                  **({} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}))
         torch.cuda.synchronize()
         return grads
     grads = once()
@@ -805,8 +837,9 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
     args = [c[n].float() for n in ("dout", "q", "k", "v")] + [out.float(), lse.float()]
     kw = (c["q"].shape[-1] ** -0.5, *((-1, 0) if c["causal"] else c["window"]), c["softcap"])
     sk = {"sinks": c["sinks"]} if c.get("sinks") is not None else {}
-    ref = (reference.backward(*args, *kw, dlse=c["dlse"], **sk) if c["cu_q"] is None
-           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"], **sk))
+    al = {} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}
+    ref = (reference.backward(*args, *kw, dlse=c["dlse"], **sk, **al) if c["cu_q"] is None
+           else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"], **sk, **al))
     eps = torch.finfo(c["q"].dtype).eps
     res = {"status": "ok", "err": 0.0, "tol": 1.0}
     for n, x, r in zip("qkv", grads, ref):

@@ -137,6 +137,7 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
     if c["dtype"] != "e4m3":
         tensors["seqused_k"] = c["seqused_k"]
         tensors["sinks"] = c.get("sinks")
+        tensors["alibi_slopes"] = c.get("alibi")
         return "fwd", tensors, scalars
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -233,7 +234,7 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     kd, vd = part["descales"] or (None, None)
     tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
                    seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd,
-                   sinks=part.get("sinks"))
+                   sinks=part.get("sinks"), alibi_slopes=part.get("alibi"))
     left, right = part["window"]
     scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), causal=bool(part["causal"]),
                    window_left=int(left), window_right=0 if part["causal"] else int(right),
@@ -269,7 +270,8 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
     what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's, with the sinks;
     sinks and dsinks when the case has sinks)."""
     tensors = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk,
-                   dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks)
+                   dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
+                   alibi_slopes=c.get("alibi"))
     scalars = dict(max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]),
                    softmax_scale=float(c["q"].shape[-1] ** -0.5), causal=bool(c["causal"]),
                    window_left=int(c["window"][0]), window_right=int(c["window"][1]), softcap=float(c["softcap"]),

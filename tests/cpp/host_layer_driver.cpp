@@ -188,7 +188,7 @@ static void fwd(FakeBackend& be, const Args& a) {
                       &v = rows(sk, hk, dv, dt), &out = rows(sq, hq, dv, dt);
   const h::TensorView& lse = varlen ? make({hq, b * sq}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   h::fwd_sm90(be, q, k, v, out, lse, cu_q, cu_k, nullptr, sq, sk, real(a, "scale", 0.125), num(a, "causal", 0) != 0,
-              num(a, "wl", -1), num(a, "wr", -1), real(a, "softcap", 0.0), sinks);
+              num(a, "wl", -1), num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr);
 }
 
 static void fwd_fp8(FakeBackend& be, const Args& a) {
@@ -220,7 +220,7 @@ static void kvcache(FakeBackend& be, const Args& a) {
   const h::TensorView& lse = varlen ? make({hq, q.size(0)}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   const h::TensorView& used = make({b}, h::DType::i32);
   h::fwd_kvcache_sm90(be, q, kc, vc, out, lse, used, pt, 0.1, num(a, "causal", 1) != 0, -1, -1, 0.0,
-                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0);
+                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr);
 }
 
 static void append(FakeBackend& be, const Args& a) {
@@ -245,7 +245,8 @@ static void bwd(FakeBackend& be, const Args& a) {
                       &dq = make({b, sq, hq, d}, h::DType::bf16), &dk = make({b, sk, hk, d}, h::DType::bf16),
                       &dv = make({b, num(a, "dv_sk", sk), hk, d}, h::DType::bf16);
   h::bwd_sm90(be, dout, q, k, v, out, lse, nullptr, dq, dk, dv, nullptr, nullptr, sq, sk, 0.1, num(a, "causal", 0) != 0,
-              num(a, "wl", -1), num(a, "wr", -1), 0.0, num(a, "deterministic", 0) != 0, nullptr, nullptr);
+              num(a, "wl", -1), num(a, "wr", -1), 0.0, num(a, "deterministic", 0) != 0, nullptr, nullptr,
+              nullptr);
 }
 
 static void quantize(FakeBackend& be, const Args& a) {

@@ -333,23 +333,32 @@ struct BwdKernel {
     }
   }
 
-  // Softcap: s = cap tanh(raw scale / cap), P = exp2(s log2e - lse), dS = P (dP - dpsum) (1 - t^2),
-  // in one pass once both S^T and dP^T are done (t is not kept: that would be 32 more registers).
-  template <class TensorS, class TensorDp, class TensorC>
-  static __device__ __forceinline__ void softcap_scores(typename Tr::KernelParams const& params, TensorS& s_rc,
-                                                        TensorDp& dp_rc, TensorC const& coord_rc, const float* lse,
-                                                        const float* dpsum) {
+  // The score mod (common/score_mod.h: softcap, ALiBi): logit = transform(s) + position term,
+  // P = exp2(logit scale_log2 - lse), dS = P (dP - dpsum) grad_factor(t), in one pass once both S^T
+  // and dP^T are done (t is not kept: that would be 32 more registers). S^T's rows are keys key0 + r,
+  // its columns queries query0 + c; offset = seqlen_k - seqlen_q; raw_slope: the head's ALiBi slope
+  // in raw units (kAlibi).
+  template <bool kAlibi, class TensorS, class TensorDp, class TensorC>
+  static __device__ __forceinline__ void modded_scores(const ScoreMod& mod, TensorS& s_rc, TensorDp& dp_rc,
+                                                       TensorC const& coord_rc, const float* lse, const float* dpsum,
+                                                       int key0, int query0, int offset, float raw_slope) {
     using namespace cute;
+    const int tq = get<1>(coord_rc(0, 0));  // this thread's first query column
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(s_rc); ++ni) {
       const int col = get<1>(coord_rc(0, ni));
       const float l = lse[col], dd = dpsum[col];
       CUTE_UNROLL
       for (int mi = 0; mi < size<0>(s_rc); ++mi) {
-        const float t = tanhf(s_rc(mi, ni) * params.softcap_in);
-        const float pv = exp2f(t * params.scale_log2 - l);
+        const float t = mod.transform(s_rc(mi, ni));
+        float logit = t;
+        if constexpr (kAlibi) {
+          const int key = key0 + get<0>(coord_rc(mi, 0));
+          logit += ScoreMod::position(raw_slope, float(query0 + tq + offset - key) + float(col - tq));
+        }
+        const float pv = exp2f(logit * mod.scale_log2 - l);
         s_rc(mi, ni) = pv;
-        dp_rc(mi, ni) = pv * (dp_rc(mi, ni) - dd) * (1.f - t * t);
+        dp_rc(mi, ni) = pv * (dp_rc(mi, ni) - dd) * mod.grad_factor(t);
       }
     }
   }
@@ -407,7 +416,7 @@ struct BwdKernel {
             class TensorCS, class TensorDV, class TensorDK>
   static __device__ __forceinline__ void step(typename Tr::KernelParams const& params, SharedStorage& smem,
                                               PipelineQ& pipe_q, PipelineDo& pipe_do, StateQ& sq, StateDo& sd,
-                                              const Work& w, int m, int step_idx, int wg, int lt, Frags& fr,
+                                              const Work& w, int head, int m, int step_idx, int wg, int lt, Frags& fr,
                                               TK const& tSrK, TQ const& tSrQ, TV const& tdPrV, TDo const& tdPrDo,
                                               TDoT const& tdVrDo, TQT const& tdKrQ, TDs const& tdQrDs,
                                               TKT const& tdQrK, TDsStore& tSsDs, TensorCS const& tScS_rc,
@@ -428,16 +437,20 @@ struct BwdKernel {
     gemm_async<true>(fr.mma_dp, tdPrV, tdPrDo(_, _, _, sd.index()), tdPrdP);
     const float* lse = smem.lse[sq.index()];
     const float* dpsum = smem.dpsum[sd.index()];
-    if (!params.has_softcap) {
+    if (!params.mod.active()) {
       warpgroup_wait<1>();  // S^T is ready; dP^T still running
       if (masked) apply_mask_transposed(s_rc, tScS_rc, w.mask, key0, query0, -INFINITY);
-      exp_scores(s_rc, tScS_rc, lse, params.scale_log2);
+      exp_scores(s_rc, tScS_rc, lse, params.mod.scale_log2);
       pin_before_wait(smem, s_rc);
       warpgroup_wait<0>();
       grad_scores(s_rc, dp_rc, tScS_rc, dpsum);
     } else {
       warpgroup_wait<0>();
-      softcap_scores(params, s_rc, dp_rc, tScS_rc, lse, dpsum);
+      if (params.mod.has_alibi())
+        modded_scores<true>(params.mod, s_rc, dp_rc, tScS_rc, lse, dpsum, key0, query0, w.mask.offset(),
+                            params.mod.alibi_raw_slope(w.batch, head));
+      else
+        modded_scores<false>(params.mod, s_rc, dp_rc, tScS_rc, lse, dpsum, key0, query0, 0, 0.f);
       if (masked) {
         apply_mask_transposed(s_rc, tScS_rc, w.mask, key0, query0, 0.f);
         apply_mask_transposed(dp_rc, tScS_rc, w.mask, key0, query0, 0.f);
@@ -562,7 +575,7 @@ struct BwdKernel {
     for (int head = w.head_k * w.group; head < (w.head_k + 1) * w.group; ++head) {
 #pragma unroll 1
       for (int m = w.queries.begin; m < w.queries.end; ++m, ++step_idx)
-        step(params, smem, pipe_q, pipe_do, sq, sd, w, m, step_idx, wg, lt, fr, tSrK, tSrQ, tdPrV, tdPrDo, tdVrDo,
+        step(params, smem, pipe_q, pipe_do, sq, sd, w, head, m, step_idx, wg, lt, fr, tSrK, tSrQ, tdPrV, tdPrDo, tdVrDo,
              tdKrQ, tdQrDs, tdQrK, tSsDs, tScS_rc, dv, dk);
     }
 

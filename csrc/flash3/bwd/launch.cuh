@@ -98,8 +98,6 @@ void launch_bwd(const BwdParams& p, void* cuda_stream) {
   Tensor mK = rows_tensor(p.k, rows_k, p.head_dim, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride, bs_k);
   Tensor mV = rows_tensor(p.v, rows_k, p.head_dim_v, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride, bs_v);
 
-  constexpr float kLog2e = 1.4426950408889634f;
-  const bool has_softcap = p.softcap > 0.f;
   typename Tr::KernelParams kp{
       make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Tr::SmemLayoutQ{}),
                     Shape<typename Tr::BlkM, typename Tr::HD>{}, _1{}),
@@ -113,9 +111,7 @@ void launch_bwd(const BwdParams& p, void* cuda_stream) {
       mK.shape(),
       mV.shape(),
       p,
-      has_softcap ? p.softcap * kLog2e : p.softmax_scale * kLog2e,
-      has_softcap ? p.softmax_scale / p.softcap : 0.f,
-      has_softcap};
+      ScoreMod::make(p.softmax_scale, p.softcap, p.alibi_slopes, p.alibi_batch_stride)};
 
   bwd_preprocess_kernel<Tr><<<rows_grid, kBwdPrePostThreads, 0, stream>>>(p);
   detail::bwd_check_cuda(cudaGetLastError(), "preprocess launch");

@@ -64,6 +64,9 @@ struct BwdParams {
 
   float softmax_scale = 1.f;
   float softcap = 0.f;
+  // ALiBi slopes as in FwdParams (common/score_mod.h): null = none.
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_batch_stride = 0;
   bool is_causal = false;
   int window_left = -1, window_right = -1;
   bool deterministic = false;

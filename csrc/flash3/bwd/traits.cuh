@@ -168,9 +168,7 @@ struct BwdTraits {
     TmaV tma_v;
     ShapeRows shape_q, shape_do, shape_k, shape_v;
     BwdParams p;
-    float scale_log2;  // softmax_scale * log2(e), or softcap * log2(e) with softcap
-    float softcap_in;  // softmax_scale / softcap
-    bool has_softcap;
+    ScoreMod mod;  // softcap, ALiBi and the exp2 scale of raw scores (common/score_mod.h)
   };
 };
 

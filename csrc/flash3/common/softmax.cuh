@@ -1,5 +1,5 @@
 // Register-level pieces of the consumer: viewing WGMMA accumulators as (row, col), the mask,
-// softcap, and the online softmax in the exp2 domain.
+// the score mod (softcap, ALiBi: common/score_mod.h), and the online softmax in the exp2 domain.
 //
 // A 64 x N WGMMA accumulator gives each thread the values ((2 cols, 2 rows, N/8 col groups),
 // MMA_M, MMA_N): the thread owns rows r and r + 8 of its warp's 16 rows, and the four threads of a
@@ -15,6 +15,7 @@
 #include <cutlass/numeric_conversion.h>
 
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/score_mod.h"
 
 namespace flash3 {
 
@@ -105,12 +106,54 @@ __device__ __forceinline__ T quad_allreduce_sum(T x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// cap * tanh(s * scale / cap), with cap * log2(e) folded into the softmax's exp2 scale, so only
-// the tanh remains here.
-template <class Tensor>
-__device__ __forceinline__ void apply_softcap(Tensor& s, float softcap_in) {
+// ALiBi terms of this thread's rows of a tile (common/score_mod.h): each row's slope in raw units and
+// diag = token + seqlen_k - seqlen_q - (this thread's first column), the distance to key 0 of that
+// column. Tile row r is query token row0 + r of head `head`, or with kPackedRows (the decode kernel's
+// packed GQA) token (row0 + r) / g of head `head` * g + (row0 + r) % g, g = mod.group (`head` is then
+// the kv head); offset = seqlen_k - seqlen_q of the row's sequence. Nothing without ALiBi.
+template <bool kPackedRows, int kRows, class TensorC>
+__device__ __forceinline__ void alibi_rows(float (&slope)[kRows], int (&diag)[kRows], TensorC const& coord_rc,
+                                           const ScoreMod& mod, int row0, int offset, int batch, int head) {
+  using namespace cute;
+  if (!mod.has_alibi()) return;
+  const int tcol = get<1>(coord_rc(0, 0));
   CUTE_UNROLL
-  for (int i = 0; i < cute::size(s); ++i) s(i) = tanhf(s(i) * softcap_in);
+  for (int mi = 0; mi < kRows; ++mi) {
+    const int row = row0 + get<0>(coord_rc(mi, 0));
+    if constexpr (kPackedRows) {
+      const int token = row / mod.group;
+      slope[mi] = mod.alibi_raw_slope(batch, head * mod.group + (row - token * mod.group));
+      diag[mi] = token + offset - tcol;
+    } else {
+      slope[mi] = mi == 0 ? mod.alibi_raw_slope(batch, head) : slope[0];
+      diag[mi] = row + offset - tcol;
+    }
+  }
+}
+
+// The score mod (common/score_mod.h) on a (row, col) view of raw scores whose keys start at col0:
+// the transform (softcap's tanh, with cap * log2(e) folded into the softmax's exp2 scale), then the
+// ALiBi position term from the rows' alibi_rows. The caller tests mod.active() first (the default
+// path's only cost).
+// kWithAlibi = false: the transform only (kernels without the ALiBi term).
+template <bool kWithAlibi = true, int kRows, class TensorS, class TensorC>
+__device__ __forceinline__ void apply_score_mod(TensorS& s_rc, TensorC const& coord_rc, const ScoreMod& mod, int col0,
+                                                const float (&slope)[kRows], const int (&diag)[kRows]) {
+  using namespace cute;
+  if (mod.has_softcap()) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(s_rc); ++i) s_rc(i) = mod.transform(s_rc(i));
+  }
+  if constexpr (!kWithAlibi) return;
+  if (!mod.has_alibi()) return;
+  const int tcol = get<1>(coord_rc(0, 0));
+  CUTE_UNROLL
+  for (int mi = 0; mi < kRows; ++mi) {
+    const float dist0 = float(diag[mi] - col0);  // i + seqlen_k - seqlen_q - j at this thread's first column
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(s_rc); ++ni)
+      s_rc(mi, ni) += ScoreMod::position(slope[mi], dist0 - float(get<1>(coord_rc(mi, ni)) - tcol));
+  }
 }
 
 // This thread's columns of an accumulator row, in register order, lie at offsets

@@ -50,6 +50,8 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   constexpr int kHeadDim = Tr::kHeadDim, kHeadDimV = Tr::kHeadDimV;
   using detail::fwd_check;
 
+  fwd_check(p.alibi_slopes == nullptr || Tr::kAlibi,
+            "ALiBi slopes on a kernel compiled without them (head dims above 128, or FP8)");
   // Head dims below the compiled ones run here too: TMA zero-fills Q/K/V's missing columns (the
   // tensor maps have the real extents) and never stores O's.
   fwd_check(p.head_dim > 0 && p.head_dim <= kHeadDim && p.head_dim % 8 == 0 && p.head_dim_v > 0 &&
@@ -176,9 +178,8 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       mO.shape(),
       p,
       Tr::kDecode ? make_decode_tile_order(p, Tr::kBlockM) : make_tile_order(p, Tr::kBlockM),
-      0.f,
-      0.f,
-      false};
+      ScoreMod::make(p.softmax_scale, p.softcap, p.alibi_slopes, p.alibi_batch_stride,
+                     p.num_heads_k > 0 ? p.num_heads / p.num_heads_k : 1)};
   if constexpr (Tr::kDecode) {
     // TMA per key block where every block lies in one slab; else rows are gathered.
     kp.gather_kv = Tr::kFp8Cache || (p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0);
@@ -186,10 +187,6 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     for (int s = 0; s < 31; ++s)
       if ((1 << s) == p.slab_rows) kp.slab_shift = s;
   }
-  constexpr float kLog2e = 1.4426950408889634f;
-  kp.has_softcap = p.softcap > 0.f;
-  kp.scale_log2 = kp.has_softcap ? p.softcap * kLog2e : p.softmax_scale * kLog2e;
-  kp.softcap_in = kp.has_softcap ? p.softmax_scale / p.softcap : 0.f;
 
   const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * kp.order.num_heads * kp.order.batch;
   fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");

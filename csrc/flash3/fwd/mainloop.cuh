@@ -188,6 +188,10 @@ struct FwdConsumer {
     float scale_o[kRows];  // factor for O before (or after) the next P.V
     // FP8: this slab's q descale, and the v descale of the block whose P is in tOrP.
     float q_descale, v_descale_p;
+    // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
+    // take a division, which the key loop should not repeat.
+    float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
+    int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
   };
 
   // FP8: the raw scores of block n times q_descale * k_descale[n] (before softcap and mask).
@@ -208,11 +212,25 @@ struct FwdConsumer {
     constexpr bool kMasked = kMask != Masking::none;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
-    if (params.has_softcap) apply_softcap(tSrS, params.softcap_in);
     const int row0 = w.coord.m_block * Tr::kBlockM;
+    if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
+      const ScoreMod& mod = params.mod;
+      if constexpr (!Tr::kAlibi) {  // softcap only (kAlibi)
+        float slope[1];
+        int diag[1];
+        apply_score_mod<false>(s_rc, tScS_rc, mod, 0, slope, diag);
+      } else if constexpr (Tr::kDecode) {  // packed GQA rows: their terms were computed once per tile
+        apply_score_mod(s_rc, tScS_rc, mod, n * Tr::kBlockN, fr.alibi_slope, fr.alibi_diag);
+      } else {
+        float slope[kRows];
+        int diag[kRows];
+        alibi_rows<false>(slope, diag, tScS_rc, mod, row0, w.mask.offset(), w.coord.batch, w.coord.head);
+        apply_score_mod(s_rc, tScS_rc, mod, n * Tr::kBlockN, slope, diag);
+      }
+    }
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.p.num_heads / params.p.num_heads_k);
+      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
     else if constexpr (kMasked)
       apply_mask<false, kMask == Masking::both>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
@@ -494,7 +512,10 @@ struct FwdConsumer {
     Tensor tScS = thr_s.partition_C(cS);
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
 
-    fr.softmax.init(params.scale_log2);
+    fr.softmax.init(params.mod.scale_log2);
+    if constexpr (Tr::kDecode && Tr::kAlibi)
+      alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
+                       w.mask.offset(), w.coord.batch, w.head_k);
     clear(tOrO);
     if constexpr (Tr::kFp8) {
       // The last tile's second slab may lie wholly past seqlen_q (its rows are never stored): clamp.

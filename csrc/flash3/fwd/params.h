@@ -66,6 +66,12 @@ struct FwdParams {
   // Split-KV partials stay sink-free; the combine adds the sink once (decode/combine.h).
   const float* sinks = nullptr;  // (num_heads) fp32 logits; null = none
 
+  // ALiBi (common/score_mod.h): fp32 slopes, slope of (batch, head) at
+  // alibi_slopes[batch * alibi_batch_stride + head] (stride 0: (h,), num_heads: (b, h); varlen and
+  // packed queries: batch = sequence). Adds -slope * |i + seqlen_k - seqlen_q - j| to the logits.
+  const float* alibi_slopes = nullptr;  // null = none
+  int64_t alibi_batch_stride = 0;
+
   bool is_bf16 = true;  // else fp16 (the FP8 kernel: inputs e4m3, output bf16)
   Fp8Descales fp8;
 

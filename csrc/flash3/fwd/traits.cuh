@@ -54,6 +54,11 @@ struct FwdTraits {
   using Element = Element_;
   using CacheElement = Cache_;
   static constexpr bool kFp8 = sizeof(Element) == 1;
+  // ALiBi (the score mod's position term) is compiled for 16-bit head dims up to 128: at 256 its
+  // terms spilled registers (compile-check, 2026-11-28: 20 bytes forward, 232 decode), so those
+  // kernels keep softcap only and launch_fwd refuses slopes (flash3/_backend.py routes such calls
+  // to the reference, ALIBI_MAX_HEAD_DIM).
+  static constexpr bool kAlibi = !kFp8 && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
@@ -262,9 +267,7 @@ struct FwdTraits {
     ShapeRows shape_q, shape_k, shape_vt, shape_o;
     FwdParams p;          // raw call description (pointers, strides, lengths, mask)
     TileOrder order;      // persistent schedule
-    float scale_log2;     // multiplies raw scores inside exp2 (softmax_scale*log2e, or cap*log2e)
-    float softcap_in;     // softmax_scale / softcap when softcap is on
-    bool has_softcap;
+    ScoreMod mod;         // softcap, ALiBi and the exp2 scale of raw scores (common/score_mod.h)
     // Decode: K/V gathered row by row (a page table whose pages do not hold whole key blocks), and
     // log2(slab_rows) when it is a power of two (else -1): page addressing without a division.
     bool gather_kv = false;

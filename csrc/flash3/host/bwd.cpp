@@ -31,7 +31,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView& dk, const TensorView& dv, const TensorView* cu_seqlens_q,
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               bool causal, int64_t window_left, int64_t window_right, double softcap, bool deterministic,
-              const TensorView* sinks, const TensorView* dsinks) {
+              const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
@@ -84,6 +84,8 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
     check_shape(*t, name, {h});
     check(t->is_contiguous(), kOp, ": ", name, " must be contiguous");
   }
+  int64_t alibi_stride = 0;
+  const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
   check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1, q);
   check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1, q);
   check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
@@ -163,6 +165,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   p.cu_seqlens_k = varlen ? cu_seqlens_k->ptr<const int>() : nullptr;
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
+  p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
   p.is_causal = causal;
   p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
   p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));

@@ -66,6 +66,22 @@ inline void check_seqlens(const TensorView* t, const char* name, int64_t numel, 
   check(t->is_contiguous(), "flash3: ", name, " must be contiguous");
 }
 
+// ALiBi slopes (FwdParams/BwdParams alibi_slopes): nullptr without, else the data of a contiguous
+// float32 (num_heads,) or (batch, num_heads) tensor on q's device; *batch_stride gets 0 or num_heads.
+inline const float* check_alibi(const TensorView* slopes, int64_t batch, int64_t num_heads, const TensorView& q,
+                                const char* op, int64_t* batch_stride) {
+  *batch_stride = 0;
+  if (slopes == nullptr) return nullptr;
+  const TensorView& s = *slopes;
+  check(s.dtype == DType::f32, op, ": alibi_slopes must be float32, got ", s.dtype_name);
+  check(s.device == q.device, op, ": alibi_slopes must be on ", q.device, ", got ", s.device);
+  check((s.dim() == 1 && s.size(0) == num_heads) || (s.dim() == 2 && s.size(0) == batch && s.size(1) == num_heads),
+        op, ": alibi_slopes must have shape (", num_heads, ",) or (", batch, ", ", num_heads, "), got ", s.sizes());
+  check(s.is_contiguous(), op, ": alibi_slopes must be contiguous");
+  *batch_stride = s.dim() == 2 ? num_heads : 0;
+  return s.ptr<const float>();
+}
+
 // Attention sinks (FwdParams::sinks): nullptr without, else the data of a contiguous float32
 // (num_heads,) tensor on q's device, one logit per query head.
 inline const float* check_sinks(const TensorView* sinks, int64_t num_heads, const TensorView& q, const char* op) {

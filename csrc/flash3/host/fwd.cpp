@@ -11,7 +11,8 @@ namespace flash3::host {
 void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const TensorView& lse, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k,
               const TensorView* seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-              bool causal, int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks) {
+              bool causal, int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
+              const TensorView* alibi_slopes) {
   constexpr const char* kOp = "flash3.fwd_sm90";
   // Device and dtypes.
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
@@ -68,6 +69,8 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
         softmax_scale);
   check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1 (-1 = unbounded)");
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
+  int64_t alibi_stride = 0;
+  const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
 
   // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
   // columns); full attention takes the wide-tile variant where (d, d_v) has one.
@@ -104,6 +107,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   p.v_head_stride = tma_stride(v, qdim - 2);
   p.seqused_k = seqused_k != nullptr ? seqused_k->ptr<const int>() : nullptr;
   p.sinks = sinks_ptr;
+  p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
 
   p.is_bf16 = is_bf16;
   set_mask_and_launch(p, kernel->launch, be, dev, softmax_scale, softcap, causal, window_left, window_right, kOp,

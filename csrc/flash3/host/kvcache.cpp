@@ -15,7 +15,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       const TensorView* page_table, double softmax_scale, bool causal, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
-                      int64_t max_seqlen_q) {
+                      int64_t max_seqlen_q, const TensorView* alibi_slopes) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
@@ -75,6 +75,8 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1");
   check(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
+  int64_t alibi_stride = 0;
+  const float* alibi_ptr = check_alibi(alibi_slopes, b, h, q, kOp, &alibi_stride);
   int64_t capacity = slab_rows;  // keys a row can hold
   if (page_table != nullptr) {
     const TensorView& pt = *page_table;
@@ -144,6 +146,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   }
   p.is_bf16 = is_bf16;
   p.sinks = sinks_ptr;  // the epilogue adds them without splits; split partials stay sink-free
+  p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
   if (fp8_cache) {
     auto descale = [](const TensorView& t) {
       Descale ds;

@@ -21,6 +21,6 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       const TensorView* page_table, double softmax_scale, bool causal, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
-                      int64_t max_seqlen_q);
+                      int64_t max_seqlen_q, const TensorView* alibi_slopes);
 
 }  // namespace flash3::host

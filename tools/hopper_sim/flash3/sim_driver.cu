@@ -28,7 +28,8 @@
 //                                                causal window_left window_right softcap q_block
 //                                                kv_block (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
-// cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8); fwd_fp8:
+// cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
+// (float32 (h,) or (b, h); fwd, kvcache, bwd); fwd_fp8:
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale causal
@@ -60,11 +61,11 @@ namespace host = flash3::host;
 // torch.ops.flash3.fwd_sm90
 void fwd(const Case& c, host::Backend& be) {
   const auto cu_q = view(c.opt("cu_seqlens_q")), cu_k = view(c.opt("cu_seqlens_k")),
-             used = view(c.opt("seqused_k")), sinks = view(c.opt("sinks"));
+             used = view(c.opt("seqused_k")), sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes"));
   host::fwd_sm90(be, view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")), view(c.t("lse")), ptr(cu_q),
                  ptr(cu_k), ptr(used), c.integer("max_seqlen_q"), c.integer("max_seqlen_k"), c.num("softmax_scale"),
                  c.integer("causal") != 0, c.integer("window_left"), c.integer("window_right"), c.num("softcap"),
-                 ptr(sinks));
+                 ptr(sinks), ptr(alibi));
 }
 
 // torch.ops.flash3.fwd_fp8_sm90 (tensor v is the op's vt)
@@ -95,12 +96,12 @@ void kvcache_step(const Case& c, host::Backend& be) {
                          ptr(k_descale), ptr(v_descale));
     if (q_out != nullptr) q_att = q_out;
   }
-  const auto sinks = view(c.opt("sinks")), cu_q = view(c.opt("cu_seqlens_q"));
+  const auto sinks = view(c.opt("sinks")), cu_q = view(c.opt("cu_seqlens_q")), alibi = view(c.opt("alibi_slopes"));
   host::fwd_kvcache_sm90(be, view(*q_att), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("out")),
                          view(c.t("lse")), view(c.t("seqused_k")), ptr(page_table), c.num("softmax_scale"),
                          c.integer("causal") != 0, c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("num_splits"), ptr(k_descale), ptr(v_descale), ptr(sinks),
-                         ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0);
+                         ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi));
 }
 
 // The kernel lists of kernel_info() (every registry the driver links: forward, FP8, backward, decode).

@@ -14,12 +14,13 @@ using namespace simdrv;
 
 void bwd(const Case& c, flash3::host::Backend& be) {
   const auto dlse = view(c.opt("dlse")), cu_q = view(c.opt("cu_seqlens_q")), cu_k = view(c.opt("cu_seqlens_k")),
-             sinks = view(c.opt("sinks")), dsinks = view(c.opt("dsinks"));
+             sinks = view(c.opt("sinks")), dsinks = view(c.opt("dsinks")), alibi = view(c.opt("alibi_slopes"));
   flash3::host::bwd_sm90(be, view(c.t("dout")), view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")),
                          view(c.t("lse")), ptr(dlse), view(c.t("dq")), view(c.t("dk")), view(c.t("dv")), ptr(cu_q),
                          ptr(cu_k), c.integer("max_seqlen_q"), c.integer("max_seqlen_k"), c.num("softmax_scale"),
                          c.integer("causal") != 0, c.integer("window_left"), c.integer("window_right"),
-                         c.num("softcap"), c.integer("deterministic") != 0, ptr(sinks), ptr(dsinks));
+                         c.num("softcap"), c.integer("deterministic") != 0, ptr(sinks), ptr(dsinks),
+                         ptr(alibi));
 }
 
 // The backward's kernels are in sim_driver.cu's kernel lists (host::kernel_lists_json).
