@@ -175,8 +175,18 @@ def family_features(kid: str) -> list[str]:
     return {"dec": DEC_FEATURES, "quant": smoke_quant.QUANT_FEATURES}.get(family(kid), FEATURES)
 
 
+# The forward and decode kernels take ALiBi up to this head dim (flash3/_backend.py
+# ALIBI_MAX_HEAD_DIM: above it the term spilled registers; those calls run the reference), the
+# backward at every head dim.
+ALIBI_MAX_HEAD_DIM = 128
+
+
 def applies(kid: str, feature: str) -> bool:
-    return feature in family_features(kid) and feature not in NOT_APPLICABLE.get(family(kid), ())
+    if feature not in family_features(kid) or feature in NOT_APPLICABLE.get(family(kid), ()):
+        return False
+    if feature == "alibi" and family(kid) != "bwd":
+        return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
+    return True
 
 
 def kernel_features(kid: str) -> list[str]:
@@ -1347,7 +1357,8 @@ def plan(cases) -> dict:
 def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
     """The CI subset of the matrix (`--ci`): every kernel at least once and every feature of each
     family at least once. Within a family (family(); FP8-cache decode kernels apart from 16-bit
-    ones) the j-th case is (kernel j mod m, feature j mod n), j < max(m, n). A 16-bit forward
+    ones) the j-th case is (kernel j mod m, feature j mod n), j < max(m, n); where that kernel does
+    not take that feature, the next kernel that does runs it and that kernel its next feature. A 16-bit forward
     kernel with a wide-tile variant also runs "full" and "causal": the wide tile serves calls
     without a causal/local mask, the plain one the rest (attn_logic.h fwd_has_wide_tile)."""
     groups: dict = collections.OrderedDict()
@@ -1357,10 +1368,22 @@ def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
     once: set = set()  # (feature list, feature) of CI_ONCE features an earlier group runs
     for ks in groups.values():
         order = (family(ks[0]) == "bwd", id(family_features(ks[0])))  # the backward: its own group
-        feats = [f for f in kernel_features(ks[0]) if (order, f) not in once]
+        feats = [f for f in family_features(ks[0]) if any(applies(k, f) for k in ks) and (order, f) not in once]
         once |= {(order, f) for f in feats if f in CI_ONCE}
-        for j in range(max(len(ks), len(feats))):
-            jobs[ks[j % len(ks)]].append(feats[j % len(feats)])
+        m, n = len(ks), len(feats)
+        for j in range(max(m, n)):
+            k, f = ks[j % m], feats[j % n]
+            if applies(k, f):
+                jobs[k].append(f)
+                continue
+            # a feature only some of the group's kernels take (alibi stops at d 128): the next kernel
+            # that takes it runs it, and this kernel the next feature it takes
+            alt = next((x for x in ks[j % m:] + ks[:j % m] if applies(x, f)), None)
+            if alt is not None:
+                jobs[alt].append(f)
+            g = next((x for x in feats[j % n:] + feats[:j % n] if applies(k, x)), None)
+            if g is not None:
+                jobs[k].append(g)
     import flash3_build  # tools/, beside this file
     wide = set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     for k in kernels:
