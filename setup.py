@@ -60,9 +60,9 @@ if PLAN.build_cuda:
     ] + fb.extra_nvcc_flags()  # FLASH3_NVCC_FLAGS, FLASH3_DEBUG_HANG
     # The torch-facing sources, then the torch-free nvcc TUs (tools/prebuilt.py PLAIN_SOURCES and
     # the generated kernels).
-    sources = ["csrc/binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/decode_binding.cpp",
-               "csrc/fp8_quantize_binding.cpp", "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp",
-               "csrc/kvcache_binding.cpp"]
+    sources = ["csrc/fwd_binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/append_kv_binding.cpp",
+               "csrc/quantize_fp8_binding.cpp", "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp",
+               "csrc/fwd_kvcache_binding.cpp"]
     # The torch-free host layer the bindings adapt (each op's checks, kernel pick, parameters and
     # launch; the simulator's driver links the same files: tools/smoke_sim.py host_layer_sources).
     sources += sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc/flash3/host").glob("*.cpp"))

@@ -1,4 +1,4 @@
-// torch side of the backward kernels (a fragment of the flash3 op library; binding.cpp defines it).
+// torch side of the backward kernels (a fragment of the flash3 op library; fwd_binding.cpp defines it).
 //
 //   flash3::bwd_sm90(dout, q, k, v, out, lse, dlse?, dq!, dk!, dv!, cu_seqlens_q?, cu_seqlens_k?,
 //                    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,

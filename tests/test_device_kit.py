@@ -575,7 +575,7 @@ def test_registry_pick_emulation():
 
 @pytest.mark.parametrize("d,dv", GEN.HEAD_DIMS)
 def test_next_dims_route_to_the_same_kernel(d, dv):
-    """"nextdim" of every compiled (d, d_v): multiples of 8 the ops accept (binding.cpp,
+    """"nextdim" of every compiled (d, d_v): multiples of 8 the ops accept (fwd_binding.cpp,
     bwd_binding.cpp: [8, 256]), strictly smaller in d or d_v, never larger, and the registry (forward
     and backward lists of a full build, hence of any build holding this kernel) gives them this kernel;
     flash3/_backend.py's mirror of the rule agrees and would not fall back. make_case builds the full

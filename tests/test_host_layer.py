@@ -128,12 +128,22 @@ def test_kernel_lists(driver):
 # ---- one host layer for both callers -----------------------------------------------------------
 
 
+def test_each_binding_is_named_after_its_op():
+    """csrc/<op>_binding.cpp defines torch.ops.flash3.<op>_sm90 (fwd_binding.cpp also fwd_fp8_sm90
+    and kernel_info), and every torch source of csrc/ is such a binding."""
+    files = sorted(p.name for p in CSRC.glob("*.cpp"))
+    assert files and all(f.endswith("_binding.cpp") for f in files), files
+    for name in files:
+        op = name[: -len("_binding.cpp")] + "_sm90"
+        assert re.search(rf'm\.def\(\s*"{op}\(', (CSRC / name).read_text()), (name, op)
+
+
 def test_bindings_and_simulator_driver_call_the_host_layer():
     """Every op of the torch bindings and of the simulator driver is a call into flash3::host, and
     the simulator's build links every source of the host layer (as setup.py does)."""
     calls = {"fwd_sm90", "fwd_fp8_sm90", "fwd_kvcache_sm90", "append_kv_sm90", "bwd_sm90", "quantize_fp8_sm90"}
     sim = "".join(p.read_text() for p in (ROOT / "tools/hopper_sim/flash3").glob("sim_*"))
-    bindings = "".join(p.read_text() for p in CSRC.glob("*_binding.cpp")) + (CSRC / "binding.cpp").read_text()
+    bindings = "".join(p.read_text() for p in CSRC.glob("*_binding.cpp"))
     for op in calls:
         assert f"host::{op}(" in sim, op
         assert f"host::{op}(" in bindings, op

@@ -1453,7 +1453,7 @@ def ci_all_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
 
 def built_kernel_ids() -> list[str]:
     """kernel_ids of kernel_info() plus the quantize op's entry (smoke_quant.gpu_info), which
-    binding.cpp's kernel_info() does not list."""
+    fwd_binding.cpp's kernel_info() does not list."""
     import torch
     import flash3  # noqa: F401
     return kernel_ids(dict(json.loads(torch.ops.flash3.kernel_info()), **smoke_quant.gpu_info()))

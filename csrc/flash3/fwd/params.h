@@ -1,4 +1,4 @@
-// Plain description of one forward call, shared by the torch binding (binding.cpp) and the
+// Plain description of one forward call, shared by the torch binding (fwd_binding.cpp) and the
 // kernels. No torch and no CUDA headers here: kernel TUs include it without pulling in torch.
 #pragma once
 #include <cstdint>

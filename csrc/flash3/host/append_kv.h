@@ -1,5 +1,5 @@
 // The fused KV-cache append op, torch-free: torch.ops.flash3.append_kv_sm90
-// (csrc/decode_binding.cpp adapts it; the simulator driver calls it). Writes k/v (rotated when
+// (csrc/append_kv_binding.cpp adapts it; the simulator driver calls it). Writes k/v (rotated when
 // rotary tables are given) into the cache at cache_seqlens[b] + t, skipping slots outside the cache,
 // and q rotated into q_out; no host synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn
 // caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)).

@@ -1,4 +1,4 @@
-// The forward ops, torch-free: torch.ops.flash3.fwd_sm90 and fwd_fp8_sm90 (csrc/binding.cpp adapts
+// The forward ops, torch-free: torch.ops.flash3.fwd_sm90 and fwd_fp8_sm90 (csrc/fwd_binding.cpp adapts
 // them to at::Tensor; the simulator driver calls them on its case tensors). Optional tensors are
 // nullptr when absent. Each checks its arguments (throwing host::Error with the binding's message),
 // picks the kernel, fills FwdParams and launches on the backend's stream.

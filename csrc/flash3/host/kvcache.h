@@ -1,5 +1,5 @@
 // The decode (KV-cache) attention op, torch-free: torch.ops.flash3.fwd_kvcache_sm90
-// (csrc/kvcache_binding.cpp adapts it; the simulator driver calls it). Optional tensors are nullptr
+// (csrc/fwd_kvcache_binding.cpp adapts it; the simulator driver calls it). Optional tensors are nullptr
 // when absent.
 //   q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged (num_pages, page_size, h_k,
 //   d|d_v) with int32 page_table (b, max_pages); row i sees its first seqused_k[i] keys (clamped to

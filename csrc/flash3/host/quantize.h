@@ -1,5 +1,5 @@
 // The fused FP8 rotate-and-quantize op, torch-free: torch.ops.flash3.quantize_fp8_sm90
-// (csrc/fp8_quantize_binding.cpp adapts it; the simulator driver calls it). x (b, s, h, d)
+// (csrc/quantize_fp8_binding.cpp adapts it; the simulator driver calls it). x (b, s, h, d)
 // bf16/fp16 (any strides, contiguous channels) -> out e4m3 and descale fp32 (b, h, ceil(s /
 // block_size)), both contiguous; layout 0: out (b, s, h, d), layout 1 (V packed): out (b, h, d,
 // ceil(s / 16) * 16). signs (d,) fp32 = rotate first (flash3.hadamard); mean / channel_descale

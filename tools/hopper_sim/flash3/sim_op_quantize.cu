@@ -1,5 +1,5 @@
 // The driver's "quantize_fp8" op: torch.ops.flash3.quantize_fp8_sm90 through the host layer
-// (csrc/flash3/host/quantize.cpp, the code csrc/fp8_quantize_binding.cpp runs), launching
+// (csrc/flash3/host/quantize.cpp, the code csrc/quantize_fp8_binding.cpp runs), launching
 // csrc/flash3/fp8/quantize.cu.
 //
 // case.txt: tensors x out descale, optional signs mean channel_descale; scalars block_size layout.
@@ -19,7 +19,7 @@ void quantize_fp8(const Case& c, flash3::host::Backend& be) {
 }
 
 // The op is compiled for both input dtypes in every build (setup.py compiles quantize.cu always);
-// binding.cpp's kernel_info() does not list it, so tools/smoke.py adds the same entry on a GPU.
+// fwd_binding.cpp's kernel_info() does not list it, so tools/smoke.py adds the same entry on a GPU.
 std::string quantize_info() { return "\"quantize_fp8\": [\"bf16\", \"fp16\"]"; }
 
 const RegisterOp reg_quantize{{"quantize_fp8", quantize_fp8, {"out", "descale"}, quantize_info}};

@@ -1,4 +1,4 @@
-// torch side of the decode kernels (a fragment of the flash3 op library; binding.cpp defines it).
+// torch side of the KV-cache append (a fragment of the flash3 op library; fwd_binding.cpp defines it).
 //
 //   flash3::append_kv_sm90(q, k_cache!, v_cache!, k, v, cache_seqlens, page_table?, rotary_cos?,
 //                          rotary_sin?, rotary_interleaved, q_per_token, q_out!, k_descale?,

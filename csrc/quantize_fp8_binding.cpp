@@ -1,5 +1,5 @@
 // torch side of the fused FP8 rotate-and-quantize kernel (a fragment of the flash3 op library;
-// binding.cpp defines it).
+// fwd_binding.cpp defines it).
 //
 //   flash3::quantize_fp8_sm90(x, signs?, mean?, channel_descale?, block_size, layout, out!,
 //                             descale!) -> ()

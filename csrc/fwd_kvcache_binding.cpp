@@ -1,5 +1,5 @@
 // torch side of the decode (KV-cache) attention kernels (a fragment of the flash3 op library;
-// binding.cpp defines it).
+// fwd_binding.cpp defines it).
 //
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
 //                            causal, window_left, window_right, softcap, num_splits, k_descale?,
