@@ -62,6 +62,7 @@ if PLAN.build_cuda:
     # the generated kernels).
     sources = ["csrc/fwd_binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/append_kv_binding.cpp",
                "csrc/quantize_fp8_binding.cpp", "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp",
+               "csrc/flash3/decode/registry.cpp",
                "csrc/fwd_kvcache_binding.cpp"]
     # The torch-free host layer the bindings adapt (each op's checks, kernel pick, parameters and
     # launch; the simulator's driver links the same files: tools/smoke_sim.py host_layer_sources).

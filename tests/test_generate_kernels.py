@@ -38,7 +38,7 @@ def test_decode_tus_per_16bit_dtype_head_dim_and_cache():
         f"decode_{dt}{c}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS
         for c in ("", "_kve4m3"))
     k = gk.Kernel("fp16", 192, 128, kind="decode")
-    assert "template void flash3::run_fwd_decode<false, 192, 128, false>" in k.source()
+    assert "template void flash3::run_decode<false, 192, 128, false>" in k.source()
     assert "DecodeKernelRegistration reg(false, 192, 128, false," in k.source()
     # compile_check holds them to the forward's checks plus LDGSTS (the gathered pages).
     assert compile_check.kernel_checks(k) == (compile_check.REQUIRED + ("LDGSTS",), True)

@@ -19,7 +19,7 @@ HOST = CSRC / "flash3" / "host"
 # The host layer's sources but device.cpp (the driver stands in for the CUDA runtime), and the
 # kernel registries it looks kernels up in.
 SOURCES = [f"flash3/host/{p.name}" for p in sorted(HOST.glob("*.cpp")) if p.name != "device.cpp"]
-SOURCES += ["flash3/fwd/registry.cpp", "flash3/bwd/registry.cpp"]
+SOURCES += ["flash3/fwd/registry.cpp", "flash3/decode/registry.cpp", "flash3/bwd/registry.cpp"]
 PROBE = 'check(false, "host-layer probe: ", kOp);'
 
 

@@ -13,7 +13,7 @@ Pieces:
                    sources and flags (tools/compile_check.py leaves its objects there), and the
                    decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
                    kernel (QUANTIZE_SOURCES); then links sim_driver.cu, sim_op_*.cu,
-                   fwd/registry.cpp and bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
+                   fwd/, decode/ and bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
   op_call(c, out, lse)  the case -> the op's arguments (what smoke._launch_fwd/_launch_fp8 pass).
   write_case / read_case  the case directory format (sim_driver.cu documents it).
   sim_launch(c, driver, seed)  one launch under simrun; (out, lse) or SimFailure(status, detail).
@@ -335,7 +335,7 @@ DECODE_SOURCES = ("flash3/decode/append_kv.cu", "flash3/decode/combine.cu")
 QUANTIZE_SOURCES = ("flash3/fp8/quantize.cu",)
 # Headers the host objects (sim_driver.cu, sim_op_*.cu, the host layer, registry.cpp) depend on, for
 # their cache key; the host layer's own headers (csrc/flash3/host/*.h) join them in build_driver.
-HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/bwd/api.h", "flash3/bwd/params.h",
+HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/decode/api.h", "flash3/bwd/api.h", "flash3/bwd/params.h",
                 "flash3/common/attn_logic.h", "flash3/common/total_rows.h",
                 "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h",
                 "flash3/fp8/quantize.h")
@@ -486,7 +486,7 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
     shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join(h.read_bytes() for h in headers)
     host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
     host_srcs += host_layer_sources(csrc)
-    host_srcs += [csrc / "flash3" / "fwd" / "registry.cpp", csrc / "flash3" / "bwd" / "registry.cpp"]
+    host_srcs += [csrc / "flash3" / d / "registry.cpp" for d in ("fwd", "decode", "bwd")]
     host = []
     for src in host_srcs:
         key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes() + shared).hexdigest()[:16]

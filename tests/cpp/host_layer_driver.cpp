@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "flash3/bwd/api.h"
+#include "flash3/decode/api.h"
 #include "flash3/decode/append_kv.h"
 #include "flash3/decode/combine.h"
 #include "flash3/fp8/quantize.h"

@@ -19,9 +19,9 @@
 
 #include "flash3/bwd/traits.cuh"
 #include "flash3/common/barriers.cuh"
+#include "flash3/common/indexing.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/common/wgmma.cuh"
-#include "flash3/fwd/scheduler.cuh"  // packed_rows, consumer_thread_idx
 
 namespace flash3 {
 

@@ -23,9 +23,9 @@
 
 #include "flash3/bwd/params.h"
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/smem_atom.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/common/wgmma_shapes.h"
-#include "flash3/fwd/traits.cuh"  // gmma_smem_atom
 
 namespace flash3 {
 

@@ -492,6 +492,9 @@ struct DecodeProducer {
     cp_async_wait<0>();  // the empty groups: nothing in flight past the tile
   }
 
+  // Gathering producers load with the whole warpgroup (an FP8 cache is always gathered).
+  static __device__ __forceinline__ bool all_warps(typename Tr::KernelParams const& params) { return params.gather_kv; }
+
   static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
                                               PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
                                               int tile_count, uint32_t& tail_phase, bool leader) {

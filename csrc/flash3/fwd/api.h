@@ -57,23 +57,10 @@ struct Fp8KernelRegistration {
   }
 };
 
-// The decode (KV-cache) kernels: their own lists, the same pick rule (never `wide`), one for
-// 16-bit caches (q's dtype) and one for FP8 (e4m3) caches with 16-bit q.
-std::vector<FwdKernelEntry>& fwd_decode_kernels(bool fp8_cache = false);
-FwdLauncher find_fwd_decode_kernel(bool is_bf16, int head_dim, int head_dim_v, bool fp8_cache = false);
-
-struct DecodeKernelRegistration {
-  DecodeKernelRegistration(bool is_bf16, int head_dim, int head_dim_v, bool fp8_cache, FwdLauncher launch) {
-    fwd_decode_kernels(fp8_cache).push_back({is_bf16, head_dim, head_dim_v, false, launch});
-  }
-};
-
 // Defined in fwd/launch.cuh and explicitly instantiated once per generated TU.
 template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
 void run_fwd(const FwdParams& params, void* cuda_stream);
 template <int kHeadDim, int kHeadDimV>
 void run_fwd_fp8(const FwdParams& params, void* cuda_stream);
-template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kFp8Cache>
-void run_fwd_decode(const FwdParams& params, void* cuda_stream);
 
 }  // namespace flash3

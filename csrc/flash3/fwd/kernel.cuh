@@ -2,7 +2,8 @@
 // Warpgroup 0 is the producer (lowers its registers; one warp runs the TMA loop), warpgroups
 // 1..kNumConsumers are consumers (raise their registers; 64 query rows each). Both sides walk the
 // same tile sequence (scheduler.cuh) and skip the same tiles, so they stay in step through the
-// barriers.
+// barriers. Producer: the tile's loads (FwdProducer, mainloop.cuh; the decode kernel's
+// DecodeProducer, decode/load.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -11,7 +12,6 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "flash3/common/barriers.cuh"
-#include "flash3/decode/load.cuh"
 #include "flash3/fwd/epilogue.cuh"
 #include "flash3/fwd/mainloop.cuh"
 #include "flash3/fwd/scheduler.cuh"
@@ -19,7 +19,7 @@
 
 namespace flash3 {
 
-template <class Tr>
+template <class Tr, class Producer>
 __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     fwd_kernel(CUTE_GRID_CONSTANT typename Tr::KernelParams const params) {
   using namespace cute;
@@ -66,9 +66,9 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();
-    // One warp drives TMA and the scheduler; the others have nothing to do, except in a decode
-    // kernel gathering K/V rows (static schedule: every producer warp walks the same tiles).
-    if (warp_idx != 0 && !(Tr::kDecode && params.gather_kv)) return;
+    // One warp drives TMA and the scheduler; the others have nothing to do, unless the producer
+    // loads with the whole warpgroup (static schedule: every producer warp walks the same tiles).
+    if (warp_idx != 0 && !Producer::all_warps(params)) return;
     const bool leader = threadIdx.x == 0;  // the one thread that posts expected bytes and issues TMA
     PipelineState state_k = cutlass::make_producer_start_state<PipelineKV>();
     PipelineState state_v = cutlass::make_producer_start_state<PipelineKV>();
@@ -78,10 +78,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows && !w.blocks.empty()) {  // consumers write other tiles without shared memory
-        if constexpr (Tr::kDecode)
-          DecodeProducer<Tr>::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
-        else
-          FwdProducer<Tr>::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
         ++tile_count;
       }
       idx = sched.fetch_next(idx);

@@ -42,7 +42,17 @@ inline void check_tma(const char* what, const void* base, int elem_bytes, int64_
 
 }  // namespace detail
 
+// A kernel family's part of launch_fwd: its producer, its own checks of the call, its schedule and
+// its fields of KernelParams. The plain and FP8 forward's here; the decode kernel's in decode/launch.cuh.
 template <class Tr>
+struct FwdFamily {
+  using Producer = FwdProducer<Tr>;
+  static void check(const FwdParams& p) { detail::fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel"); }
+  static TileOrder order(const FwdParams& p) { return make_tile_order(p, Tr::kBlockM); }
+  static void set_params(typename Tr::KernelParams&, const FwdParams&) {}
+};
+
+template <class Tr, class Family = FwdFamily<Tr>>
 void launch_fwd(const FwdParams& p, void* cuda_stream) {
   using namespace cute;
   using Element = typename Tr::Element;
@@ -65,31 +75,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
             "num_heads must be a positive multiple of num_heads_k");
   fwd_check(p.seqlen_q >= 1 && p.seqlen_k >= 0, "seqlen_q must be >= 1");
   const bool varlen_q = p.cu_seqlens_q != nullptr, varlen_k = p.cu_seqlens_k != nullptr;
-  if constexpr (Tr::kDecode) {
-    // q batched (b, s_q, h, d) or packed (varlen: cu_seqlens_q, total_q rows; seqlen_q is then
-    // max_seqlen_q, which sizes the tile grid); keys always from the cache with seqused_k.
-    fwd_check(!varlen_k && p.seqused_k != nullptr, "the decode kernel takes a KV cache with seqused_k (no cu_seqlens_k)");
-    fwd_check(p.slab_rows >= 1 && p.num_slabs >= 1 && (p.page_table != nullptr || p.num_slabs == p.batch),
-              "decode: slab_rows and num_slabs must be >= 1 (num_slabs = batch without a page table)");
-    fwd_check(p.num_splits >= 1 && p.num_splits <= 128 && (p.num_splits == 1 || (p.o_partial && p.lse_partial)),
-              "decode: num_splits must be in [1, 128], with o_partial and lse_partial when > 1");
-    // 2^30: packed-row and key indices plus a tile stay inside int32.
-    fwd_check(int64_t(p.seqlen_q) * (p.num_heads / p.num_heads_k) <= (int64_t(1) << 30) &&
-                  p.seqlen_k <= (1 << 30),
-              "decode: seqlen_q * (num_heads / num_heads_k) and the cache capacity must be <= 2^30");
-    fwd_check(!Tr::kFp8Cache || (p.k_cache_descale.ptr && p.v_cache_descale.ptr),
-              "decode: an FP8 cache needs k and v descales");
-    if constexpr (Tr::kFp8Cache) {  // 16-byte cp.async chunks (the TMA checks below do the rest)
-      auto aligned = [](const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
-        return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s0 % 16 == 0 && s1 % 16 == 0 && s2 % 16 == 0;
-      };
-      fwd_check(aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride) &&
-                    aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride),
-                "decode: an FP8 cache must be 16-byte aligned with 16-byte multiple strides");
-    }
-  } else {
-    fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel");
-  }
+  Family::check(p);
   fwd_check(!varlen_q || p.total_q >= 1, "varlen: total_q must be >= 1");
   fwd_check(!varlen_k || p.total_k >= 1, "varlen: total_k must be >= 1");
   const int rows_q = varlen_q ? p.total_q : p.seqlen_q;
@@ -177,23 +163,17 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       mVt.shape(),
       mO.shape(),
       p,
-      Tr::kDecode ? make_decode_tile_order(p, Tr::kBlockM) : make_tile_order(p, Tr::kBlockM),
+      Family::order(p),
       ScoreMod::make(p.softmax_scale, p.softcap, p.alibi_slopes, p.alibi_batch_stride,
                      p.num_heads_k > 0 ? p.num_heads / p.num_heads_k : 1)};
-  if constexpr (Tr::kDecode) {
-    // TMA per key block where every block lies in one slab; else rows are gathered.
-    kp.gather_kv = Tr::kFp8Cache || (p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0);
-    kp.slab_shift = -1;
-    for (int s = 0; s < 31; ++s)
-      if ((1 << s) == p.slab_rows) kp.slab_shift = s;
-  }
+  Family::set_params(kp, p);
 
   const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * kp.order.num_heads * kp.order.batch;
   fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");
   if (num_tiles == 0) return;
   const int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
 
-  auto kernel = &fwd_kernel<Tr>;
+  auto kernel = &fwd_kernel<Tr, typename Family::Producer>;
   detail::fwd_check_cuda(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
@@ -206,16 +186,6 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
   launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, kWide>>(p, cuda_stream);
-}
-
-// The decode kernel: q against a contiguous or paged KV cache (FwdParams' KV-cache block).
-// kFp8Cache: the caches hold e4m3 (FwdParams' k/v_cache_descale), q and out are 16-bit.
-template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kFp8Cache>
-void run_fwd_decode(const FwdParams& p, void* cuda_stream) {
-  detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
-  using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
-  using Cache = std::conditional_t<kFp8Cache, cutlass::float_e4m3_t, Element>;
-  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, false, true, Cache>>(p, cuda_stream);
 }
 
 // The FP8 kernel: e4m3 q, k and Vt (FwdParams' comments), per-block descales, bf16 output.

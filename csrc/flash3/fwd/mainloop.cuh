@@ -67,6 +67,9 @@ struct FwdProducer {
     if (leader) cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_v, s.index()));
   }
 
+  // Warp 0 alone loads (the kernel lets the other producer warps go).
+  static __device__ __forceinline__ constexpr bool all_warps(typename Tr::KernelParams const&) { return false; }
+
   // Loads one tile's Q and K/V blocks. `tile_count` = tiles with work this CTA already loaded.
   // Q's buffer is reused once the previous tile's last Q.K^T is done (q_free); V's buffer holds the
   // previous tile's O until its epilogue has stored it (o_free). The first K block goes out before

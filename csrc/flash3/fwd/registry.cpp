@@ -17,17 +17,6 @@ FwdLauncher find_fwd_fp8_kernel(int head_dim, int head_dim_v) {
   return best != nullptr ? best->launch : nullptr;
 }
 
-std::vector<FwdKernelEntry>& fwd_decode_kernels(bool fp8_cache) {
-  static std::vector<FwdKernelEntry> kernels, fp8_cache_kernels;
-  return fp8_cache ? fp8_cache_kernels : kernels;
-}
-
-FwdLauncher find_fwd_decode_kernel(bool is_bf16, int head_dim, int head_dim_v, bool fp8_cache) {
-  const FwdKernelEntry* best =
-      pick_fwd_kernel(fwd_decode_kernels(fp8_cache), is_bf16, head_dim, head_dim_v, false);
-  return best != nullptr ? best->launch : nullptr;
-}
-
 FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v, bool wide) {
   const FwdKernelEntry* best = pick_fwd_kernel(fwd_kernels(), is_bf16, head_dim, head_dim_v, wide);
   return best != nullptr ? best->launch : nullptr;

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/indexing.cuh"
 #include "flash3/fwd/params.h"
 
 namespace flash3 {
@@ -23,14 +24,6 @@ struct SeqInfo {
   int seqlen_q, seqlen_k;  // this batch entry's lengths (keys: after seqused_k)
   int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched
 };
-
-// Rows [cu[batch], cu[batch + 1]) of a packed tensor of `total` rows, clamped into [0, total]: no
-// value in cu_seqlens makes the kernel address rows outside the tensors (a bad one gives a wrong,
-// in-bounds result; flash3's validation mode reports it).
-__device__ __forceinline__ void packed_rows(const int* cu, int batch, int total, int& offset, int& len) {
-  offset = imin(imax(cu[batch], 0), total);
-  len = imin(imax(cu[batch + 1], offset), total) - offset;
-}
 
 __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
   SeqInfo s;
@@ -49,22 +42,6 @@ __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
   // Keys beyond seqused_k are ignored; it cannot extend the keys there are.
   if (p.seqused_k != nullptr) s.seqlen_k = imin(imax(p.seqused_k[batch], 0), s.seqlen_k);
   return s;
-}
-
-// Index of this thread among the consumer threads (threadIdx.x - 128), read through a volatile asm
-// so the compiler recomputes it where it is used: otherwise every thread-dependent address of the
-// epilogue is hoisted out of the persistent loop and stays live (spilled) across the mainloop.
-__device__ __forceinline__ int consumer_thread_idx() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t - 128;
-}
-
-// The same int, hidden from the optimizer: used to recompute per-tile values after the mainloop
-// instead of keeping them live (in registers the mainloop needs) across it.
-__device__ __forceinline__ int opaque_int(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
 }
 
 // One unit of work: query block m_block of (head, batch), with its mask and key-block ranges.
@@ -150,16 +127,8 @@ struct TileScheduler {
   }
 };
 
-// Host side: the schedule for a call (same arguments on every launch of a given shape).
-// Decode: (packed query blocks, kv heads * splits, batch), no head grouping (one wave, mostly).
-inline TileOrder make_decode_tile_order(const FwdParams& p, int block_m) {
-  const int g = p.num_heads / p.num_heads_k;
-  const int num_m_blocks = ceil_div(p.seqlen_q * g, block_m);
-  const int heads = p.num_heads_k * p.num_splits;
-  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;
-  return TileOrder{num_m_blocks, heads, p.batch, heads, causal_or_local};
-}
-
+// Host side: the schedule for a call (same arguments on every launch of a given shape; the
+// decode kernel's: decode/launch.cuh).
 inline TileOrder make_tile_order(const FwdParams& p, int block_m) {
   const int num_m_blocks = ceil_div(p.seqlen_q, block_m);
   const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;

@@ -15,31 +15,12 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "flash3/common/attn_logic.h"
+#include "flash3/common/smem_atom.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/common/wgmma_shapes.h"  // n-extents such as 80 and 112 (block_n of d 192/256)
 #include "flash3/fwd/params.h"
 
 namespace flash3 {
-
-// Largest GMMA swizzle atom whose contiguous extent divides the tile's contiguous extent.
-// kMajor K: the atom is (8 rows, C contiguous); MN: (C contiguous, 8).
-// The swizzle spans 128, 64 or 32 bytes, whatever the element size.
-template <cute::GMMA::Major kMajor, class T, int kContig>
-CUTE_HOST_DEVICE constexpr auto gmma_smem_atom() {
-  using namespace cute;
-  constexpr int kBytes = kContig * int(sizeof(T));
-  if constexpr (kMajor == GMMA::Major::K) {
-    if constexpr (kBytes % 128 == 0) return GMMA::Layout_K_SW128_Atom<T>{};
-    else if constexpr (kBytes % 64 == 0) return GMMA::Layout_K_SW64_Atom<T>{};
-    else if constexpr (kBytes % 32 == 0) return GMMA::Layout_K_SW32_Atom<T>{};
-    else return GMMA::Layout_K_INTER_Atom<T>{};
-  } else {
-    if constexpr (kBytes % 128 == 0) return GMMA::Layout_MN_SW128_Atom<T>{};
-    else if constexpr (kBytes % 64 == 0) return GMMA::Layout_MN_SW64_Atom<T>{};
-    else if constexpr (kBytes % 32 == 0) return GMMA::Layout_MN_SW32_Atom<T>{};
-    else return GMMA::Layout_MN_INTER_Atom<T>{};
-  }
-}
 
 // Element: bf16, fp16, or e4m3 (the FP8 kernel: output bf16, per-block descales, P in e4m3 and
 // two-level P.V accumulation; see mainloop.cuh step_fp8). kWide: the wider tile for calls without a

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "flash3/bwd/api.h"
+#include "flash3/decode/api.h"
 #include "flash3/fwd/api.h"
 
 namespace flash3::host {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "flash3/common/attn_logic.h"
+#include "flash3/decode/api.h"
 #include "flash3/decode/combine.h"
 #include "flash3/decode/split_heuristic.h"
 #include "flash3/host/fwd_params.h"
