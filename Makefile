@@ -30,39 +30,39 @@ test: setup
 
 # Compile every forward kernel TU for sm_90a and check its SASS for real Hopper code.
 compile-check:
-	$(PYTHON) tools/compile_check.py
+	$(PYTHON) tools/build/compile_check.py
 
 # The hang-diagnosis build (FLASH3_DEBUG_HANG=1, bounded waits that name their barrier) of the bf16
 # hdim-128 TUs (narrow and wide tile) compiles for sm_90a, and so does its self-test
-# (tools/device_check.sh runs both on the GPU).
+# (tools/device/device_check.sh runs both on the GPU).
 hang-build-check:
-	FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 $(PYTHON) tools/compile_check.py --debug-hang
-	mkdir -p build && "$$($(PYTHON) tools/flash3_build.py --cuda-home)/bin/nvcc" $(SELFTEST_FLAGS) \
-	  -I"$$($(PYTHON) tools/flash3_build.py --cutlass)" tools/debug_hang_selftest.cu -o build/debug_hang_selftest
+	FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 $(PYTHON) tools/build/compile_check.py --debug-hang
+	mkdir -p build && "$$($(PYTHON) tools/build/flash3_build.py --cuda-home)/bin/nvcc" $(SELFTEST_FLAGS) \
+	  -I"$$($(PYTHON) tools/build/flash3_build.py --cutlass)" tools/build/debug_hang_selftest.cu -o build/debug_hang_selftest
 
 # Build the real extension against a CUDA build of torch and import it (no GPU needed).
 extension-check:
-	bash tools/extension_check.sh
+	bash tools/build/extension_check.sh
 
 # Before a lent-GPU call, here: the pure-Python CUTLASS wheel into .whl/ (the device cannot
-# download), and every kernel TU FLASH3_HDIMS/FLASH3_DTYPES select compiled (tools/prebuilt.py;
+# download), and every kernel TU FLASH3_HDIMS/FLASH3_DTYPES select compiled (tools/build/prebuilt.py;
 # release and hang-diagnosis variants, the simulator's cache reused) and packed into
 # .carry/kernels/{release,hang}.tar.xz; prints what a call carries against its 64 MiB. The full
 # set is ~56 TUs per variant, 25-45 min each on 2 cores (PREP_JOBS nvcc at once, ~4 GB each).
 PREP_JOBS ?= 1
 device-prep:
 	mkdir -p .whl && $(PYTHON) -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d .whl
-	$(PYTHON) tools/prebuilt.py build --variant release --pack --jobs $(PREP_JOBS)
-	$(PYTHON) tools/prebuilt.py build --variant hang --pack --jobs $(PREP_JOBS)
-	$(PYTHON) tools/prebuilt.py size
+	$(PYTHON) tools/build/prebuilt.py build --variant release --pack --jobs $(PREP_JOBS)
+	$(PYTHON) tools/build/prebuilt.py build --variant hang --pack --jobs $(PREP_JOBS)
+	$(PYTHON) tools/build/prebuilt.py size
 
-# On a lent H100/H200, one call of at most 10 minutes per stage (tools/device_check.sh), stage 1
+# On a lent H100/H200, one call of at most 10 minutes per stage (tools/device/device_check.sh), stage 1
 # first: 1 core (link the carried kernels, smoke matrix of every kernel x feature, hang diagnosis,
 # sanitizers), 2 the GPU pytest files, 3 the benchmarks. Device tool: carry [".whl", ".carry"],
 # timeout_s 600. One summary table last; results.json and the logs under $$OUT.
 STAGE ?= 1
 device-check:
-	STAGE=$(STAGE) bash tools/device_check.sh
+	STAGE=$(STAGE) bash tools/device/device_check.sh
 
 bench:
 	$(PY) benchmarks/bench_fwd.py
@@ -92,13 +92,13 @@ sim-flags:
 
 # Unit tests (numerics, tensor cores, TMA, parser), instruction semantics from the PTX ISA, every
 # strict check tripped on purpose, CUTLASS's own Hopper examples under the simulator with their own
-# verification; then flash3's kernels: tools/smoke.py's CI subset (every kernel TU and every feature
+# verification; then flash3's kernels: tools/smoke/smoke.py's CI subset (every kernel TU and every feature
 # at least once, each case with two schedule seeds; then, with one seed, more cases until every TU
 # has three features, its family's riskiest among them: --ci-extra; both in one run, one worker per
 # kernel; the TUs come from
 # compile-check's objects when it ran first, else they are compiled once into
 # tools/hopper_sim/build/flash3), and deliberately wrong kernels that must be caught.
-SIM_SMOKE = $(SIM_PY) tools/smoke.py --backend sim --seeds 1,2
+SIM_SMOKE = $(SIM_PY) tools/smoke/smoke.py --backend sim --seeds 1,2
 sim-check: sim
 	@set -e; for t in $(SIM_DIR)/build/tests/test_*; do [ -x "$$t" ] || continue; echo "== $$t"; "$$t" | tail -3; done
 	@set -e; for r in $(SIM_DIR)/tests/run_isa.py $(SIM_DIR)/tests/run_checks.py $(SIM_DIR)/tests/timing/run_timing_tests.py; do \
@@ -106,16 +106,16 @@ sim-check: sim
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py --reuse-record
 	$(SIM_SMOKE) --ci --ci-extra
 	PYTHON=$(SIM_PY) bash $(SIM_DIR)/flash3/mutant_check.sh
-	$(SIM_PY) tools/timing_smoke.py
+	$(SIM_PY) tools/hopper_sim/timing_smoke.py
 
-# The H100 timing model's report (tools/perf_model.py): parameter table with sources, validation on
+# The H100 timing model's report (tools/hopper_sim/perf_model.py): parameter table with sources, validation on
 # CUTLASS's GEMMs and FlashAttention-3 (FA3_SRC=<flash-attention checkout>; without it FA3's rows
 # are left out), flash3 at the same shapes, a plot -> benchmarks/results/perf_model.md.
 # PERF_ROWS=paper runs every published shape (hours of CPU); validation: d 128 full and causal at
 # 1k-16k plus the GEMMs at 4k/8k (~30 min of CPU with FA3); quick is a handful.
 PERF_ROWS ?= quick
 perf-model: sim
-	$(SIM_PY) tools/perf_model.py --rows $(PERF_ROWS) $(if $(FA3_SRC),--fa3-src $(FA3_SRC))
+	$(SIM_PY) tools/hopper_sim/perf_model.py --rows $(PERF_ROWS) $(if $(FA3_SRC),--fa3-src $(FA3_SRC))
 
 # CUTLASS's Hopper examples (all of them: --all) built and run under the simulator whatever the
 # record says; a passing run rewrites tools/hopper_sim/ground_truth.json (commit it: sim-check and
@@ -132,9 +132,9 @@ sim-check-all: sim setup
 	$(SIM_PY) $(SIM_DIR)/cutlass_examples.py --all --reuse-record
 	$(SIM_SMOKE)
 
-# README's kernel status table from the last simulator run (tools/sim_report.py).
+# README's kernel status table from the last simulator run (tools/smoke/sim_report.py).
 sim-report:
-	$(SIM_PY) tools/sim_report.py --update-readme
+	$(SIM_PY) tools/smoke/sim_report.py --update-readme
 
 clean:
 	rm -rf build dist *.egg-info $(VENV)

@@ -8,8 +8,8 @@ then, so pip's own "Successfully installed flash3-..." line shows it too.
 Knobs (environment): FLASH3_SKIP_CUDA=1, FLASH3_FORCE_CUDA=1, FLASH3_HDIMS=128,192x128,
 FLASH3_DTYPES=bf16, CUDA_HOME, CUTLASS_DIR, MAX_JOBS, FLASH3_NVCC_FLAGS (extra nvcc flags, e.g.
 -lineinfo), FLASH3_DEBUG_HANG=1 (the hang-diagnosis build), FLASH3_PREBUILT=DIR (link the kernel
-objects of `make device-prep` from DIR instead of compiling them; tools/prebuilt.py). See
-tools/flash3_build.py and third_party/README.md.
+objects of `make device-prep` from DIR instead of compiling them; tools/build/prebuilt.py). See
+tools/build/flash3_build.py and third_party/README.md.
 """
 
 import os
@@ -21,7 +21,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "build"))
 import flash3_build as fb  # noqa: E402
 
 VERSION = "0.1.0"
@@ -52,24 +52,24 @@ if PLAN.build_cuda:
                ("FLASH3_CUTLASS_PATCH", cutlass_ver[2])]
     nvcc_flags = list(fb.NVCC_KERNEL_FLAGS) + [
         # torch adds -D__CUDA_NO_HALF_OPERATORS__ and friends to every nvcc call; undo them so
-        # the kernels compile exactly as tools/compile_check.py compiles (and checks) them.
+        # the kernels compile exactly as tools/build/compile_check.py compiles (and checks) them.
         "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
         "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
         "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__",
         "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
     ] + fb.extra_nvcc_flags()  # FLASH3_NVCC_FLAGS, FLASH3_DEBUG_HANG
-    # The torch-facing sources, then the torch-free nvcc TUs (tools/prebuilt.py PLAIN_SOURCES and
+    # The torch-facing sources, then the torch-free nvcc TUs (tools/build/prebuilt.py PLAIN_SOURCES and
     # the generated kernels).
     sources = ["csrc/fwd_binding.cpp", "csrc/flash3/fwd/registry.cpp", "csrc/append_kv_binding.cpp",
                "csrc/quantize_fp8_binding.cpp", "csrc/bwd_binding.cpp", "csrc/flash3/bwd/registry.cpp",
                "csrc/flash3/decode/registry.cpp",
                "csrc/fwd_kvcache_binding.cpp"]
     # The torch-free host layer the bindings adapt (each op's checks, kernel pick, parameters and
-    # launch; the simulator's driver links the same files: tools/smoke_sim.py host_layer_sources).
+    # launch; the simulator's driver links the same files: tools/smoke/smoke_sim.py host_layer_sources).
     sources += sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "csrc/flash3/host").glob("*.cpp"))
     extra_objects = []
     if os.environ.get("FLASH3_PREBUILT"):
-        # Kernel objects `make device-prep` compiled (tools/prebuilt.py), checked against the
+        # Kernel objects `make device-prep` compiled (tools/build/prebuilt.py), checked against the
         # current sources and flags: a stale or missing one stops the build (StaleError).
         import prebuilt  # noqa: E402
         extra_objects, PLAN.kernels = prebuilt.for_setup(os.environ["FLASH3_PREBUILT"], PLAN.kernels,

@@ -7,7 +7,7 @@ bf16/fp16 per HEAD_DIMS (no wide variant, no e4m3). decode_*.cu: the KV-cache fo
 bf16/fp16 q per HEAD_DIMS, each for a cache of q's dtype and for an FP8 (e4m3) cache (kve4m3).
 
 This module is also the single source of the kernel list and of the build knobs that restrict
-it (setup.py and tools/compile_check.py import it); the knobs select forward and backward TUs alike:
+it (setup.py and tools/build/compile_check.py import it); the knobs select forward and backward TUs alike:
 
   FLASH3_HDIMS   comma-separated head dims, e.g. "128,256". "192" selects both (192,192) and
                  (192,128); "192x128" selects only that pair. Unset/empty/"all": every kernel.

@@ -355,7 +355,7 @@ def test_public_api_varlen_backward_runs_the_kernel(recwarn):
 # bwd_sm90 with sinks (float32 (h,)) writes d_sink into dsinks; lse must include the sink, so out/lse
 # come from flash3.reference's forward with sinks (the forward kernel has none yet). d_sink: fp32 sums
 # in a fixed order against the fp64 sink_grad, within DSINK_REL of the sum of the magnitudes it is
-# summed from (tools/smoke.py DSINK_REL says why); dq/dk/dv against the fp64 reference backward of
+# summed from (tools/smoke/smoke.py DSINK_REL says why); dq/dk/dv against the fp64 reference backward of
 # the same out/lse by the smoke matrix's rule (4 eps(dtype) x the largest reference element + 1e-5).
 DSINK_REL = 2.0 ** -16
 

@@ -1,6 +1,6 @@
-"""The GPU bring-up kit without a GPU: tools/smoke.py's driver (kill, restart, budget) against a
+"""The GPU bring-up kit without a GPU: tools/smoke/smoke.py's driver (kill, restart, budget) against a
 fake worker, its case checks on CPU tensors, the matrix and summary rendering, the plan handed to
-tools/device_check.sh, the hang-build knobs, and bash -n on the script."""
+tools/device/device_check.sh, the hang-build knobs, and bash -n on the script."""
 import json
 import re
 import os
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path[:0] = [str(ROOT / "tools" / d) for d in ("build", "device", "smoke")]
 import compile_check  # noqa: E402
 import device_summary  # noqa: E402
 import flash3_build  # noqa: E402
@@ -69,9 +69,9 @@ def fake(tmp_path, monkeypatch):
 
 
 def run_smoke_cli(cmd, kernels, out):
-    """tools/smoke.py on `kernels` with the fake worker `cmd`, 1 s per case, json to `out`:
+    """tools/smoke/smoke.py on `kernels` with the fake worker `cmd`, 1 s per case, json to `out`:
     (the finished process, the saved json)."""
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels", kernels,
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke" / "smoke.py"), "--kernels", kernels,
                         "--worker-cmd", " ".join(cmd), "--case-timeout", "1", "--json", str(out)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -168,7 +168,7 @@ def test_driver_sigterm_kills_its_workers(fake, tmp_path, monkeypatch):
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PIDFILE", str(pidfile))
     cmd = fake("*=hang")
-    drv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "smoke.py"), "--kernels", "bf16:64:64",
+    drv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "smoke" / "smoke.py"), "--kernels", "bf16:64:64",
                             "--worker-cmd", " ".join(cmd), "--case-timeout", "100"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
@@ -197,10 +197,10 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
     # 4 kernels x 12 features, but alibi on the two above d 128 (forward ALiBi stops at 128)
     assert len(saved["cases"]) == 46 and "partial" not in saved
-    meta = saved["meta"]  # how the run was made, for tools/sim_report.py
+    meta = saved["meta"]  # how the run was made, for tools/smoke/sim_report.py
     assert meta["backend"] == "gpu" and "seeds" not in meta and len(meta["date"]) == 10
-    assert "tools/smoke.py --kernels " + kernels in meta["command"]
-    sh = (f'eval "$({sys.executable} {ROOT}/tools/smoke.py --plan {out})"; '
+    assert "tools/smoke/smoke.py --kernels " + kernels in meta["command"]
+    sh = (f'eval "$({sys.executable} {ROOT}/tools/smoke/smoke.py --plan {out})"; '
           'printf "%s|" "$HANG_CASES" "$FAIL_CASES" "$BENCH_HDIMS" "$PYTEST_K"')
     got = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, check=True).stdout.split("|")
     assert got[:4] == ["bf16:128:128/causal", "bf16:64:64/varlen fp16:192:128/full",
@@ -654,7 +654,7 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     """bwd: kernels run every feature but kvcache ("n/a"), forward ones get "n/a" for determ and
     dlse; a hung one is rerun, and its head dim's tests in tests/test_bwd_gpu.py only are deselected
     (checked against a real collection); failing bwd: cases go to the sanitizers like any other
-    (tools/sanitize_small.py launches every smoke feature)."""
+    (tools/device/sanitize_small.py launches every smoke feature)."""
     cmd = fake("bwd:bf16:128:128/window=hang;bwd:bf16:128:128/gqa=wrong;bwd:bf16:128:128/causal=nan")
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
@@ -876,11 +876,11 @@ def test_compile_check_relaxes_only_for_the_debug_build():
 
 
 def test_device_check_script_parses():
-    subprocess.run(["bash", "-n", str(ROOT / "tools" / "device_check.sh")], check=True)
+    subprocess.run(["bash", "-n", str(ROOT / "tools" / "device" / "device_check.sh")], check=True)
 
 
 # ---------------------------------------------------------------------------------------------
-# Prebuilt kernel objects (tools/prebuilt.py) and the staged device check, dry-run with fakes.
+# Prebuilt kernel objects (tools/build/prebuilt.py) and the staged device check, dry-run with fakes.
 
 import prebuilt  # noqa: E402
 
@@ -1058,11 +1058,11 @@ if a[:2] == ["setup.py", "build_ext"]:
     if not hang and os.environ.get("FAKE_BUILD") == "slow":
         time.sleep(100)
     sys.exit(0)
-if a and a[0] == "tools/smoke.py" and "--plan" not in a:
+if a and a[0] == "tools/smoke/smoke.py" and "--plan" not in a:
     record("smoke", " ".join(a[1:]))
     shutil.copyfile(os.environ["FAKE_HANG_JSON" if "--cases" in a else "FAKE_SMOKE_JSON"], arg("--json"))
     sys.exit(0)
-if a[:2] == ["tools/prebuilt.py", "build"]:
+if a[:2] == ["tools/build/prebuilt.py", "build"]:
     record("prebuilt", arg("--variant"), os.environ.get("FLASH3_HDIMS"), os.environ.get("FLASH3_DTYPES"), arg("--budget"))
     d = os.path.join(arg("--dir"), arg("--variant"))
     os.makedirs(d, exist_ok=True)
@@ -1073,9 +1073,9 @@ if a[:2] == ["-m", "pytest"]:
     record("pytest", " ".join(a[2:]))
     print(os.environ["FAKE_PYTEST"])
     sys.exit(0)
-if a[:2] == ["-m", "pip"] or a[:1] == ["tools/ring_sanity.py"]:
+if a[:2] == ["-m", "pip"] or a[:1] == ["tools/device/ring_sanity.py"]:
     sys.exit(0)
-if a[:2] == ["tools/flash3_build.py", "--cutlass"]:
+if a[:2] == ["tools/build/flash3_build.py", "--cutlass"]:
     print("/fake/cutlass")
     sys.exit(0)
 if a and a[0].startswith("benchmarks/bench_"):
@@ -1099,7 +1099,7 @@ FAKE_TOOLS = {
 
 @pytest.fixture
 def device(tmp_path):
-    """Runs tools/device_check.sh against fakes: python (setup.py, smoke, prebuilt build, pytest and
+    """Runs tools/device/device_check.sh against fakes: python (setup.py, smoke, prebuilt build, pytest and
     the benchmarks faked; the summary, --plan and prebuilt check real), nvcc, nvidia-smi, ninja
     and compute-sanitizer (left out with sanitizer=False). Returns run(stage, **env) -> (proc,
     OUT dir, calls)."""
@@ -1144,7 +1144,7 @@ def device(tmp_path):
         for k in ("FLASH3_HDIMS", "FLASH3_DTYPES", "FLASH3_FORCE_CUDA", "FLASH3_PREBUILT"):
             full.pop(k, None)
         full.update(env)
-        p = subprocess.run(["bash", str(ROOT / "tools" / script)], env=full, capture_output=True,
+        p = subprocess.run(["bash", str(ROOT / "tools" / "device" / script)], env=full, capture_output=True,
                            text=True, timeout=240)
         return p, out, calls.read_text()
     return run, tmp_path
@@ -1217,7 +1217,7 @@ def test_device_stage1_clean_without_compute_sanitizer(device):
     table = summary_table(p)
     assert p.returncode == 0 and table.splitlines()[0] == "======== flash3 device check stage 1: PASS ========", table
     assert "compute-sanitizer --tool synccheck" in calls
-    assert "tools/sanitize_small.py bf16:128:128/causal bwd:bf16:128:128/causal decode:bf16:128:128/page16" in calls
+    assert "tools/device/sanitize_small.py bf16:128:128/causal bwd:bf16:128:128/causal decode:bf16:128:128/page16" in calls
 
 
 def test_device_stage2_pytest_with_stage1s_deselection(device):
@@ -1258,7 +1258,7 @@ def test_device_stage3_benchmarks_in_one_results_json(device):
 
 
 def test_device_session_runs_stage1_then_stage3_in_one_call(device):
-    """tools/device_session.sh (a 15-minute lease): stage 1 with memcheck only and no hang-diagnosis
+    """tools/device/device_session.sh (a 15-minute lease): stage 1 with memcheck only and no hang-diagnosis
     build, then stage 3 on stage 1's build; both summaries printed, and under $OUT the two summaries,
     FA3's table (SESSION_FA3=0: it says so) and one tarball of everything."""
     run, tmp = device
@@ -1275,7 +1275,7 @@ def test_device_session_runs_stage1_then_stage3_in_one_call(device):
 
 
 def test_device_session_profile_step(device):
-    """SESSION_PROFILE=1: tools/device_profile.sh after the stages, its ncu CSVs in the tarball and
+    """SESSION_PROFILE=1: tools/device/device_profile.sh after the stages, its ncu CSVs in the tarball and
     its headline metrics in profile.txt (a fake ncu writes a one-metric details page)."""
     run, tmp = device
     fake = tmp / "bin" / "ncu"

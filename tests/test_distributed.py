@@ -444,9 +444,9 @@ def test_world_size_one_is_plain_attention(tmp_path):
 
 
 def test_ring_sanity_script_on_cpu():
-    """tools/ring_sanity.py (the device check's sanity call) runs its full path on gloo/CPU."""
+    """tools/device/ring_sanity.py (the device check's sanity call) runs its full path on gloo/CPU."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "ring_sanity.py"), "--cpu"],
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "device" / "ring_sanity.py"), "--cpu"],
                        capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("PASS"), r.stdout

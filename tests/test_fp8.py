@@ -153,7 +153,7 @@ def _e4m3(shape, seed, scale=1.0):
 
 
 # --------------------------------------------------------------------------
-# the tensor cores' FP8 accumulation (measured on an H200: tools/fp8_accum_probe.py)
+# the tensor cores' FP8 accumulation (measured on an H200: tools/device/fp8_accum_probe.py)
 # --------------------------------------------------------------------------
 
 def _e4m3_exact(values):

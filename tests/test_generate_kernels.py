@@ -1,6 +1,6 @@
 """The kernel list (csrc/generate_kernels.py): forward and backward TUs, the FLASH3_HDIMS /
 FLASH3_DTYPES knobs, --check/--list and stale files, and what setup.py, MANIFEST.in and
-tools/compile_check.py take from it. No compiler needed."""
+tools/build/compile_check.py take from it. No compiler needed."""
 import os
 import re
 import subprocess
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "build"))
 import compile_check  # noqa: E402
 import flash3_build  # noqa: E402
 
@@ -103,10 +103,10 @@ def test_list_shows_forward_and_backward():
     p = run_py(["csrc/generate_kernels.py", "--list"], FLASH3_DTYPES="bf16", FLASH3_HDIMS="128")
     assert p.returncode == 0 and p.stdout.split() == want, p.stderr
     # compile_check --list: the same TUs, then the plain ones; no toolchain needed.
-    p = run_py(["tools/compile_check.py", "--list"], FLASH3_DTYPES="bf16", FLASH3_HDIMS="128")
+    p = run_py(["tools/build/compile_check.py", "--list"], FLASH3_DTYPES="bf16", FLASH3_HDIMS="128")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == want + [t.path.relative_to(ROOT).as_posix() for t in compile_check.PLAIN_TUS]
-    p = run_py(["tools/compile_check.py", "--list"], FLASH3_DTYPES="fp16", FLASH3_HDIMS="192x128")
+    p = run_py(["tools/build/compile_check.py", "--list"], FLASH3_DTYPES="fp16", FLASH3_HDIMS="192x128")
     assert p.stdout.split()[:2] == ["csrc/generated/fwd_fp16_hdim192x128_sm90.cu",
                                     "csrc/generated/bwd_fp16_hdim192x128_sm90.cu"], p.stderr
 

@@ -150,7 +150,7 @@ def test_bindings_and_simulator_driver_call_the_host_layer():
     for text in (sim, bindings):  # the checks live in the host layer only
         assert "TORCH_CHECK(" not in text.replace("TORCH_CHECK(false, e.what())", "")
         assert not re.search(r"\bcheck\(", text)
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "tools" / "smoke"))
     import smoke_sim
     assert {p.name for p in smoke_sim.host_layer_sources(CSRC)} == {p.name for p in HOST.glob("*.cpp")}
     setup = (ROOT / "setup.py").read_text()
@@ -173,11 +173,11 @@ def test_a_check_added_to_the_host_layer_is_seen_by_both(tmp_path, monkeypatch):
     """The host-logic driver (g++) and, where the simulator and nvcc are here, the simulator's
     driver built from the same copy of csrc/ both refuse a forward call with a check added only to
     csrc/flash3/host/fwd.cpp (tools/hopper_sim/flash3/mutant_check.sh's host_probe does the latter in
-    `make sim-check`, through tools/smoke.py). FLASH3_TEST_NO_SIM=1 keeps to the g++ half."""
+    `make sim-check`, through tools/smoke/smoke.py). FLASH3_TEST_NO_SIM=1 keeps to the g++ half."""
     copy = probe_copy(tmp_path)
     ask = cpp_driver("host_layer_driver.cpp", tmp_path, SOURCES, csrc=copy)
     assert ask(["fwd", "bwd"])[0] == "error: host-layer probe: flash3.fwd_sm90"
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "tools" / "smoke"))
     import smoke_sim
     if not smoke_sim.SIMRUN.exists() or not (smoke_sim.SIM_DIR / "build" / "lib").exists() \
             or shutil.which("nvcc") is None or os.environ.get("FLASH3_TEST_NO_SIM"):

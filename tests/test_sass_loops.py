@@ -1,10 +1,10 @@
-"""tools/sass_loops.py on a hand-written SASS listing (no GPU, no nvcc). Every expected number is
+"""tools/build/sass_loops.py on a hand-written SASS listing (no GPU, no nvcc). Every expected number is
 counted by hand from LISTING in the comments below."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "build"))
 import sass_loops  # noqa: E402
 
 # kern: a producer loop 0x30-0xa0 whose barrier retry sits out of line (0x1d0-0x1f0, jumping back to

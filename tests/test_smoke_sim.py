@@ -1,6 +1,6 @@
-"""tools/smoke.py's simulator backend (tools/smoke_sim.py) without the simulator: the case-file
+"""tools/smoke/smoke.py's simulator backend (tools/smoke/smoke_sim.py) without the simulator: the case-file
 format, the case -> op-argument mapping, exit-status classification, the kernel selection and the
-build cache key. The launches themselves run under `python tools/smoke.py --backend sim`."""
+build cache key. The launches themselves run under `python tools/smoke/smoke.py --backend sim`."""
 import json
 import math
 import sys
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "smoke"))
 import smoke  # noqa: E402
 import smoke_sim  # noqa: E402
 
@@ -579,7 +579,7 @@ def test_sim_worker_quant(monkeypatch, capsys):
             descale = descale.clone()
             descale.view(-1)[0] = 3.0
         return {"out": out, "descale": descale}
-    monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
+    monkeypatch.setattr(smoke_sim, "quant_launch", fake_launch)
     assert smoke.sim_worker("quant:bf16", ["tiny", "rows"], "driver", [1, 2], seeds_all=True) == 0
     res = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
     assert calls == [("tiny", 1), ("tiny", 2), ("tiny", 1), ("tiny", 2), ("rows", 1), ("rows", 2)]
@@ -820,7 +820,7 @@ def run_quant_worker(monkeypatch, capsys, features, seeds_all):
         calls.append((p["feature"], seed))
         out, descale = smoke_quant.reference(p)
         return {"out": out, "descale": descale}
-    monkeypatch.setattr(smoke_quant, "sim_launch", fake_launch)
+    monkeypatch.setattr(smoke_sim, "quant_launch", fake_launch)
     assert smoke.sim_worker("quant:bf16", features, "driver", [1, 2], seeds_all=seeds_all) == 0
     return calls, [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if "status" in r]
 
@@ -890,7 +890,7 @@ def test_sim_driver_runs_every_seed_by_default(tmp_path, monkeypatch, first_only
     worker.write_text(RECORDING_WORKER)
     log, out = tmp_path / "argv.log", tmp_path / "smoke.json"
     monkeypatch.setenv("ARGV_LOG", str(log))
-    cmd = [sys.executable, str(ROOT / "tools" / "smoke.py"), "--backend", "sim", "--kernels", "bf16:64:64",
+    cmd = [sys.executable, str(ROOT / "tools" / "smoke" / "smoke.py"), "--backend", "sim", "--kernels", "bf16:64:64",
            "--features", "full,causal", "--seeds", "3,4", "--worker-cmd", f"{sys.executable} {worker}",
            "--json", str(out)] + (["--first-seed-only"] if first_only else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -914,7 +914,7 @@ def test_sim_worker_first_seed_only(monkeypatch, capsys):
     assert [r["seeds"] for r in res] == [[1, 2], [1]]
 
 
-# ------------------------------------------------------------------ tools/sim_report.py
+# ------------------------------------------------------------------ tools/smoke/sim_report.py
 
 import sim_report  # noqa: E402
 
@@ -948,10 +948,10 @@ def test_sim_report_rows_and_verdicts():
 
 
 def test_sim_report_table():
-    sim = {"cases": REPORT_CASES, "meta": {"command": "tools/smoke.py --backend sim --ci", "date": "2026-01-02",
+    sim = {"cases": REPORT_CASES, "meta": {"command": "tools/smoke/smoke.py --backend sim --ci", "date": "2026-01-02",
                                            "backend": "sim", "seeds": "1,2"}}
     lines = sim_report.table(sim, None).splitlines()
-    assert lines[0] == ("- simulator: `tools/smoke.py --backend sim --ci` on 2026-01-02, schedule seeds 1,2, "
+    assert lines[0] == ("- simulator: `tools/smoke/smoke.py --backend sim --ci` on 2026-01-02, schedule seeds 1,2, "
                         "6 cases")
     assert lines[2] == "| kernels | head dims | features | simulator | GPU |"
     body = lines[4:]
@@ -960,7 +960,7 @@ def test_sim_report_table():
     gpu = {"cases": [dict(REPORT_CASES[0], status="hang"), {"kernel": "fp16:64:64", "feature": "full",
                                                              "status": "ok"}]}
     t = sim_report.table(sim, gpu)
-    assert "- GPU: `tools/smoke.py` on ?, 2 cases" in t
+    assert "- GPU: `tools/smoke/smoke.py` on ?, 2 cases" in t
     row = [l for l in t.splitlines() if l.startswith("| forward bf16 |")][0]
     assert row.split(" | ")[3:] == ["✓ 2/2", "✗ 0/1 ok; bf16 128 full: hang |"]
     assert "| forward fp16 | 64 | full | not yet | ✓ 1/1 |" in t  # GPU only

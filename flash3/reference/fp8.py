@@ -74,7 +74,7 @@ _LN2 = math.log(2.0)
 
 
 # The FP8 tensor-core accumulation (wgmma k32 e4m3 into f32), measured on an H200 with
-# tools/fp8_accum_probe.py (benchmarks/results/h200_2026-11-28.md): per instruction, the 32
+# tools/device/fp8_accum_probe.py (benchmarks/results/h200_2026-11-28.md): per instruction, the 32
 # products and the old accumulator are aligned to the largest exponent among them and each is
 # truncated toward zero to FP8_MMA_KEPT_BITS fractional bits of it.  The simulator's QGMMA does
 # the same (tools/hopper_sim/src/tensor_core.cpp).  None = plain fp32 matmul (for comparisons).

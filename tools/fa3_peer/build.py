@@ -19,7 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 # The simulator interposes on the shared CUDA runtime; `--cudart static` makes a binary for a real
-# GPU whose image may keep libcudart elsewhere (tools/device_session.sh times it).
+# GPU whose image may keep libcudart elsewhere (tools/device/device_session.sh times it).
 SIM_FLAGS = ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]", "-no-compress"]
 # FA3's own nvcc flags (hopper/setup.py; --expt-relaxed-constexpr comes from torch's extension
 # defaults there), minus -lineinfo/--resource-usage (no effect on code).

@@ -41,7 +41,7 @@ mutant_causal() {
   if cmp -s csrc/flash3/common/attn_logic.h "$tmp/csrc/flash3/common/attn_logic.h"; then
     echo "mutant_check: the mutation did not apply (attn_logic.h changed?)"; return 1
   fi
-  FLASH3_SIM_CSRC="$tmp/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+  FLASH3_SIM_CSRC="$tmp/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke/smoke.py --backend sim \
     --cases bf16:64:64/causal --json "$tmp/smoke.json" > "$tmp/log" 2>&1
   local status
   status=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cases"][0]["status"])' "$tmp/smoke.json" 2>/dev/null)
@@ -57,7 +57,7 @@ mutant_causal() {
 caught_by_check() {
   local dir=$1 hdims=$2 case_=$3 check=$4 what=$5 tag
   tag=$(basename "$dir")
-  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=$hdims FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=$hdims FLASH3_DTYPES=bf16 "$PY" tools/smoke/smoke.py --backend sim \
     --cases "$case_" --json "$tmp/$tag.json" > "$tmp/$tag.log" 2>&1
   local res
   res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
@@ -131,7 +131,7 @@ PYEOF
   if [ "$(diff csrc/flash3/host/fwd.cpp "$f" | grep -c '^>')" != 1 ]; then
     echo "mutant_check: the host-layer probe did not apply to exactly one line (host/fwd.cpp changed?)"; return 1
   fi
-  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke.py --backend sim \
+  FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=64 FLASH3_DTYPES=bf16 "$PY" tools/smoke/smoke.py --backend sim \
     --cases bf16:64:64/full --json "$tmp/host_probe.json" > "$tmp/host_probe.log" 2>&1
   local res
   res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \

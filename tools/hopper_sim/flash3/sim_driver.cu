@@ -16,7 +16,7 @@
 // kernel TUs the build selected. Each op here only turns case tensors into host::TensorViews and
 // hands the host layer a Backend on the CUDA runtime (sim_case.h SimBackend).
 //
-// case.txt (written by tools/smoke_sim.py, write_case), one item per line, '#' comments:
+// case.txt (written by tools/smoke/smoke_sim.py, write_case), one item per line, '#' comments:
 //   flash3-sim-case 1
 //   op fwd | fwd_fp8 | kvcache | bwd | quantize_fp8 | (the other ops' names)
 //   tensor NAME DTYPE NDIM SIZE... STRIDE... [random|nan]
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  // no_outputs 1: a timing case (tools/perf_model.py), whose outputs nobody reads
+  // no_outputs 1: a timing case (tools/hopper_sim/perf_model.py), whose outputs nobody reads
   const bool write_outputs = c.scalars.count("no_outputs") == 0 || c.integer("no_outputs") == 0;
   for (const char* n : write_outputs ? op->outputs : std::vector<const char*>{}) {
     if (c.opt(n) == nullptr) continue;  // an optional output (q_out: only with rotary)

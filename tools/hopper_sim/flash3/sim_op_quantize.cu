@@ -19,7 +19,7 @@ void quantize_fp8(const Case& c, flash3::host::Backend& be) {
 }
 
 // The op is compiled for both input dtypes in every build (setup.py compiles quantize.cu always);
-// fwd_binding.cpp's kernel_info() does not list it, so tools/smoke.py adds the same entry on a GPU.
+// fwd_binding.cpp's kernel_info() does not list it, so tools/smoke/smoke.py adds the same entry on a GPU.
 std::string quantize_info() { return "\"quantize_fp8\": [\"bf16\", \"fp16\"]"; }
 
 const RegisterOp reg_quantize{{"quantize_fp8", quantize_fp8, {"out", "descale"}, quantize_info}};

@@ -1,5 +1,5 @@
-"""Build-environment detection shared by setup.py, tools/flash3_build_backend.py (the PEP 517
-backend) and tools/compile_check.py: where torch, the CUDA toolkit, nvcc and CUTLASS are, and
+"""Build-environment detection shared by setup.py, tools/build/flash3_build_backend.py (the PEP 517
+backend) and tools/build/compile_check.py: where torch, the CUDA toolkit, nvcc and CUTLASS are, and
 whether the CUDA extension flash3._C will be built. Standard library only; importing it is cheap
 (torch is imported only by plan()).
 
@@ -29,7 +29,7 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIN_NVCC = (12, 3)
 CUTLASS_REQUIREMENT = "nvidia-cutlass==4.2.0.0"
 NVCC_ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
@@ -365,7 +365,26 @@ def plan(need_cutlass: bool = True) -> Plan:
     return p
 
 
-if __name__ == "__main__":  # diagnostics: python3 tools/flash3_build.py [--cuda-home|--cutlass]
+
+def find_cuobjdump(cuda_home: str | None) -> str | None:
+    """cuobjdump of the toolkit, on PATH, or from a CUDA wheel of this or the project's venv."""
+    cands = []
+    if cuda_home:
+        cands.append(os.path.join(cuda_home, "bin", "cuobjdump"))
+    w = shutil.which("cuobjdump")
+    if w:
+        cands.append(w)
+    for d in [os.path.dirname(sys.executable)] + target_site_dirs() + project_venv_site_dirs():
+        cands.append(os.path.join(d, "cuobjdump"))
+        cands += sorted(glob.glob(os.path.join(d, "nvidia", "*", "bin", "cuobjdump")), reverse=True)
+        cands += glob.glob(os.path.join(d, "nvidia", "cuda_cuobjdump", "bin", "cuobjdump"))
+        cands += glob.glob(os.path.join(d, "triton", "backends", "nvidia", "bin", "cuobjdump"))
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+if __name__ == "__main__":  # diagnostics: python3 tools/build/flash3_build.py [--cuda-home|--cutlass]
     if "--cuda-home" in sys.argv:
         h, _ = find_cuda_home()
         print(h or "")

@@ -1,25 +1,27 @@
-"""The Hopper-simulator backend of tools/smoke.py (`smoke.py --backend sim`): the same cases
+"""The Hopper-simulator backend of tools/smoke/smoke.py (`smoke.py --backend sim`): the same cases
 (make_case; make_dec_case for decode, make_case(..., bwd=True) for backward) launched through
 tools/hopper_sim/flash3/sim_driver.cu under tools/hopper_sim/simrun instead of torch.ops.flash3.*,
-read back into CPU tensors and checked by smoke.py's own checks.
+read back into CPU tensors and checked by the cases' own checks (smoke_cases.py). The kernel
+objects' flags and cache are tools/build/kernel_objects.py's.
 
 Pieces:
   build_driver()   compiles the forward, decode and backward kernel TUs the knobs select
                    (FLASH3_HDIMS, FLASH3_DTYPES, as csrc/generate_kernels.py selects them for the
-                   real build) with the real kernel flags (tools/flash3_build.py NVCC_KERNEL_FLAGS
+                   real build) with the real kernel flags (tools/build/flash3_build.py NVCC_KERNEL_FLAGS
                    and setup.py's additions) plus the simulator's -gencode/-no-compress and
-                   -fPIC (tools/prebuilt.py links these objects into the extension), each TU
+                   -fPIC (tools/build/prebuilt.py links these objects into the extension), each TU
                    once, cached under tools/hopper_sim/build/flash3/ keyed by a hash of its
-                   sources and flags (tools/compile_check.py leaves its objects there), and the
+                   sources and flags (tools/build/compile_check.py leaves its objects there), and the
                    decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
                    kernel (QUANTIZE_SOURCES); then links sim_driver.cu, sim_op_*.cu,
                    fwd/, decode/ and bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
-  op_call(c, out, lse)  the case -> the op's arguments (what smoke._launch_fwd/_launch_fp8 pass).
+  op_call(c, out, lse)  the case -> the op's arguments (what smoke_cases._launch_fwd/_launch_fp8 pass).
   write_case / read_case  the case directory format (sim_driver.cu documents it).
   sim_launch(c, driver, seed)  one launch under simrun; (out, lse) or SimFailure(status, detail).
-  dec_op_call / dec_launch      the same for a decode launch (smoke.make_dec_case's parts): the fused
+  dec_op_call / dec_launch      the same for a decode launch (smoke_cases.make_dec_case's parts): the fused
                    append when the part has new keys, then fwd_kvcache_sm90 (and its combine).
-  bwd_op_call / bwd_launch      the same for a backward case (smoke.make_case(..., bwd=True)): the
+  quant_launch     the same for a quantize case (smoke_quant.make_case's parts).
+  bwd_op_call / bwd_launch      the same for a backward case (smoke_cases.make_case(..., bwd=True)): the
                    forward, then bwd_sm90 into NaN-poisoned dq/dk/dv (deterministic: twice).
 
 The kernel sources come from csrc/, or from FLASH3_SIM_CSRC (a copy of csrc: e.g. a deliberately
@@ -40,12 +42,14 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "build"))
+# The kernel objects' flags and cache (shared with compile_check.py and prebuilt.py).
+from kernel_objects import (BUILD_DIR, SIM_GENCODE, _compile, _nvcc, _source_hash, cached_object,  # noqa: E402,F401
+                            kernel_flags)
 SIM_DIR = ROOT / "tools" / "hopper_sim"
-BUILD_DIR = SIM_DIR / "build" / "flash3"
 DRIVER_DIR = SIM_DIR / "flash3"  # sim_driver.cu (main, forward ops), sim_op_*.cu, sim_case.h
 SIMRUN = SIM_DIR / "simrun"
-SIM_GENCODE = "-gencode=arch=compute_90a,code=[sm_90a,compute_90a]"
 FORMAT = "flash3-sim-case 1"
 EXIT_CHECK, EXIT_UNSUPPORTED, EXIT_REFUSED = 86, 87, 3
 
@@ -127,7 +131,7 @@ def read_case(d: Path) -> tuple[str, dict, dict]:
 
 
 def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
-    """(op, tensors, scalars) of one smoke case: the arguments smoke._launch_fwd / _launch_fp8 give
+    """(op, tensors, scalars) of one smoke case: the arguments smoke_cases._launch_fwd / _launch_fp8 give
     torch.ops.flash3.fwd_sm90 / fwd_fp8_sm90 (v is the packed vt for fwd_fp8)."""
     scalars = dict(softmax_scale=float(c["q"].shape[-1] ** -0.5), causal=bool(c["causal"]),
                    window_left=int(c["window"][0]), window_right=int(c["window"][1]),
@@ -152,7 +156,7 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
 
 
 def poisoned_outputs(c: dict):
-    """NaN out/lse shaped as smoke.launch makes them."""
+    """NaN out/lse shaped as smoke_cases.launch makes them."""
     import torch
     q, v = c["q"], c["v"]
     out_dtype = torch.bfloat16 if c["dtype"] == "e4m3" else q.dtype
@@ -228,8 +232,8 @@ def sim_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, tim
 
 
 def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
-    """(op, tensors, scalars) of one decode launch (smoke.make_dec_case's part): what
-    smoke.launch_dec gives torch.ops.flash3.append_kv_sm90 (when the part appends) and
+    """(op, tensors, scalars) of one decode launch (smoke_cases.make_dec_case's part): what
+    smoke_cases.launch_dec gives torch.ops.flash3.append_kv_sm90 (when the part appends) and
     fwd_kvcache_sm90. q_out: the NaN-poisoned rotated-q buffer (rotary only)."""
     kd, vd = part["descales"] or (None, None)
     tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
@@ -252,10 +256,10 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
 
 def dec_launch(part: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
                keep: Path | None = None) -> dict:
-    """One decode launch under simrun -> {"out", "lse", "kc", "vc", "q_out"} as smoke.launch_dec
+    """One decode launch under simrun -> {"out", "lse", "kc", "vc", "q_out"} as smoke_cases.launch_dec
     returns them (the caches after the append; q_out None without rotary)."""
-    import smoke
-    out, lse, q_out = smoke.dec_poisoned_outputs(part)
+    import smoke_cases
+    out, lse, q_out = smoke_cases.dec_poisoned_outputs(part)
     op, tensors, scalars = dec_op_call(part, out, lse, q_out)
     outputs = {"out": out, "lse": lse, "k_cache": part["kc"], "v_cache": part["vc"]}
     if tensors.get("q_out") is not None:
@@ -266,8 +270,8 @@ def dec_launch(part: dict, driver: Path, seed: int = 1, sms: int | None = None, 
 
 
 def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, dict]:
-    """(op, tensors, scalars) of one backward launch of case c (smoke.make_case(..., bwd=True)):
-    what smoke.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's, with the sinks;
+    """(op, tensors, scalars) of one backward launch of case c (smoke_cases.make_case(..., bwd=True)):
+    what smoke_cases.launch_bwd gives torch.ops.flash3.bwd_sm90 (out/lse: the forward's, with the sinks;
     sinks and dsinks when the case has sinks)."""
     tensors = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk,
                    dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
@@ -281,7 +285,7 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
 
 def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
                keep: Path | None = None):
-    """smoke.launch_bwd under simrun -> (out, lse, grads, second grads or None): the forward
+    """smoke_cases.launch_bwd under simrun -> (out, lse, grads, second grads or None): the forward
     (sim_launch, with the case's sinks), then one backward launch into
     NaN-poisoned dq/dk/dv (and dsinks: grads [dq, dk, dv, dsinks]); deterministic: a second one
     with schedule seed + 1 (another schedule is the simulator's run-to-run variation). keep: each
@@ -289,8 +293,8 @@ def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, tim
     import torch
     sub = lambda name: None if keep is None else keep / name  # noqa: E731
     out, lse = sim_launch(c, driver, seed, sms, timeout, sub("fwd"))
-    import smoke  # tools/, beside this file
-    if torch.isnan(out[smoke.used_rows(c, "out")]).any() or torch.isnan(lse[:, smoke.used_rows(c, "q")]).any():
+    import smoke_cases
+    if torch.isnan(out[smoke_cases.used_rows(c, "out")]).any() or torch.isnan(lse[:, smoke_cases.used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
 
     def once(s, name):
@@ -304,13 +308,20 @@ def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, tim
     return out, lse, grads, once(seed + 1, "bwd_again") if c["deterministic"] else None
 
 
+def quant_launch(p: dict, driver, seed: int = 1, sms: int | None = None, timeout: float = 1800, keep=None) -> dict:
+    """smoke_quant.launch() under the simulator: {"out", "descale"} CPU tensors."""
+    import smoke_quant
+    out, descale = smoke_quant.poisoned_outputs(p)
+    op, tensors, scalars = smoke_quant.op_call(p, out, descale)
+    return run_case(op, tensors, scalars, {"out": out, "descale": descale}, driver, seed, sms,
+                              timeout, keep)
+
+
 # ---------------------------------------------------------------------------------------------
 # Build
 
 
 def _fb():
-    if str(ROOT / "tools") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tools"))
     import flash3_build
     return flash3_build
 
@@ -347,98 +358,15 @@ def host_layer_sources(csrc: Path | None = None) -> list[Path]:
     return sorted((csrc or csrc_root()).joinpath("flash3", "host").glob("*.cpp"))
 
 
-def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
-    """setup.py's nvcc flags for the kernel TUs with the simulator's -gencode (PTX kept,
-    uncompressed) and -fPIC, and its include dirs and defines."""
-    fb = _fb()
-    ver = fb.cutlass_version(cutlass_inc).split(".")
-    ver = ver if len(ver) == 3 else ["0", "0", "0"]
-    flags = [f for f in fb.NVCC_KERNEL_FLAGS if f not in fb.NVCC_ARCH_FLAGS]
-    # -fPIC: the same objects link into the torch extension (tools/prebuilt.py, setup.py's
-    # FLASH3_PREBUILT), not only into the simulator's driver.
-    flags = [SIM_GENCODE, "-no-compress", "-Xcompiler=-fPIC"] + flags + [
-        "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
-        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
-        "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
-    ] + fb.extra_nvcc_flags()
-    flags += [f"-DFLASH3_CUTLASS_{k}={v}" for k, v in zip(("MAJOR", "MINOR", "PATCH"), ver)]
-    incs = fb.extra_include_dirs() + [str(csrc)] + fb.cutlass_include_dirs(cutlass_inc)
-    return flags + [f"-I{d}" for d in incs]
-
-
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
-
-
-def _included_sources(csrc: Path, tu: Path) -> list[Path]:
-    """The TU and every project header it includes, transitively (every `#include "..."` line counts,
-    whatever #if it sits under: a superset is safe), resolved as nvcc does a quoted include: the
-    including file's folder first, then csrc/; headers found in neither (CUDA's, CUTLASS's) are left
-    to the flags."""
-    seen, todo = {}, [tu]
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen[p] = None
-        for inc in _INCLUDE.findall(p.read_bytes()):
-            name = inc.decode()
-            for q in (p.parent / name, csrc / name):
-                if q.is_file():
-                    todo.append(q.resolve())
-                    break
-    return sorted(seen)
-
-
-def _source_hash(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> str:
-    """Of the TU and the project headers it includes (by content and path relative to csrc), the
-    flags with csrc's own path taken out, and the nvcc path; CUTLASS enters through its include dir in
-    the flags (a pinned wheel version). So an edit recompiles only the TUs that include what changed,
-    and a copy of csrc elsewhere (mutant_check.sh's mutants, FLASH3_SIM_CSRC) shares the objects of
-    every TU its change does not reach."""
-    csrc = csrc.resolve()
-    h = hashlib.sha256()
-    norm = [f.replace(str(csrc), "<csrc>") for f in flags]
-    h.update(("\0".join(norm) + "\0" + nvcc).encode())
-    for p in _included_sources(csrc, tu.resolve()):
-        rel = p.relative_to(csrc) if p.is_relative_to(csrc) else p
-        h.update(str(rel).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def cached_object(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> Path:
-    """Where the object of kernel TU tu compiled with flags by nvcc is cached (tools/compile_check.py
-    leaves its release objects there too)."""
-    return BUILD_DIR / f"{tu.stem}-{_source_hash(csrc, tu, flags, nvcc)}.o"
-
-
-def _nvcc() -> str:
-    fb = _fb()
-    home, how = fb.find_cuda_home()
-    if home is None:
-        raise RuntimeError(f"no CUDA toolkit: {how}")
-    return os.path.join(home, "bin", "nvcc")
-
-
-def _compile(cmd: list[str], target: Path, what: str) -> None:
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    t0 = time.monotonic()
-    r = subprocess.run(cmd + ["-o", str(tmp)], capture_output=True, text=True, errors="replace")
-    if r.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"nvcc failed for {what}:\n{(r.stdout + r.stderr)[-4000:]}")
-    os.replace(tmp, target)
-    _log(f"built {target.name} ({time.monotonic() - t0:.0f} s)")
-
-
 ALL_KINDS = ("fwd", "decode", "bwd")
 
 
 def kinds_for(kernel_ids) -> tuple:
     """The TU kinds smoke kernel ids need (a backward case runs its forward first)."""
-    import smoke
+    import smoke_cases
     need = set()
     for k in kernel_ids:
-        fam = smoke.family(k)
+        fam = smoke_cases.family(k)
         need |= {"dec": {"decode"}, "bwd": {"fwd", "bwd"}, "quant": set()}.get(fam, {"fwd"})
     return tuple(k for k in ALL_KINDS if k in need)
 
@@ -453,7 +381,7 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
     nvcc = _nvcc()
     cutlass, how = fb.find_cutlass(search_project_venvs=True)
     if cutlass is None:  # the venv lacks the wheel: ask the system python3 (as `make sim-check` does)
-        r = subprocess.run(["python3", str(ROOT / "tools" / "flash3_build.py"), "--cutlass"],
+        r = subprocess.run(["python3", str(ROOT / "tools" / "build" / "flash3_build.py"), "--cutlass"],
                            capture_output=True, text=True)
         cutlass = r.stdout.strip() or None
     if cutlass is None:

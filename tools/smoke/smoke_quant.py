@@ -1,5 +1,5 @@
 """The fused FP8 rotate-and-quantize kernel (torch.ops.flash3.quantize_fp8_sm90, csrc/flash3/fp8/
-quantize.cu) as a family of tools/smoke.py: ids quant:bf16 and quant:fp16 (x's dtype; the one TU
+quantize.cu) as a family of tools/smoke/smoke.py: ids quant:bf16 and quant:fp16 (x's dtype; the one TU
 serves both and every head dim, and setup.py compiles it into every build). kernel_info() does not
 list it: on a GPU the ids come from flash3._quantize.available() (gpu_info), in the simulator from
 sim_op_quantize.cu's "quantize_fp8" entry of --info.
@@ -177,15 +177,6 @@ def op_call(p: dict, out, descale) -> tuple[str, dict, dict]:
     """(op, tensors, scalars) of sim_op_quantize.cu: launch()'s arguments by name."""
     tensors = dict(x=p["x"], signs=p["signs"], mean=p["mean"], channel_descale=p["cd"], out=out, descale=descale)
     return "quantize_fp8", tensors, dict(block_size=int(p["block_size"]), layout=int(p["layout"]))
-
-
-def sim_launch(p: dict, driver, seed: int = 1, sms: int | None = None, timeout: float = 1800, keep=None) -> dict:
-    """launch() under the simulator (smoke_sim.run_case): {"out", "descale"} CPU tensors."""
-    import smoke_sim
-    out, descale = poisoned_outputs(p)
-    op, tensors, scalars = op_call(p, out, descale)
-    return smoke_sim.run_case(op, tensors, scalars, {"out": out, "descale": descale}, driver, seed, sms,
-                              timeout, keep)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole of a short lease in ONE device call (15 minutes of device time, a machine start
-# included, leave room for about 600 s of command): stage 1 of tools/device_check.sh (correctness:
+# included, leave room for about 600 s of command): stage 1 of tools/device/device_check.sh (correctness:
 # smoke matrix, memcheck; no hang-diagnosis build) and stage 3 (benchmarks) on the build stage 1
 # made, after FA3's own forward timed on the same GPU (our benchmark peer, built HERE from a
 # flash-attention checkout, copied to .carry/fa3/:
@@ -8,13 +8,13 @@
 # Budgets: FA3 timing starts no run after 30 s (15 s each; SESSION_FA3=0 skips it); SESSION_S1
 # (default 290 s) and SESSION_S3 (220 s).
 # A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
-# SESSION_PROFILE=1 adds tools/device_profile.sh (Nsight Compute on FA3 and flash3, at most
+# SESSION_PROFILE=1 adds tools/device/device_profile.sh (Nsight Compute on FA3 and flash3, at most
 # SESSION_PROFILE_S = 200 s; lower the stage budgets to fit).
 # Under $OUT: s1_summary.txt, s3_summary.txt, fa3.txt, [profile.txt,] session.tgz (every file).
 #
-#   device tool: command `bash tools/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
+#   device tool: command `bash tools/device/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FINAL=${OUT:-build/device-session}
 mkdir -p "$FINAL" && FINAL=$(cd "$FINAL" && pwd)
 BUILD=${DEVICE_CHECK_BUILD:-$PWD/build}  # device_check.sh's own (tests point it elsewhere)
@@ -39,23 +39,23 @@ fi
 echo "fa3: done after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 
 OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=${SESSION_S1:-290} DEVICE_CHECK_AFTER_SMOKE=100 \
-  DEVICE_CHECK_SANITIZERS=memcheck DEVICE_CHECK_HANG_BUILD=0 bash tools/device_check.sh > "$S/s1.out" 2>&1
+  DEVICE_CHECK_SANITIZERS=memcheck DEVICE_CHECK_HANG_BUILD=0 bash tools/device/device_check.sh > "$S/s1.out" 2>&1
 echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 cp "$S/s1/summary.txt" "$FINAL/s1_summary.txt" 2>/dev/null || tail -40 "$S/s1.out" > "$FINAL/s1_summary.txt"
 
 if grep -q "^build	ok" "$BUILD/device-check-work/steps.tsv" 2>/dev/null; then
-  OUT=$S/s3 STAGE=3 DEVICE_CHECK_BUDGET=${SESSION_S3:-220} bash tools/device_check.sh > "$S/s3.out" 2>&1
+  OUT=$S/s3 STAGE=3 DEVICE_CHECK_BUDGET=${SESSION_S3:-220} bash tools/device/device_check.sh > "$S/s3.out" 2>&1
   echo "stage 3: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
   cp "$S/s3/summary.txt" "$FINAL/s3_summary.txt" 2>/dev/null || tail -40 "$S/s3.out" > "$FINAL/s3_summary.txt"
 else
   echo "stage 3: skipped (stage 1's build did not succeed)" >> "$S/session.log"
 fi
 
-# SESSION_PROFILE=1: Nsight Compute on FA3's and flash3's d 128 forward (tools/device_profile.sh)
+# SESSION_PROFILE=1: Nsight Compute on FA3's and flash3's d 128 forward (tools/device/device_profile.sh)
 # after the stages, on stage 1's build.
 if [ "${SESSION_PROFILE:-0}" = 1 ]; then
   mkdir -p "$S/profile"
-  timeout "${SESSION_PROFILE_S:-200}" bash tools/device_profile.sh "$S/profile" > "$FINAL/profile.txt" 2>&1
+  timeout "${SESSION_PROFILE_S:-200}" bash tools/device/device_profile.sh "$S/profile" > "$FINAL/profile.txt" 2>&1
   echo "profile: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run FlashAttention-3's own test suite (hopper/test_flash_attn.py) against flash3, on the CPU.
 
-    python tools/fa3_suite.py --fa3-src /path/to/flash-attention [--max-seqlen 256] \
+    python tools/fa3_peer/fa3_suite.py --fa3-src /path/to/flash-attention [--max-seqlen 256] \
         [--max-hdim 128] [pytest args, e.g. -k "output or kvcache" -x --maxfail 5]
 
 (or FA3_SRC=/path/to/flash-attention).  The checkout is read, never fetched.  FA3's test file is
@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # (text in FA3's file, replacement, how many times it must occur at least): the device only.
 DEVICE_PATCHES = [

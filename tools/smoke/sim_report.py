@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""README's "where each kernel stands" table, generated from smoke matrix results (tools/smoke.py
+"""README's "where each kernel stands" table, generated from smoke matrix results (tools/smoke/smoke.py
 --json): one row per kernel kind (forward 16-bit per dtype, FP8 forward, backward, decode per cache
 kind, quantize), with the head dims and features that ran, and per backend how many cases passed.
 
-  python tools/sim_report.py [--sim SMOKE_JSON] [--gpu SMOKE_JSON] [--update-readme]
+  python tools/smoke/sim_report.py [--sim SMOKE_JSON] [--gpu SMOKE_JSON] [--update-readme]
 
---sim defaults to the last simulator run (tools/smoke.py --backend sim writes
+--sim defaults to the last simulator run (tools/smoke/smoke.py --backend sim writes
 tools/hopper_sim/build/smoke-sim-last.json); --gpu is a lent GPU's smoke.json (device check), else
 the GPU column says "not yet". --update-readme rewrites README.md between the markers
 <!-- kernel-status:begin --> and <!-- kernel-status:end -->; otherwise the table is printed.
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import smoke  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAST_SIM = ROOT / "tools" / "hopper_sim" / "build" / "smoke-sim-last.json"
 BEGIN, END = "<!-- kernel-status:begin -->", "<!-- kernel-status:end -->"
 
@@ -83,7 +83,7 @@ def table(sim: dict | None, gpu: dict | None) -> str:
         if res is None:
             continue
         meta = res.get("meta", {})
-        lines.append(f"- {what}: `{meta.get('command', 'tools/smoke.py')}` on {meta.get('date', '?')}"
+        lines.append(f"- {what}: `{meta.get('command', 'tools/smoke/smoke.py')}` on {meta.get('date', '?')}"
                      + (f", schedule seeds {meta['seeds']}" if meta.get("seeds") else "")
                      + f", {len(res['cases'])} cases"
                      + (f" ({one} of them with the first seed only)"
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     load = lambda p: json.loads(Path(p).read_text()) if p and Path(p).exists() else None  # noqa: E731
     sim, gpu = load(args.sim), load(args.gpu)
     if sim is None and gpu is None:
-        raise SystemExit(f"no results: {args.sim} does not exist (run tools/smoke.py --backend sim)")
+        raise SystemExit(f"no results: {args.sim} does not exist (run tools/smoke/smoke.py --backend sim)")
     text = table(sim, gpu)
     if args.update_readme:
         update_readme(text)

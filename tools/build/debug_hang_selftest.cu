@@ -1,5 +1,5 @@
 // Self-test of the hang-diagnosis wrappers (csrc/flash3/common/debug_hang.cuh) on a Hopper GPU,
-// so that a hang report from the debug build can be trusted. tools/device_check.sh runs both modes.
+// so that a hang report from the debug build can be trusted. tools/device/device_check.sh runs both modes.
 //
 //   debug_hang_selftest sync   the emulated named barriers in the kernel's two patterns, 132 CTAs:
 //                              pingpong between two consumer warpgroups (256 threads, ids 0/1) and
@@ -11,7 +11,7 @@
 //                              (read back from stdout). One kind per process (see hang_kernel).
 //
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc
-//        -I$CUTLASS/include tools/debug_hang_selftest.cu -o build/debug_hang_selftest
+//        -I$CUTLASS/include tools/build/debug_hang_selftest.cu -o build/debug_hang_selftest
 #define FLASH3_DEBUG_HANG 1
 #define FLASH3_HANG_CYCLES (1ll << 27)  // ~70 ms: the hang mode waits on purpose
 

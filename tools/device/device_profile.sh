@@ -7,7 +7,7 @@
 # Writes ncu_fa3.csv and ncu_flash3.csv under $OUT (or DIR, the first argument) and prints the
 # headline metrics of each. Needs flash3._C built in place (PYTHONPATH=. imports it).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DIR=${1:-${OUT:-build/device-profile}}
 mkdir -p "$DIR"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -2,7 +2,7 @@
 """How much the tensor cores' FP8 accumulation moves flash3's FP8 results, beside what the H200
 measured (CPU only): the evidence that flash3.reference.fp8.fp8_mma's rule is the hardware's.
 
-The rule (tools/fp8_accum_probe.py measured it): a k32 chunk's products and the running
+The rule (tools/device/fp8_accum_probe.py measured it): a k32 chunk's products and the running
 accumulator are aligned to the largest exponent among them, every term truncated toward zero to
 2^(e_max - bits), then summed exactly; bits = 13 on the H200. The H200's smoke errors
 (benchmarks/results/h200_2026-11-28/smoke_fp8_cases.json) were measured against the emulation as
@@ -12,7 +12,7 @@ with fp32 products (FP8_MMA_KEPT_BITS = None) and with the rule at --bits, and p
 rms(rule - fp32) beside the H200's rms(kernel - fp32 emulation), and the lse difference beside the
 H200's.
 
-    python tools/fp8_trunc_model.py [--bits 13] [--hdims 64,128,256]
+    python tools/smoke/fp8_trunc_model.py [--bits 13] [--hdims 64,128,256]
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tools"), str(ROOT)]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tools" / "smoke"), str(ROOT)]
 import smoke  # noqa: E402
 import flash3.reference.fp8 as emulation  # noqa: E402
 

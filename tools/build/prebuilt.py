@@ -3,8 +3,8 @@
 
 Every nvcc TU of the extension that does not touch torch (the generated kernels csrc/generated/*.cu
 the knobs select, and the decode append/combine and FP8 quantize kernels) is compiled ONCE with
-tools/smoke_sim.py's kernel_flags (setup.py's flags, plus sm_90a SASS *and* compute_90a PTX,
--no-compress, -fPIC): the object lands in the simulator's cache (smoke_sim.cached_object) and is
+kernel_objects.py's kernel_flags (setup.py's flags, plus sm_90a SASS *and* compute_90a PTX,
+-no-compress, -fPIC): the object lands in the simulator's cache (kernel_objects.cached_object) and is
 copied from there, so the simulator and the extension run the very same compile. Variants:
 release, and hang (FLASH3_DEBUG_HANG=1, the hang-diagnosis build).
 
@@ -62,13 +62,13 @@ def tus(csrc: Path = CSRC) -> list[Path]:
 
 
 def flags(variant: str, cutlass_inc: str, csrc: Path = CSRC) -> list[str]:
-    """The nvcc flags of a variant (smoke_sim.kernel_flags; the hang variant adds the define)."""
-    import smoke_sim
+    """The nvcc flags of a variant (kernel_objects.kernel_flags; the hang variant adds the define)."""
+    import kernel_objects
     old = os.environ.get("FLASH3_DEBUG_HANG")
     if variant == "hang":  # as setup.py sees it under FLASH3_DEBUG_HANG=1 (same flag order)
         os.environ["FLASH3_DEBUG_HANG"] = "1"
     try:
-        f = smoke_sim.kernel_flags(cutlass_inc, csrc)
+        f = kernel_objects.kernel_flags(cutlass_inc, csrc)
     finally:
         os.environ.pop("FLASH3_DEBUG_HANG", None) if old is None else os.environ.__setitem__("FLASH3_DEBUG_HANG", old)
     if variant == "release" and fb.is_debug_hang(f):
@@ -109,18 +109,18 @@ def knobs() -> dict:
 
 def build(out: Path, variant: str, jobs: int = 1, budget: float = 1e9, nice: bool = False,
           cache: Path | None = None) -> dict:
-    """Compile what the cache (default the simulator's, smoke_sim.BUILD_DIR) lacks, jobs at once,
+    """Compile what the cache (default the simulator's, kernel_objects.BUILD_DIR) lacks, jobs at once,
     heaviest first, none started after budget s; copy every object into out/variant/ and write
     its manifest (after each object); returns the manifest."""
-    import smoke_sim
+    import kernel_objects
     t0 = time.monotonic()
-    csrc, nvcc, cutlass = CSRC, smoke_sim._nvcc(), _cutlass()
+    csrc, nvcc, cutlass = CSRC, kernel_objects._nvcc(), _cutlass()
     fl = flags(variant, cutlass, csrc)
     dest = out / variant
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    cache = cache or smoke_sim.BUILD_DIR
+    cache = cache or kernel_objects.BUILD_DIR
     cache.mkdir(parents=True, exist_ok=True)
     ver = fb.nvcc_version(str(Path(nvcc).parent.parent))
     manifest = {"variant": variant, "nvcc": ".".join(map(str, ver or ())), "cutlass": fb.cutlass_version(cutlass),
@@ -131,12 +131,12 @@ def build(out: Path, variant: str, jobs: int = 1, budget: float = 1e9, nice: boo
     def one(tu: Path):
         rel = tu.relative_to(csrc).as_posix()
         h = source_hash(csrc, tu, fl)  # of the sources as the compile reads them
-        cached = cache / smoke_sim.cached_object(csrc, tu, fl, nvcc).name
+        cached = cache / kernel_objects.cached_object(csrc, tu, fl, nvcc).name
         if not cached.exists():
             if time.monotonic() - t0 > budget:
                 return rel, None, "not started (out of time)"
             try:
-                smoke_sim._compile(prefix + [nvcc] + fl + ["-c", str(tu)], cached, tu.name)
+                kernel_objects._compile(prefix + [nvcc] + fl + ["-c", str(tu)], cached, tu.name)
             except RuntimeError as e:
                 return rel, None, str(e)[-600:]
         obj = dest / (tu.stem + ".o")

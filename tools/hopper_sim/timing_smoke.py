@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "smoke"))
 
 PIPES = ("tensor", "mufu", "fma", "alu", "lsu", "tma")
 REQUIRED = ("kernel", "grid", "cycles", "us", "busy", "issue_slot_use", "stall_cycles", "sampled",

@@ -1,8 +1,8 @@
 """Sanity call of flash3.distributed.ring_attention for the device check.
 
-    python tools/ring_sanity.py            # CUDA + NCCL (prints SKIP and exits 0 without CUDA)
-    python tools/ring_sanity.py --cpu      # the same path on gloo / CPU (fp32)
-    torchrun --nproc-per-node N tools/ring_sanity.py   # N GPUs: a real ring
+    python tools/device/ring_sanity.py            # CUDA + NCCL (prints SKIP and exits 0 without CUDA)
+    python tools/device/ring_sanity.py --cpu      # the same path on gloo / CPU (fp32)
+    torchrun --nproc-per-node N tools/device/ring_sanity.py   # N GPUs: a real ring
 
 Without torchrun's environment it creates a one-rank group (an in-memory HashStore), so
 the ring is a plain call; under torchrun every rank holds its load-balanced shard.  Runs a causal
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the in-tree flash3
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the in-tree flash3
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

@@ -7,8 +7,8 @@ frame). --list prints the TUs it would compile and exits (no toolchain needed).
 
 Each TU is compiled with setup.py's kernel flags and the simulator's -gencode (the same sm_90a SASS
 plus compute_90a PTX, -no-compress, -fPIC), and its object is kept in tools/hopper_sim/build/flash3/
-under the name tools/smoke_sim.py looks for (cached_object), so `make sim-check` runs these very
-objects in the simulator and `make device-prep` (tools/prebuilt.py) carries them to the GPU. For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and
+under the name kernel_objects.py gives it (cached_object), so `make sim-check` runs these very
+objects in the simulator and `make device-prep` (tools/build/prebuilt.py) carries them to the GPU. For each TU it writes build/sass/<name>.sass (cuobjdump -sass) and
 build/sass/<name>.ptxas.txt (nvcc's full output, with the ptxas -v resource report), and fails if
   - the compile fails;
   - the SASS lacks HGMMA (wgmma; QGMMA for the FP8 TUs, whose names contain "fp8"), UTMALDG (TMA loads), SYNCS (mbarriers) or USETMAXREG (setmaxnreg);
@@ -23,7 +23,7 @@ build/sass/<name>.ptxas.txt (nvcc's full output, with the ptxas -v resource repo
     of the step's exponentials (MUFU.EX2) sit between the batch's last HGMMA and the
     `WARPGROUP.DEPBAR.LE gsb0, 0x0` that waits for it (see ex2_overlap below).
 Then it prints a table: registers, static smem, spills, instruction counts, time, and for every
-kernel TU the per-iteration instruction mix of its mainloop and producer loops (tools/sass_loops.py),
+kernel TU the per-iteration instruction mix of its mainloop and producer loops (tools/build/sass_loops.py),
 also written to build/sass_loops.md.
 
 --debug-hang (or FLASH3_DEBUG_HANG=1, or -DFLASH3_DEBUG_HANG=1 in FLASH3_NVCC_FLAGS) checks the
@@ -115,22 +115,8 @@ _INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:\{\s*)?(?:@!?U?P[T0-9]+\s+)?([A
 EX2_FLOOR_FRACTION = 0.25
 
 
-def find_cuobjdump(cuda_home: str | None) -> str | None:
-    cands = []
-    if cuda_home:
-        cands.append(os.path.join(cuda_home, "bin", "cuobjdump"))
-    w = shutil.which("cuobjdump")
-    if w:
-        cands.append(w)
-    for d in [os.path.dirname(sys.executable)] + fb.target_site_dirs() + fb.project_venv_site_dirs():
-        cands.append(os.path.join(d, "cuobjdump"))
-        cands += sorted(glob.glob(os.path.join(d, "nvidia", "*", "bin", "cuobjdump")), reverse=True)
-        cands += glob.glob(os.path.join(d, "nvidia", "cuda_cuobjdump", "bin", "cuobjdump"))
-        cands += glob.glob(os.path.join(d, "triton", "backends", "nvidia", "bin", "cuobjdump"))
-    for c in cands:
-        if os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
+# Where compile-check and sass_loops.py find cuobjdump (flash3_build.py: the toolkit, the venv's wheels).
+find_cuobjdump = fb.find_cuobjdump
 
 
 @dataclass
@@ -377,10 +363,10 @@ def main(argv=None) -> int:
     else:
         # setup.py's flags with the simulator's -gencode (the same sm_90a SASS plus the compute_90a
         # PTX the simulator runs): each object then lands in the simulator's cache under the name
-        # tools/smoke_sim.py gives it, so `make sim-check` compiles nothing twice.
-        import smoke_sim
-        kflags = smoke_sim.kernel_flags(cutlass, ROOT / "csrc")
-        keep_as = lambda k: smoke_sim.cached_object(ROOT / "csrc", k.path, kflags, nvcc)  # noqa: E731
+        # kernel_objects.py gives it, so `make sim-check` compiles nothing twice.
+        import kernel_objects
+        kflags = kernel_objects.kernel_flags(cutlass, ROOT / "csrc")
+        keep_as = lambda k: kernel_objects.cached_object(ROOT / "csrc", k.path, kflags, nvcc)  # noqa: E731
     cmd_base = [nvcc] + kflags + ["-Xptxas=-v"]
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     obj_dir = ROOT / "build" / ("compile-check-debug-hang" if debug_hang else "compile-check")
@@ -432,7 +418,7 @@ def main(argv=None) -> int:
     tables = [sass_loops.table(r.name, r.loops) for r in results if r.loops]
     if tables:
         loop_md.write_text(sass_loops.LEGEND + "\n" + "\n".join(tables))
-        print("\nLoops per iteration (tools/sass_loops.py; full tables in "
+        print("\nLoops per iteration (tools/build/sass_loops.py; full tables in "
               f"{loop_md.relative_to(ROOT)}):")
         for r in results:
             for lr in r.loops:

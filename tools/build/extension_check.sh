@@ -14,13 +14,13 @@
 #                              every selected kernel to be registered
 #   FLASH3_EXTRA_INCLUDE_DIRS  test hook: include dirs searched before csrc/ (a stand-in kernel)
 #   FLASH3_EXT_COMPILE=1       compile the kernel TUs here rather than link compile-check's objects
-#                              (tools/prebuilt.py, from the simulator's cache, hash-checked)
+#                              (tools/build/prebuilt.py, from the simulator's cache, hash-checked)
 #   MAX_JOBS                   parallel compiles (default 2)
 # --venv-only: create the venv and install the requirements, nothing else (.ci/run starts it in the
 # background at the start, to overlap the ~2.7 GB download with the CPU-bound steps).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
 VENV=${FLASH3_EXT_VENV:-$ROOT/build/ext-venv}
@@ -55,7 +55,7 @@ case "$TORCH_INFO" in
   (rm -rf $VENV and rerun, or point FLASH3_EXT_VENV at a venv with a CUDA torch)" ;;
 esac
 
-CUDA_HOME=$("$PY" tools/flash3_build.py --cuda-home) || die "no CUDA toolkit (nvcc) found"
+CUDA_HOME=$("$PY" tools/build/flash3_build.py --cuda-home) || die "no CUDA toolkit (nvcc) found"
 export CUDA_HOME
 say "CUDA toolkit: $CUDA_HOME ($("$CUDA_HOME/bin/nvcc" --version | grep -o 'release [0-9.]*'))"
 
@@ -70,22 +70,22 @@ unset FLASH3_SKIP_CUDA
 # path they were compiled against: build against the same wheel (the project venv's, the same pinned
 # version) when there is one, so they are linked rather than compiled a second time (~170 s on CI).
 if [ -z "${CUTLASS_DIR:-}" ] && [ -x "$ROOT/.venv/bin/python" ] \
-    && inc=$("$ROOT/.venv/bin/python" tools/flash3_build.py --cutlass 2>/dev/null) && [ -n "$inc" ]; then
+    && inc=$("$ROOT/.venv/bin/python" tools/build/flash3_build.py --cutlass 2>/dev/null) && [ -n "$inc" ]; then
   export CUTLASS_DIR=$inc
   say "CUTLASS headers: $inc (the project venv's wheel, as compile-check's)"
 fi
 
 # The kernel TUs compile-check already compiled (the simulator's object cache, the same flags as
-# setup.py's plus PTX) are linked, not compiled a second time: tools/prebuilt.py copies them (and
+# setup.py's plus PTX) are linked, not compiled a second time: tools/build/prebuilt.py copies them (and
 # compiles what the cache lacks) and setup.py's FLASH3_PREBUILT checks each object's hash against
 # the sources and flags before linking it. What this step proves is that the bindings build and link
 # against those kernels and a CUDA torch; compile-check proves the kernels compile.
 # FLASH3_EXT_COMPILE=1: compile every kernel TU here instead.
 if [ "${FLASH3_EXT_COMPILE:-0}" != 1 ] && [ -z "${FLASH3_PREBUILT:-}" ] && [ -z "${FLASH3_EXTRA_INCLUDE_DIRS:-}" ]; then
-  say "kernel objects from compile-check's cache (tools/prebuilt.py; FLASH3_EXT_COMPILE=1 compiles them here)"
-  "$PY" tools/prebuilt.py build --variant release --dir "$ROOT/build/ext-prebuilt" --jobs "$MAX_JOBS" \
+  say "kernel objects from compile-check's cache (tools/build/prebuilt.py; FLASH3_EXT_COMPILE=1 compiles them here)"
+  "$PY" tools/build/prebuilt.py build --variant release --dir "$ROOT/build/ext-prebuilt" --jobs "$MAX_JOBS" \
     >"$ROOT/build/extension-check-prebuilt.log" 2>&1 \
-    || { tail -20 "$ROOT/build/extension-check-prebuilt.log" >&2; die "tools/prebuilt.py could not provide the kernel objects"; }
+    || { tail -20 "$ROOT/build/extension-check-prebuilt.log" >&2; die "tools/build/prebuilt.py could not provide the kernel objects"; }
   export FLASH3_PREBUILT=$ROOT/build/ext-prebuilt/release
 fi
 

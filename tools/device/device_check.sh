@@ -6,25 +6,25 @@
 #
 #   every stage  preflight  ninja, compute-sanitizer, nvcc: present or a clear message
 #                kernels    the objects of `make device-prep` (.carry/kernels/release.tar.xz,
-#                           checked against the sources: tools/prebuilt.py); stale or absent: compile
+#                           checked against the sources: tools/build/prebuilt.py); stale or absent: compile
 #                           FLASH3_HDIMS=64,128 FLASH3_DTYPES=bf16 here, heaviest first, 16 at once,
 #                           and link whatever finished in time                          cap 300 s
 #                build      setup.py build_ext --inplace, FLASH3_PREBUILT: only the torch-facing
 #                           sources compile (ninja; incremental on a warm machine)     cap 200 s
-#   1 core       smoke      tools/smoke.py: every built kernel x feature, decode rows included,
+#   1 core       smoke      tools/smoke/smoke.py: every built kernel x feature, decode rows included,
 #                           8 isolated workers, 15 s per case                           cap 280 s
 #                           meanwhile, in a copy of the tree, the hang-diagnosis extension
 #                           (FLASH3_DEBUG_HANG=1, .carry/kernels/hang.tar.xz or compiled)
-#                selftest   tools/debug_hang_selftest.cu: the debug build's waits work
+#                selftest   tools/build/debug_hang_selftest.cu: the debug build's waits work
 #                hang       only if a case hung: rerun it (at most two) on the hang build; stuck
 #                           warps print barrier, phase and tile, then trap
 #                sanitize   memcheck, racecheck, synccheck on the first failing case, else on
-#                           three small ok cases (tools/sanitize_small.py)           45 s each
+#                           three small ok cases (tools/device/sanitize_small.py)           45 s each
 #   2 tests      pytest     the GPU test files (a hung kernel's tests deselected when stage 1
 #                           ran on this machine before), 60 s per test; ring_sanity
 #   3 bench      bench_fwd, bench_fp8, bench_bwd, bench_decode (--quick): flash3 against SDPA
 #                           cuDNN/flash and cuBLAS
-# then tools/device_summary.py prints ONE summary table, last. Under $OUT (at most 6 files):
+# then tools/device/device_summary.py prints ONE summary table, last. Under $OUT (at most 6 files):
 # summary.txt, results.json (every benchmark's rows too), device_check.log, smoke.json,
 # pytest.log, sanitizer.log.
 #
@@ -32,7 +32,7 @@
 #   device:  make device-check STAGE=1        # device tool: carry [".whl", ".carry"], timeout_s 600
 #            make device-check STAGE=2, then STAGE=3 (warm machine: the build is reused)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 STAGE=${STAGE:-1}
 case $STAGE in 1|2|3) ;; *) echo "device-check: STAGE must be 1, 2 or 3 (got $STAGE)"; exit 2 ;; esac
@@ -87,7 +87,7 @@ finish() {
     [ -f "$f" ] && { echo "--- $f"; head -c 2000000 "$f"; }
   done > "$OUT/sanitizer.log"
   [ -s "$OUT/sanitizer.log" ] || rm -f "$OUT/sanitizer.log"
-  $PY tools/device_summary.py --work "$WORK" --out "$OUT" --budget "$BUDGET" --stage "$STAGE" \
+  $PY tools/device/device_summary.py --work "$WORK" --out "$OUT" --budget "$BUDGET" --stage "$STAGE" \
     --elapsed $(( $(date +%s) - T0 ))
   exit $?
 }
@@ -128,8 +128,8 @@ PRE=$BUILD/prebuilt
 prepare() {
   local v=$1 knobs
   [ -f "$CARRY/$v.tar.xz" ] || { echo "device-check: no $CARRY/$v.tar.xz (make device-prep here)"; return 1; }
-  $PY tools/prebuilt.py unpack --variant "$v" --dir "$PRE" --carry "$CARRY" || return 1
-  knobs=$($PY tools/prebuilt.py check --variant "$v" --dir "$PRE") ||
+  $PY tools/build/prebuilt.py unpack --variant "$v" --dir "$PRE" --carry "$CARRY" || return 1
+  knobs=$($PY tools/build/prebuilt.py check --variant "$v" --dir "$PRE") ||
     { echo "device-check: the carried $v objects are stale or incomplete: not used"; return 1; }
   eval "$knobs"
 }
@@ -142,7 +142,7 @@ else
   export FLASH3_HDIMS=64,128 FLASH3_DTYPES=bf16 FLASH3_PREBUILT_ALLOW_MISSING=1
   CAP=$(( $(left) / 2 )); [ "$CAP" -gt 300 ] && CAP=300  # half of what is left, the rest to test
   STEP_LOG=$WORK/kernels_build.log step "kernels (compiled here)" "$CAP" \
-    $PY tools/prebuilt.py build --variant release --dir "$PRE" --cache "$PRE/cache" --jobs 16 \
+    $PY tools/build/prebuilt.py build --variant release --dir "$PRE" --cache "$PRE/cache" --jobs 16 \
     --budget $(( CAP * 2 / 3 ))  # no compile starts late: the heaviest take ~150 s
 fi
 cp "$PRE/release/manifest.json" "$WORK/kernels.json" 2>/dev/null
@@ -159,7 +159,7 @@ if [ "$STAGE" = 1 ]; then
   trap stop_hang_build EXIT
   if [ "$HANG_BUILD" != 0 ]; then  # 0: no CPU taken from the smoke, no hang rerun
     if [ -n "${FLASH3_PREBUILT_ALLOW_MISSING:-}" ] || ! prepare hang >> "$LOG" 2>&1; then
-      HANG_OBJ="$PY tools/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 --nice &&"
+      HANG_OBJ="$PY tools/build/prebuilt.py build --variant hang --dir $PRE --cache $PRE/cache --jobs 8 --nice &&"
     else
       HANG_OBJ=
     fi
@@ -174,7 +174,7 @@ if [ "$STAGE" = 1 ]; then
   # The self-test of the hang-diagnosis build's bounded waits (small; compiles beside the smoke).
   SELFTEST=$WORK/debug_hang_selftest
   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -Icsrc \
-    -I"$($PY tools/flash3_build.py --cutlass)" tools/debug_hang_selftest.cu -o "$SELFTEST" \
+    -I"$($PY tools/build/flash3_build.py --cutlass)" tools/build/debug_hang_selftest.cu -o "$SELFTEST" \
     > "$WORK/selftest_build.log" 2>&1 < /dev/null &
   SELFTEST_PID=$!
 
@@ -182,10 +182,10 @@ if [ "$STAGE" = 1 ]; then
   # rather than being killed.
   SMOKE=$(( $(left) - AFTER_SMOKE )); [ "$SMOKE" -gt 280 ] && SMOKE=280
   STEP_LOG=$WORK/smoke.log step smoke $((SMOKE + 30)) \
-    $PY tools/smoke.py --budget $((SMOKE > 20 ? SMOKE - 10 : 10)) --parallel 8 --case-timeout 15 \
+    $PY tools/smoke/smoke.py --budget $((SMOKE > 20 ? SMOKE - 10 : 10)) --parallel 8 --case-timeout 15 \
     --json "$OUT/smoke.json"
   [ -f "$OUT/smoke.json" ] && cp "$OUT/smoke.json" "$STATE/smoke.json" &&
-    eval "$($PY tools/smoke.py --plan "$OUT/smoke.json")"
+    eval "$($PY tools/smoke/smoke.py --plan "$OUT/smoke.json")"
 
   wait "$SELFTEST_PID"
   STEP_LOG=$WORK/selftest.log step debug_hang_selftest 40 \
@@ -197,12 +197,12 @@ if [ "$STAGE" = 1 ]; then
     STEP_LOG=$WORK/hang_build.log step "hang_build (background)" 300 \
       bash -c "while [ ! -f $WORK/hang_build.rc ]; do sleep 1; done; exit \$(cat $WORK/hang_build.rc)" &&
     STEP_LOG=$WORK/hang_rerun.log step hang_rerun 45 env PYTHONPATH="$HANG_DIR" \
-      $PY tools/smoke.py --cases "$HANG_CASES" --parallel 2 --case-timeout 30 --budget 35 \
+      $PY tools/smoke/smoke.py --cases "$HANG_CASES" --parallel 2 --case-timeout 30 --budget 35 \
       --json "$WORK/hang.json"
   fi
   stop_hang_build
 
-  # san TOOL PYTHONPATH CASES...: one compute-sanitizer run of tools/sanitize_small.py. The
+  # san TOOL PYTHONPATH CASES...: one compute-sanitizer run of tools/device/sanitize_small.py. The
   # caching allocator is off so memcheck sees each tensor's real bounds.
   nsan=0
   san() {
@@ -213,7 +213,7 @@ if [ "$STAGE" = 1 ]; then
     STEP_LOG=$WORK/san$nsan.log step "$name" 45 \
       env PYTHONPATH="$pp" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
       compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
-      "$PY" tools/sanitize_small.py "$@"
+      "$PY" tools/device/sanitize_small.py "$@"
   }
   if [ -n "$FAIL_CASES" ]; then
     set -- $FAIL_CASES
@@ -228,7 +228,7 @@ if [ "$STAGE" = 1 ]; then
 fi
 
 if [ "$STAGE" = 2 ]; then
-  [ -f "$STATE/smoke.json" ] && eval "$($PY tools/smoke.py --plan "$STATE/smoke.json")"
+  [ -f "$STATE/smoke.json" ] && eval "$($PY tools/smoke/smoke.py --plan "$STATE/smoke.json")"
   PT=(-v -rfE --tb=line -p no:cacheprovider)
   $PY -c "import xdist" 2>/dev/null && PT+=(-n 4)
   $PY -c "import pytest_timeout" 2>/dev/null && PT+=(--timeout=60 -o timeout_method=thread)
@@ -236,11 +236,11 @@ if [ "$STAGE" = 2 ]; then
   STEP_LOG=$OUT/pytest.log step pytest 420 $PY -m pytest "${PT[@]}" tests/test_kernel_gpu.py \
     tests/test_decode_gpu.py tests/test_kvcache_gpu.py tests/test_fp8_gpu.py \
     tests/test_quantize_kernel.py tests/test_bwd_gpu.py
-  STEP_LOG=$WORK/ring_sanity.log step ring_sanity 40 $PY tools/ring_sanity.py
+  STEP_LOG=$WORK/ring_sanity.log step ring_sanity 40 $PY tools/device/ring_sanity.py
 fi
 
 if [ "$STAGE" = 3 ]; then
-  [ -f "$STATE/smoke.json" ] && eval "$($PY tools/smoke.py --plan "$STATE/smoke.json")"
+  [ -f "$STATE/smoke.json" ] && eval "$($PY tools/smoke/smoke.py --plan "$STATE/smoke.json")"
   # Without stage 1's verdicts (a fresh machine): the built bf16 head dims of 64/128/256.
   [ -f "$STATE/smoke.json" ] || BENCH_HDIMS=$($PY -c "import json, torch, flash3
 print(','.join(str(d) for d in (64, 128, 256) if ['bf16', d, d] in json.loads(torch.ops.flash3.kernel_info())['fwd']))" 2>> "$LOG")

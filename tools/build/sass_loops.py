@@ -414,9 +414,8 @@ def sass_of(path: Path, cuobjdump: str | None = None) -> str:
     if data[:4] == b"\x7fELF":
         if cuobjdump is None:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from compile_check import find_cuobjdump  # noqa: E402
             import flash3_build as fb  # noqa: E402
-            cuobjdump = find_cuobjdump(fb.find_cuda_home()[0])
+            cuobjdump = fb.find_cuobjdump(fb.find_cuda_home()[0])
         if cuobjdump is None:
             raise RuntimeError("no cuobjdump for " + str(path))
         return subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
@@ -463,7 +462,7 @@ LEGEND = ("Per iteration of each loop (one K/V block), per warp. keys = kBlockN,
           "...), uniform (U* but TMA), shfl, sync (BAR SYNCS WARPGROUP ELECT ...), mem (LD/ST/LDS/STS/LDG/"
           "STG/ULDC ...), tma (UTMALDG UTMASTG UBLKCP ...), ctrl (BRA EXIT NOP ...). cold: instructions of "
           "the loop's out-of-line blocks (not counted). EX2 under P.V: exponentials between the last RS "
-          "GMMA and its WARPGROUP.DEPBAR 0x0, of the loop's total. Made by tools/sass_loops.py.\n")
+          "GMMA and its WARPGROUP.DEPBAR 0x0, of the loop's total. Made by tools/build/sass_loops.py.\n")
 
 
 def main(argv=None) -> int:

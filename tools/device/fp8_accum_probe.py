@@ -6,7 +6,7 @@ in units of 2^-24 beside the exact value. On an H200 (2026-11-28, benchmarks/res
 h200_2026-11-28/fp8_accum_probe.txt): terms below 2^-13 of the largest are truncated, per k-chunk,
 the accumulator included in the alignment.
 
-    python tools/fp8_accum_probe.py
+    python tools/device/fp8_accum_probe.py
 """
 import sys
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The one summary table of tools/device_check.sh, printed last (a device call returns only the
+"""The one summary table of tools/device/device_check.sh, printed last (a device call returns only the
 tail of its output): device, step times against the budget, the kernels (carried or compiled in
 time), the smoke matrix, hang diagnoses, sanitizer results, pytest counts and the benchmarks.
 Writes summary.txt and results.json (every benchmark's json inside) under --out. Verdict: PASS,
 FAIL (something checked is wrong or broke), or INCOMPLETE (nothing wrong, but a step was skipped
 out of time or a kernel not compiled in time); exit code 0, 1, 2.
 
-    python tools/device_summary.py --work build/device-check-work --out $OUT --budget 570 --stage 1
+    python tools/device/device_summary.py --work build/device-check-work --out $OUT --budget 570 --stage 1
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "smoke"))
 import smoke  # noqa: E402
 
 SANITIZERS = ("memcheck", "racecheck", "synccheck")
@@ -145,7 +145,7 @@ def bench_target_lines(data: dict | None, what: str = "backward") -> list[str]:
 
 
 def kernel_lines(man: dict | None, status: str) -> tuple[list[str], list[str], list[str]]:
-    """(lines, problems, out-of-time notes) for the kernel objects (tools/prebuilt.py's manifest):
+    """(lines, problems, out-of-time notes) for the kernel objects (tools/build/prebuilt.py's manifest):
     carried, or compiled on the device under a time cap (those not compiled in time are left out
     of the build: "skipped (out of time)", not a failure; an nvcc error is)."""
     if not man:

@@ -1,14 +1,14 @@
 """Small kernel launches for compute-sanitizer (memcheck, racecheck, synccheck).
 
-    python tools/sanitize_small.py                          # every feature path once (19 cases)
-    python tools/sanitize_small.py bf16:128:128/causal ...  # just these smoke cases
-    python tools/sanitize_small.py bwd:bf16:128:128/causal  # one backward launch (bwd_sm90)
-    python tools/sanitize_small.py decode:bf16:128:128/page16-fp8  # one decode launch (below)
+    python tools/device/sanitize_small.py                          # every feature path once (19 cases)
+    python tools/device/sanitize_small.py bf16:128:128/causal ...  # just these smoke cases
+    python tools/device/sanitize_small.py bwd:bf16:128:128/causal  # one backward launch (bwd_sm90)
+    python tools/device/sanitize_small.py decode:bf16:128:128/page16-fp8  # one decode launch (below)
 
-The cases are tools/smoke.py's (lengths that leave partial tiles); a bwd: case is its backward
+The cases are tools/smoke/smoke.py's (lengths that leave partial tiles); a bwd: case is its backward
 case (out/lse from the forward kernel, then flash3::bwd_sm90), skipped when the build has no
 backward kernel. Checks only that outputs are finite
-and fully written; correctness lives in tools/smoke.py, tests/test_kernel_gpu.py and
+and fully written; correctness lives in tools/smoke/smoke.py, tests/test_kernel_gpu.py and
 tests/test_bwd_gpu.py. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so memcheck sees each tensor's
 real bounds.
 """
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "smoke"))
 import smoke  # noqa: E402
 
 import flash3  # noqa: E402,F401  (loads flash3._C)
@@ -72,7 +72,7 @@ def run_decode(case):
 
 
 def run_bwd(case):
-    """One backward case of tools/smoke.py (any feature): out/lse from the forward kernel, then
+    """One backward case of tools/smoke/smoke.py (any feature): out/lse from the forward kernel, then
     bwd_sm90 into NaN-poisoned dq/dk/dv; False when skipped."""
     kernel, feature = case.split("/")
     dt, d, dv = smoke.parse_kernel(kernel)
