@@ -31,7 +31,7 @@ def kernel_flags(cutlass_inc: str, csrc: Path) -> list[str]:
     ver = fb.cutlass_version(cutlass_inc).split(".")
     ver = ver if len(ver) == 3 else ["0", "0", "0"]
     flags = [f for f in fb.NVCC_KERNEL_FLAGS if f not in fb.NVCC_ARCH_FLAGS]
-    # -fPIC: the same objects link into the torch extension (tools/prebuilt.py, setup.py's
+    # -fPIC: the same objects link into the torch extension (tools/build/prebuilt.py, setup.py's
     # FLASH3_PREBUILT), not only into the simulator's driver.
     flags = [SIM_GENCODE, "-no-compress", "-Xcompiler=-fPIC"] + flags + [
         "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
@@ -83,7 +83,7 @@ def _source_hash(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> str:
 
 
 def cached_object(csrc: Path, tu: Path, flags: list[str], nvcc: str) -> Path:
-    """Where the object of kernel TU tu compiled with flags by nvcc is cached (tools/compile_check.py
+    """Where the object of kernel TU tu compiled with flags by nvcc is cached (tools/build/compile_check.py
     leaves its release objects there too)."""
     return BUILD_DIR / f"{tu.stem}-{_source_hash(csrc, tu, flags, nvcc)}.o"
 

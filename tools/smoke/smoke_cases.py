@@ -72,7 +72,7 @@ FP8_TEST_WITHOUT_D = {128: "no_host_sync_graph"}
 
 
 # ---------------------------------------------------------------------------------------------
-# Cases (worker side; also used by tools/sanitize_small.py)
+# Cases (worker side; also used by tools/device/sanitize_small.py)
 
 
 def parse_kernel(kid: str) -> tuple[str, int, int]:
