@@ -1,7 +1,7 @@
 // Every wait a kernel does goes through these wrappers, so one build switch can bound them all.
 //
 // Release builds: the plain mbarrier / named-barrier instructions (nothing added).
-// FLASH3_DEBUG_HANG=1 builds (tools/device_check.sh makes one when a smoke launch hangs): every
+// FLASH3_DEBUG_HANG=1 builds (tools/device/device_check.sh makes one when a smoke launch hangs): every
 // wait is bounded with clock64; on expiry the waiting thread prints block, warpgroup, barrier,
 // phase and tile, then traps, so a hang names its barrier instead of freezing the GPU. Named
 // barriers (bar.sync cannot be polled) are emulated there by counters in static shared memory (a

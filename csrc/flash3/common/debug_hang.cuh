@@ -17,7 +17,7 @@
 // buffer starts after it; hdim 256 then needs 225 + 1 of the 227 KB). The slow path is a call, so
 // ptxas serializes wgmma (advisory C7510) and keeps a stack frame and a few spills (hdim 128:
 // 76/148 B): timing differs from the release build; use it to name a hang, not to time. Checked
-// by `make hang-build-check` (compile) and tools/debug_hang_selftest.cu (on a GPU).
+// by `make hang-build-check` (compile) and tools/build/debug_hang_selftest.cu (on a GPU).
 #pragma once
 
 #include <cstdint>
