@@ -38,7 +38,8 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
 intersected with causal/windows), ``seqused_q`` (rows past it: out 0, lse -inf),
 ``cache_leftpad``, ``cache_batch_idx`` with ``page_table`` (it picks the page-table row),
-``cu_seqlens_k_new`` (packed new keys), ``rotary_seqlens``, ``seqused_k`` with autograd, new k/v or rotary with packed
+``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
+``seqused_k`` with autograd, new k/v or rotary with packed
 queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
@@ -273,10 +274,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
+    # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
+    # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
+    # every call), so unused they send no call to the reference.
+    if k is None:
+        cu_seqlens_k_new = None
+    if rotary_cos is None:
+        rotary_seqlens = None
     reason = _reference_reason(
         qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256, cache_leftpad=cache_leftpad,
-        cu_seqlens_k_new=cu_seqlens_k_new,
-        rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
+        cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=attention_chunk,
         cache_batch_idx_with_page_table=cache_batch_idx is not None and page_table is not None,
         fp8_paged_cache=fp8_cache and page_table is not None,
         fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
@@ -343,7 +350,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-        alibi_slopes=alibi_slopes)
+        alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens)
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

@@ -333,3 +333,73 @@ def test_seqused_k_with_grad():
     (ref * g.to(torch.float64)).sum().backward()
     for x, x64 in ((qg, q64), (kg, k64), (vg, v64)):
         assert_close(x.grad, x64.grad, 1e-4)
+
+
+# ------------------------------------------- arguments flash3's own kv-cache path takes from FA3
+@pytest.mark.parametrize("causal", [False, True])
+def test_rotary_seqlens_and_unused_cu_seqlens_k_new_take_flash3s_path(causal, monkeypatch):
+    """rotary_seqlens runs flash3's kv-cache path (the fused append on CUDA), not the spec, and
+    places the rotary embedding of the new keys (and of q) at rotary_seqlens[i] + t while the keys
+    are stored at cache_seqlens[i] + t; cu_seqlens_k_new without new keys is unused (FA3 reads it
+    only with k_new: hopper/flash_api.cpp), as SGLang passes it on every call."""
+    def no_spec(*a, **k):
+        raise AssertionError("the FA3 spec ran")
+    monkeypatch.setattr(fai, "_on_reference", no_spec)
+    torch.manual_seed(8)
+    b, cap, h, h_k, d, s_new = 3, 20, 4, 2, 32, 2
+    s_q = s_new
+    caches = torch.randn(b, cap, h_k, d), torch.randn(b, cap, h_k, d)
+    q, knew, vnew = torch.randn(b, s_q, h, d), torch.randn(b, s_new, h_k, d), torch.randn(b, s_new, h_k, d)
+    lens = torch.tensor([0, 7, 18], dtype=torch.int32)
+    ro = torch.tensor([11, 2, 0], dtype=torch.int32)  # not the key positions
+    ang = torch.rand(cap + 4, 8) * 2 * math.pi
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    k_cache, v_cache = caches[0].clone(), caches[1].clone()
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, k_cache, v_cache, knew, vnew, rotary_cos=cos,
+                                               rotary_sin=sin, cache_seqlens=lens,
+                                               rotary_seqlens=ro, causal=causal,
+                                               rotary_interleaved=False, return_softmax_lse=True)
+    for i in range(b):
+        L, base = int(lens[i]), int(ro[i])
+        kc, vc = f64(caches[0][i], caches[1][i])
+        kn = rotate64(knew[i].to(torch.float64), [base + t for t in range(s_new)], cos, sin, False)
+        qi = rotate64(q[i].to(torch.float64), [base + (t if causal else 0) for t in range(s_q)], cos,
+                      sin, False)
+        kc[L:L + s_new], vc[L:L + s_new] = kn, vnew[i].to(torch.float64)
+        assert_close(k_cache[i], kc, 1e-6)
+        o, l = entry64(qi, kc[:L + s_new], vc[:L + s_new], None, 1 / math.sqrt(d), causal,
+                       (-1, -1), 0)
+        assert_close(out[i], o, 2e-5)
+        assert_close(lse[i], l, 2e-5)
+    # cu_seqlens_k_new (any value: unused) with no new keys, packed queries on the cache
+    lq = [2, 0, 3]
+    qp = torch.randn(sum(lq), h, d)
+    got = fai.flash_attn_with_kvcache(qp, k_cache, v_cache, cache_seqlens=lens + s_new,
+                                      cu_seqlens_q=cu(lq), cu_seqlens_k_new=cu([5, 5, 5]),
+                                      max_seqlen_q=max(lq), causal=causal)
+    want = fai.flash_attn_with_kvcache(qp, k_cache, v_cache, cache_seqlens=lens + s_new,
+                                       cu_seqlens_q=cu(lq), max_seqlen_q=max(lq), causal=causal)
+    assert torch.equal(got, want)
+
+
+def test_rotary_seqlens_checks():
+    """A wrong rotary_seqlens is a clear error naming it, and the caches stay untouched."""
+    import flash3
+    b, cap, h, d = 2, 8, 2, 16
+    q, k, v = torch.randn(b, 1, h, d), torch.randn(b, 1, h, d), torch.randn(b, 1, h, d)
+    kc, vc = torch.randn(b, cap, h, d), torch.randn(b, cap, h, d)
+    kc0, vc0 = kc.clone(), vc.clone()
+    cos = sin = torch.ones(cap + 1, 4)
+    lens = torch.tensor([1, 2], dtype=torch.int32)
+    bad = [(dict(rotary_seqlens=torch.tensor([1, 2])), "rotary_seqlens must be int32"),
+           (dict(rotary_seqlens=torch.tensor([1], dtype=torch.int32)), "rotary_seqlens must be int32 of shape"),
+           (dict(rotary_seqlens=torch.tensor([1, 2], dtype=torch.int32), rotary_cos=None, rotary_sin=None),
+            "rotary_seqlens needs rotary_cos"),
+           (dict(rotary_seqlens=torch.tensor([-1, 2], dtype=torch.int32)), r"rotary_seqlens\[0\] is negative"),
+           (dict(rotary_seqlens=torch.tensor([1, cap + 1], dtype=torch.int32)), r"rotary_seqlens\[1\] = 9")]
+    for kw, msg in bad:
+        args = dict(cache_seqlens=lens, rotary_cos=cos, rotary_sin=sin, causal=True)
+        args.update(kw)
+        with pytest.raises(ValueError, match=msg):
+            flash3.attention_with_kvcache(q, kc, vc, k, v, **args)
+        assert torch.equal(kc, kc0) and torch.equal(vc, vc0)
