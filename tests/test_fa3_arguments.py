@@ -403,3 +403,56 @@ def test_rotary_seqlens_checks():
         with pytest.raises(ValueError, match=msg):
             flash3.attention_with_kvcache(q, kc, vc, k, v, **args)
         assert torch.equal(kc, kc0) and torch.equal(vc, vc0)
+
+
+@pytest.mark.parametrize("new_kv", [False, True])
+def test_cache_batch_idx_with_page_table_takes_flash3s_path(new_kv, monkeypatch):
+    """cache_batch_idx with page_table: row i reads and appends through page-table row
+    cache_batch_idx[i] on flash3's own path (not the spec); other rows' pages stay untouched; an
+    index outside the table is an error naming cache_batch_idx (validation: CPU tensors)."""
+    def no_spec(*a, **k):
+        raise AssertionError("the FA3 spec ran")
+    monkeypatch.setattr(fai, "_on_reference", no_spec)
+    torch.manual_seed(9)
+    b, R, cap, ps, h, h_k, d, s_new = 3, 5, 16, 4, 4, 2, 32, 2
+    rows = torch.randn(R, cap, h_k, d), torch.randn(R, cap, h_k, d)
+    n_pages = R * cap // ps + 3
+    perm = torch.randperm(n_pages)
+    k_cache, table = paged(rows[0], ps, n_pages, perm)
+    v_cache, _ = paged(rows[1], ps, n_pages, perm)
+    k0, v0 = k_cache.clone(), v_cache.clone()
+    idx = torch.tensor([4, 1, 2], dtype=torch.int32)
+    lens = torch.tensor([3, 9, 14 - (s_new if new_kv else 0)], dtype=torch.int32)
+    q = torch.randn(b, 2, h, d)
+    knew, vnew = ((torch.randn(b, s_new, h_k, d), torch.randn(b, s_new, h_k, d)) if new_kv
+                  else (None, None))
+    out = fai.flash_attn_with_kvcache(q, k_cache, v_cache, knew, vnew, cache_seqlens=lens,
+                                      page_table=table, cache_batch_idx=idx, causal=True)
+    n = s_new if new_kv else 0
+    for i in range(b):
+        r, L = int(idx[i]), int(lens[i])
+        kc, vc = f64(rows[0][r], rows[1][r])
+        if new_kv:
+            kc[L:L + n], vc[L:L + n] = f64(knew[i], vnew[i])
+        got_k = k_cache[table[r].long()].reshape(cap, h_k, d)
+        assert_close(got_k, kc, 1e-6)
+        o, _ = entry64(q[i].to(torch.float64), kc[:L + n], vc[:L + n], None, 1 / math.sqrt(d), True,
+                       (-1, -1), 0)
+        assert_close(out[i], o, 2e-5)
+    for r in set(range(R)) - set(idx.tolist()):  # rows no batch entry names: untouched
+        pages = table[r].long()
+        assert torch.equal(k_cache[pages], k0[pages]) and torch.equal(v_cache[pages], v0[pages])
+    with pytest.raises(ValueError, match=r"cache_batch_idx\[1\] = 5"):
+        fai.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=table,
+                                    cache_batch_idx=torch.tensor([0, 5, 1], dtype=torch.int32))
+
+
+def test_gather_page_rows_gives_bad_indices_no_pages(monkeypatch):
+    """With validation off (a CUDA call), an index outside the table selects no page at all: a row
+    of page ids -1, which the decode kernel reads as zeros and the append never writes."""
+    from flash3 import validation
+    monkeypatch.setattr(validation, "_FORCE", False)
+    table = torch.arange(12, dtype=torch.int32).view(4, 3)
+    got = fai._gather_page_rows(table, torch.tensor([2, -1, 4, 0], dtype=torch.int32))
+    assert got.dtype == torch.int32
+    assert got.tolist() == [[6, 7, 8], [-1, -1, -1], [-1, -1, -1], [0, 1, 2]]
