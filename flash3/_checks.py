@@ -281,9 +281,18 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
 
 
 def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
-                   k_descale, v_descale):
+                   k_descale, v_descale, rotary_seqlens=None):
     """Static checks of the rotary and FP8-cache arguments of attention_with_kvcache."""
     flag("rotary_interleaved", rotary_interleaved)
+    if rotary_seqlens is not None:
+        if rotary_cos is None:
+            raise ValueError("rotary_seqlens needs rotary_cos/rotary_sin (it places the rotary "
+                             "embedding)")
+        tensor("rotary_seqlens", rotary_seqlens, 1, "(batch,)")
+        _same_device("q", q, "rotary_seqlens", rotary_seqlens)
+        if rotary_seqlens.dtype != torch.int32 or rotary_seqlens.shape[0] != q.shape[0]:
+            raise ValueError(f"rotary_seqlens must be int32 of shape ({q.shape[0]},), got "
+                             f"{rotary_seqlens.dtype} {tuple(rotary_seqlens.shape)}")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
@@ -323,9 +332,10 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
 
 
 def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=None,
-                   q_per_token=True, k_descale=None, v_descale=None, lens_name="cache_seqlens"):
+                   q_per_token=True, k_descale=None, v_descale=None, lens_name="cache_seqlens",
+                   rotary_seqlens=None):
     """Value checks needing the contents, run before anything is written (validation mode
-    only: they read cache_seqlens/page_table/descales on the host)."""
+    only: they read cache_seqlens/page_table/descales/rotary_seqlens on the host)."""
     lens = cache_seqlens.tolist()
     for i, n in enumerate(lens):
         if n < 0:
@@ -333,10 +343,14 @@ def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=
     if rotary_cos is not None:
         seqlen_ro = rotary_cos.shape[0]
         span = max(s_new, s_q if q_per_token else 1)
-        for i, n in enumerate(lens):
+        ro_name = lens_name if rotary_seqlens is None else "rotary_seqlens"
+        ro = lens if rotary_seqlens is None else rotary_seqlens.tolist()
+        for i, n in enumerate(ro):
+            if n < 0:
+                raise ValueError(f"{ro_name}[{i}] is negative ({n})")
             if n + span > seqlen_ro:
                 raise ValueError(f"rotary_cos/rotary_sin have {seqlen_ro} positions but row {i} "
-                                 f"needs positions up to {n + span - 1} ({lens_name}[{i}] = {n})")
+                                 f"needs positions up to {n + span - 1} ({ro_name}[{i}] = {n})")
     for n, t in (("k_descale", k_descale), ("v_descale", v_descale)):
         if t is not None and not bool(((t > 0) & torch.isfinite(t)).all()):
             raise ValueError(f"{n} must be finite and > 0 everywhere")

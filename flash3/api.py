@@ -129,7 +129,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0,
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
-                           max_seqlen_q=None, alibi_slopes=None):
+                           max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -160,6 +160,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     (``rotary_interleaved=False``) or GPT-J pairs (True).  New k token t of row i is at
     position cache_seqlens[i] + t; q token t too when causal or local (window_size !=
     (-1, -1)), otherwise every q token of row i is at cache_seqlens[i] (flash-attn's rule).
+    ``rotary_seqlens`` (int32 (b,), FA3's argument) moves those positions: rotary_seqlens[i]
+    takes cache_seqlens[i]'s place in them (the keys are still stored at cache_seqlens[i] + t).
 
     FP8 cache: k_cache/v_cache float8_e4m3fn with fp16/bf16/fp32 q and new k/v, and float32
     ``k_descale``/``v_descale`` of shape (k_cache.shape[0], h_k): per (batch row, kv head)
@@ -193,28 +195,30 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         return _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
-                               max_seqlen_q, alibi_slopes)
+                               max_seqlen_q, alibi_slopes, rotary_seqlens)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
-                           rotary_interleaved, k_descale, v_descale)
+                           rotary_interleaved, k_descale, v_descale, rotary_seqlens)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
-                                     sinks, alibi_slopes)
+                                     sinks, alibi_slopes, rotary_seqlens)
     return (out, lse) if return_lse else out
 
 
 def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
                     window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
-                    k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None):
+                    k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None,
+                    rotary_seqlens=None):
     """attention_with_kvcache with packed queries (cu_seqlens_q)."""
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
-    for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+    for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                 ("rotary_seqlens", rotary_seqlens)):
         if t is not None:
             raise NotImplementedError(f"attention_with_kvcache: {n} with cu_seqlens_q is not "
                                       "implemented (append new keys/rotate in a separate call)")

@@ -17,7 +17,9 @@ conventions, and map onto flash3's public API:
   cache.  ``return_softmax_lse=True`` returns ``(out, softmax_lse, out_accum, lse_accum)`` as
   FA3's code does (the split partials are not exposed here: the last two are empty tensors).
   ``cache_batch_idx`` is honoured by addressing the contiguous cache as pages of a whole
-  row (no copy); ``cu_seqlens_q``/``max_seqlen_q`` by flash3's packed-query path (the
+  row (no copy), or with ``page_table`` by gathering row i's page-table row
+  ``page_table[cache_batch_idx[i]]`` on the device (an index outside the table: a row of page ids
+  -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/``max_seqlen_q`` by flash3's packed-query path (the
   decode kernel on CUDA).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
@@ -37,8 +39,9 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
 intersected with causal/windows), ``seqused_q`` (rows past it: out 0, lse -inf),
-``cache_leftpad``, ``cache_batch_idx`` with ``page_table`` (it picks the page-table row),
-``cu_seqlens_k_new`` (packed new keys), ``rotary_seqlens``, ``seqused_k`` with autograd, new k/v or rotary with packed
+``cache_leftpad``,
+``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
+``seqused_k`` with autograd, new k/v or rotary with packed
 queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
@@ -49,7 +52,7 @@ import numbers
 
 import torch
 
-from . import _backend, _checks
+from . import _backend, _checks, validation
 from .api import attention, attention_varlen, attention_with_kvcache
 from .reference import combine_splits
 from .reference.fa3 import fa3_forward
@@ -273,11 +276,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
+    # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
+    # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
+    # every call), so unused they send no call to the reference.
+    if k is None:
+        cu_seqlens_k_new = None
+    if rotary_cos is None:
+        rotary_seqlens = None
     reason = _reference_reason(
         qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256, cache_leftpad=cache_leftpad,
-        cu_seqlens_k_new=cu_seqlens_k_new,
-        rotary_seqlens=rotary_seqlens, attention_chunk=attention_chunk,
-        cache_batch_idx_with_page_table=cache_batch_idx is not None and page_table is not None,
+        cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=attention_chunk,
         fp8_paged_cache=fp8_cache and page_table is not None,
         fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
         cu_seqlens_q_with_new_kv=varlen and (k is not None or rotary_cos is not None))
@@ -310,14 +318,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             return out
         empty = torch.empty(0, device=out.device)
         return out, lse, empty, empty
-    if cache_batch_idx is not None:  # the contiguous cache as pages of one whole row each
-        if page_table is not None:
-            raise ValueError("cache_batch_idx and page_table cannot be combined")
+    if cache_batch_idx is not None:
         _checks.tensor("cache_batch_idx", cache_batch_idx, 1)
         if cache_batch_idx.dtype != torch.int32 or cache_batch_idx.shape[0] != b:
             raise ValueError(f"cache_batch_idx must be int32 of shape ({b},), got "
                              f"{cache_batch_idx.dtype} {tuple(cache_batch_idx.shape)}")
-        page_table = cache_batch_idx.view(b, 1)
+        if page_table is None:  # the contiguous cache as pages of one whole row each
+            page_table = cache_batch_idx.view(b, 1)
+        else:  # row i reads (and appends through) page_table[cache_batch_idx[i]], gathered on
+            # the device (no host read); an index outside the table gives a row of page ids -1,
+            # which the kernels read as zeros and never write
+            page_table = _gather_page_rows(page_table, cache_batch_idx)
     if cache_seqlens is None:  # FA3: the whole cache
         if k is not None:
             raise ValueError("cache_seqlens is required with new keys k/v (where to append them)")
@@ -343,11 +354,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-        alibi_slopes=alibi_slopes)
+        alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens)
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)
     return out, lse, empty, empty
+
+
+def _gather_page_rows(page_table, idx):
+    """page_table[idx] (rows outside the table: -1), int32, with no host read."""
+    _checks.tensor("page_table", page_table, 2)
+    if page_table.dtype != torch.int32:
+        raise ValueError(f"page_table must be int32, got {page_table.dtype}")
+    rows = page_table.shape[0]
+    if validation.validation_enabled(idx):
+        bad = [(i, int(x)) for i, x in enumerate(idx.tolist()) if not 0 <= x < rows]
+        if bad:
+            raise ValueError(f"cache_batch_idx[{bad[0][0]}] = {bad[0][1]} is not a row of page_table "
+                             f"(0..{rows - 1})")
+    ok = (idx >= 0) & (idx < rows)
+    got = page_table.index_select(0, idx.clamp(0, max(rows - 1, 0)).long())
+    return torch.where(ok.view(-1, 1), got, torch.full_like(got, -1))
 
 
 def _dequantize_q(q8, qd, cu_seqlens_q):

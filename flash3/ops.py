@@ -231,21 +231,23 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                       rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
                       k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
                       num_splits: int = 0, sinks: Optional[Tensor] = None,
-                      alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                      alibi_slopes: Optional[Tensor] = None,
+                      rotary_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
     local = window_left >= 0 or window_right >= 0  # causal or local: q rotated per token
     # Value checks (host reads) only in validation mode; everything is validated before the
     # caches are touched. With validation off this path reads no device value on the host.
     if validation.validation_enabled(q, cache_seqlens, page_table):
         _checks.kvcache_values(k_cache, cache_seqlens, s_new, page_table, q.shape[1],
-                               rotary_cos, local, k_descale, v_descale)
+                               rotary_cos, local, k_descale, v_descale,
+                               rotary_seqlens=rotary_seqlens)
     args = (softmax_scale, window_left, window_right, softcap)
 
     def run_reference():
         return reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                          *args, rotary_cos, rotary_sin, rotary_interleaved,
                                          k_descale, v_descale, max(num_splits, 1), sinks,
-                                         alibi_slopes)
+                                         alibi_slopes, rotary_seqlens)
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
@@ -266,11 +268,13 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
             # Without rotary q_out is q itself, which the kernel then never touches.
             torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv,
                                             cache_seqlens.contiguous(), pt, cos, sin,
-                                            rotary_interleaved, local, qk, kd, vd)
+                                            rotary_interleaved, local, qk, kd, vd,
+                                            rotary_seqlens)
         elif k is not None:
             kk = k
             if rotary_cos is not None:
-                qk, kk = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin,
+                qk, kk = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None
+                                        else rotary_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
             reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, kd, vd)
         # Each row's key count (no host read); the kernel clamps it into [0, capacity].
@@ -291,7 +295,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
       window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
-      k_descale=None, v_descale=None, num_splits=0, sinks=None, alibi_slopes=None):
+      k_descale=None, v_descale=None, num_splits=0, sinks=None, alibi_slopes=None,
+      rotary_seqlens=None):
     return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
 
 

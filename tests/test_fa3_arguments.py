@@ -333,3 +333,126 @@ def test_seqused_k_with_grad():
     (ref * g.to(torch.float64)).sum().backward()
     for x, x64 in ((qg, q64), (kg, k64), (vg, v64)):
         assert_close(x.grad, x64.grad, 1e-4)
+
+
+# ------------------------------------------- arguments flash3's own kv-cache path takes from FA3
+@pytest.mark.parametrize("causal", [False, True])
+def test_rotary_seqlens_and_unused_cu_seqlens_k_new_take_flash3s_path(causal, monkeypatch):
+    """rotary_seqlens runs flash3's kv-cache path (the fused append on CUDA), not the spec, and
+    places the rotary embedding of the new keys (and of q) at rotary_seqlens[i] + t while the keys
+    are stored at cache_seqlens[i] + t; cu_seqlens_k_new without new keys is unused (FA3 reads it
+    only with k_new: hopper/flash_api.cpp), as SGLang passes it on every call."""
+    def no_spec(*a, **k):
+        raise AssertionError("the FA3 spec ran")
+    monkeypatch.setattr(fai, "_on_reference", no_spec)
+    torch.manual_seed(8)
+    b, cap, h, h_k, d, s_new = 3, 20, 4, 2, 32, 2
+    s_q = s_new
+    caches = torch.randn(b, cap, h_k, d), torch.randn(b, cap, h_k, d)
+    q, knew, vnew = torch.randn(b, s_q, h, d), torch.randn(b, s_new, h_k, d), torch.randn(b, s_new, h_k, d)
+    lens = torch.tensor([0, 7, 18], dtype=torch.int32)
+    ro = torch.tensor([11, 2, 0], dtype=torch.int32)  # not the key positions
+    ang = torch.rand(cap + 4, 8) * 2 * math.pi
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    k_cache, v_cache = caches[0].clone(), caches[1].clone()
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, k_cache, v_cache, knew, vnew, rotary_cos=cos,
+                                               rotary_sin=sin, cache_seqlens=lens,
+                                               rotary_seqlens=ro, causal=causal,
+                                               rotary_interleaved=False, return_softmax_lse=True)
+    for i in range(b):
+        L, base = int(lens[i]), int(ro[i])
+        kc, vc = f64(caches[0][i], caches[1][i])
+        kn = rotate64(knew[i].to(torch.float64), [base + t for t in range(s_new)], cos, sin, False)
+        qi = rotate64(q[i].to(torch.float64), [base + (t if causal else 0) for t in range(s_q)], cos,
+                      sin, False)
+        kc[L:L + s_new], vc[L:L + s_new] = kn, vnew[i].to(torch.float64)
+        assert_close(k_cache[i], kc, 1e-6)
+        o, l = entry64(qi, kc[:L + s_new], vc[:L + s_new], None, 1 / math.sqrt(d), causal,
+                       (-1, -1), 0)
+        assert_close(out[i], o, 2e-5)
+        assert_close(lse[i], l, 2e-5)
+    # cu_seqlens_k_new (any value: unused) with no new keys, packed queries on the cache
+    lq = [2, 0, 3]
+    qp = torch.randn(sum(lq), h, d)
+    got = fai.flash_attn_with_kvcache(qp, k_cache, v_cache, cache_seqlens=lens + s_new,
+                                      cu_seqlens_q=cu(lq), cu_seqlens_k_new=cu([5, 5, 5]),
+                                      max_seqlen_q=max(lq), causal=causal)
+    want = fai.flash_attn_with_kvcache(qp, k_cache, v_cache, cache_seqlens=lens + s_new,
+                                       cu_seqlens_q=cu(lq), max_seqlen_q=max(lq), causal=causal)
+    assert torch.equal(got, want)
+
+
+def test_rotary_seqlens_checks():
+    """A wrong rotary_seqlens is a clear error naming it, and the caches stay untouched."""
+    import flash3
+    b, cap, h, d = 2, 8, 2, 16
+    q, k, v = torch.randn(b, 1, h, d), torch.randn(b, 1, h, d), torch.randn(b, 1, h, d)
+    kc, vc = torch.randn(b, cap, h, d), torch.randn(b, cap, h, d)
+    kc0, vc0 = kc.clone(), vc.clone()
+    cos = sin = torch.ones(cap + 1, 4)
+    lens = torch.tensor([1, 2], dtype=torch.int32)
+    bad = [(dict(rotary_seqlens=torch.tensor([1, 2])), "rotary_seqlens must be int32"),
+           (dict(rotary_seqlens=torch.tensor([1], dtype=torch.int32)), "rotary_seqlens must be int32 of shape"),
+           (dict(rotary_seqlens=torch.tensor([1, 2], dtype=torch.int32), rotary_cos=None, rotary_sin=None),
+            "rotary_seqlens needs rotary_cos"),
+           (dict(rotary_seqlens=torch.tensor([-1, 2], dtype=torch.int32)), r"rotary_seqlens\[0\] is negative"),
+           (dict(rotary_seqlens=torch.tensor([1, cap + 1], dtype=torch.int32)), r"rotary_seqlens\[1\] = 9")]
+    for kw, msg in bad:
+        args = dict(cache_seqlens=lens, rotary_cos=cos, rotary_sin=sin, causal=True)
+        args.update(kw)
+        with pytest.raises(ValueError, match=msg):
+            flash3.attention_with_kvcache(q, kc, vc, k, v, **args)
+        assert torch.equal(kc, kc0) and torch.equal(vc, vc0)
+
+
+@pytest.mark.parametrize("new_kv", [False, True])
+def test_cache_batch_idx_with_page_table_takes_flash3s_path(new_kv, monkeypatch):
+    """cache_batch_idx with page_table: row i reads and appends through page-table row
+    cache_batch_idx[i] on flash3's own path (not the spec); other rows' pages stay untouched; an
+    index outside the table is an error naming cache_batch_idx (validation: CPU tensors)."""
+    def no_spec(*a, **k):
+        raise AssertionError("the FA3 spec ran")
+    monkeypatch.setattr(fai, "_on_reference", no_spec)
+    torch.manual_seed(9)
+    b, R, cap, ps, h, h_k, d, s_new = 3, 5, 16, 4, 4, 2, 32, 2
+    rows = torch.randn(R, cap, h_k, d), torch.randn(R, cap, h_k, d)
+    n_pages = R * cap // ps + 3
+    perm = torch.randperm(n_pages)
+    k_cache, table = paged(rows[0], ps, n_pages, perm)
+    v_cache, _ = paged(rows[1], ps, n_pages, perm)
+    k0, v0 = k_cache.clone(), v_cache.clone()
+    idx = torch.tensor([4, 1, 2], dtype=torch.int32)
+    lens = torch.tensor([3, 9, 14 - (s_new if new_kv else 0)], dtype=torch.int32)
+    q = torch.randn(b, 2, h, d)
+    knew, vnew = ((torch.randn(b, s_new, h_k, d), torch.randn(b, s_new, h_k, d)) if new_kv
+                  else (None, None))
+    out = fai.flash_attn_with_kvcache(q, k_cache, v_cache, knew, vnew, cache_seqlens=lens,
+                                      page_table=table, cache_batch_idx=idx, causal=True)
+    n = s_new if new_kv else 0
+    for i in range(b):
+        r, L = int(idx[i]), int(lens[i])
+        kc, vc = f64(rows[0][r], rows[1][r])
+        if new_kv:
+            kc[L:L + n], vc[L:L + n] = f64(knew[i], vnew[i])
+        got_k = k_cache[table[r].long()].reshape(cap, h_k, d)
+        assert_close(got_k, kc, 1e-6)
+        o, _ = entry64(q[i].to(torch.float64), kc[:L + n], vc[:L + n], None, 1 / math.sqrt(d), True,
+                       (-1, -1), 0)
+        assert_close(out[i], o, 2e-5)
+    for r in set(range(R)) - set(idx.tolist()):  # rows no batch entry names: untouched
+        pages = table[r].long()
+        assert torch.equal(k_cache[pages], k0[pages]) and torch.equal(v_cache[pages], v0[pages])
+    with pytest.raises(ValueError, match=r"cache_batch_idx\[1\] = 5"):
+        fai.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, page_table=table,
+                                    cache_batch_idx=torch.tensor([0, 5, 1], dtype=torch.int32))
+
+
+def test_gather_page_rows_gives_bad_indices_no_pages(monkeypatch):
+    """With validation off (a CUDA call), an index outside the table selects no page at all: a row
+    of page ids -1, which the decode kernel reads as zeros and the append never writes."""
+    from flash3 import validation
+    monkeypatch.setattr(validation, "_FORCE", False)
+    table = torch.arange(12, dtype=torch.int32).view(4, 3)
+    got = fai._gather_page_rows(table, torch.tensor([2, -1, 4, 0], dtype=torch.int32))
+    assert got.dtype == torch.int32
+    assert got.tolist() == [[6, 7, 8], [-1, -1, -1], [-1, -1, -1], [0, 1, 2]]

@@ -305,11 +305,13 @@ def _reference_result(p):
         assert ((pt >= 0) & (pt < kc.shape[0])).all()
     out, lse = reference.kvcache_forward(q, kc, vc, k, v, lens.clamp(0, kc.shape[1] * (1 if pt is None else pt.shape[1]))
                                          if a is None else lens, pt, q.shape[-1] ** -0.5, left, right, p["softcap"],
-                                         cos, sin, False, kd, vd, 1, p.get("sinks"))
+                                         cos, sin, False, kd, vd, 1, p.get("sinks"),
+                                         rotary_seqlens=None if a is None else a.get("rotary_seqlens"))
     q_out = None
     if a is not None and cos is not None:
         from flash3.rotary import kvcache_rotary
-        q_out = kvcache_rotary(q, k, lens, cos, sin, False, True)[0]
+        ro = lens if a.get("rotary_seqlens") is None else a["rotary_seqlens"]
+        q_out = kvcache_rotary(q, k, ro, cos, sin, False, True)[0]
     return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
 
 
@@ -323,6 +325,10 @@ def test_check_dec_accepts_the_reference_and_catches_errors(feature):
         bad = dict(r, out=r["out"].clone())
         bad["out"][i, -1, 0, :8] += 0.25
         assert smoke.check_dec(p, bad)["status"] == "wrong"
+        if p["append"] is not None and p["append"].get("rotary_seqlens") is not None:
+            # an append that rotates at the key positions instead of rotary_seqlens
+            at_keys = _reference_result(dict(p, append=dict(p["append"], rotary_seqlens=None)))
+            assert smoke.check_dec(p, at_keys)["status"] == "wrong"
         nan = dict(r, lse=r["lse"].clone())
         nan["lse"][i, 0, 0] = float("nan")
         assert smoke.check_dec(p, nan)["status"] == "nan"

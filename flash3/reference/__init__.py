@@ -585,8 +585,11 @@ def combine_splits(o_parts, lse_parts):
 def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
                     left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
                     rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1,
-                    sinks=None, alibi_slopes=None):
+                    sinks=None, alibi_slopes=None, rotary_seqlens=None):
     """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys.
+
+    ``rotary_seqlens`` (b,): the rotary position of row i's first new token (default
+    cache_seqlens[i], its key position).
 
     ``sinks`` (h,): attention sinks; with splits the sink is one more partial (o = 0,
     lse = sink) of the combine.
@@ -596,8 +599,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     attend in one pass (the split count only changes speed, which the reference does not have).
     """
     if rotary_cos is not None and k is not None:
-        q, k = kvcache_rotary(q, k, cache_seqlens, rotary_cos, rotary_sin, rotary_interleaved,
-                              left >= 0 or right >= 0)
+        q, k = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None else rotary_seqlens,
+                              rotary_cos, rotary_sin, rotary_interleaved, left >= 0 or right >= 0)
     kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
     b, s_q, h, _ = q.shape
     s_new = 0 if k is None else k.shape[1]

@@ -235,7 +235,7 @@ static void append(FakeBackend& be, const Args& a) {
   const h::TensorView *cos = nullptr, *sin = nullptr;
   if (num(a, "rotary", 0)) cos = &make({64, 32}, h::DType::f32), sin = &make({64, 32}, h::DType::f32);
   h::append_kv_sm90(be, q, kc, vc, k, v, lens, pt, cos, sin, false, true, cos ? make({b, 1, hq, d}, h::DType::bf16) : q,
-                    nullptr, nullptr);
+                    nullptr, nullptr, nullptr);
 }
 
 static void bwd(FakeBackend& be, const Args& a) {

@@ -79,6 +79,12 @@ HISTORY = [
      "measured on an H200: paged caches at 13-20% of copy bandwidth, contiguous (TMA) up to 92%; the model "
      "reproduced the gap (7.5x) and put the producer warps' largest stall on the page-table load "
      "(`memory`, then `dependency` on the chunk's address chain)"),
+    ("bwd bf16 d 128, b 4 s 4096 h 16 (preprocess + main + dQ conversion)",
+     "457 TFLOP/s (3005 us; main kernel 4895039 cycles)", "501 TFLOP/s (2742 us; 4413285 cycles), +9.6%",
+     "backward: dS^T into shared memory by stmatrix (4 STSM.x4 per step) instead of 32 16-bit generic stores "
+     "(`ds_store_copy`, bwd/kernel.cuh)",
+     "SASS (issue 35's loop table): ~140 of the ~700 non-GMMA instructions per two key blocks were the dS stores "
+     "(ST.E.U16 through 32 64-bit address registers + PRMT); 351.0 -> 256.5 per block"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.

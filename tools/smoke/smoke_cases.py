@@ -402,7 +402,11 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
         cos, sin = ang.cos().to(device), ang.sin().to(device)
     app = dict(k=k, v=v, cache_seqlens=lens, cos=cos, sin=sin, interleaved=False, per_token=True)
     seqused = (lens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)  # flash3/ops.py
-    return [part(q, kc, vc, pt, ds, seqused, num_splits=0, causal=True, append=app)]
+    parts = [part(q, kc, vc, pt, ds, seqused, num_splits=0, causal=True, append=app)]
+    if feature == "rotary":  # and at FA3's rotary_seqlens, away from the key positions
+        parts.append(part(q, kc, vc, pt, ds, seqused, num_splits=0, causal=True,
+                          append=dict(app, rotary_seqlens=i32([5, 300, 3]))))
+    return parts
 
 
 def dec_poisoned_outputs(p: dict):
@@ -433,7 +437,9 @@ def launch_dec(p: dict) -> dict:
     if a is not None:
         torch.ops.flash3.append_kv_sm90(q, kc, vc, a["k"], a["v"], a["cache_seqlens"], p["pt"], a["cos"],
                                         a["sin"], a["interleaved"], a["per_token"],
-                                        q_out if q_out is not None else q, kd, vd)
+                                        q_out if q_out is not None else q, kd, vd,
+                                        **({} if a.get("rotary_seqlens") is None
+                                           else {"rotary_seqlens": a["rotary_seqlens"]}))
         q = q_out if q_out is not None else q
     left, right = p["window"]
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
@@ -465,8 +471,8 @@ def check_dec(p: dict, r: dict) -> dict:
         q_ref, k_ref = q, a["k"]
         if a["cos"] is not None:
             from flash3.rotary import kvcache_rotary
-            q_ref, k_ref = kvcache_rotary(q, a["k"], a["cache_seqlens"], a["cos"], a["sin"], a["interleaved"],
-                                          a["per_token"])
+            ro = a["cache_seqlens"] if a.get("rotary_seqlens") is None else a["rotary_seqlens"]
+            q_ref, k_ref = kvcache_rotary(q, a["k"], ro, a["cos"], a["sin"], a["interleaved"], a["per_token"])
         kc_ref, vc_ref = p["kc"].clone(), p["vc"].clone()
         reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, kd, vd)
         for name, got, want in (("k_cache", kc, kc_ref), ("v_cache", vc, vc_ref)):

@@ -249,7 +249,8 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     a = part["append"]
     if a is not None:
         tensors.update(k=a["k"], v=a["v"], cache_seqlens=a["cache_seqlens"], rotary_cos=a["cos"],
-                       rotary_sin=a["sin"], q_out=q_out if a["cos"] is not None else None)
+                       rotary_sin=a["sin"], q_out=q_out if a["cos"] is not None else None,
+                       rotary_seqlens=a.get("rotary_seqlens"))
         scalars.update(rotary_interleaved=bool(a["interleaved"]), q_per_token=bool(a["per_token"]))
     return "kvcache", tensors, scalars
 

@@ -404,6 +404,14 @@ struct BwdKernel {
     asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(sum) : "memory");
   }
 
+  // dS^T from the accumulator layout to shared memory by stmatrix: an 8x8 matrix's row is 8 queries
+  // of one key, 16 contiguous bytes of the MN-major dS (its swizzle moves whole 16-byte chunks), so
+  // four instructions store a thread's 32 values where 16-bit generic stores took 32 and 32 address
+  // registers.
+  static __device__ __forceinline__ auto ds_store_copy(Frags const& fr) {
+    return cute::make_tiled_copy_C(cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>{}, fr.mma_s);
+  }
+
   template <class TensorAcc>
   static __device__ __forceinline__ void stage_dq(SharedStorage& smem, TensorAcc const& acc, int wg, int lt) {
     float* dst = smem.dq.data() + wg * Tr::kDqValues * 128 + lt;
@@ -468,9 +476,8 @@ struct BwdKernel {
     // dS to shared memory (this step's buffer) for the dQ product of both warpgroups.
     const int buf = step_idx & 1;
     if (!Tr::kSplitD || wg == 0) {
-      Tensor dst = tSsDs(_, _, _, buf);
-      CUTE_UNROLL
-      for (int i = 0; i < size(ds16); ++i) dst(i) = ds16(i);
+      auto ds_copy = ds_store_copy(fr);
+      copy(ds_copy, ds_copy.get_thread_slice(lt).retile_S(ds16), tSsDs(_, _, _, buf));
       compiler_fence();  // the stores stay above the fence (CUTLASS's asm has no memory clobber)
       cutlass::arch::fence_view_async_shared();  // generic stores -> the WGMMA's async proxy
     }
@@ -555,9 +562,9 @@ struct BwdKernel {
     Tensor tdQrDs = thr_dq.partition_fragment_A(sDs);  // (MMA, MMA_M, MMA_K, buffer)
     Tensor tdQrK = thr_dq.partition_fragment_B(
         local_tile(sKt, Shape<Int<Tr::kDQCols>, typename Tr::BlkN>{}, make_coord(wg, _0{})));
-    // Where this thread's dS^T values go: the accumulator partition of the warpgroup's key slab.
-    Tensor tSsDs = thr_s.partition_C(local_tile(sDst, Shape<typename Tr::Slab, typename Tr::BlkM, _2>{},
-                                                make_coord(slab, _0{}, _0{})));  // (MMA, MMA_M, MMA_N, buffer)
+    // Where this thread's dS^T values go in the warpgroup's key slab, as stmatrix partitions them.
+    Tensor tSsDs = ds_store_copy(fr).get_thread_slice(lt).partition_D(
+        local_tile(sDst, Shape<typename Tr::Slab, typename Tr::BlkM, _2>{}, make_coord(slab, _0{}, _0{})));
 
     Tensor cS = make_identity_tensor(Shape<typename Tr::Slab, typename Tr::BlkM>{});
     Tensor tScS = thr_s.partition_C(cS);

@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
             hk * p.kc_head_stride;
     C* vc = static_cast<C*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
             hk * p.vc_head_stride;
-    const int pos_ro = pos > 0x7fffffff ? 0x7fffffff : int(pos);
+    const int64_t pos_r = p.rotary_seqlens != nullptr ? int64_t(p.rotary_seqlens[b]) + t : pos;
+    const int pos_ro = pos_r > 0x7fffffff ? 0x7fffffff : (pos_r < 0 ? 0 : int(pos_r));
     if constexpr (kFp8) {
       const float kd = p.k_descale[slot.slab * p.kd_slab_stride + hk * p.kd_head_stride];
       const float vd = p.v_descale[slot.slab * p.vd_slab_stride + hk * p.vd_head_stride];
@@ -112,7 +113,8 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
   const int t = (r / p.h) % p.s_q;
   const int b = r / (p.h * p.s_q);
   if (b >= p.batch) return;
-  const int64_t pos = int64_t(p.cache_seqlens[b]) + (p.q_per_token ? t : 0);
+  const int64_t pos = int64_t(p.rotary_seqlens != nullptr ? p.rotary_seqlens[b] : p.cache_seqlens[b]) +
+                      (p.q_per_token ? t : 0);
   const int pos_ro = pos > 0x7fffffff ? 0x7fffffff : (pos < 0 ? 0 : int(pos));
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + t * p.q_row_stride +
                hq * p.q_head_stride;

@@ -9,8 +9,9 @@
 //    outside [0, num_pages)) is skipped: never written, whatever cache_seqlens/page_table hold;
 //  - rotary (rotary_dim > 0): pairs (c, c + rotary_dim / 2) (GPT-NeoX) or (2c, 2c + 1) (GPT-J,
 //    interleaved) of the first rotary_dim channels, computed in fp32 and rounded once; the
-//    table row is the position clamped to [0, seqlen_ro - 1]; k at its key position, q token t
-//    at cache_seqlens[b] + t (q_per_token) or cache_seqlens[b];
+//    table row is the position clamped to [0, seqlen_ro - 1]; new k token t at r + t, q token t
+//    at r + t (q_per_token) or r, where r = rotary_seqlens[b] (FA3's seqlens_rotary) when given,
+//    else cache_seqlens[b] (the key position);
 //  - FP8 (e4m3) caches (k_descale set): the (rotated) value x, rounded to q's dtype, is stored as
 //    e4m3(clamp(x / descale, -448, 448)) (IEEE division, nearest even, NaN kept) with the descale of
 //    its slab and kv head (flash3.reference quantize_fp8_cache).
@@ -45,6 +46,7 @@ struct AppendKvParams {
   // Rotary tables, fp32 (seqlen_ro, rotary_dim / 2), contiguous rows; nullptr = no rotary.
   const float* rotary_cos;
   const float* rotary_sin;
+  const int32_t* rotary_seqlens;  // (b,) rotary position of token 0; nullptr = cache_seqlens
   int seqlen_ro;
   int rotary_dim;
   bool rotary_interleaved;

@@ -30,7 +30,7 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView& k, const TensorView& v, const TensorView& cache_seqlens,
                     const TensorView* page_table, const TensorView* rotary_cos, const TensorView* rotary_sin,
                     bool rotary_interleaved, bool q_per_token, const TensorView& q_out, const TensorView* k_descale,
-                    const TensorView* v_descale) {
+                    const TensorView* v_descale, const TensorView* rotary_seqlens) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor");
   check(q.dtype == DType::bf16 || q.dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
   const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
@@ -108,6 +108,13 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
     p.rotary_cos = c.ptr<const float>(), p.rotary_sin = s.ptr<const float>();
     p.seqlen_ro = to_int(c.size(0), "rotary_cos.size(0)", kOp);
     p.rotary_dim = to_int(2 * c.size(1), "rotary_dim", kOp);
+  }
+  if (rotary_seqlens != nullptr) {
+    const TensorView& r = *rotary_seqlens;
+    check(rotary_cos != nullptr, kOp, ": rotary_seqlens needs the rotary tables");
+    check(r.device == q.device && r.dtype == DType::i32 && r.dim() == 1 && r.size(0) == b && r.is_contiguous(), kOp,
+          ": rotary_seqlens must be a contiguous int32 (", b, ",) tensor on ", q.device);
+    p.rotary_seqlens = r.ptr<const int32_t>();
   }
   p.rotary_interleaved = rotary_interleaved;
   p.q_per_token = q_per_token;

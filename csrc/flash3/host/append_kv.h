@@ -12,6 +12,6 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView& k, const TensorView& v, const TensorView& cache_seqlens,
                     const TensorView* page_table, const TensorView* rotary_cos, const TensorView* rotary_sin,
                     bool rotary_interleaved, bool q_per_token, const TensorView& q_out, const TensorView* k_descale,
-                    const TensorView* v_descale);
+                    const TensorView* v_descale, const TensorView* rotary_seqlens);
 
 }  // namespace flash3::host

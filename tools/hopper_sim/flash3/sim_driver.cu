@@ -89,11 +89,12 @@ void kvcache_step(const Case& c, host::Backend& be) {
   const Tensor* q_att = &q;
   if (c.opt("k") != nullptr) {
     const Tensor* q_out = c.opt("q_out");
-    const auto cos = view(c.opt("rotary_cos")), sin = view(c.opt("rotary_sin"));
+    const auto cos = view(c.opt("rotary_cos")), sin = view(c.opt("rotary_sin")),
+               ro = view(c.opt("rotary_seqlens"));
     host::append_kv_sm90(be, view(q), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("k")), view(c.t("v")),
                          view(c.t("cache_seqlens")), ptr(page_table), ptr(cos), ptr(sin),
                          c.integer("rotary_interleaved") != 0, c.integer("q_per_token") != 0, view(q_out ? *q_out : q),
-                         ptr(k_descale), ptr(v_descale));
+                         ptr(k_descale), ptr(v_descale), ptr(ro));
     if (q_out != nullptr) q_att = q_out;
   }
   const auto sinks = view(c.opt("sinks")), cu_q = view(c.opt("cu_seqlens_q")), alibi = view(c.opt("alibi_slopes"));
