@@ -47,8 +47,18 @@ def graph():
     return mods, {m: sorted({i for i in imports(TOOLS / rel) if i in mods and i != m}) for m, rel in mods.items()}
 
 
+# tools/flash3_build.py -> build/flash3_build.py: a symlink for tools/hopper_sim/Makefile, whose bytes
+# key the simulator's ground-truth record (hopper_sim/cutlass_examples.py); the Makefile moves to the
+# new path with the next simulator change, which re-records anyway, and the link goes.
+SIM_KEYED_LINKS = {"flash3_build.py": "build/flash3_build.py"}
+
+
 def test_every_tool_sits_in_a_room():
-    assert not sorted(p.name for p in TOOLS.glob("*.py")), "a tool at tools/'s top level"
+    top = sorted(p.name for p in TOOLS.glob("*.py") if p.name not in SIM_KEYED_LINKS)
+    assert not top, f"a tool at tools/'s top level: {top}"
+    for name, target in SIM_KEYED_LINKS.items():
+        link = TOOLS / name
+        assert link.is_symlink() and Path(str(link.readlink())) == Path(target), f"tools/{name}"
     assert {"smoke", "smoke_sim", "compile_check", "device_summary", "perf_model"} <= set(modules())
 
 

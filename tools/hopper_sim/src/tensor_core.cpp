@@ -391,7 +391,7 @@ void gemm_rows(const double* a, const double* bt, double* out, int M, int N, int
 }
 
 // FP8 products (k32) into f32 accumulators, as measured on an H200 (2026-11-28,
-// tools/device/fp8_accum_probe.py through cuBLAS; benchmarks/results/h200_2026-11-28/fp8_accum_probe.txt):
+// tools/fp8_accum_probe.py through cuBLAS; benchmarks/results/h200_2026-11-28/fp8_accum_probe.txt):
 // the 32 products and the running accumulator are aligned to the largest exponent among them and
 // each is truncated toward zero to 13 fractional bits of it (1 + 3*2^-14 -> 1 + 2^-13; 1 + 31 terms
 // of 2^-14 -> 1; 96*2^-14 accumulated before a 1 survive, after it they are lost). The truncated

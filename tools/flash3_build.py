@@ -1,0 +1,1 @@
+build/flash3_build.py
