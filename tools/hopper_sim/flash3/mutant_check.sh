@@ -35,6 +35,18 @@ trap 'rm -rf "$tmp"' EXIT
 only=${MUTANT:-}
 fail=0
 
+# replace_once FILE OLD NEW: OLD must occur exactly once in FILE, and becomes NEW (else exit 1).
+replace_once() {
+  "$PY" - "$@" <<'PYEOF'
+import sys
+path, old, new = sys.argv[1:4]
+s = open(path).read()
+if s.count(old) != 1:
+    sys.exit(1)
+open(path, "w").write(s.replace(old, new))
+PYEOF
+}
+
 mutant_causal() {
   cp -r csrc "$tmp/csrc"
   sed -i 's/row_end - 1 + offset() + right + 1)/row_end - 1 + offset() + right + 2)/' "$tmp/csrc/flash3/common/attn_logic.h"
@@ -84,35 +96,20 @@ mutant_dq_read_wait() {
 mutant_v_early_release() {
   local dir=tools/hopper_sim/build/mutant_v_early_release
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
-  "$PY" - "$dir/csrc/flash3/fwd/mainloop.cuh" <<'PYEOF' || { echo "mutant_check: the V early-release mutation did not apply (mainloop.cuh step changed?)"; return 1; }
-import sys
-p = sys.argv[1]
-s = open(p).read()
-old = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);\n"
-       "    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n"
-       "    pipe_v.consumer_release(state_v);\n")
-new = ("    pipe_k.consumer_release(state_k);\n    ++state_k;\n    pipe_v.consumer_release(state_v);\n"
-       "    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);\n"
-       "    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n")
-if s.count(old) != 1:
-    sys.exit(1)
-open(p, "w").write(s.replace(old, new))
-PYEOF
+  local release=$'    pipe_v.consumer_release(state_v);\n'
+  local head=$'    pipe_k.consumer_release(state_k);\n    ++state_k;\n'
+  local body=$'    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);\n    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n'
+  replace_once "$dir/csrc/flash3/fwd/mainloop.cuh" "$head$body$release" "$head$release$body" ||
+    { echo "mutant_check: the V early-release mutation did not apply (mainloop.cuh step changed?)"; return 1; }
   caught_by_check "$dir" 64 bf16:64:64/full wgmma-operand-overwrite "V stage released before the P.V's wait"
 }
 
 mutant_o_rows_unsynced() {
   local dir=tools/hopper_sim/build/mutant_o_rows_unsynced
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
-  "$PY" - "$dir/csrc/flash3/fwd/epilogue.cuh" <<'PYEOF' || { echo "mutant_check: the O-rows mutation did not apply (epilogue.cuh changed?)"; return 1; }
-import sys
-p = sys.argv[1]
-s = open(p).read()
-old = "    } else {\n      sync_consumers(w.index);\n      constexpr int kChunks"
-if s.count(old) != 1:
-    sys.exit(1)
-open(p, "w").write(s.replace(old, "    } else {\n      constexpr int kChunks"))
-PYEOF
+  replace_once "$dir/csrc/flash3/fwd/epilogue.cuh" $'    } else {\n      sync_consumers(w.index);\n      constexpr int kChunks' \
+    $'    } else {\n      constexpr int kChunks' ||
+    { echo "mutant_check: the O-rows mutation did not apply (epilogue.cuh changed?)"; return 1; }
   caught_by_check "$dir" 64 bf16:64:64/varlen shared-race "varlen O rows read before the consumers' barrier"
 }
 
@@ -120,14 +117,8 @@ mutant_host_probe() {
   local dir=tools/hopper_sim/build/mutant_host_probe
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
   local f="$dir/csrc/flash3/host/fwd.cpp"
-  "$PY" - "$f" <<'PYEOF'
-import sys
-p = sys.argv[1]
-anchor = '  constexpr const char* kOp = "flash3.fwd_sm90";\n'
-s = open(p).read()
-if s.count(anchor) == 1:
-    open(p, "w").write(s.replace(anchor, anchor + '  check(false, "host-layer probe: ", kOp);\n'))
-PYEOF
+  local anchor=$'  constexpr const char* kOp = "flash3.fwd_sm90";\n'
+  replace_once "$f" "$anchor" "$anchor"$'  check(false, "host-layer probe: ", kOp);\n'
   if [ "$(diff csrc/flash3/host/fwd.cpp "$f" | grep -c '^>')" != 1 ]; then
     echo "mutant_check: the host-layer probe did not apply to exactly one line (host/fwd.cpp changed?)"; return 1
   fi
