@@ -91,7 +91,7 @@ def main():
                            for st in sets]
                 row["flash3_op"] = flops / median_ms(
                     lambda q, k, v, o, lse: torch.ops.flash3.fwd_sm90(
-                        q, k, v, o, lse, None, None, None, s, s, d ** -0.5, causal, -1, -1, 0.0),
+                        q, k, v, o, lse, None, None, None, s, s, d ** -0.5, -1, 0 if causal else -1, 0.0),
                     op_sets) / 1e9
                 del op_sets
                 for name, fn in sdpa.items():

@@ -2,7 +2,7 @@
 // fwd_binding.cpp defines it).
 //
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
-//                            causal, window_left, window_right, softcap, num_splits, k_descale?,
+//                            window_left, window_right, softcap, num_splits, k_descale?,
 //                            v_descale?, sinks?, cu_seqlens_q?, max_seqlen_q, alibi_slopes?) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
@@ -34,7 +34,7 @@ namespace {
 
 void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& out,
                            const Tensor& lse, const Tensor& seqused_k, const std::optional<Tensor>& page_table,
-                           double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+                           double softmax_scale, int64_t window_left, int64_t window_right,
                            double softcap, int64_t num_splits, const std::optional<Tensor>& k_descale,
                            const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks,
                            // ---- varlen (packed) queries: appended last, defaults keep old callers valid
@@ -44,13 +44,13 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
              cu_q = view(cu_seqlens_q), al = view(alibi_slopes);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_kvcache_sm90(be, view(q), view(k_cache), view(v_cache), view(out), view(lse), view(seqused_k), ptr(pt),
-                           softmax_scale, causal, window_left, window_right, softcap, num_splits, ptr(kd), ptr(vd),
+                           softmax_scale, window_left, window_right, softcap, num_splits, ptr(kd), ptr(vd),
                            ptr(sk), ptr(cu_q), max_seqlen_q, ptr(al));
   });
 }
 
 void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const std::optional<Tensor>&, double, bool, int64_t, int64_t, double, int64_t,
+                           const std::optional<Tensor>&, double, int64_t, int64_t, double, int64_t,
                            const std::optional<Tensor>&, const std::optional<Tensor>&,
                            const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t,
                            const std::optional<Tensor>&) {}
@@ -61,7 +61,7 @@ void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Te
 TORCH_LIBRARY_FRAGMENT(flash3, m) {
   m.def(
       "fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor(b!) lse, "
-      "Tensor seqused_k, Tensor? page_table, float softmax_scale, bool causal, int window_left, "
+      "Tensor seqused_k, Tensor? page_table, float softmax_scale, int window_left, "
       "int window_right, float softcap, int num_splits, Tensor? k_descale=None, Tensor? v_descale=None, "
       "Tensor? sinks=None"
       // varlen (packed) queries: keep these last

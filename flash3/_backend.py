@@ -1,8 +1,8 @@
 """Dispatch to the Hopper kernel of the C++ extension (flash3._C), when usable.
 
-The extension registers ``flash3::fwd_sm90`` and ``flash3::kernel_info`` (and, in builds that
-have it, the backward ``flash3::bwd_sm90``); this module only asks whether a call can run there
-and, if so, runs it.
+The extension registers ``flash3::fwd_sm90``, ``flash3::kernel_info`` and ``flash3::pick_kernel``
+(and, in builds that have it, the backward ``flash3::bwd_sm90``); this module only asks whether a
+call can run there (the extension's own rule, kernel_pick) and, if so, runs it.
 """
 
 from __future__ import annotations
@@ -149,13 +149,34 @@ def kernel_bwd_configs() -> frozenset:
                      for name, d, d_v in kernel_info().get("bwd", []) if name in _DTYPE_NAMES)
 
 
-def pick_kernel_config(dtype, d, d_v, configs=None):
-    """The compiled (d', d_v') a call with head dims (d, d_v) runs on: the smallest d' >= d, then
-    the smallest d_v' >= d_v (TMA zero-fills the extra columns). None when nothing fits. The same
-    rule as pick_fwd_kernel in csrc/flash3/fwd/api.h."""
-    fits = [(dd, dv) for (dt, dd, dv) in (kernel_configs() if configs is None else configs)
-            if dt == dtype and dd >= d and dv >= d_v]
-    return min(fits) if fits else None
+@functools.lru_cache(maxsize=4096)
+def _ask_pick(family: str, dtype: str, d: int, d_v: int, softmax_scale: float, left: int,
+              right: int) -> dict:
+    """The extension's answer for such a call (flash3::pick_kernel: csrc/flash3/host/kernel_pick.h,
+    the rule its ops refuse by): {"kernel": [d', d_v', wide]} or {"reason": ...}. Host-only, no
+    GPU, cached per call shape."""
+    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale, left, right))
+
+
+def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float, left: int = -1,
+                right: int = -1) -> dict:
+    """Whether a kernel of ``family`` ("fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd") runs a
+    call of q's ``dtype``, head dims (d, d_v), scale and window, and which; asked of the extension,
+    never decided here. Without the extension: {"reason": ...}."""
+    if not has_extension():
+        return {"reason": "flash3._C (the CUDA extension) is not built"}
+    try:
+        return _ask_pick(family, str(dtype).removeprefix("torch."), int(d), int(d_v),
+                         float(softmax_scale), int(left), int(right))
+    except (AttributeError, RuntimeError):  # a build older than the op
+        return {"reason": "flash3._C answers no kernel pick (flash3::pick_kernel): rebuild it"}
+
+
+def pick_kernel_config(dtype, d, d_v, family: str = "fwd"):
+    """The compiled (d', d_v') a call with head dims (d, d_v) runs on (the next ones up: TMA
+    zero-fills the extra columns), or None; the extension's pick (kernel_pick)."""
+    picked = kernel_pick(family, dtype, d, d_v, 1.0).get("kernel")
+    return None if picked is None else (picked[0], picked[1])
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,25 +188,15 @@ def kernel_decode_configs(fp8_cache: bool = False) -> frozenset:
                      for name, d, d_v in kernel_info().get(key, []) if name in _DTYPE_NAMES)
 
 
-def call_fwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
-    """The device-independent part of kernel_fwd_reason: dtype, scale and head dims against the
-    compiled configs (kernel_configs() unless given)."""
-    if dtype not in _DTYPE_NAMES.values():
-        return f"dtype {dtype} has no kernel (bf16/fp16 only)"
-    if not softmax_scale > 0:  # also NaN
-        return "the kernel's online softmax needs softmax_scale > 0"
-    if d % 8 or d_v % 8:
-        return f"head dims must be multiples of 8 for TMA (d={d}, d_v={d_v})"
-    if pick_kernel_config(dtype, d, d_v, configs) is None:
-        return f"no kernel compiled for ({dtype}, d>={d}, d_v>={d_v})"
-    return None
+def call_fwd_reason(dtype, d, d_v, softmax_scale, family: str = "fwd") -> str | None:
+    """The device-independent part of kernel_fwd_reason: why no ``family`` kernel runs a call of
+    this dtype, scale and head dims (the extension's pick); None if one does."""
+    return kernel_pick(family, dtype, d, d_v, softmax_scale).get("reason")
 
 
-def call_bwd_reason(dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
-    """The device-independent part of kernel_bwd_reason: call_fwd_reason's rules against the
-    compiled backward configs (kernel_bwd_configs() unless given)."""
-    return call_fwd_reason(dtype, d, d_v, softmax_scale,
-                           configs=kernel_bwd_configs() if configs is None else configs)
+def call_bwd_reason(dtype, d, d_v, softmax_scale) -> str | None:
+    """The device-independent part of kernel_bwd_reason (the extension's pick of a backward kernel)."""
+    return call_fwd_reason(dtype, d, d_v, softmax_scale, "bwd")
 
 
 def _device_reason(q, missing_op=lambda: None) -> str | None:
@@ -215,14 +226,13 @@ def kernel_fwd_reason(q, k, v, softmax_scale) -> str | None:
     return None
 
 
-def call_kvcache_reason(dtype, cache_dtype, d, d_v, softmax_scale, *, configs=None) -> str | None:
-    """The device-independent part of kernel_kvcache_reason (kernel_decode_configs(FP8 cache)
-    unless given). An FP8 (float8_e4m3fn) cache runs with bf16/fp16 q."""
+def call_kvcache_reason(dtype, cache_dtype, d, d_v, softmax_scale) -> str | None:
+    """The device-independent part of kernel_kvcache_reason. An FP8 (float8_e4m3fn) cache runs
+    with bf16/fp16 q, on its own kernel list (the "decode_fp8_cache" family)."""
     fp8 = cache_dtype == torch.float8_e4m3fn
     if cache_dtype != dtype and not fp8:
         return f"cache dtype {cache_dtype} differs from q's {dtype}"
-    return call_fwd_reason(dtype, d, d_v, softmax_scale,
-                           configs=kernel_decode_configs(fp8) if configs is None else configs)
+    return call_fwd_reason(dtype, d, d_v, softmax_scale, "decode_fp8_cache" if fp8 else "decode")
 
 
 def _addressable(x) -> bool:
@@ -301,7 +311,7 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
     """Call flash3::fwd_sm90; returns (out, lse).
 
     Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
-    ``right == 0`` is passed as causal (same mask, bottom-right aligned). ``sinks`` (h,): attention
+    (left, right): the mask, as every op takes it (masking.normalize_window). ``sinks`` (h,): attention
     sinks (made float32 contiguous; lse includes them); passed only when given, so a build without
     them serves calls without; ``alibi_slopes`` (h,) or (b, h) the same way.
     """
@@ -311,14 +321,12 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
         lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     else:
         lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
-    causal = right == 0
     extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
     if alibi_slopes is not None:
         extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
-                              causal, int(left), -1 if causal else int(right), float(softcap),
-                              **extra)
+                              int(left), int(right), float(softcap), **extra)
     return out, lse
 
 
@@ -331,13 +339,11 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
-    causal = right == 0
     extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
     if alibi_slopes is not None:
         extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
-                                      float(softmax_scale), causal, int(left),
-                                      -1 if causal else int(right), float(softcap),
+                                      float(softmax_scale), int(left), int(right), float(softcap),
                                       int(num_splits), k_descale, v_descale, **extra)
     return out, lse
 
@@ -360,7 +366,6 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
     dq, dk, dv = (x.new_empty(x.shape) for x in (q, k, v))
     if cu_seqlens_q is None:  # batched: the lengths are the shapes
         max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
-    causal = right == 0
     tail = ()
     if sinks is not None:  # passed only then: the schema's trailing (sinks, dsinks), both optional
         sinks = kernel_sinks(sinks)
@@ -368,8 +373,8 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
     extra = {} if alibi_slopes is None else {"alibi_slopes": kernel_alibi(alibi_slopes)}
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
                               cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                              float(softmax_scale), causal, int(left), -1 if causal else int(right),
-                              float(softcap), bool(deterministic), *tail, **extra)
+                              float(softmax_scale), int(left), int(right), float(softcap),
+                              bool(deterministic), *tail, **extra)
     return (dq, dk, dv) + tail[1:]
 
 
@@ -387,7 +392,8 @@ def fp8_tile_n(d: int, d_v: int) -> int:
 
 
 def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n) -> str | None:
-    """Why the FP8 kernel cannot run this call (e4m3 q/k/v, batched or packed); None if it can."""
+    """Why the FP8 kernel cannot run this call (q/k/v as the kernel gets them: e4m3, batched or
+    packed; the caller may quantize 16-bit ones first); None if it can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
     if not has_extension() or not kernel_fp8_configs():
@@ -395,19 +401,14 @@ def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n) -> str | None:
     cap = torch.cuda.get_device_capability(q.device)
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
-    d, d_v = q.shape[-1], v.shape[-1]
-    if d % 16 or d_v % 16:
-        return f"FP8 head dims must be multiples of 16 (d={d}, d_v={d_v})"
-    fits = [c for c in kernel_fp8_configs() if c[0] >= d and c[1] >= d_v]
-    if not fits:
-        return f"no FP8 kernel compiled for d>={d}, d_v>={d_v}"
-    dd, dv = min(fits)
+    pick = kernel_pick("fwd_fp8", torch.float8_e4m3fn, q.shape[-1], v.shape[-1], softmax_scale)
+    if "reason" in pick:
+        return pick["reason"]
+    dd, dv = pick["kernel"][:2]
     if block_m % 64:
         return f"q descale blocks of {block_m} rows (the kernel needs a multiple of 64)"
     if block_n % fp8_tile_n(dd, dv):
         return f"k/v descale blocks of {block_n} keys (the kernel needs a multiple of {fp8_tile_n(dd, dv)})"
-    if not softmax_scale > 0:
-        return "the kernel's online softmax needs softmax_scale > 0"
     return None
 
 
@@ -455,10 +456,9 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
     out = torch.empty(*q.shape[:-2], h, d_v, dtype=torch.bfloat16, device=q.device)
     lse_shape = (h, q.shape[0]) if varlen else (b, h, s_q)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    causal = right == 0
     torch.ops.flash3.fwd_fp8_sm90(q, k, vt, out, lse, qd, kv3(k_descale), kv3(v_descale),
                                   v_channel_descale, int(q_block), int(kv_block), float(softmax_scale),
-                                  causal, int(left), -1 if causal else int(right), float(softcap),
+                                  int(left), int(right), float(softcap),
                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
     return out, lse
 
@@ -476,11 +476,9 @@ def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, s
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()  # noqa: E731
     f32 = lambda t: None if t is None else t.to(torch.float32)  # noqa: E731
-    causal = right == 0
     # cu_seqlens_q / max_seqlen_q by keyword: they are the op's last (defaulted) arguments.
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, i32(seqused_k), i32(page_table),
-                                      float(softmax_scale), causal, int(left),
-                                      -1 if causal else int(right), float(softcap),
+                                      float(softmax_scale), int(left), int(right), float(softcap),
                                       int(num_splits), f32(k_descale), f32(v_descale),
                                       **({} if sinks is None else {"sinks": kernel_sinks(sinks)}),
                                       **({} if alibi_slopes is None

@@ -79,7 +79,8 @@ def heads_and_dims(q, k, v, qn="q", kn="k", vn="v"):
 
 
 def options(q, causal, softmax_scale, window_size, softcap):
-    """Check the keyword options; returns (scale, left, right, softcap)."""
+    """Check the keyword options; returns (scale, left, right, softcap), the window as given (the
+    caller folds ``causal`` in with masking.normalize_window, the one place that does)."""
     flag("causal", causal)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
@@ -98,8 +99,6 @@ def options(q, causal, softmax_scale, window_size, softcap):
         raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
     if not softcap >= 0 or not math.isfinite(softcap):
         raise ValueError(f"softcap must be >= 0 (0 disables it), got {softcap}")
-    if causal:
-        right = 0
     return float(softmax_scale), left, right, float(softcap)
 
 
@@ -445,15 +444,13 @@ def window_pair(window_size):
 
 
 def window(left, right, causal):
+    """Check a window and ``causal``; returns (left, right) as ints, any negative = unbounded (the
+    caller folds them with masking.normalize_window)."""
     flag("causal", causal)
     for nm, w in (("window_left", left), ("window_right", right)):
         if not is_int(w):
             raise TypeError(f"{nm} must be an int (negative = unbounded), got {w!r}")
-    left = -1 if left < 0 else left
-    right = -1 if right < 0 else right
-    if causal:
-        right = 0
-    return left, right
+    return int(left), int(right)
 
 
 def scale_softcap(softmax_scale, softcap, d):

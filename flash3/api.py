@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from . import _backend, _checks, ops, ops_serve
+from . import _backend, _checks, masking, ops, ops_serve
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
@@ -43,6 +43,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale)
     _checks.flag("deterministic", deterministic)
     _checks.sinks(q, sinks)
@@ -102,6 +103,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _checks.flag("deterministic", deterministic)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
     b = cu_seqlens_q.shape[0] - 1
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale,
                          varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
@@ -201,6 +203,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
                            rotary_interleaved, k_descale, v_descale, rotary_seqlens)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
@@ -244,6 +247,7 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                          cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, cu_seqlens_q.shape[0] - 1)
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None

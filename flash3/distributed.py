@@ -31,7 +31,7 @@ from typing import List, Tuple
 import torch
 import torch.distributed as dist
 
-from . import _checks, ops, reference
+from . import _checks, masking, ops, reference
 
 __all__ = ["ring_attention", "shard_ranges", "shard_sequence", "unshard_sequence"]
 
@@ -459,6 +459,7 @@ def ring_attention(q, k, v, *, group=None, causal=False, softmax_scale=None,
         raise ValueError(f"k has seqlen {k.shape[1]} but q has {q.shape[1]}: ring_attention shards "
                          f"one sequence (self-attention), so q, k and v hold the same positions")
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
     _checks.flag("load_balance", load_balance)
     _checks.flag("return_lse", return_lse)
     group, W, me = _group_info(group, "ring_attention")

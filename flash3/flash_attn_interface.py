@@ -54,6 +54,7 @@ import torch
 
 from . import _backend, _checks, validation
 from .api import attention, attention_varlen, attention_with_kvcache
+from .masking import normalize_window
 from .reference import combine_splits
 from .reference.fa3 import fa3_forward
 
@@ -75,9 +76,7 @@ def _on_reference(fn, q, reason, **kw):
     on CUDA with the package's one-time fallback warning."""
     if q.is_cuda:
         _backend.warn_fallback(reason, f"flash_attn_interface.{fn}")
-    left, right = kw.pop("window")
-    if kw.pop("causal"):
-        right = 0
+    left, right = normalize_window(kw.pop("causal"), kw.pop("window"))
     scale = kw.pop("softmax_scale")
     if scale is None:  # FA3: qv's head dim joins the scale
         qv = kw.get("qv")

@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from . import _backend, _checks, _quantize
+from . import _backend, _checks, _quantize, masking
 from .api import attention_varlen
 from .fp8_quant import (FP8_DTYPE, FP8_MAX, INPUT_DTYPES, V_PERM16, _descale_from_amax,
                         _descale_from_amax_nosync, _packed_rows, dequantize_fp8, k_smoothing_mean,
@@ -116,8 +116,7 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
         raise TypeError(f"smooth_k must be a bool or None, got {type(smooth_k).__name__}")
     if v_scale not in V_SCALES:
         raise ValueError(f"v_scale must be one of {V_SCALES}, got {v_scale!r}")
-    left, right = _checks.window_pair(window_size)
-    _checks.window(left, right, causal)
+    left, right = masking.normalize_window(causal, _checks.window(*_checks.window_pair(window_size), causal))
     br, bc = _checks.quant_block_pair(block_size)
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, q.shape[-1])
     if smooth_k is None:

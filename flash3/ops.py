@@ -315,8 +315,7 @@ def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale:
         _backend.warn_fallback(reason, "FP8 forward")
     out, lse = fp8_attention_reference(
         q, k, v, q_descale, k_descale, v_descale, softmax_scale=softmax_scale,
-        causal=window_right == 0, window_left=window_left, window_right=window_right,
-        softcap=softcap, block_size=(block_m, block_n),
+        window_left=window_left, window_right=window_right, softcap=softcap, block_size=(block_m, block_n),
         v_channel_descale=v_channel_descale)
     return out.to(torch.bfloat16), lse.to(torch.float32).clone()
 
@@ -349,8 +348,7 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
     out, lse = fp8_attention_varlen_reference(
         q, k, v, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_channel_descale=v_channel_descale,
-        softmax_scale=softmax_scale, causal=window_right == 0, window_left=window_left,
-        window_right=window_right, softcap=softcap, block_size=(block_m, block_n))
+        softmax_scale=softmax_scale, window_left=window_left, window_right=window_right, softcap=softcap, block_size=(block_m, block_n))
     return out.to(torch.bfloat16), lse
 
 

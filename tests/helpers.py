@@ -55,6 +55,15 @@ def check_against_reference(fn, q, k, v, grads=True, **kw):
     return out, lse
 
 
+def host_layer_sources() -> list:
+    """The host layer's sources but device.cpp (tests/cpp/host_layer_driver.cpp stands in for the CUDA
+    runtime), and the kernel registries it looks kernels up in; relative to csrc/."""
+    from pathlib import Path
+    host = Path(__file__).resolve().parents[1] / "csrc" / "flash3" / "host"
+    return ([f"flash3/host/{p.name}" for p in sorted(host.glob("*.cpp")) if p.name != "device.cpp"]
+            + ["flash3/fwd/registry.cpp", "flash3/decode/registry.cpp", "flash3/bwd/registry.cpp"])
+
+
 def cpp_driver(source: str, workdir, sources=(), csrc=None):
     """Build tests/cpp/<source> (a stdin line -> stdout line driver of host headers in csrc/) with
     the host C++ compiler, with `sources` (paths relative to csrc, e.g. the host layer's .cpp files)

@@ -8,6 +8,7 @@ before every launch, so an unwritten element fails. Deterministic mode is bitwis
 """
 import pytest
 import torch
+from flash3.masking import normalize_window
 
 import flash3
 from flash3 import _backend
@@ -68,7 +69,7 @@ def kernel_bwd(dout, q, k, v, out, lse, dlse=None, *, causal=False, window=(-1, 
         max_q, max_k = q.shape[1], k.shape[1]
     dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_q, cu_k, max_q, max_k,
-                              q.shape[-1] ** -0.5, causal, window[0], -1 if causal else window[1],
+                              q.shape[-1] ** -0.5, *normalize_window(causal, window),
                               softcap, deterministic)
     return dq, dk, dv
 
@@ -375,7 +376,7 @@ def kernel_bwd_sinks(dout, q, k, v, out, lse, dlse, sinks, *, causal, cu_q=None,
     dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
     ds = torch.full_like(sinks, float("nan"))
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_q, cu_k, max_q, max_k,
-                              q.shape[-1] ** -0.5, causal, -1, -1, 0.0, deterministic, sinks, ds)
+                              q.shape[-1] ** -0.5, -1, 0 if causal else -1, 0.0, deterministic, sinks, ds)
     return dq, dk, dv, ds
 
 

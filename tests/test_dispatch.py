@@ -1,7 +1,10 @@
 """Kernel-path dispatch decisions that need no GPU: which tensors are copied before TMA sees them,
 which compiled kernel a head-dim pair runs on, and why a call falls back to the reference."""
+import json
+
 import pytest
 import torch
+from helpers import cpp_driver, host_layer_sources
 
 from flash3 import _backend
 
@@ -52,91 +55,108 @@ def test_tma_ready_copy_is_a_new_allocation_only_when_needed():
     assert torch.equal(out, k)
 
 
-# A fake build: the configs kernel_configs() would report for the default kernel set.
-BUILT = frozenset((dt, d, dv) for dt in (torch.bfloat16, torch.float16)
-                  for d, dv in [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
+# ----------------------------------------------------------------- the kernel pick, asked of C++
+# _backend decides nothing about kernels: it asks the extension (flash3::pick_kernel, the rule of
+# csrc/flash3/host/kernel_pick.h that the ops refuse by). Here the extension's answer comes from the
+# host layer under g++ (tests/cpp/host_layer_driver.cpp), whose stand-in build holds fwd bf16
+# (64, 64), bf16 (128, 128) narrow and wide, fp16 (128, 128); fwd_fp8 (128, 128); bwd, decode and
+# decode_fp8_cache bf16 (128, 128).
+
+
+@pytest.fixture(scope="module")
+def host_driver(tmp_path_factory):
+    return cpp_driver("host_layer_driver.cpp", tmp_path_factory.mktemp("pick"), host_layer_sources())
+
+
+@pytest.fixture
+def cpp_pick(host_driver, monkeypatch):
+    """_backend with an extension whose flash3::pick_kernel is the host layer's kernel_pick_json."""
+    asked = []
+
+    def ask(family, dtype, d, d_v, scale, left, right):
+        asked.append((family, dtype, d, d_v))
+        answer = host_driver([f"pick family={family} dtype={dtype} d={d} dv={d_v} scale={scale!r} "
+                              f"wl={left} wr={right}"])[0]
+        assert answer.startswith("ok "), answer
+        return json.loads(answer[3:])
+
+    monkeypatch.setattr(_backend, "has_extension", lambda: True)
+    monkeypatch.setattr(_backend, "_ask_pick", ask)
+    return asked
 
 
 @pytest.mark.parametrize("d,dv,expected", [
     (64, 64, (64, 64)), (32, 32, (64, 64)), (8, 8, (64, 64)), (40, 40, (64, 64)),
-    (48, 48, (64, 64)), (80, 80, (96, 96)), (112, 112, (128, 128)), (160, 160, (192, 192)),
-    (128, 64, (128, 128)),   # d_v below d: same d, the smallest d_v that fits
-    (64, 128, (128, 128)),   # d_v above d: d' must be >= d, so the smallest D first, then DV
-    (176, 128, (192, 128)),  # the (192, 128) kernel beats (192, 192)
-    (192, 136, (192, 192)), (200, 8, (256, 256)), (256, 256, (256, 256)),
-    (264, 8, None), (8, 264, None),
+    (80, 80, (128, 128)), (112, 112, (128, 128)),
+    (128, 64, (128, 128)),  # d_v below d: same d, the smallest d_v that fits
+    (64, 128, (128, 128)),  # d_v above d: d' must be >= d, so the smallest D first, then DV
+    (136, 136, None), (8, 136, None),
 ])
-def test_pick_kernel_config_next_kernel_up(d, dv, expected):
-    assert _backend.pick_kernel_config(torch.bfloat16, d, dv, BUILT) == expected
-    assert _backend.pick_kernel_config(torch.float16, d, dv, BUILT) == expected
+def test_pick_is_the_extensions_next_kernel_up(cpp_pick, d, dv, expected):
+    assert _backend.pick_kernel_config(torch.bfloat16, d, dv) == expected
+    assert cpp_pick[-1] == ("fwd", "bfloat16", d, dv)  # asked, not decided here
+    assert _backend.pick_kernel_config(torch.float16, d, dv) == (None if expected is None else (128, 128))
 
 
-def test_pick_kernel_config_respects_dtype_and_build_subset():
-    only = frozenset({(torch.bfloat16, 128, 128)})  # FLASH3_HDIMS=128 FLASH3_DTYPES=bf16
-    assert _backend.pick_kernel_config(torch.bfloat16, 40, 40, only) == (128, 128)
-    assert _backend.pick_kernel_config(torch.bfloat16, 160, 160, only) is None
-    assert _backend.pick_kernel_config(torch.float16, 64, 64, only) is None
-    assert _backend.pick_kernel_config(torch.bfloat16, 64, 64, frozenset()) is None
+def test_pick_takes_the_wide_tile_without_a_mask(cpp_pick):
+    assert _backend.kernel_pick("fwd", torch.bfloat16, 128, 128, 0.1) == {"kernel": [128, 128, True]}
+    assert _backend.kernel_pick("fwd", torch.bfloat16, 128, 128, 0.1, -1, 0) == {"kernel": [128, 128, False]}
+    assert _backend.kernel_pick("fwd", torch.bfloat16, 64, 64, 0.1) == {"kernel": [64, 64, False]}  # none wide
 
 
-@pytest.mark.parametrize("d,dv", [(32, 32), (40, 40), (48, 48), (80, 80), (112, 112), (160, 160),
-                                  (128, 64), (64, 128), (8, 256)])
-def test_call_reason_accepts_any_multiple_of_8_up_to_256(d, dv):
-    assert _backend.call_fwd_reason(torch.bfloat16, d, dv, 0.1, configs=BUILT) is None
-
-
-@pytest.mark.parametrize("args,kw,fragment", [
-    ((torch.float32, 64, 64, 0.1), {}, "bf16/fp16 only"),
-    ((torch.bfloat16, 64, 64, 0.0), {}, "softmax_scale > 0"),
-    ((torch.bfloat16, 64, 64, -0.5), {}, "softmax_scale > 0"),
-    ((torch.bfloat16, 64, 64, float("nan")), {}, "softmax_scale > 0"),
-    ((torch.bfloat16, 36, 36, 0.1), {}, "multiples of 8"),
-    ((torch.bfloat16, 64, 20, 0.1), {}, "multiples of 8"),
-    ((torch.bfloat16, 264, 64, 0.1), {}, "no kernel compiled"),
+@pytest.mark.parametrize("args,fragment", [
+    ((torch.float32, 64, 64, 0.1), "bf16/fp16 only"),
+    ((torch.bfloat16, 64, 64, 0.0), "softmax_scale must be finite and > 0"),
+    ((torch.bfloat16, 64, 64, -0.5), "softmax_scale must be finite and > 0"),
+    ((torch.bfloat16, 64, 64, float("nan")), "softmax_scale must be finite and > 0"),
+    ((torch.bfloat16, 36, 36, 0.1), "multiples of 8"),
+    ((torch.bfloat16, 64, 20, 0.1), "multiples of 8"),
+    ((torch.bfloat16, 264, 64, 0.1), "multiples of 8 in [8, 256]"),
+    ((torch.bfloat16, 136, 136, 0.1), "no bf16 kernel for head dim (136, 136) or larger in this build"),
 ])
-def test_call_reason_rejections(args, kw, fragment):
-    assert fragment in _backend.call_fwd_reason(*args, configs=BUILT, **kw)
+def test_call_reason_rejections(cpp_pick, args, fragment):
+    assert fragment in _backend.call_fwd_reason(*args)
+
+
+def test_call_bwd_reason_uses_the_backward_kernels(cpp_pick):
+    assert _backend.call_bwd_reason(torch.bfloat16, 64, 64, 0.1) is None  # runs on 128
+    assert cpp_pick[-1] == ("bwd", "bfloat16", 64, 64)
+    assert "no fp16 backward kernel" in _backend.call_bwd_reason(torch.float16, 64, 64, 0.1)
+    assert "softmax_scale" in _backend.call_bwd_reason(torch.bfloat16, 64, 64, 0.0)
 
 
 @pytest.mark.parametrize("dtype,cache_dtype,fragment", [
     (torch.bfloat16, torch.float16, "differs from q's"),
-    (torch.float32, torch.float8_e4m3fn, "has no kernel (bf16/fp16 only)")])
-def test_kvcache_reason_rejections(dtype, cache_dtype, fragment):
-    assert fragment in _backend.call_kvcache_reason(dtype, cache_dtype, 64, 64, 0.1,
-                                                    configs=BUILT)
+    (torch.float32, torch.float8_e4m3fn, "bf16/fp16 only"),
+    (torch.float16, torch.float8_e4m3fn, "no fp16 FP8-cache decode kernel")])
+def test_kvcache_reason_rejections(cpp_pick, dtype, cache_dtype, fragment):
+    assert fragment in _backend.call_kvcache_reason(dtype, cache_dtype, 64, 64, 0.1)
 
 
-def test_kvcache_reason_fp8_cache_uses_its_own_kernel_list(monkeypatch):
-    """A float8_e4m3fn cache with 16-bit q runs on the FP8-cache decode kernels
-    (kernel_info()["decode_fp8_cache"]), whatever the 16-bit-cache list holds."""
-    info = {"decode": [["bf16", 128, 128]], "decode_fp8_cache": [["fp16", 64, 64]]}
-    monkeypatch.setattr(_backend, "kernel_info", lambda: info)
-    _backend.kernel_decode_configs.cache_clear()
-    try:
-        assert _backend.call_kvcache_reason(torch.float16, torch.float8_e4m3fn, 64, 64, 0.1) is None
-        assert "no kernel compiled" in _backend.call_kvcache_reason(
-            torch.bfloat16, torch.float8_e4m3fn, 128, 128, 0.1)
-        assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 128, 128, 0.1) is None
-    finally:
-        _backend.kernel_decode_configs.cache_clear()
+def test_kvcache_reason_fp8_cache_uses_its_own_kernel_list(cpp_pick):
+    """A float8_e4m3fn cache with 16-bit q runs on the FP8-cache decode kernels, every cache layout
+    alike (the page table is no argument of the pick)."""
+    assert _backend.call_kvcache_reason(torch.bfloat16, torch.float8_e4m3fn, 80, 80, 0.1) is None
+    assert cpp_pick[-1] == ("decode_fp8_cache", "bfloat16", 80, 80)
+    assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 80, 80, 0.1) is None
+    assert cpp_pick[-1] == ("decode", "bfloat16", 80, 80)
 
 
-def test_kvcache_reason_accepts_paged_and_contiguous_caches_alike():
-    # The page table is not an argument: every cache layout runs on the decode kernel.
-    assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 80, 80, 0.1,
-                                        configs=BUILT) is None
-    assert "no kernel compiled" in _backend.call_kvcache_reason(
-        torch.bfloat16, torch.bfloat16, 64, 64, 0.1, configs=frozenset())
+def test_fp8_pick_wants_multiples_of_16(cpp_pick):
+    assert _backend.kernel_pick("fwd_fp8", torch.float8_e4m3fn, 32, 32, 0.1) == {"kernel": [128, 128, False]}
+    assert "multiples of 16" in _backend.kernel_pick("fwd_fp8", torch.float8_e4m3fn, 24, 24, 0.1)["reason"]
+
+
+def test_call_reason_without_the_extension():
+    if _backend.has_extension():
+        pytest.skip("the extension is built here")
+    assert "not built" in _backend.call_fwd_reason(torch.bfloat16, 64, 64, 0.1)
+    assert _backend.pick_kernel_config(torch.bfloat16, 64, 64) is None
 
 
 def test_kernel_kvcache_reason_on_cpu_tensors():
     q = torch.randn(1, 1, 2, 64, dtype=torch.bfloat16)
     assert _backend.kernel_kvcache_reason(q, q, q, 0.125) == "inputs are not CUDA tensors"
-
-
-def test_call_reason_without_a_build_has_no_kernel():
-    assert "no kernel compiled" in _backend.call_fwd_reason(torch.bfloat16, 64, 64, 0.1,
-                                                            configs=frozenset())
 
 
 def test_kernel_fwd_reason_on_cpu_tensors():
@@ -152,31 +172,6 @@ def test_kernel_bwd_configs_from_kernel_info(monkeypatch):
                                                          (torch.float16, 192, 128)}
     monkeypatch.setattr(_backend, "kernel_info", lambda: {"fwd": [["bf16", 64, 64]]})  # before bwd
     assert _backend.kernel_bwd_configs.__wrapped__() == frozenset()
-
-
-@pytest.mark.parametrize("d,dv", [(32, 32), (64, 64), (80, 80), (128, 64), (176, 128), (256, 256)])
-def test_call_bwd_reason_accepts(d, dv):
-    assert _backend.call_bwd_reason(torch.float16, d, dv, 0.1, configs=BUILT) is None
-
-
-@pytest.mark.parametrize("args,fragment", [
-    ((torch.float32, 64, 64, 0.1), "bf16/fp16 only"),
-    ((torch.bfloat16, 64, 64, 0.0), "softmax_scale > 0"),
-    ((torch.bfloat16, 64, 64, float("nan")), "softmax_scale > 0"),
-    ((torch.bfloat16, 36, 36, 0.1), "multiples of 8"),
-    ((torch.bfloat16, 264, 64, 0.1), "no kernel compiled"),
-])
-def test_call_bwd_reason_rejections(args, fragment):
-    assert fragment in _backend.call_bwd_reason(*args, configs=BUILT)
-
-
-def test_call_bwd_reason_uses_the_backward_configs():
-    fwd_only = frozenset()  # a build with forward kernels and no backward ones
-    assert "no kernel compiled" in _backend.call_bwd_reason(torch.bfloat16, 64, 64, 0.1, configs=fwd_only)
-    only = frozenset({(torch.bfloat16, 128, 128)})
-    assert _backend.call_bwd_reason(torch.bfloat16, 64, 64, 0.1, configs=only) is None  # runs on 128
-    assert "no kernel compiled" in _backend.call_bwd_reason(torch.bfloat16, 192, 128, 0.1, configs=only)
-    assert "no kernel compiled" in _backend.call_bwd_reason(torch.float16, 64, 64, 0.1, configs=only)
 
 
 def test_kernel_bwd_reason_on_cpu_tensors():
@@ -198,17 +193,16 @@ def fake_bwd_op(monkeypatch):
     calls = []
 
     def bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-                 max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+                 max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
                  softcap, deterministic):
         assert all(type(x) is int for x in (max_seqlen_q, max_seqlen_k, window_left, window_right))
         assert type(softmax_scale) is float and type(softcap) is float
-        assert type(causal) is bool and type(deterministic) is bool
+        assert type(deterministic) is bool
         assert lse.dtype == torch.float32 and lse.is_contiguous()
         assert all(x.stride(-1) == 1 for x in (dout, q, k, v, out, dq, dk, dv))
-        calls.append(dict(max_q=max_seqlen_q, max_k=max_seqlen_k, causal=causal, left=window_left,
+        calls.append(dict(max_q=max_seqlen_q, max_k=max_seqlen_k, left=window_left,
                           right=window_right, deterministic=deterministic, dlse=dlse is not None))
-        right = 0 if causal else window_right
-        args = (softmax_scale, window_left, right, softcap)
+        args = (softmax_scale, window_left, window_right, softcap)
         if cu_seqlens_q is None:
             grads = reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse)
         else:
@@ -243,7 +237,7 @@ def test_backward_kernel_branch_plumbing(fake_bwd_op, monkeypatch, kw):
     c = fake_bwd_op[0]
     assert (c["max_q"], c["max_k"], c["dlse"]) == (21, 17, True)
     assert c["deterministic"] == kw.get("deterministic", False)
-    assert (c["causal"], c["right"]) == ((True, -1) if kw.get("causal") else (False, kw.get("window_size", (-1, -1))[1]))
+    assert (c["left"], c["right"]) == ((-1, 0) if kw.get("causal") else kw.get("window_size", (-1, -1)))
     monkeypatch.undo()  # the reference branch
     want = _grads(fn, (q, k, v), g, g_lse)
     for a, b in zip(got, want):
@@ -260,7 +254,7 @@ def test_varlen_backward_kernel_branch_gets_the_forward_max_seqlens(fake_bwd_op,
                                                   return_lse=True, deterministic=True))
     got = _grads(fn, (q, k, v), g, g_lse)
     (c,) = fake_bwd_op
-    assert (c["max_q"], c["max_k"], c["causal"], c["right"], c["deterministic"]) == (14, 9, True, -1, True)
+    assert (c["max_q"], c["max_k"], c["left"], c["right"], c["deterministic"]) == (14, 9, -1, 0, True)
     monkeypatch.undo()
     want = _grads(fn, (q, k, v), g, g_lse)
     for a, b in zip(got, want):

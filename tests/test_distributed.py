@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import flash3
-from flash3 import _checks
+from flash3 import _checks, masking
 from flash3 import distributed as fd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -315,6 +315,7 @@ def _simulate(W, S, load_balance, causal, window, softcap, lengths=None):
     ref, ref_lse = flash3.attention(q, k, v, causal=causal, window_size=window, softcap=softcap,
                                     return_lse=True)
     scale, left, right, cap = _checks.options(q, causal, None, window, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
     ranges = (fd.shard_ranges(S, W, load_balance=load_balance) if lengths is None
               else [[(sum(lengths[:r]), lengths[r])] for r in range(W)])
     segs = [fd._segments(r) for r in ranges]

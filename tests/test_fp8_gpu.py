@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from flash3.masking import normalize_window
 
 import flash3
 from flash3 import _backend, fp8
@@ -46,7 +47,7 @@ def _launch(q8, k8, v8, qd, kd, vd, vcd, scale, causal, left, right, softcap, bm
     out = torch.full((b, s_q, h, v8.shape[-1]), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((b, h, s_q), float("nan"), dtype=torch.float32, device="cuda")
     torch.ops.flash3.fwd_fp8_sm90(q8, k8, fp8.pack_v_fp8(v8), out, lse, qd, kd, vd, vcd, bm, bn, scale,
-                                  causal, left, 0 if causal else right, softcap)
+                                  *normalize_window(causal, (left, right)), softcap)
     return out, lse
 
 
@@ -146,7 +147,7 @@ def test_fp8_kernel_varlen_matches_emulation(d, causal, window, softcap):
     out = torch.full((q.shape[0], h, d), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((h, q.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
     torch.ops.flash3.fwd_fp8_sm90(q8, k8, fp8.pack_v_fp8_varlen(v8, ck), out, lse, qd, kd, vd, vcd, 64, 128,
-                                  scale, causal, left, right, softcap, cq, ck, mq, mk)
+                                  scale, *normalize_window(causal, (left, right)), softcap, cq, ck, mq, mk)
     ref, ref_lse = fp8.fp8_attention_varlen_reference(
         q8.cpu(), k8.cpu(), v8.cpu(), cq.cpu(), ck.cpu(), qd.cpu(), kd.cpu(), vd.cpu(), max_seqlen_q=mq,
         max_seqlen_k=mk, v_channel_descale=vcd.cpu(), softmax_scale=scale, causal=causal, window_left=left,

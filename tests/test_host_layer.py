@@ -11,15 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import cpp_driver
+from helpers import cpp_driver, host_layer_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "csrc"
 HOST = CSRC / "flash3" / "host"
-# The host layer's sources but device.cpp (the driver stands in for the CUDA runtime), and the
-# kernel registries it looks kernels up in.
-SOURCES = [f"flash3/host/{p.name}" for p in sorted(HOST.glob("*.cpp")) if p.name != "device.cpp"]
-SOURCES += ["flash3/fwd/registry.cpp", "flash3/decode/registry.cpp", "flash3/bwd/registry.cpp"]
+SOURCES = host_layer_sources()
 PROBE = 'check(false, "host-layer probe: ", kOp);'
 
 
@@ -35,7 +32,7 @@ def fields(answer):
 
 
 def test_forward_kernel_pick_and_parameters(driver):
-    full, causal, window, small, nextdim = driver(["fwd", "fwd causal=1", "fwd wl=8 wr=4", "fwd d=64",
+    full, causal, window, small, nextdim = driver(["fwd", "fwd wr=0", "fwd wl=8 wr=4", "fwd d=64",
                                                    "fwd d=120 dv=96"])
     f = fields(full)
     assert f["kernel"] == "bf16:128:128:wide" and f["dynamic"] == "0"  # full attention: wide tile, static
@@ -68,13 +65,45 @@ def test_forward_refusals_keep_the_bindings_messages(driver):
         "error: flash3.fwd_sm90: the number of query heads (3) must be a multiple of the number of kv heads (2)",
         "error: flash3.fwd_sm90: softcap must be >= 0 (0 = off), got -1",
         "error: flash3.fwd_sm90: softmax_scale must be finite and > 0, got 0",
-        "error: flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded)",
+        "error: flash3.fwd_sm90: window sizes must be >= -1 (-1 = unbounded), got (-2, -1)",
         "error: flash3.fwd_sm90: sinks must have shape (4,) (one logit per query head), got [3]",
         "error: flash3.fwd_sm90: sinks must be float32, got BFloat16",
         "error: flash3.fwd_sm90: no bf16 kernel for head dim (256, 256) or larger in this build of "
         "host_layer_driver and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel",
         "ok ", "error: flash3.fwd_sm90 needs an sm_90 (Hopper) GPU; cuda:0 is sm_80", "ok ",
     ]
+
+
+@pytest.mark.parametrize("call,argument", [
+    ("fwd softcap=-1", "softcap"), ("fwd wl=-2", "window sizes"), ("fwd scale=0", "softmax_scale"),
+    ("fwd scale=nan", "softmax_scale"), ("fwd d=12", "head dims"), ("fwd h=3 hk=2", "query heads"),
+    ("fwd dtype=f32 kdtype=f32", "q must be bfloat16 or float16"), ("bwd wr=-3", "window sizes"),
+    ("kvcache d=12", "head dims"), ("fwd_fp8 d=24", "head dims must be multiples of 16"),
+])
+def test_a_refused_call_names_the_argument_and_writes_nothing(driver, call, argument):
+    """One check per argument, in the host layer for every direct op caller: the refusal names the
+    argument, and nothing was launched, filled or allocated first (the driver would show it)."""
+    answer = driver([call])[0]
+    assert answer.startswith("error: flash3.") and argument in answer, answer
+    assert "[wrote" not in answer
+
+
+def test_the_ops_refuse_by_the_pick_python_asks(driver):
+    """flash3::pick_kernel (kernel_pick_json) answers Python with the rule the ops refuse by: the
+    same reason, the same kernel."""
+    for args, reason in (("d=12", "head dims must be multiples of 8 in [8, 256], got d=12 d_v=12"),
+                         ("scale=0", "softmax_scale must be finite and > 0, got 0")):
+        pick, op = driver([f"pick {args}", f"fwd {args}"])
+        assert pick == 'ok {"reason": "%s"}' % reason
+        assert op == f"error: flash3.fwd_sm90: {reason}"
+    assert driver(["pick d=136"])[0] == (
+        'ok {"reason": "no bf16 kernel for head dim (136, 136) or larger in this build"}')
+    assert driver(["pick", "pick wr=0", "pick d=80 dv=64", "pick family=bwd d=64"]) == [
+        'ok {"kernel": [128, 128, true]}', 'ok {"kernel": [128, 128, false]}',
+        'ok {"kernel": [128, 128, true]}', 'ok {"kernel": [128, 128, false]}']
+    assert fields(driver(["fwd d=80 dv=64"])[0])["kernel"] == "bf16:128:128:wide"
+    assert driver(["pick dtype=float32"])[0] == (
+        'ok {"reason": "q must be bfloat16 or float16, got float32 (no kernel for it: bf16/fp16 only)"}')
 
 
 def test_no_keys_and_varlen_fill_what_no_kernel_writes(driver):
@@ -187,7 +216,7 @@ def test_a_check_added_to_the_host_layer_is_seen_by_both(tmp_path, monkeypatch):
     drv = smoke_sim.build_driver(kinds=())  # no kernel TU: the probe refuses before any launch
     q = torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16)
     tensors = dict(q=q, k=q, v=q, out=q.clone(), lse=torch.zeros(1, 1, 8))
-    scalars = dict(max_seqlen_q=8, max_seqlen_k=8, softmax_scale=0.125, causal=0, window_left=-1,
+    scalars = dict(max_seqlen_q=8, max_seqlen_k=8, softmax_scale=0.125, window_left=-1,
                    window_right=-1, softcap=0.0)
     with pytest.raises(smoke_sim.SimFailure) as e:
         smoke_sim.run_case("fwd", tensors, scalars, {"out": q}, drv)

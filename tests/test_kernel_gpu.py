@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from flash3.masking import normalize_window
 
 import flash3
 from flash3 import _backend
@@ -59,7 +60,7 @@ def kernel_fwd(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=Non
     torch.ops.flash3.fwd_sm90(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         max_q if max_q is not None else q.shape[-3], max_k if max_k is not None else k.shape[-3],
-        scale if scale is not None else q.shape[-1] ** -0.5, causal, window[0], window[1], softcap)
+        scale if scale is not None else q.shape[-1] ** -0.5, *normalize_window(causal, window), softcap)
     return out, lse
 
 
@@ -326,8 +327,8 @@ def test_dynamic_scheduler_in_a_cuda_graph():
     lse = torch.empty(2, 8, 1100, device="cuda")
 
     def launch():
-        torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 1100, 1100, 128 ** -0.5, True,
-                                  -1, -1, 0.0)
+        torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 1100, 1100, 128 ** -0.5, -1, 0,
+                                  0.0)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from flash3.masking import normalize_window
 
 import flash3
 from flash3 import reference
@@ -71,8 +72,8 @@ def run_decode(q, kc, vc, lens, page_table, *, causal=False, window=(-1, -1), so
     out = torch.full((b, s_q, h, vc.shape[-1]), float("nan"), device=q.device, dtype=q.dtype)
     lse = torch.full((b, h, s_q), float("nan"), device=q.device)
     left, right = window
-    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, page_table, d ** -0.5, causal,
-                                      left, 0 if causal else right, softcap, num_splits, *descales)
+    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, page_table, d ** -0.5,
+                                      *normalize_window(causal, (left, right)), softcap, num_splits, *descales)
     return out, lse
 
 

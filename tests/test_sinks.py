@@ -245,13 +245,13 @@ def fake_bwd_op_with_sinks(monkeypatch):
     calls = []
 
     def bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-                 max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+                 max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
                  softcap, deterministic, sinks=None, dsinks=None):
         assert sinks is not None and dsinks is not None
         assert sinks.dtype == dsinks.dtype == torch.float32 and sinks.is_contiguous()
         assert sinks.shape == dsinks.shape == (q.shape[-2],)
         calls.append(dict(varlen=cu_seqlens_q is not None, max_q=max_seqlen_q, max_k=max_seqlen_k))
-        args = (softmax_scale, window_left, 0 if causal else window_right, softcap)
+        args = (softmax_scale, window_left, window_right, softcap)
         if cu_seqlens_q is None:
             grads = reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse, sinks=sinks)
         else:

@@ -89,12 +89,12 @@ def test_forward_op_poisoned_outputs_and_no_keys():
     sinks = sink_logits(h, gen)
     out = torch.full_like(q, math.nan)
     lse = torch.full((b, h, s_q), math.nan, device="cuda")
-    torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 0, 0, d ** -0.5, True, -1, -1, 0.0,
+    torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 0, 0, d ** -0.5, -1, 0, 0.0,
                               sinks=sinks)
     check(out, lse, q, k, v, sinks, causal=True)
     empty = k[:, :0]
-    torch.ops.flash3.fwd_sm90(q, empty, empty, out, lse, None, None, None, 0, 0, d ** -0.5, False, -1,
-                              -1, 0.0, sinks=sinks)
+    torch.ops.flash3.fwd_sm90(q, empty, empty, out, lse, None, None, None, 0, 0, d ** -0.5, -1, -1,
+                              0.0, sinks=sinks)
     assert (out == 0).all() and torch.equal(lse, sinks.view(1, h, 1).expand(b, h, s_q))
 
 
@@ -162,5 +162,5 @@ def test_bad_sinks_are_refused_by_name():
     for bad in (torch.zeros(4, device="cuda", dtype=torch.float16), torch.zeros(3, device="cuda"),
                 torch.zeros(8, device="cuda")[::2], torch.zeros(4)):
         with pytest.raises(RuntimeError, match="sinks"):
-            torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 0, 0, 0.1, False, -1, -1, 0.0,
+            torch.ops.flash3.fwd_sm90(q, k, v, out, lse, None, None, None, 0, 0, 0.1, -1, -1, 0.0,
                                       sinks=bad)

@@ -27,7 +27,7 @@ def test_case_files_round_trip(tmp_path):
         "out": torch.randn(2, 3, 8, generator=g).to(torch.bfloat16).transpose(0, 1),  # written contiguous
         "empty": torch.empty(0, 3, dtype=torch.float32),
     }
-    scalars = {"softmax_scale": 128 ** -0.5, "causal": True, "window_left": -1, "softcap": 5.0,
+    scalars = {"softmax_scale": 128 ** -0.5, "deterministic": True, "window_left": -1, "softcap": 5.0,
                "max_seqlen_q": 203}
     smoke_sim.write_case(tmp_path, "fwd", tensors, scalars)
     text = (tmp_path / "case.txt").read_text().splitlines()
@@ -42,7 +42,7 @@ def test_case_files_round_trip(tmp_path):
         want = tensors[n]
         assert t.dtype == want.dtype and t.shape == want.shape
         assert torch.equal(t.view(torch.uint8), want.contiguous().view(torch.uint8)), n  # bitwise (NaN too)
-    assert sc == {"softmax_scale": 128 ** -0.5, "causal": 1, "window_left": -1, "softcap": 5.0,
+    assert sc == {"softmax_scale": 128 ** -0.5, "deterministic": 1, "window_left": -1, "softcap": 5.0,
                   "max_seqlen_q": 203}
 
 
@@ -60,10 +60,12 @@ def test_op_call_fwd(feature):
     # the op's default for them
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], out.shape[-1]) == (d, d, dv, dv)
-    assert s["softmax_scale"] == d ** -0.5 and s["causal"] == (feature in ("causal", "sq_gt_sk", "sinks"))
+    assert s["softmax_scale"] == d ** -0.5 and "causal" not in s  # the mask is the window alone
     assert t["sinks"] is c["sinks"] and (c["sinks"] is None) == (feature != "sinks")
     assert t["alibi_slopes"] is c["alibi"] and (c["alibi"] is None) == (feature != "alibi")
-    assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, -1))
+    causal = feature in ("causal", "sq_gt_sk", "sinks")
+    assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, 0) if causal
+                                                     else (-1, -1))
     assert s["softcap"] == (5.0 if feature == "softcap" else 0.0)
     assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (c["max_q"], c["max_k"])
     if feature == "varlen":  # four sequences, one of 0 queries, one of 1 query and 0 keys
@@ -265,8 +267,8 @@ def test_make_dec_case_and_op_call(kid, feature):
         op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
         assert op == "kvcache" and t["q"] is q and t["k_cache"] is kc and t["seqused_k"] is p["seqused"]
         assert t["page_table"] is pt and (t["k_descale"] is not None) == fp8
-        assert sc["num_splits"] == p["num_splits"] and sc["causal"] == p["causal"]
-        assert sc["window_right"] == (0 if p["causal"] else p["window"][1])
+        assert sc["num_splits"] == p["num_splits"] and "causal" not in sc
+        assert (sc["window_left"], sc["window_right"]) == ((-1, 0) if p["causal"] else tuple(p["window"]))
         assert ("k" in t) == (feature in ("append", "rotary"))
         assert t["sinks"] is p["sinks"] and (p["sinks"] is None) == (feature != "sinks")
     if feature == "sinks":  # packed GQA, a row of 0 keys; the epilogue (no split) and the combine (3)
@@ -630,11 +632,12 @@ def test_bwd_op_call(feature):
                 cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
                 alibi_slopes=c.get("alibi"))
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
-    left, right = (97, 13) if feature == "window" else (-1, -1)  # causal: the op makes the right side 0
+    causal = feature in ("causal", "dlse", "sq_gt_sk", "sinks")
+    left, right = (97, 13) if feature == "window" else (-1, 0) if causal else (-1, -1)
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)  # nextdim: the case's own head dims
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], t["dout"].shape[-1]) == (d, d, dv, dv)
     assert s == dict(max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], softmax_scale=d ** -0.5,
-                     causal=feature in ("causal", "dlse", "sq_gt_sk", "sinks"), window_left=left, window_right=right,
+                     window_left=left, window_right=right,
                      softcap=5.0 if feature == "softcap" else 0.0, deterministic=feature == "determ")
     if feature == "dlse":  # lse's shape and dtype (batched: (b, h, s_q))
         assert t["dlse"].dtype == torch.float32 and t["dlse"].shape == lse.shape == (2, 2, smoke.SQ)

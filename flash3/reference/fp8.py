@@ -66,7 +66,7 @@ import torch
 
 from .. import _checks
 from ..fp8_quant import FP8_DTYPE, kernel_tile_n
-from ..masking import visible_mask
+from ..masking import normalize_window, visible_mask
 
 P_MAX_OFFSET_LOG2 = 8  # P = exp2(... + 8) spans [0, 256]
 _LOG2E = math.log2(math.e)
@@ -286,7 +286,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     bc = 128 if bc is None else bc
     kblk, bn = _key_tiling(bc, tile_n, d)
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, d)
-    left, right = _checks.window(window_left, window_right, causal)
+    left, right = normalize_window(causal, _checks.window(window_left, window_right, causal))
     dev = q.device
     qd = _descale_blocks(q_descale, "q_descale", b=b, heads_ok=(hk, h), hk=hk, g=g, s=s_q, blk=br,
                          is_q=True, device=dev)
@@ -379,8 +379,7 @@ def attention_tiled_lowp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, c
     b, s_q, h, d = q.shape
     s_k, hk, dv = k.shape[1], k.shape[2], v.shape[3]
     g = h // hk
-    left, right = _checks.window_pair(window_size)
-    left, right = _checks.window(left, right, causal)
+    left, right = normalize_window(causal, _checks.window(*_checks.window_pair(window_size), causal))
     br, bc = _checks.quant_block_pair(block_size)
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, d)
     qf = q.float().permute(0, 2, 1, 3).reshape(b, hk, g, s_q, d)
@@ -413,8 +412,7 @@ def attention_fp64_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if hk == 0 or h % hk:
         raise ValueError(f"number of q heads ({h}) must be a multiple of the number of k/v heads ({hk})")
     g = h // hk
-    left, right = _checks.window_pair(window_size)
-    left, right = _checks.window(left, right, causal)
+    left, right = normalize_window(causal, _checks.window(*_checks.window_pair(window_size), causal))
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, d)
     qd = q.to(torch.float64)
     kd = k.to(torch.float64)

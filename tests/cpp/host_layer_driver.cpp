@@ -25,6 +25,7 @@
 #include "flash3/host/device.h"
 #include "flash3/host/fwd.h"
 #include "flash3/host/kernel_info.h"
+#include "flash3/host/kernel_pick.h"
 #include "flash3/host/kvcache.h"
 #include "flash3/host/quantize.h"
 
@@ -188,8 +189,8 @@ static void fwd(FakeBackend& be, const Args& a) {
   const h::TensorView &q = rows(sq, hq, d, dt), &k = rows(sk, hk, d, dtype(a, "kdtype", dt)),
                       &v = rows(sk, hk, dv, dt), &out = rows(sq, hq, dv, dt);
   const h::TensorView& lse = varlen ? make({hq, b * sq}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
-  h::fwd_sm90(be, q, k, v, out, lse, cu_q, cu_k, nullptr, sq, sk, real(a, "scale", 0.125), num(a, "causal", 0) != 0,
-              num(a, "wl", -1), num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr);
+  h::fwd_sm90(be, q, k, v, out, lse, cu_q, cu_k, nullptr, sq, sk, real(a, "scale", 0.125), num(a, "wl", -1),
+              num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr);
 }
 
 static void fwd_fp8(FakeBackend& be, const Args& a) {
@@ -201,8 +202,7 @@ static void fwd_fp8(FakeBackend& be, const Args& a) {
   const h::TensorView &qd = make({b, hq, (sq + q_block - 1) / q_block}, h::DType::f32),
                       &kd = make({b, hk, (sk + kv_block - 1) / kv_block}, h::DType::f32),
                       &vd = make({b, hk, (sk + kv_block - 1) / kv_block}, h::DType::f32);
-  h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, nullptr, q_block, kv_block, 0.1, num(a, "causal", 0) != 0, -1,
-                  -1, 0.0, nullptr, nullptr, 0, 0);
+  h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, nullptr, q_block, kv_block, 0.1, -1, num(a, "wr", -1), 0.0, nullptr, nullptr, 0, 0);
 }
 
 static void kvcache(FakeBackend& be, const Args& a) {
@@ -220,7 +220,7 @@ static void kvcache(FakeBackend& be, const Args& a) {
   const h::TensorView& out = varlen ? make({q.size(0), hq, d}, h::DType::bf16) : make({b, sq, hq, d}, h::DType::bf16);
   const h::TensorView& lse = varlen ? make({hq, q.size(0)}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   const h::TensorView& used = make({b}, h::DType::i32);
-  h::fwd_kvcache_sm90(be, q, kc, vc, out, lse, used, pt, 0.1, num(a, "causal", 1) != 0, -1, -1, 0.0,
+  h::fwd_kvcache_sm90(be, q, kc, vc, out, lse, used, pt, 0.1, -1, num(a, "wr", 0), 0.0,
                       num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr);
 }
 
@@ -245,8 +245,8 @@ static void bwd(FakeBackend& be, const Args& a) {
                       &dout = make({b, sq, hq, d}, h::DType::bf16), &lse = make({b, hq, sq}, h::DType::f32),
                       &dq = make({b, sq, hq, d}, h::DType::bf16), &dk = make({b, sk, hk, d}, h::DType::bf16),
                       &dv = make({b, num(a, "dv_sk", sk), hk, d}, h::DType::bf16);
-  h::bwd_sm90(be, dout, q, k, v, out, lse, nullptr, dq, dk, dv, nullptr, nullptr, sq, sk, 0.1, num(a, "causal", 0) != 0,
-              num(a, "wl", -1), num(a, "wr", -1), 0.0, num(a, "deterministic", 0) != 0, nullptr, nullptr,
+  h::bwd_sm90(be, dout, q, k, v, out, lse, nullptr, dq, dk, dv, nullptr, nullptr, sq, sk, 0.1, num(a, "wl", -1),
+              num(a, "wr", -1), 0.0, num(a, "deterministic", 0) != 0, nullptr, nullptr,
               nullptr);
 }
 
@@ -276,6 +276,11 @@ int main() {
         g_dev.major = int(num(args, "major", 9)), g_dev.minor = int(num(args, "minor", 0));
       } else if (op == "kernel_info") {
         g_rec << h::kernel_lists_json();
+      } else if (op == "pick") {  // family= dtype= d= dv= scale= wl= wr=: torch.ops.flash3.pick_kernel's answer
+        const int64_t d = num(args, "d", 128);
+        g_rec << h::kernel_pick_json(args.count("family") ? args["family"] : "fwd",
+                                     args.count("dtype") ? args["dtype"] : "bfloat16", d, num(args, "dv", d),
+                                     real(args, "scale", 0.125), num(args, "wl", -1), num(args, "wr", -1));
       } else if (op == "fwd") {
         fwd(be, args);
       } else if (op == "fwd_fp8") {
@@ -293,8 +298,9 @@ int main() {
         continue;
       }
       std::cout << "ok " << g_rec.str() << be.asked.str() << std::endl;
-    } catch (const h::Error& e) {
-      std::cout << "error: " << e.what() << std::endl;
+    } catch (const h::Error& e) {  // a refused call: anything it launched, filled or allocated shows
+      const std::string wrote = g_rec.str() + be.asked.str();
+      std::cout << "error: " << e.what() << (wrote.empty() ? "" : " [wrote: " + wrote + "]") << std::endl;
     }
     g_tensors.clear();
   }

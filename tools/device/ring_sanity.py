@@ -34,7 +34,7 @@ def simulated_ring(full, world, load_balance, lengths=None, **kw):
     import math
 
     import flash3
-    from flash3 import _checks
+    from flash3 import _checks, masking
     from flash3 import distributed as fd
 
     q, k, v = full
@@ -44,6 +44,7 @@ def simulated_ring(full, world, load_balance, lengths=None, **kw):
     scale, left, right, cap = _checks.options(q, kw.get("causal", False), None,
                                               kw.get("window_size", (-1, -1)),
                                               kw.get("softcap", 0.0))
+    left, right = masking.normalize_window(kw.get("causal", False), (left, right))
     ranges = (fd.shard_ranges(S, world, load_balance=load_balance) if lengths is None
               else [[(sum(lengths[:r]), lengths[r])] for r in range(world)])
     segs = [fd._segments(r) for r in ranges]

@@ -64,7 +64,7 @@ def run_decode(case):
     lens = torch.tensor([1, 333, 10**6], device="cuda", dtype=torch.int32)
     out = torch.full((b, 2, h, dv), float("nan"), device="cuda", dtype=dtype)
     lse = torch.full((b, h, 2), float("nan"), device="cuda")
-    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, pt, d ** -0.5, True, -1, -1, 0.0, 3,
+    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, lens, pt, d ** -0.5, -1, 0, 0.0, 3,
                                       *descales)
     assert torch.isfinite(out).all(), f"{case}: non-finite or unwritten output"
     assert not torch.isnan(lse).any(), f"{case}: unwritten lse"

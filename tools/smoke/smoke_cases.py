@@ -441,12 +441,11 @@ def launch_dec(p: dict) -> dict:
                                         **({} if a.get("rotary_seqlens") is None
                                            else {"rotary_seqlens": a["rotary_seqlens"]}))
         q = q_out if q_out is not None else q
-    left, right = p["window"]
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     if p.get("alibi") is not None:
         extra["alibi_slopes"] = p["alibi"]
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
-                                      p["causal"], left, 0 if p["causal"] else right, p["softcap"],
+                                      *op_window(p), p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
                                       max_seqlen_q=int(p.get("max_q") or 0))
     torch.cuda.synchronize()
@@ -579,18 +578,24 @@ def launch(c: dict):
     return out, lse
 
 
+def op_window(c) -> tuple[int, int]:
+    """A case's mask as every op takes it: (left, right), -1 unbounded, causal folded into right = 0
+    (flash3.masking.normalize_window, as the API does)."""
+    from flash3.masking import normalize_window
+    return normalize_window(c["causal"], c["window"])
+
+
 def _launch_fwd(c, out, lse):
     import torch
     extra = {} if c.get("sinks") is None else {"sinks": c["sinks"]}  # builds without sinks: no argument
     if c.get("alibi") is not None:
         extra["alibi_slopes"] = c["alibi"]
     torch.ops.flash3.fwd_sm90(c["q"], c["k"], c["v"], out, lse, c["cu_q"], c["cu_k"], c["seqused_k"],
-                              c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, c["causal"],
-                              c["window"][0], c["window"][1], c["softcap"], **extra)
+                              c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, *op_window(c),
+                              c["softcap"], **extra)
 
 
 def _launch_fp8(c, out, lse):
-    """The window as fwd_sm90 gets it: for causal (-1, -1), the op makes the right side 0."""
     import torch
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -598,8 +603,7 @@ def _launch_fp8(c, out, lse):
     else:
         vt, tail = fp8.pack_v_fp8(c["v"]), ()
     torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, *c["descales"], *c["fp8_block"],
-                                  c["q"].shape[-1] ** -0.5, c["causal"], c["window"][0], c["window"][1],
-                                  c["softcap"], *tail)
+                                  c["q"].shape[-1] ** -0.5, *op_window(c), c["softcap"], *tail)
 
 
 def _pieces(c, out, lse):
@@ -761,7 +765,7 @@ def launch_bwd(c: dict):
             grads.append(torch.full_like(sinks, float("nan")))
         torch.ops.flash3.bwd_sm90(c["dout"], c["q"], c["k"], c["v"], out, lse, c["dlse"], *grads[:3],
                                   c["cu_q"], c["cu_k"], c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5,
-                                  c["causal"], c["window"][0], c["window"][1], c["softcap"],
+                                  *op_window(c), c["softcap"],
                                   c["deterministic"], *((sinks, grads[3]) if sinks is not None else ()),
                                   **({} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}))
         torch.cuda.synchronize()

@@ -26,7 +26,8 @@ std::vector<FwdKernelEntry>& fwd_kernels();
 // The kernel a call with head dims (d, d_v) runs on: among `entries` of the dtype with
 // head_dim >= d and head_dim_v >= d_v, the smallest head_dim, then the smallest head_dim_v
 // (extra columns are zero-filled by TMA, so a larger kernel computes the same result), then the
-// `wide` variant asked for if built. nullptr when none fits. flash3/_backend.py mirrors this rule.
+// `wide` variant asked for if built. nullptr when none fits. host/kernel_pick.h applies it for the ops
+// and for flash3/_backend.py (flash3::pick_kernel).
 inline const FwdKernelEntry* pick_fwd_kernel(const std::vector<FwdKernelEntry>& entries, bool is_bf16, int d,
                                              int d_v, bool wide) {
   const FwdKernelEntry* best = nullptr;

@@ -1,7 +1,6 @@
 #include "flash3/host/bwd.h"
 
 #include <algorithm>
-#include <cmath>
 #include <exception>
 #include <sstream>
 
@@ -9,6 +8,8 @@
 #include "flash3/bwd/params.h"
 #include "flash3/host/check.h"
 #include "flash3/host/device.h"
+#include "flash3/host/kernel_pick.h"
+#include "flash3/host/mask.h"
 
 namespace flash3::host {
 namespace {
@@ -30,13 +31,12 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView& out, const TensorView& lse, const TensorView* dlse, const TensorView& dq,
               const TensorView& dk, const TensorView& dv, const TensorView* cu_seqlens_q,
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-              bool causal, int64_t window_left, int64_t window_right, double softcap, bool deterministic,
+              int64_t window_left, int64_t window_right, double softcap, bool deterministic,
               const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
-  const DType dtype = q.dtype;
-  check(dtype == DType::bf16 || dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
+  const DType dtype = q.dtype;  // bf16/fp16: the pick's check
   for (auto [t, name] : {std::make_pair(&dout, "dout"), std::make_pair(&k, "k"), std::make_pair(&v, "v"),
                          std::make_pair(&out, "out"), std::make_pair(&dq, "dq"), std::make_pair(&dk, "dk"),
                          std::make_pair(&dv, "dv")}) {
@@ -48,28 +48,11 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
     check(t->stride(-1) == 1 || t->size(-1) <= 1, kOp, ": ", name, " must have a contiguous last dimension");
   }
 
-  const bool varlen = cu_seqlens_q != nullptr;
-  check(varlen == (cu_seqlens_k != nullptr), kOp, ": pass both cu_seqlens_q and cu_seqlens_k, or neither");
-  const int qdim = varlen ? 3 : 4;
-  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v")})
-    check(t->dim() == qdim, kOp, ": ", name, " must be ", qdim, "-D, got ", t->sizes());
-  const int64_t batch = varlen ? cu_seqlens_q->numel() - 1 : q.size(0);
-  check(batch >= 0, kOp, ": cu_seqlens_q must have batch + 1 >= 1 entries");
-  const int64_t h = q.size(-2), d = q.size(-1), h_k = k.size(-2), d_v = v.size(-1);
-  const int64_t s_q = varlen ? max_seqlen_q : q.size(1), s_k = varlen ? max_seqlen_k : k.size(1);
-  const int64_t total_q = varlen ? q.size(0) : batch * s_q, total_k = varlen ? k.size(0) : batch * s_k;
-  if (varlen) {
-    check_shape(k, "k", {total_k, h_k, d});
-    check_shape(v, "v", {total_k, h_k, d_v});
-    check_shape(out, "out", {total_q, h, d_v});
-    check_shape(lse, "lse", {h, total_q});
-    check(max_seqlen_q >= 0 && max_seqlen_k >= 0, kOp, ": max_seqlen_q/k must be >= 0");
-  } else {
-    check_shape(k, "k", {batch, s_k, h_k, d});
-    check_shape(v, "v", {batch, s_k, h_k, d_v});
-    check_shape(out, "out", {batch, s_q, h, d_v});
-    check_shape(lse, "lse", {batch, h, s_q});
-  }
+  const QkvShape s =
+      check_qkv_shapes(kOp, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const bool varlen = s.varlen;
+  const int64_t batch = s.batch, h = s.h, d = s.d, h_k = s.h_k, d_v = s.d_v, s_q = s.s_q, s_k = s.s_k;
+  const int64_t total_q = s.total_q, total_k = s.total_k;
   check_shape(dout, "dout", out.sizes());
   check_shape(dq, "dq", q.sizes());
   check_shape(dk, "dk", k.sizes());
@@ -86,20 +69,11 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   }
   int64_t alibi_stride = 0;
   const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
-  check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1, q);
-  check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1, q);
-  check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
-        ") must be a multiple of the number of kv heads (", h_k, ")");
-  check(d % 8 == 0 && d_v % 8 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256, kOp,
-        ": head dims must be multiples of 8 in [8, 256], got d=", d, " d_v=", d_v);
-  check(softcap >= 0.0, kOp, ": softcap must be >= 0 (0 = off), got ", softcap);
-  check(softmax_scale > 0.0 && std::isfinite(softmax_scale), kOp, ": softmax_scale must be finite and > 0, got ",
-        softmax_scale);
-  check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1 (-1 = unbounded)");
+  check_heads(kOp, h, h_k);
+  check_score_options(kOp, softcap, window_left, window_right);
   const bool is_bf16 = dtype == DType::bf16;
-  const BwdKernelEntry* kernel = find_bwd_kernel(is_bf16, static_cast<int>(d), static_cast<int>(d_v));
-  check(kernel != nullptr, kOp, ": no ", dtype_name(is_bf16), " backward kernel for head dim (", d, ", ", d_v,
-        ") or larger in this build of ", be.build_name());
+  const BwdKernelEntry* kernel =
+      checked_pick(kOp, be.build_name(), KernelFamily::bwd, q, d, d_v, softmax_scale, window_left, window_right).bwd;
   if (be.tracing()) {
     std::ostringstream os;
     os << "kernel bwd " << dtype_name(kernel->is_bf16) << " d=" << kernel->head_dim << " d_v=" << kernel->head_dim_v;
@@ -166,9 +140,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
   p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
-  p.is_causal = causal;
-  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
-  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
+  set_mask(p, window_left, window_right);
   p.deterministic = deterministic;
   p.is_bf16 = is_bf16;
 
@@ -184,7 +156,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
     std::ostringstream os;
     os << kOp << " " << dtype_name(is_bf16) << " d=" << p.head_dim << " d_v=" << p.head_dim_v << " b=" << p.batch
        << " s_q=" << p.seqlen_q << " s_k=" << p.seqlen_k << " h=" << p.num_heads << " h_k=" << p.num_heads_k
-       << " causal=" << int(p.is_causal) << " window=(" << p.window_left << "," << p.window_right
+       << " window=(" << p.window_left << "," << p.window_right
        << ") softcap=" << p.softcap << " varlen=" << int(varlen) << " dlse=" << int(p.dlse != nullptr)
        << " deterministic=" << int(p.deterministic) << " sinks=" << int(p.sinks != nullptr);
     be.trace(os.str());

@@ -16,7 +16,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView& out, const TensorView& lse, const TensorView* dlse, const TensorView& dq,
               const TensorView& dk, const TensorView& dv, const TensorView* cu_seqlens_q,
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-              bool causal, int64_t window_left, int64_t window_right, double softcap, bool deterministic,
+              int64_t window_left, int64_t window_right, double softcap, bool deterministic,
               const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes);
 
 }  // namespace flash3::host

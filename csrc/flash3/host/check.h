@@ -1,11 +1,21 @@
 // The host layer's argument checks (shared by every op in csrc/flash3/host/): a refused call throws
 // host::Error with the message the torch bindings raise (they rethrow it as TORCH_CHECK does).
+//
+// Who checks what, once per layer crossing:
+//  - flash3/_checks.py: what a user passes to the public functions (types, shapes, ranges), with
+//    Python exceptions naming the argument, before anything is allocated or launched.
+//  - here: every argument of an op (torch.ops.flash3.*, the simulator driver), refused before
+//    anything is written, since those callers skip _checks.py. What a kernel takes (q's dtype, the
+//    scale, head dims) and which kernel runs is kernel_pick.h's rule alone: the ops refuse by it,
+//    flash3/_backend.py asks it (flash3::pick_kernel) to choose between a kernel and the reference.
+//  - the kernels check nothing.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flash3/common/total_rows.h"
@@ -93,6 +103,66 @@ inline const float* check_sinks(const TensorView* sinks, int64_t num_heads, cons
         ",) (one logit per query head), got ", s.sizes());
   check(s.is_contiguous(), op, ": sinks must be contiguous");
   return s.ptr<const float>();
+}
+
+// The score options every attention op takes but the scale (kernel_pick.h: the reference takes
+// any finite scale, the kernels a positive one). The window is the mask: -1 = unbounded, causal =
+// (-1, 0), folded once at the Python API (flash3/masking.py normalize_window).
+inline void check_score_options(const char* op, double softcap, int64_t window_left, int64_t window_right) {
+  check(softcap >= 0.0, op, ": softcap must be >= 0 (0 = off), got ", softcap);
+  check(window_left >= -1 && window_right >= -1, op, ": window sizes must be >= -1 (-1 = unbounded), got (",
+        window_left, ", ", window_right, ")");
+}
+
+// GQA: the query heads come in groups of the kv heads' count.
+inline void check_heads(const char* op, int64_t h, int64_t h_k) {
+  check(h_k > 0 && h % h_k == 0, op, ": the number of query heads (", h,
+        ") must be a multiple of the number of kv heads (", h_k, ")");
+}
+
+// The sizes of an attention call over q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v),
+// or packed (varlen: cu_seqlens_q/k given) q (total_q, h, d), k/v (total_k, h_k, .) with s_q/s_k the
+// max lengths.
+struct QkvShape {
+  bool varlen;
+  int64_t batch, h, h_k, d, d_v, s_q, s_k, total_q, total_k;
+};
+
+// q/k/v/out/lse of the forward and backward ops: their ranks, then k, v, out and lse against q's
+// sizes (out (.., h, d_v), lse (b, h, s_q) or (h, total_q)), and cu_seqlens_q/k.
+inline QkvShape check_qkv_shapes(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& out, const TensorView& lse, const TensorView* cu_seqlens_q,
+                                 const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
+  QkvShape s{};
+  s.varlen = cu_seqlens_q != nullptr;
+  check(s.varlen == (cu_seqlens_k != nullptr), op, ": pass both cu_seqlens_q and cu_seqlens_k, or neither");
+  const int qdim = s.varlen ? 3 : 4;
+  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v"),
+                         std::make_pair(&out, "out")})
+    check(t->dim() == qdim, op, ": ", name, " must be ", qdim, "-D (",
+          s.varlen ? "varlen: (total, heads, dim)" : "(batch, seqlen, heads, dim)", "), got ", t->sizes());
+  s.batch = s.varlen ? cu_seqlens_q->numel() - 1 : q.size(0);
+  check(s.batch >= 0, op, ": cu_seqlens_q must have batch + 1 >= 1 entries");
+  s.h = q.size(-2), s.d = q.size(-1), s.h_k = k.size(-2), s.d_v = v.size(-1);
+  s.s_q = s.varlen ? max_seqlen_q : q.size(1);
+  s.s_k = s.varlen ? max_seqlen_k : k.size(1);
+  s.total_q = s.varlen ? q.size(0) : s.batch * s.s_q;
+  s.total_k = s.varlen ? k.size(0) : s.batch * s.s_k;
+  if (s.varlen) {
+    check_shape(k, "k", {s.total_k, s.h_k, s.d});
+    check_shape(v, "v", {s.total_k, s.h_k, s.d_v});
+    check_shape(out, "out", {s.total_q, s.h, s.d_v});
+    check_shape(lse, "lse", {s.h, s.total_q});
+    check(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q/max_seqlen_k must be >= 0 for varlen");
+  } else {
+    check_shape(k, "k", {s.batch, s.s_k, s.h_k, s.d});
+    check_shape(v, "v", {s.batch, s.s_k, s.h_k, s.d_v});
+    check_shape(out, "out", {s.batch, s.s_q, s.h, s.d_v});
+    check_shape(lse, "lse", {s.batch, s.h, s.s_q});
+  }
+  check_seqlens(cu_seqlens_q, "cu_seqlens_q", s.batch + 1, q);
+  check_seqlens(cu_seqlens_k, "cu_seqlens_k", s.batch + 1, q);
+  return s;
 }
 
 inline int to_int(int64_t v, const char* what, const char* op = "flash3") {

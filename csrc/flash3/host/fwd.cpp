@@ -5,13 +5,14 @@
 
 #include "flash3/common/attn_logic.h"
 #include "flash3/host/fwd_params.h"
+#include "flash3/host/kernel_pick.h"
 
 namespace flash3::host {
 
 void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const TensorView& lse, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k,
               const TensorView* seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-              bool causal, int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
+              int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
               const TensorView* alibi_slopes) {
   constexpr const char* kOp = "flash3.fwd_sm90";
   // Device and dtypes.
@@ -20,8 +21,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
     check(t->device == q.device, kOp, ": all tensors must be on ", q.device, ", got one on ", t->device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
-  const DType dtype = q.dtype;
-  check(dtype == DType::bf16 || dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
+  const DType dtype = q.dtype;  // bf16/fp16: the pick's check
   check(k.dtype == dtype && v.dtype == dtype, kOp, ": q, k and v must have the same dtype, got ", q.dtype_name, ", ",
         k.dtype_name, ", ", v.dtype_name);
   check(out.dtype == dtype, kOp, ": out must have q's dtype ", q.dtype_name, ", got ", out.dtype_name);
@@ -29,56 +29,23 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   const bool is_bf16 = dtype == DType::bf16;
 
   // Shapes.
-  const bool varlen = cu_seqlens_q != nullptr;
-  check(varlen == (cu_seqlens_k != nullptr), kOp, ": pass both cu_seqlens_q and cu_seqlens_k, or neither");
+  const QkvShape s =
+      check_qkv_shapes(kOp, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const bool varlen = s.varlen;
   const int qdim = varlen ? 3 : 4;
-  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v"),
-                         std::make_pair(&out, "out")})
-    check(t->dim() == qdim, kOp, ": ", name, " must be ", qdim, "-D (",
-          varlen ? "varlen: (total, heads, dim)" : "(batch, seqlen, heads, dim)", "), got ", t->sizes());
-  const int64_t batch = varlen ? cu_seqlens_q->numel() - 1 : q.size(0);
-  check(batch >= 0, kOp, ": cu_seqlens_q must have batch + 1 >= 1 entries");
-  const int64_t h = q.size(-2), d = q.size(-1);
-  const int64_t h_k = k.size(-2), d_v = v.size(-1);
-  const int64_t seqlen_q = varlen ? max_seqlen_q : q.size(1);
-  const int64_t seqlen_k = varlen ? max_seqlen_k : k.size(1);
-  const int64_t total_q = varlen ? q.size(0) : batch * seqlen_q;
-  const int64_t total_k = varlen ? k.size(0) : batch * seqlen_k;
-  if (varlen) {
-    check_shape(k, "k", {total_k, h_k, d});
-    check_shape(v, "v", {total_k, h_k, d_v});
-    check_shape(out, "out", {total_q, h, d_v});
-    check_shape(lse, "lse", {h, total_q});
-    check(max_seqlen_q >= 0 && max_seqlen_k >= 0, kOp, ": max_seqlen_q/max_seqlen_k must be >= 0 for varlen");
-  } else {
-    check_shape(k, "k", {batch, seqlen_k, h_k, d});
-    check_shape(v, "v", {batch, seqlen_k, h_k, d_v});
-    check_shape(out, "out", {batch, seqlen_q, h, d_v});
-    check_shape(lse, "lse", {batch, h, seqlen_q});
-  }
-  check_seqlens(cu_seqlens_q, "cu_seqlens_q", batch + 1, q);
-  check_seqlens(cu_seqlens_k, "cu_seqlens_k", batch + 1, q);
+  const int64_t batch = s.batch, h = s.h, d = s.d, d_v = s.d_v, seqlen_q = s.s_q, seqlen_k = s.s_k;
+  const int64_t total_q = s.total_q, total_k = s.total_k;
   check_seqlens(seqused_k, "seqused_k", batch, q);
-  check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
-        ") must be a multiple of the number of kv heads (", h_k, ")");
-  check(d % 8 == 0 && d_v % 8 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256, kOp,
-        ": head dims must be multiples of 8 in [8, 256], got d=", d, " d_v=", d_v);
-  check(softcap >= 0.0, kOp, ": softcap must be >= 0 (0 = off), got ", softcap);
-  // The online softmax takes row maxes of the raw scores, which is only right for a positive scale.
-  check(softmax_scale > 0.0 && std::isfinite(softmax_scale), kOp, ": softmax_scale must be finite and > 0, got ",
-        softmax_scale);
-  check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1 (-1 = unbounded)");
+  check_heads(kOp, h, s.h_k);
+  check_score_options(kOp, softcap, window_left, window_right);
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
   int64_t alibi_stride = 0;
   const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
 
   // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
   // columns); full attention takes the wide-tile variant where (d, d_v) has one.
-  const bool wide = !causal && window_left < 0 && window_right < 0;
-  const FwdKernelEntry* kernel = pick_fwd_kernel(fwd_kernels(), is_bf16, int(d), int(d_v), wide);
-  check(kernel != nullptr, kOp, ": no ", dtype_name(is_bf16), " kernel for head dim (", d, ", ", d_v,
-        ") or larger in this build of ", be.build_name(),
-        " and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel");
+  const FwdKernelEntry* kernel =
+      checked_pick(kOp, be.build_name(), KernelFamily::fwd, q, d, d_v, softmax_scale, window_left, window_right).fwd;
   if (be.tracing()) {
     std::ostringstream os;
     os << "kernel " << dtype_name(kernel->is_bf16) << " d=" << kernel->head_dim << " d_v=" << kernel->head_dim_v
@@ -110,7 +77,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
 
   p.is_bf16 = is_bf16;
-  set_mask_and_launch(p, kernel->launch, be, dev, softmax_scale, softcap, causal, window_left, window_right, kOp,
+  set_mask_and_launch(p, kernel->launch, be, dev, softmax_scale, softcap, window_left, window_right, kOp,
                       dtype_name(is_bf16));
 }
 
@@ -144,7 +111,7 @@ Descale fp8_descale(Backend& be, const TensorView& t, const char* name, const Te
 void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& vt, const TensorView& out,
                   const TensorView& lse, const TensorView& q_descale, const TensorView& k_descale,
                   const TensorView& v_descale, const TensorView* v_channel_descale, int64_t q_block, int64_t kv_block,
-                  double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+                  double softmax_scale, int64_t window_left, int64_t window_right, double softcap,
                   const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
                   int64_t max_seqlen_k) {
   constexpr const char* kOp = kFp8Op;
@@ -153,7 +120,7 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
     check(t->device == q.device, kOp, ": all tensors must be on ", q.device, ", got one on ", t->device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
-  for (auto [t, name] : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&vt, "vt")})
+  for (auto [t, name] : {std::make_pair(&k, "k"), std::make_pair(&vt, "vt")})  // q's: the pick's
     check(t->dtype == DType::e4m3, kOp, ": ", name, " must be float8_e4m3fn, got ", t->dtype_name);
   check(out.dtype == DType::bf16, kOp, ": out must be bfloat16");
   check(lse.dtype == DType::f32, kOp, ": lse must be float32");
@@ -184,17 +151,11 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
     check_shape(out, "out", {b, s_q, h, d_v});
     check_shape(lse, "lse", {b, h, s_q});
   }
-  check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
-        ") must be a multiple of the number of kv heads (", h_k, ")");
-  check(d % 16 == 0 && d_v % 16 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256, kOp,
-        ": head dims must be multiples of 16 in [16, 256], got d=", d, " d_v=", d_v);
-  check(softcap >= 0.0, kOp, ": softcap must be >= 0 (0 = off), got ", softcap);
-  check(softmax_scale > 0.0 && std::isfinite(softmax_scale), kOp, ": softmax_scale must be finite and > 0, got ",
-        softmax_scale);
-  check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1 (-1 = unbounded)");
-  const FwdKernelEntry* picked = pick_fwd_kernel(fwd_fp8_kernels(), true, int(d), int(d_v), false);
-  check(picked != nullptr, kOp, ": no FP8 kernel for head dim (", d, ", ", d_v, ") or larger in this build of ",
-        be.build_name());
+  check_heads(kOp, h, h_k);
+  check_score_options(kOp, softcap, window_left, window_right);
+  const FwdKernelEntry* picked = checked_pick(kOp, be.build_name(), KernelFamily::fwd_fp8, q, d, d_v, softmax_scale,
+                                              window_left, window_right)
+                                     .fwd;
   // The tile of the kernel that runs (possibly a larger head dim's): descales index its key blocks.
   const TileShape tile = fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
   if (be.tracing()) {
@@ -233,7 +194,7 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   p.v_head_stride = tma_stride(vt, qdim - 3);
   p.v_row_stride = tma_stride(vt, qdim - 2);
   p.is_bf16 = true;
-  set_mask_and_launch(p, picked->launch, be, dev, softmax_scale, softcap, causal, window_left, window_right, kOp,
+  set_mask_and_launch(p, picked->launch, be, dev, softmax_scale, softcap, window_left, window_right, kOp,
                       nullptr);
 }
 

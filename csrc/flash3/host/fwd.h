@@ -16,7 +16,7 @@ namespace flash3::host {
 void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const TensorView& lse, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k,
               const TensorView* seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
-              bool causal, int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
+              int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
               const TensorView* alibi_slopes);
 
 // The FP8 forward: q (b, s_q, h, d), k (b, s_k, h_k, d) and vt (b, h_k, d_v, s_pad) in e4m3, vt
@@ -30,7 +30,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
 void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& vt, const TensorView& out,
                   const TensorView& lse, const TensorView& q_descale, const TensorView& k_descale,
                   const TensorView& v_descale, const TensorView* v_channel_descale, int64_t q_block, int64_t kv_block,
-                  double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+                  double softmax_scale, int64_t window_left, int64_t window_right, double softcap,
                   const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
                   int64_t max_seqlen_k);
 

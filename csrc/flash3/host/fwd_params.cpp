@@ -1,8 +1,9 @@
 #include "flash3/host/fwd_params.h"
 
-#include <algorithm>
 #include <exception>
 #include <sstream>
+
+#include "flash3/host/mask.h"
 
 namespace flash3::host {
 
@@ -41,7 +42,7 @@ void set_q_k_out(FwdParams& p, const TensorView& q, const TensorView& k, const T
 }
 
 void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const DeviceInfo& dev, double softmax_scale,
-                         double softcap, bool causal, int64_t window_left, int64_t window_right, const char* op,
+                         double softcap, int64_t window_left, int64_t window_right, const char* op,
                          const char* dtype) {
   auto tag = [&] {
     std::ostringstream os;
@@ -52,9 +53,7 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const De
   };
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
-  p.is_causal = causal;
-  p.window_left = static_cast<int>(std::max<int64_t>(window_left, -1));
-  p.window_right = causal ? 0 : static_cast<int>(std::max<int64_t>(window_right, -1));
+  set_mask(p, window_left, window_right);
 
   p.num_sms = dev.num_sms;
   p.l2_bytes = dev.l2_bytes;
@@ -67,7 +66,7 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const De
     std::ostringstream os;
     os << op << (dtype ? " " : "") << (dtype ? dtype : "") << " d=" << p.head_dim << " d_v=" << p.head_dim_v
        << " b=" << p.batch << " s_q=" << p.seqlen_q << " s_k=" << p.seqlen_k << " h=" << p.num_heads
-       << " h_k=" << p.num_heads_k << " causal=" << int(p.is_causal) << " window=(" << p.window_left << ","
+       << " h_k=" << p.num_heads_k << " window=(" << p.window_left << ","
        << p.window_right << ") softcap=" << p.softcap << " varlen=" << int(p.cu_seqlens_q != nullptr)
        << " seqused_k=" << int(p.seqused_k != nullptr) << " dynamic=" << int(p.tile_counter != nullptr)
        << " num_sms=" << p.num_sms;

@@ -19,7 +19,7 @@ void set_q_k_out(FwdParams& p, const TensorView& q, const TensorView& k, const T
 // The mask and softmax fields of `p`, its launch resources, then the launch on the backend's
 // stream. Errors name the call: "<op> (<dtype>, d=.., d_v=..)", the dtype left out when null.
 void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const DeviceInfo& dev, double softmax_scale,
-                         double softcap, bool causal, int64_t window_left, int64_t window_right, const char* op,
+                         double softcap, int64_t window_left, int64_t window_right, const char* op,
                          const char* dtype);
 
 }  // namespace flash3::host

@@ -8,12 +8,13 @@
 #include "flash3/decode/combine.h"
 #include "flash3/decode/split_heuristic.h"
 #include "flash3/host/fwd_params.h"
+#include "flash3/host/kernel_pick.h"
 
 namespace flash3::host {
 
 void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                       const TensorView& out, const TensorView& lse, const TensorView& seqused_k,
-                      const TensorView* page_table, double softmax_scale, bool causal, int64_t window_left,
+                      const TensorView* page_table, double softmax_scale, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes) {
@@ -23,8 +24,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
     check(t->device == q.device, kOp, ": all tensors must be on ", q.device, ", got one on ", t->device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
-  const DType dtype = q.dtype;
-  check(dtype == DType::bf16 || dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
+  const DType dtype = q.dtype;  // bf16/fp16: the pick's check
   check(out.dtype == dtype, kOp, ": out must have q's dtype ", q.dtype_name);
   const bool fp8_cache = k_cache.dtype == DType::e4m3;
   check(fp8_cache ? v_cache.dtype == DType::e4m3 : k_cache.dtype == dtype && v_cache.dtype == dtype, kOp,
@@ -67,13 +67,8 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
     check_shape(lse, "lse", {b, h, s_q});
   }
   check_seqlens(&seqused_k, "seqused_k", b, q);
-  check(h_k > 0 && h % h_k == 0, kOp, ": the number of query heads (", h,
-        ") must be a multiple of the number of kv heads (", h_k, ")");
-  check(d % 8 == 0 && d_v % 8 == 0 && d > 0 && d_v > 0 && d <= 256 && d_v <= 256, kOp,
-        ": head dims must be multiples of 8 in [8, 256], got d=", d, " d_v=", d_v);
-  check(softcap >= 0.0, kOp, ": softcap must be >= 0 (0 = off)");
-  check(softmax_scale > 0.0 && std::isfinite(softmax_scale), kOp, ": softmax_scale must be finite and > 0");
-  check(window_left >= -1 && window_right >= -1, kOp, ": window sizes must be >= -1");
+  check_heads(kOp, h, h_k);
+  check_score_options(kOp, softcap, window_left, window_right);
   check(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
   int64_t alibi_stride = 0;
@@ -98,9 +93,10 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                 t->size(1) == h_k,
             kOp, ": ", name, " must be float32 (", slabs, ", ", h_k, ") on ", q.device, ", got ", t->dtype_name, " ",
             t->sizes());
-  const FwdKernelEntry* entry = pick_fwd_kernel(fwd_decode_kernels(fp8_cache), is_bf16, int(d), int(d_v), false);
-  check(entry != nullptr, kOp, ": no ", dtype_name(is_bf16), fp8_cache ? " FP8-cache" : "",
-        " decode kernel for head dim (", d, ", ", d_v, ") or larger in this build of ", be.build_name());
+  const FwdKernelEntry* entry =
+      checked_pick(kOp, be.build_name(), fp8_cache ? KernelFamily::decode_fp8_cache : KernelFamily::decode, q, d, d_v,
+                   softmax_scale, window_left, window_right)
+          .fwd;
   if (be.tracing()) {
     std::ostringstream os;
     os << "kernel decode " << dtype_name(entry->is_bf16) << (fp8_cache ? " kve4m3" : "") << " d=" << entry->head_dim
@@ -177,7 +173,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
        << " slab_rows=" << p.slab_rows << " num_splits=" << p.num_splits << " (asked " << num_splits << ")";
     be.trace(os.str());
   }
-  set_mask_and_launch(p, entry->launch, be, dev, softmax_scale, softcap, causal, window_left, window_right, kOp,
+  set_mask_and_launch(p, entry->launch, be, dev, softmax_scale, softcap, window_left, window_right, kOp,
                       dtype_name(is_bf16));
   if (p.num_splits > 1) {
     CombineParams c{};

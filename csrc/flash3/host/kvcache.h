@@ -18,7 +18,7 @@ namespace flash3::host {
 
 void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                       const TensorView& out, const TensorView& lse, const TensorView& seqused_k,
-                      const TensorView* page_table, double softmax_scale, bool causal, int64_t window_left,
+                      const TensorView* page_table, double softmax_scale, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes);

@@ -25,20 +25,20 @@
 //                                                contiguous tensors), little endian; or made by the
 //                                                driver: N(0,1) values / NaN (large timing cases)
 //   NAME VALUE                                   scalars: max_seqlen_q max_seqlen_k softmax_scale
-//                                                causal window_left window_right softcap q_block
+//                                                window_left window_right softcap q_block
 //                                                kv_block (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
 // cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
 // (float32 (h,) or (b, h); fwd, kvcache, bwd); fwd_fp8:
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cu_seqlens_q (varlen q:
-// q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale causal
+// q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
 // window_left window_right softcap num_splits; the fused append when tensor k is given: k v
 // cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
 // q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
 // seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
 // torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k
-// sinks dsinks; scalars max_seqlen_q max_seqlen_k softmax_scale causal window_left window_right
+// sinks dsinks; scalars max_seqlen_q max_seqlen_k softmax_scale window_left window_right
 // softcap deterministic. quantize_fp8 (sim_op_quantize.cu, torch.ops.flash3.quantize_fp8_sm90): x
 // out descale, optional signs mean channel_descale; scalars block_size layout. Outputs hold what the
 // caller passed (NaN poison, the caches' old contents); after the launches the driver writes their
@@ -64,8 +64,8 @@ void fwd(const Case& c, host::Backend& be) {
              used = view(c.opt("seqused_k")), sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes"));
   host::fwd_sm90(be, view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")), view(c.t("lse")), ptr(cu_q),
                  ptr(cu_k), ptr(used), c.integer("max_seqlen_q"), c.integer("max_seqlen_k"), c.num("softmax_scale"),
-                 c.integer("causal") != 0, c.integer("window_left"), c.integer("window_right"), c.num("softcap"),
-                 ptr(sinks), ptr(alibi));
+                 c.integer("window_left"), c.integer("window_right"), c.num("softcap"), ptr(sinks),
+                 ptr(alibi));
 }
 
 // torch.ops.flash3.fwd_fp8_sm90 (tensor v is the op's vt)
@@ -74,7 +74,7 @@ void fwd_fp8(const Case& c, host::Backend& be) {
              cu_k = view(c.opt("cu_seqlens_k"));
   host::fwd_fp8_sm90(be, view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")), view(c.t("lse")),
                      view(c.t("q_descale")), view(c.t("k_descale")), view(c.t("v_descale")), ptr(vc),
-                     c.integer("q_block"), c.integer("kv_block"), c.num("softmax_scale"), c.integer("causal") != 0,
+                     c.integer("q_block"), c.integer("kv_block"), c.num("softmax_scale"),
                      c.integer("window_left"), c.integer("window_right"), c.num("softcap"), ptr(cu_q), ptr(cu_k),
                      c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0,
                      c.has("max_seqlen_k") ? c.integer("max_seqlen_k") : 0);
@@ -100,7 +100,7 @@ void kvcache_step(const Case& c, host::Backend& be) {
   const auto sinks = view(c.opt("sinks")), cu_q = view(c.opt("cu_seqlens_q")), alibi = view(c.opt("alibi_slopes"));
   host::fwd_kvcache_sm90(be, view(*q_att), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("out")),
                          view(c.t("lse")), view(c.t("seqused_k")), ptr(page_table), c.num("softmax_scale"),
-                         c.integer("causal") != 0, c.integer("window_left"), c.integer("window_right"),
+                         c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("num_splits"), ptr(k_descale), ptr(v_descale), ptr(sinks),
                          ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi));
 }

@@ -1,0 +1,81 @@
+#include "flash3/host/kernel_pick.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace flash3::host {
+
+KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
+                       int64_t window_left, int64_t window_right, const char* dtype_name) {
+  KernelPick k;
+  auto refuse = [&k](auto... parts) {
+    std::ostringstream os;
+    (os << ... << parts);
+    k.reason = os.str();
+    return k;
+  };
+  const bool fp8 = family == KernelFamily::fwd_fp8;
+  if (fp8 ? dtype != DType::e4m3 : dtype != DType::bf16 && dtype != DType::fp16)
+    return refuse("q must be ", fp8 ? "float8_e4m3fn" : "bfloat16 or float16", ", got ",
+                  dtype_name != nullptr ? dtype_name : dtype_torch_name(dtype), " (no kernel for it: ",
+                  fp8 ? "e4m3" : "bf16/fp16", " only)");
+  if (!(softmax_scale > 0.0 && std::isfinite(softmax_scale)))
+    return refuse("softmax_scale must be finite and > 0, got ", softmax_scale);
+  const int64_t m = fp8 ? 16 : 8;
+  if (d % m || d_v % m || d <= 0 || d_v <= 0 || d > 256 || d_v > 256)
+    return refuse("head dims must be multiples of ", m, " in [", m, ", 256], got d=", d, " d_v=", d_v);
+  const bool is_bf16 = dtype != DType::fp16;
+  const int di = static_cast<int>(d), dvi = static_cast<int>(d_v);
+  switch (family) {
+    case KernelFamily::fwd:
+      k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi, window_left < 0 && window_right < 0);
+      break;
+    case KernelFamily::fwd_fp8: k.fwd = pick_fwd_kernel(fwd_fp8_kernels(), true, di, dvi, false); break;
+    case KernelFamily::decode:
+    case KernelFamily::decode_fp8_cache:
+      k.fwd = pick_fwd_kernel(fwd_decode_kernels(family == KernelFamily::decode_fp8_cache), is_bf16, di, dvi, false);
+      break;
+    case KernelFamily::bwd: k.bwd = find_bwd_kernel(is_bf16, di, dvi); break;
+  }
+  if (k.fwd == nullptr && k.bwd == nullptr) {
+    k.not_built = true;
+    const char* what = family == KernelFamily::fwd_fp8            ? "FP8"
+                       : family == KernelFamily::decode_fp8_cache ? " FP8-cache decode"
+                       : family == KernelFamily::decode           ? " decode"
+                       : family == KernelFamily::bwd              ? " backward"
+                                                                  : "";
+    return refuse("no ", fp8 ? "" : (is_bf16 ? "bf16" : "fp16"), what, " kernel for head dim (", d, ", ", d_v,
+                  ") or larger in this build");
+  }
+  return k;
+}
+
+std::string kernel_pick_json(const std::string& family, const std::string& dtype, int64_t d, int64_t d_v,
+                             double softmax_scale, int64_t window_left, int64_t window_right) {
+  KernelFamily f = KernelFamily::fwd;
+  if (family == "fwd_fp8") f = KernelFamily::fwd_fp8;
+  else if (family == "decode") f = KernelFamily::decode;
+  else if (family == "decode_fp8_cache") f = KernelFamily::decode_fp8_cache;
+  else if (family == "bwd") f = KernelFamily::bwd;
+  else if (family != "fwd") return "{\"reason\": \"no kernel family '" + family + "'\"}";
+  // torch's dtype names (str(torch.bfloat16) without "torch.").
+  const DType t = dtype == "bfloat16" ? DType::bf16
+                  : dtype == "float16" ? DType::fp16
+                  : dtype == "float8_e4m3fn" ? DType::e4m3
+                                             : DType::other;
+  const KernelPick k = pick_kernel(f, t, d, d_v, softmax_scale, window_left, window_right, dtype.c_str());
+  std::ostringstream os;
+  if (!k.reason.empty()) {
+    os << "{\"reason\": \"";
+    for (char c : k.reason) os << (c == '"' || c == '\\' ? "\\" : "") << c;
+    os << "\"}";
+  } else if (k.fwd != nullptr) {
+    os << "{\"kernel\": [" << k.fwd->head_dim << ", " << k.fwd->head_dim_v << ", " << (k.fwd->wide ? "true" : "false")
+       << "]}";
+  } else {
+    os << "{\"kernel\": [" << k.bwd->head_dim << ", " << k.bwd->head_dim_v << ", false]}";
+  }
+  return os.str();
+}
+
+}  // namespace flash3::host
