@@ -133,8 +133,8 @@ def read_case(d: Path) -> tuple[str, dict, dict]:
 def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
     """(op, tensors, scalars) of one smoke case: the arguments smoke_cases._launch_fwd / _launch_fp8 give
     torch.ops.flash3.fwd_sm90 / fwd_fp8_sm90 (v is the packed vt for fwd_fp8)."""
-    import smoke
-    left, right = smoke.op_window(c)
+    import smoke_cases
+    left, right = smoke_cases.op_window(c)
     scalars = dict(softmax_scale=float(c["q"].shape[-1] ** -0.5), window_left=left, window_right=right,
                    softcap=float(c["softcap"]), max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]))
     tensors = dict(q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, cu_seqlens_q=c["cu_q"],
@@ -240,8 +240,8 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
                    seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd,
                    sinks=part.get("sinks"), alibi_slopes=part.get("alibi"))
-    import smoke
-    left, right = smoke.op_window(part)
+    import smoke_cases
+    left, right = smoke_cases.op_window(part)
     scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), window_left=left, window_right=right,
                    softcap=float(part["softcap"]), num_splits=int(part["num_splits"]))
     if part.get("cu_q") is not None:  # packed (varlen) queries: q/out (total_q, h, .), lse (h, total_q)
@@ -278,8 +278,8 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
     tensors = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk,
                    dv=dv, cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
                    alibi_slopes=c.get("alibi"))
-    import smoke
-    left, right = smoke.op_window(c)
+    import smoke_cases
+    left, right = smoke_cases.op_window(c)
     scalars = dict(max_seqlen_q=int(c["max_q"]), max_seqlen_k=int(c["max_k"]),
                    softmax_scale=float(c["q"].shape[-1] ** -0.5), window_left=left, window_right=right,
                    softcap=float(c["softcap"]),

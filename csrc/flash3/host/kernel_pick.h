@@ -6,6 +6,7 @@
 #include <string>
 
 #include "flash3/bwd/api.h"
+#include "flash3/decode/api.h"
 #include "flash3/fwd/api.h"
 #include "flash3/host/check.h"
 #include "flash3/host/tensor_view.h"
