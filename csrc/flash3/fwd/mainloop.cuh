@@ -6,6 +6,8 @@
 //   the P.V WGMMA is in flight (intra-warpgroup overlap); the issue of GEMMs is serialized across
 //   consumer warpgroups by named barriers (pingpong) so one warpgroup's softmax hides under the
 //   other's GEMMs.
+// FwdConsumer is the 16-bit algorithm; the e4m3 kernel's own steps (descales, e4m3 P, two-level P.V
+// accumulation) are FwdFp8Steps (fp8_steps.cuh), entered at its `Tr::kFp8` hooks.
 // Every step is a __forceinline__ function, not a lambda: ptxas outlines large lambdas (a CALL and a
 // stack frame), which serializes every wgmma (C7519/C7520).
 #pragma once
@@ -16,6 +18,7 @@
 #include "flash3/common/barriers.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/common/wgmma.cuh"
+#include "flash3/fwd/fp8_steps.cuh"
 #include "flash3/fwd/scheduler.cuh"
 #include "flash3/fwd/traits.cuh"
 
@@ -167,6 +170,7 @@ struct FwdConsumer {
   using SharedStorage = typename Tr::SharedStorage;
   static constexpr int kPingpongThreads = 2 * 128;  // the waiting warpgroup + the one that releases it
   static constexpr int kRows = Tr::kRowsPerThread;
+  using Fp8 = FwdFp8Steps<Tr, FwdConsumer>;  // the e4m3 kernel's steps (fp8_steps.cuh)
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
   static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
@@ -189,22 +193,13 @@ struct FwdConsumer {
     decltype(cute::make_tensor<Element>(typename Tr::LayoutP{})) tOrP;
     OnlineSoftmax<kRows, Tr::kFp8 ? 8 : 0> softmax;
     float scale_o[kRows];  // factor for O before (or after) the next P.V
-    // FP8: this slab's q descale, and the v descale of the block whose P is in tOrP.
+    // FP8 (set by Fp8): this slab's q descale, and the v descale of the block whose P is in tOrP.
     float q_descale, v_descale_p;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
     int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
   };
-
-  // FP8: the raw scores of block n times q_descale * k_descale[n] (before softcap and mask).
-  template <class TensorS, class F>
-  static __device__ __forceinline__ void descale_scores(typename Tr::KernelParams const& params, TensorS& tSrS,
-                                                        const WorkTile& w, int n, F const& fr) {
-    const float f = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, n);
-    CUTE_UNROLL
-    for (int i = 0; i < cute::size(tSrS); ++i) tSrS(i) *= f;
-  }
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
   // row maxes first, then the exponentials, so the exponentials can run under the P.V WGMMA).
@@ -214,7 +209,7 @@ struct FwdConsumer {
     using namespace cute;
     constexpr bool kMasked = kMask != Masking::none;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
-    if constexpr (Tr::kFp8) descale_scores(params, tSrS, w, n, fr);
+    if constexpr (Tr::kFp8) Fp8::descale_scores(params, tSrS, w, n, fr);
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
       const ScoreMod& mod = params.mod;
@@ -246,8 +241,7 @@ struct FwdConsumer {
   static __device__ __forceinline__ void store_p_to(TensorS const& tSrS, TensorP& tOrP) {
     using namespace cute;
     if constexpr (Tr::kFp8) {
-      Tensor p_low = convert_fragment<Element>(tSrS);  // S's register order
-      copy(make_tensor(p_low.data(), acc_as_a_operand_fp8(p_low.layout())), tOrP);  // byte moves
+      Fp8::store_p_to(tSrS, tOrP);
     } else {
       // tOrP is S's registers re-read as the A operand (same offsets): convert pairwise in place of
       // a whole converted fragment and a 16-bit copy (~200 instructions at block_n 128, 32 F2FP now).
@@ -257,35 +251,6 @@ struct FwdConsumer {
   template <class TensorS, class F>
   static __device__ __forceinline__ void store_p(TensorS const& tSrS, F& fr) {
     store_p_to(tSrS, fr.tOrP);
-  }
-
-  // FP8 two-level accumulation of one chunk of O, where fresh is the block's P.V from a
-  // zero-initialized accumulator (fp32 adds here, not inside the FP8 WGMMA, which keeps fewer
-  // mantissa bits while accumulating): O = (O + fresh * v_descale) * scale, the rescale after the
-  // add (overlapped step), or with kScaleFirst O = O * scale + fresh * v_descale (a rescale still
-  // pending on O, chunked step).
-  template <bool kScaleFirst = false, class TensorOc, class TensorF>
-  static __device__ __forceinline__ void add_fresh(TensorOc& o, TensorF const& fresh, float v_descale,
-                                                   const float (&scale)[kRows]) {
-    using namespace cute;
-    Tensor o_rc = make_tensor(o.data(), acc_rowcol(fresh.layout()));
-    Tensor f_rc = make_tensor(fresh.data(), acc_rowcol(fresh.layout()));
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) {
-      CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(o_rc); ++ni) {
-        o_rc(mi, ni) = kScaleFirst ? fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni) * scale[mi])
-                                   : fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni)) * scale[mi];
-      }
-    }
-  }
-
-  // Chunk c of O's fragment (kOChunks n-tiles of the P.V WGMMA), as a tensor shaped like `fresh`.
-  template <class TensorO>
-  static __device__ __forceinline__ auto o_chunk(TensorO& tOrO, int c) {
-    using namespace cute;
-    Tensor chunk = tOrO(_, _, c);
-    return make_tensor(chunk.data(), make_layout(append(shape(chunk), _1{})));
   }
 
   template <class TensorO>
@@ -347,131 +312,6 @@ struct FwdConsumer {
     if constexpr (!Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
   }
 
-  // FP8: O's columns times the per-channel v descale (one load per column the thread holds).
-  template <class TensorO>
-  static __device__ __forceinline__ void scale_columns(const FwdParams& p, const WorkTile& w, TensorO& tOrO) {
-    using namespace cute;
-    const Descale& vc = p.fp8.v_channel;
-    if (vc.ptr == nullptr) return;
-    typename Tr::TiledMmaO mma_o;
-    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
-    Tensor tOcO = mma_o.get_thread_slice(consumer_thread_idx()).partition_C(cO);
-    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
-    Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
-    CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(o_rc); ++ni) {
-      const int col = get<1>(tOcO_rc(0, ni));
-      const float f = col < p.head_dim_v ? vc.at(w.coord.batch, w.head_k, col) : 0.f;
-      CUTE_UNROLL
-      for (int mi = 0; mi < size<0>(o_rc); ++mi) o_rc(mi, ni) *= f;
-    }
-  }
-
-  // The P.V B operand of O chunk c in stage s, with its (here single) n-tile mode kept.
-  template <class TV>
-  static __device__ __forceinline__ auto v_chunk(TV const& tOrV, int c, int stage) {
-    using namespace cute;
-    Tensor b = tOrV(_, c, _, stage);  // (MMA, MMA_K)
-    return make_tensor(b.data(), make_layout(layout<0>(b), Layout<_1>{}, layout<1>(b)));
-  }
-
-  // Several O chunks: P.V one chunk at a time, each chunk's fresh accumulator added (O = O * scale +
-  // fresh * v_descale) before the next is issued. `scale` is the rescale still pending on O.
-  template <class TV, class TensorO, class F>
-  static __device__ __forceinline__ void pv_chunks(TV const& tOrV, int stage, TensorO& tOrO, F& fr,
-                                                   const float (&scale)[kRows]) {
-    using namespace cute;
-    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
-    CUTE_UNROLL
-    for (int c = 0; c < Tr::kOChunks; ++c) {
-      gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, c, stage), fresh);
-      warpgroup_wait<0>();
-      Tensor oc = o_chunk(tOrO, c);
-      add_fresh<true>(oc, fresh, fr.v_descale_p, scale);
-    }
-  }
-
-  // FP8 step for block n: S_n = Q K_n^T and the fresh accumulator of P_{n+1} V_{n+1}.
-  //  One O chunk (d_v <= 128): issued together, the softmax of S_n runs under the P.V WGMMA, as in
-  //  step(); then O = (O + fresh * v_descale[n+1]) * rescale(n).
-  //  Several chunks (d_v > 128, where O and a fresh chunk leave no room for S): P_{n+1} V_{n+1}
-  //  first, chunk by chunk (pv_chunks, applying the rescale left pending by the previous softmax),
-  //  then S_n and its softmax, whose rescale stays pending. No softmax/P.V overlap inside the
-  //  warpgroup; the other warpgroup's softmax still runs under these GEMMs through pingpong.
-  template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
-  static __device__ __forceinline__ void step_fp8(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                  PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
-                                                  PipelineState& state_v, const WorkTile& w, int n, int consumer,
-                                                  TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
-                                                  TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
-    using namespace cute;
-    Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
-    const float v_descale_n = params.p.fp8.v.at(w.coord.batch, w.head_k, n);
-    if constexpr (Tr::kOChunks > 1) {
-      wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
-      pingpong_wait(consumer, w.index);
-      pv_chunks(tOrV, state_v.index(), tOrO, fr, fr.scale_o);
-      pipe_v.consumer_release(state_v);
-      ++state_v;
-      wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
-    } else {
-      wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
-      pingpong_wait(consumer, w.index);
-    }
-    gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-    if constexpr (Tr::kOChunks == 1) {
-      Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
-      wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
-      gemm_async<true>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), fresh);
-      pingpong_pass(consumer);
-      warpgroup_wait<1>();  // S_n is ready; P.V still running
-      pipe_k.consumer_release(state_k);
-      ++state_k;
-      softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);
-      pin_before_wait(smem, fr);
-      warpgroup_wait<0>();
-      pipe_v.consumer_release(state_v);
-      ++state_v;
-      add_fresh(tOrO, fresh, fr.v_descale_p, fr.scale_o);
-    } else {
-      // (P_{n+1} V_{n+1} was issued above, before S_n: see the comment of this function.)
-      pingpong_pass(consumer);
-      warpgroup_wait<0>();
-      pipe_k.consumer_release(state_k);
-      ++state_k;
-      softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);
-    }
-    store_p(tSrS, fr);
-    fr.v_descale_p = v_descale_n;
-  }
-
-  // FP8: the tile's last P.V (block `begin`), added without a rescale (already in O).
-  template <class TensorO, class TV, class F>
-  static __device__ __forceinline__ void last_pv_fp8(SharedStorage& smem, PipelineKV& pipe_v, PipelineState& state_v,
-                                                     const WorkTile& w, int consumer, TV const& tOrV, TensorO& tOrO,
-                                                     F& fr, float (&inv_sum)[kRows], float (&lse)[kRows]) {
-    using namespace cute;
-    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
-    float one[kRows];
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) one[mi] = 1.f;
-    wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
-    pingpong_wait(consumer, w.index);
-    if constexpr (Tr::kOChunks == 1) {
-      gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, 0, state_v.index()), fresh);
-      pingpong_pass(consumer);
-      fr.softmax.finalize(inv_sum, lse);  // under the WGMMA
-      warpgroup_wait<0>();
-      add_fresh(tOrO, fresh, fr.v_descale_p, one);  // O already carries every rescale
-    } else {
-      pv_chunks(tOrV, state_v.index(), tOrO, fr, fr.scale_o);
-      pingpong_pass(consumer);
-      fr.softmax.finalize(inv_sum, lse);
-    }
-    pipe_v.consumer_release(state_v);
-    ++state_v;
-  }
-
   template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void any_step(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                   PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
@@ -479,7 +319,7 @@ struct FwdConsumer {
                                                   TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
                                                   TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
     if constexpr (Tr::kFp8)
-      step_fp8<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      Fp8::template step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
     else
       step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
   }
@@ -520,12 +360,7 @@ struct FwdConsumer {
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
     clear(tOrO);
-    if constexpr (Tr::kFp8) {
-      // The last tile's second slab may lie wholly past seqlen_q (its rows are never stored): clamp.
-      const int slab = imin(w.coord.m_block * Tr::kNumConsumers + consumer, (w.seq.seqlen_q - 1) / 64);
-      fr.q_descale = params.p.fp8.q.at(w.coord.batch, w.coord.head, slab);
-      fr.v_descale_p = params.p.fp8.v.at(w.coord.batch, w.head_k, w.blocks.end - 1);
-    }
+    if constexpr (Tr::kFp8) Fp8::init(params, w, consumer, fr);
 
     // Q of this tile (the tile_count-th tile with work of this CTA).
     mbarrier_wait(&smem.q_full, tile_count & 1, Wait::QFull, w.index);
@@ -575,10 +410,7 @@ struct FwdConsumer {
     cutlass::arch::ClusterBarrier::arrive(&smem.q_free);
 
     if constexpr (Tr::kFp8) {
-      float inv_sum[kRows];
-      last_pv_fp8(smem, pipe_v, state_v, w, consumer, tOrV, tOrO, fr, inv_sum, lse);
-      rescale_o(tOrO, inv_sum);
-      scale_columns(params.p, w, tOrO);
+      Fp8::finish(params, smem, pipe_v, state_v, w, consumer, tOrV, tOrO, fr, lse);
       return;
     }
 

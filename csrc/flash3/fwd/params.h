@@ -20,7 +20,7 @@ struct Descale {
   }
 };
 
-// The FP8 kernel's descales (fwd/mainloop.cuh step_fp8): x = x8 * descale.
+// The FP8 kernel's descales (fwd/fp8_steps.cuh): x = x8 * descale.
 //  q: per 64-row slab, index = row / 64;  k, v: per key block of the kernel's tile, index = key / block_n
 //  (v's is folded into the two-level accumulation);  v_channel: per column of O, index = column.
 struct Fp8Descales {

@@ -23,7 +23,7 @@
 namespace flash3 {
 
 // Element: bf16, fp16, or e4m3 (the FP8 kernel: output bf16, per-block descales, P in e4m3 and
-// two-level P.V accumulation; see mainloop.cuh step_fp8). kWide: the wider tile for calls without a
+// two-level P.V accumulation; see fp8_steps.cuh). kWide: the wider tile for calls without a
 // causal/local mask, where (d, d_v) has one. kDecode: the KV-cache kernel (paged or contiguous
 // cache, packed GQA, split-KV; FwdParams' KV-cache block), same tiles as the plain kernel.
 // Cache: the decode kernel's KV-cache element, Element or e4m3 (kFp8Cache: 16-bit q against an FP8
@@ -84,7 +84,7 @@ struct FwdTraits {
   static_assert(kBlockN % kMmaK == 0, "block_n is the k-extent of P.V");
   // FP8: each P.V block goes into a fresh fp32 accumulator that is then added to O (two-level
   // accumulation). Past d_v = 128 that accumulator would not fit beside O, so P.V runs in chunks
-  // of 128 columns, one after the other, without the softmax overlap (mainloop.cuh step_fp8).
+  // of 128 columns, one after the other, without the softmax overlap (fp8_steps.cuh FwdFp8Steps::step).
   static constexpr int kOChunks = kFp8 && kHeadDimV > 128 ? kHeadDimV / 128 : 1;
   static constexpr int kOChunkCols = kHeadDimV / kOChunks;
   static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims must be multiples of 16");
