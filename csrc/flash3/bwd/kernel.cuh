@@ -154,6 +154,31 @@ struct BwdKernel {
     if (leader) cutlass::arch::ClusterBarrier::arrive(full);
   }
 
+  // One query block of Q (with its lse row) or dO (with its dpsum row) into `stage` of its ring: the
+  // TMA tile and the bulk copy of the row's floats complete on the stage's full barrier or, for a
+  // varlen tile running past its sequence, on `tail`, and then its rows past `valid` are zeroed and
+  // the full barrier published.
+  template <int kCols, class Ring, class Tma, class TSrc, class TDst, class STile>
+  static __device__ __forceinline__ void load_query_block(SharedStorage& smem, Ring& ring, int stage, uint32_t phase,
+                                                          Wait empty_wait, uint32_t bytes, Tma const& tma,
+                                                          TSrc const& src, TDst&& dst, STile&& tile,
+                                                          const float* row_floats, float* smem_floats, bool zero,
+                                                          int valid, bool leader, uint32_t& tail_phase, int m) {
+    mbarrier_wait(empty_barrier(ring, stage), phase, empty_wait, m);
+    uint64_t* full = full_barrier(ring, stage);
+    uint64_t* bar = zero ? &smem.tail : full;
+    if (leader) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, bytes);
+      cute::copy(tma.with(*bar), src, dst);
+      cute::SM90_BULK_COPY_G2S::copy(row_floats, bar, smem_floats, Tr::kBlockM * sizeof(float));
+    }
+    if (zero) {
+      wait_own_load(smem, tail_phase, m);
+      zero_rows<Tr::kBlockM, kCols>(tile, valid);
+      publish(full, leader);
+    }
+  }
+
   static __device__ __forceinline__ void produce(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                  const Work& w) {
     using namespace cute;
@@ -204,39 +229,15 @@ struct BwdKernel {
       for (int m = w.queries.begin; m < w.queries.end; ++m) {
         const int valid_q = w.seq.seqlen_q - m * Tr::kBlockM;
         const bool zero_q = p.cu_seqlens_q != nullptr && valid_q < Tr::kBlockM;
-        mbarrier_wait(empty_barrier(smem.pipe_q, sq.index()), sq.phase(), Wait::QEmpty, m);
-        {
-          uint64_t* full = full_barrier(smem.pipe_q, sq.index());
-          uint64_t* bar = zero_q ? &smem.tail : full;
-          if (leader) {
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, Tr::kQBytes);
-            copy(params.tma_q.with(*bar), get<0>(tq)(_, m), get<1>(tq)(_, sq.index()));
-            SM90_BULK_COPY_G2S::copy(p.lse_log2 + ws_row + m * Tr::kBlockM, bar, smem.lse[sq.index()],
-                                     Tr::kBlockM * sizeof(float));
-          }
-          if (zero_q) {
-            wait_own_load(smem, tail_phase, m);
-            zero_rows<Tr::kBlockM, Tr::kHeadDim>(sQ(_, _, sq.index()), valid_q);
-            publish(full, leader);
-          }
-        }
+        load_query_block<Tr::kHeadDim>(smem, smem.pipe_q, sq.index(), sq.phase(), Wait::QEmpty, Tr::kQBytes,
+                                       params.tma_q, get<0>(tq)(_, m), get<1>(tq)(_, sq.index()),
+                                       sQ(_, _, sq.index()), p.lse_log2 + ws_row + m * Tr::kBlockM,
+                                       smem.lse[sq.index()], zero_q, valid_q, leader, tail_phase, m);
         ++sq;
-        mbarrier_wait(empty_barrier(smem.pipe_do, sd.index()), sd.phase(), Wait::DoEmpty, m);
-        {
-          uint64_t* full = full_barrier(smem.pipe_do, sd.index());
-          uint64_t* bar = zero_q ? &smem.tail : full;
-          if (leader) {
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, Tr::kDoBytes);
-            copy(params.tma_do.with(*bar), get<0>(td)(_, m), get<1>(td)(_, sd.index()));
-            SM90_BULK_COPY_G2S::copy(p.dpsum + ws_row + m * Tr::kBlockM, bar, smem.dpsum[sd.index()],
-                                     Tr::kBlockM * sizeof(float));
-          }
-          if (zero_q) {
-            wait_own_load(smem, tail_phase, m);
-            zero_rows<Tr::kBlockM, Tr::kHeadDimV>(sDo(_, _, sd.index()), valid_q);
-            publish(full, leader);
-          }
-        }
+        load_query_block<Tr::kHeadDimV>(smem, smem.pipe_do, sd.index(), sd.phase(), Wait::DoEmpty, Tr::kDoBytes,
+                                        params.tma_do, get<0>(td)(_, m), get<1>(td)(_, sd.index()),
+                                        sDo(_, _, sd.index()), p.dpsum + ws_row + m * Tr::kBlockM,
+                                        smem.dpsum[sd.index()], zero_q, valid_q, leader, tail_phase, m);
         ++sd;
       }
     }

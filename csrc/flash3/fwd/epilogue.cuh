@@ -129,14 +129,21 @@ struct FwdEpilogue {
     factor = expf(lse - out);
     return out;
   }
+  // This thread's (row, col) in the O tile, in the accumulator's (row, col) view: tOcO_rc(mi, ni)
+  // is where o_rc(mi, ni) goes.
+  static __device__ __forceinline__ auto o_coords(int tidx) {
+    using namespace cute;
+    typename Tr::TiledMmaO mma_o;
+    Tensor tOcO = mma_o.get_thread_slice(tidx).partition_C(
+        make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{}));
+    return make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+  }
+
   template <class TensorO, int kRows>
   static __device__ __forceinline__ void apply_sinks(const FwdParams& p, const WorkTile& w, TensorO& tOrO,
                                                      float (&lse)[kRows]) {
     using namespace cute;
-    typename Tr::TiledMmaO mma_o;
-    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
-    Tensor tOcO = mma_o.get_thread_slice(consumer_thread_idx()).partition_C(cO);
-    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    Tensor tOcO_rc = o_coords(consumer_thread_idx());
     Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
@@ -154,10 +161,7 @@ struct FwdEpilogue {
     const int tidx = consumer_thread_idx();
     using namespace cute;
     if (p.lse == nullptr && !split_output(p)) return;
-    typename Tr::TiledMmaO mma_o;
-    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
-    Tensor tOcO = mma_o.get_thread_slice(tidx).partition_C(cO);
-    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    Tensor tOcO_rc = o_coords(tidx);
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       const int row = get<0>(tOcO_rc(mi, 0));
@@ -171,10 +175,7 @@ struct FwdEpilogue {
   template <class TensorO>
   static __device__ __forceinline__ void store_partial(const FwdParams& p, const WorkTile& w, TensorO const& tOrO) {
     using namespace cute;
-    typename Tr::TiledMmaO mma_o;
-    Tensor cO = make_identity_tensor(Shape<typename Tr::BlkM, typename Tr::HDV>{});
-    Tensor tOcO = mma_o.get_thread_slice(consumer_thread_idx()).partition_C(cO);
-    Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+    Tensor tOcO_rc = o_coords(consumer_thread_idx());
     Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
     static_assert(decltype(size<1>(o_rc))::value % 2 == 0, "accumulator columns come in pairs");
     CUTE_UNROLL
