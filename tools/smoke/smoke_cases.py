@@ -70,8 +70,9 @@ NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "si
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
 # fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
 # epilogue/combine code that neither q's dtype nor the cache's changes; "alibi" is fp32 score-mod
-# code on the accumulator (common/score_mod.h), the same for every dtype.
-CI_ONCE = {"sinks", "alibi"}
+# code on the accumulator (common/score_mod.h), the same for every dtype; "sequsedq" is integer
+# sequence bookkeeping (scheduler.cuh seq_info, bwd_seq) and the fp32 epilogue's row clearing.
+CI_ONCE = {"sinks", "alibi", "sequsedq"}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -247,9 +248,12 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
                 _poison_tail(c[n][used_rows(c, n).stop:])
     if feature == "sequsedq":
         c["seqused_q"] = torch.tensor(SEQUSEDQ_USED, device=device, dtype=torch.int32)
-        for n in ("q", "dout"):  # rows that are no queries: nothing may read them
-            if n in c:
-                _poison_tail(c[n][past_seqused_q(c)])
+        start = 0
+        for lq, used in zip(c["lens_q"], used_q_counts(c)):  # rows that are no queries: nothing may read them
+            for n in ("q", "dout"):
+                if n in c:
+                    _poison_tail(c[n][start + used:start + lq])  # a view: poisoned in place
+            start += lq
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
