@@ -162,3 +162,19 @@ def test_opcheck_with_seqused_q():
     bwd = (torch.randn_like(out), q, k, v, out, lse, None, cu(LQ), cu(LK), max(LQ), max(LK), 0.25,
            -1, 0, 0.0, False, None, used)
     torch.library.opcheck(torch.ops.flash3.attention_varlen_bwd.default, bwd)
+
+
+def test_alibi_distances_use_the_used_count():
+    """ALiBi with seqused_q: each sequence as flash3.attention on its used queries (s_q = that count)."""
+    q, k, v = inputs()
+    slopes = torch.rand(len(LQ), q.shape[1]) * 0.1
+    used = torch.tensor(USED, dtype=torch.int32)
+    out = flash3.attention_varlen(q, k, v, cu(LQ), cu(LK), max(LQ), max(LK), causal=True,
+                                  seqused_q=used, alibi_slopes=slopes)
+    q0 = k0 = 0
+    for i, (n, u, m) in enumerate(zip(LQ, CLAMPED, LK)):
+        if u:
+            want = flash3.attention(q[None, q0:q0 + u], k[None, k0:k0 + m], v[None, k0:k0 + m],
+                                    causal=True, alibi_slopes=slopes[i:i + 1])
+            assert torch.allclose(out[q0:q0 + u], want[0], atol=1e-6, rtol=0)
+        q0, k0 = q0 + n, k0 + m

@@ -63,24 +63,27 @@ def inputs():
     return q, k, v
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_forward_kernel(causal):
+@pytest.mark.parametrize("causal,alibi", [(False, False), (True, False), (True, True)])
+def test_forward_kernel(causal, alibi):
     needs_kernels()
     q, k, v = inputs()
     used = torch.tensor(USED, dtype=torch.int32, device="cuda")
     out = torch.full((sum(LQ), H, D), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((H, sum(LQ)), float("nan"), device="cuda")
+    slopes = torch.rand(len(LQ), H, device="cuda") * 0.1 if alibi else None  # distances on the used count
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu(LQ), cu(LK), None, max(LQ), max(LK), D ** -0.5,
-                              -1, 0 if causal else -1, 0.0, seqused_q=used)
+                              -1, 0 if causal else -1, 0.0, seqused_q=used,
+                              **({} if slopes is None else {"alibi_slopes": slopes}))
     pad = past_used()
     assert torch.equal(out[pad], torch.zeros_like(out[pad]))
     assert (lse[:, pad] == -math.inf).all()
     q0 = k0 = 0
-    for n, u, m in zip(LQ, clamped(), LK):
+    for i, (n, u, m) in enumerate(zip(LQ, clamped(), LK)):
         if u:
             qi, ki, vi = q[None, q0:q0 + u], k[None, k0:k0 + m], v[None, k0:k0 + m]
-            ref, ref_lse = attention_ref64(qi.double(), ki.double(), vi.double(), causal=causal)
-            naive, _ = attention_naive(qi, ki, vi, causal=causal)
+            kw = dict(causal=causal) if slopes is None else dict(causal=causal, alibi_slopes=slopes[i].double())
+            ref, ref_lse = attention_ref64(qi, ki, vi, **kw)
+            naive, _ = attention_naive(qi, ki, vi, **kw)
             assert_close_fa(out[None, q0:q0 + u], naive, ref)
             assert torch.equal(torch.isinf(lse[:, q0:q0 + u]), torch.isinf(ref_lse[0]))
         q0, k0 = q0 + n, k0 + m
