@@ -2,10 +2,12 @@
 //
 //   flash3::fwd_sm90(q, k, v, out!, lse!, cu_seqlens_q?, cu_seqlens_k?, seqused_k?, max_seqlen_q,
 //                    max_seqlen_k, softmax_scale, window_left, window_right, softcap,
-//                    sinks?=None, alibi_slopes?=None) -> ()
+//                    sinks?=None, alibi_slopes?=None, seqused_q?=None) -> ()
 //       CUDA: csrc/flash3/host/fwd.cpp checks the arguments, fills flash3::FwdParams, runs the
 //       registered kernel for (dtype, d, d_v) on the current stream. sinks: float32 (h,), attention sinks (one logit
-//       per query head, joining every row's softmax denominator; lse includes it). Meta: nothing (shapes of out/lse are the caller's),
+//       per query head, joining every row's softmax denominator; lse includes it). seqused_q: int32 (b,), varlen,
+//       not with sinks: sequence i's first seqused_q[i] packed rows are queries, its other rows get out 0,
+//       lse -inf (FA3's seqused_q). Meta: nothing (shapes of out/lse are the caller's),
 //       so torch.compile can trace calls.
 //   flash3::fwd_fp8_sm90(q, k, vt, out!, lse!, q_descale, k_descale, v_descale, v_channel_descale?,
 //                        q_block, kv_block, softmax_scale, window_left, window_right, softcap,
@@ -56,13 +58,13 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const std::optional<Tensor>& seqused_k, int64_t max_seqlen_q,
                    int64_t max_seqlen_k, double softmax_scale, int64_t window_left,
                    int64_t window_right, double softcap, const std::optional<Tensor>& sinks,
-                   const std::optional<Tensor>& alibi_slopes) {
+                   const std::optional<Tensor>& alibi_slopes, const std::optional<Tensor>& seqused_q) {
   const auto cu_q = view(cu_seqlens_q), cu_k = view(cu_seqlens_k), used = view(seqused_k), sk = view(sinks),
-             al = view(alibi_slopes);
+             al = view(alibi_slopes), used_q = view(seqused_q);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_sm90(be, view(q), view(k), view(v), view(out), view(lse), ptr(cu_q), ptr(cu_k), ptr(used),
                    max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, softcap, ptr(sk),
-                   ptr(al));
+                   ptr(al), ptr(used_q));
   });
 }
 
@@ -91,7 +93,8 @@ void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                    const std::optional<Tensor>&, const std::optional<Tensor>&,
                    const std::optional<Tensor>&, int64_t, int64_t, double, int64_t, int64_t,
-                   double, const std::optional<Tensor>&, const std::optional<Tensor>&) {}
+                   double, const std::optional<Tensor>&, const std::optional<Tensor>&,
+                   const std::optional<Tensor>&) {}
 
 std::string kernel_info() {
   return "{" + host::kernel_lists_json() + ", \"arch\": \"sm_90a\", \"cutlass\": \"" +
@@ -112,7 +115,7 @@ TORCH_LIBRARY(flash3, m) {
       "fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, int window_left, int window_right, "
-      "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None) -> ()");
+      "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None) -> ()");
   m.def(
       "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "

@@ -307,13 +307,14 @@ def warn_fallback(reason: str, what: str = "forward") -> None:
 
 def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q=None,
                    cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, sinks=None,
-                   alibi_slopes=None):
+                   alibi_slopes=None, seqused_q=None):
     """Call flash3::fwd_sm90; returns (out, lse).
 
     Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
     (left, right): the mask, as every op takes it (masking.normalize_window). ``sinks`` (h,): attention
     sinks (made float32 contiguous; lse includes them); passed only when given, so a build without
-    them serves calls without; ``alibi_slopes`` (h,) or (b, h) the same way.
+    them serves calls without; ``alibi_slopes`` (h,) or (b, h) the same way; ``seqused_q`` (b,)
+    int32 (varlen, FA3's) too.
     """
     q, k, v = (_tma_ready(x) for x in (q, k, v))
     out = q.new_empty(*q.shape[:-1], v.shape[-1])
@@ -324,6 +325,8 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
     extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
     if alibi_slopes is not None:
         extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
+    if seqused_q is not None:
+        extra["seqused_q"] = seqused_q.contiguous()
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
                               int(left), int(right), float(softcap), **extra)
@@ -350,7 +353,7 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
 
 def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
                    deterministic, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-                   max_seqlen_k=0, sinks=None, alibi_slopes=None):
+                   max_seqlen_k=0, sinks=None, alibi_slopes=None, seqused_q=None):
     """Call flash3::bwd_sm90; returns (dq, dk, dv), contiguous, in q/k/v's shapes and dtypes, and
     with ``sinks`` (h,) (lse must then include them) d_sinks (h,) float32 last.
 
@@ -371,6 +374,8 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
         sinks = kernel_sinks(sinks)
         tail = (sinks, torch.empty_like(sinks))
     extra = {} if alibi_slopes is None else {"alibi_slopes": kernel_alibi(alibi_slopes)}
+    if seqused_q is not None:  # passed only when given, as the slopes
+        extra["seqused_q"] = seqused_q.contiguous()
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
                               cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                               float(softmax_scale), int(left), int(right), float(softcap),

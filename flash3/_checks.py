@@ -559,6 +559,11 @@ def _int32_vector(name, t, q, n=None, what="(batch,)"):
         raise ValueError(f"{name} must have shape {what}, got {tuple(t.shape)}")
 
 
+def seqused_q(q, t, b):
+    """FA3's seqused_q: int32 (b,) on q's device (its values are clamped, never rejected)."""
+    _int32_vector("seqused_q", t, q, b, f"({b},)")
+
+
 def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                  cu_seqlens_k, k_descale, v_descale, lens_name="seqused_k", kn="k", vn="v"):
     """Static checks of packed queries against a cache: paged (page_table), contiguous

@@ -65,7 +65,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                      return_lse=False, deterministic=False, q_descale=None, k_descale=None,
                      v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None,
-                     sinks=None, page_table=None, seqused_k=None, alibi_slopes=None):
+                     sinks=None, page_table=None, seqused_k=None, alibi_slopes=None,
+                     seqused_q=None):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
@@ -76,6 +77,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
     ``sinks`` (h,) as in :func:`attention`.  ``alibi_slopes`` (h,) or (batch, h) as in
     :func:`attention`, distances per sequence (its own s_q and s_k).
+
+    ``seqused_q`` int32 (b,) (FA3's): sequence i's queries are only its first seqused_q[i] packed
+    rows (any value is clamped into [0, its length]); masks and ALiBi align on that count, its
+    other rows get out 0, lse -inf, and in the backward dq 0 (they add nothing to dk/dv).  16-bit
+    inputs only (kernel on CUDA, forward and backward); not with FP8 inputs, sinks, page_table or
+    seqused_k (NotImplementedError).
 
     Keys from a cache (chunked prefill, prefix caching, mixed prefill/decode batches), forward
     only; on CUDA the decode kernel runs paged and contiguous caches (16-bit q, a cache of q's
@@ -88,6 +95,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     sequence.  A float8_e4m3fn paged cache takes fp16/bf16/fp32 q and ``k_descale``/
     ``v_descale`` (num_pages, h_k), as :func:`attention_with_kvcache`'s FP8 cache.
     """
+    if seqused_q is not None:
+        for n, t in (("sinks", sinks), ("page_table", page_table), ("seqused_k", seqused_k)):
+            if t is not None:
+                raise NotImplementedError(f"attention_varlen: seqused_q with {n} is not implemented")
     if page_table is not None or seqused_k is not None:
         for n, t in (("q_descale", q_descale), ("v_channel_descale", v_channel_descale)):
             if t is not None:
@@ -101,6 +112,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is required without page_table")
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if seqused_q is not None:
+        _checks.seqused_q(q, seqused_q, cu_seqlens_q.shape[0] - 1)
+        if _checks.is_fp8(q):
+            raise NotImplementedError("attention_varlen: seqused_q with float8_e4m3fn inputs is not "
+                                      "implemented (flash_attn_interface.flash_attn_varlen_func runs "
+                                      "FA3's spec for it)")
     _checks.flag("deterministic", deterministic)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
@@ -122,7 +139,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     else:
         out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), scale, left, right, softcap,
-                                            deterministic, alibi_slopes)
+                                            deterministic, alibi_slopes, seqused_q)
     return (out, lse) if return_lse else out
 
 

@@ -38,8 +38,8 @@ FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the d
 FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows), ``seqused_q`` (rows past it: out 0, lse -inf),
-``cache_leftpad``,
+intersected with causal/windows), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
+takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf), ``cache_leftpad``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
 ``seqused_k`` with autograd, new k/v or rotary with packed
 queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
@@ -201,13 +201,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            return_attn_probs=False, *, alibi_slopes=None):
     """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
     or (out, softmax_lse (h, total_q)).  ``seqused_k`` (the first seqused_k[i] keys of
-    sequence i) runs flash3's forward-only, CPU-only cache path for now."""
+    sequence i) runs flash3's forward-only, CPU-only cache path for now.  ``seqused_q`` alone
+    runs attention_varlen(seqused_q=) (the kernels on CUDA, with autograd)."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, qv))
-    reason = _reference_reason(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
+    # seqused_q: flash3's 16-bit varlen path takes it, not its cache path (seqused_k) nor FP8.
+    spec_seqused_q = seqused_k is not None or _checks.is_fp8(q)
+    reason = _reference_reason(seqused_q=seqused_q if spec_seqused_q else None, qv=qv,
+                               attention_chunk=attention_chunk,
                                head_dim_v_over_256=v.shape[-1] > 256,
                                seqused_k_with_grad=seqused_k is not None and needs_grad)
     _no_alibi_on_reference(reason, alibi_slopes)
@@ -227,7 +231,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                 window_size=_window(window_size), softcap=softcap,
                                 return_lse=True, deterministic=deterministic, q_descale=qd,
                                 k_descale=kd, v_descale=vd, seqused_k=seqused_k,
-                                alibi_slopes=alibi_slopes)
+                                alibi_slopes=alibi_slopes, seqused_q=seqused_q)
     return (out, lse) if return_attn_probs else out
 
 

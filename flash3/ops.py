@@ -155,7 +155,9 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
                          softcap: float, deterministic: bool = False,
-                         alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                         alibi_slopes: Optional[Tensor] = None,
+                         seqused_q: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    # seqused_q (FA3's): any value is clamped into [0, the sequence's length], kernel and reference.
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
@@ -164,14 +166,16 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         q, k, v, softmax_scale,
         lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
                                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                                        max_seqlen_k=max_seqlen_k, **_alibi_kw(alibi_slopes)),
+                                        max_seqlen_k=max_seqlen_k, seqused_q=seqused_q,
+                                        **_alibi_kw(alibi_slopes)),
         lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args,
-                                         alibi_slopes=alibi_slopes), alibi_slopes)
+                                         alibi_slopes=alibi_slopes, seqused_q=seqused_q),
+        alibi_slopes)
 
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, softcap, deterministic=False, alibi_slopes=None):
+      window_left, window_right, softcap, deterministic=False, alibi_slopes=None, seqused_q=None):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     return out, _lse_varlen(q)
 
@@ -182,7 +186,8 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
                          softcap: float, deterministic: bool = False,
-                         alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+                         alibi_slopes: Optional[Tensor] = None,
+                         seqused_q: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
     args = (softmax_scale, window_left, window_right, softcap)
     return _bwd_dispatch(
@@ -190,32 +195,35 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
         lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
                                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                        **_alibi_kw(alibi_slopes)),
+                                        seqused_q=seqused_q, **_alibi_kw(alibi_slopes)),
         lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                          *args, dlse=dlse, alibi_slopes=alibi_slopes),
+                                          *args, dlse=dlse, alibi_slopes=alibi_slopes,
+                                          seqused_q=seqused_q),
         alibi_slopes)
 
 
 @attention_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      softmax_scale, window_left, window_right, softcap, deterministic=False, alibi_slopes=None):
+      softmax_scale, window_left, window_right, softcap, deterministic=False, alibi_slopes=None,
+      seqused_q=None):
     return _like(q), _like(k), _like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, inputs[-1], *output)  # inputs[-1]: alibi_slopes
+    # inputs[-2:]: alibi_slopes, seqused_q (tensors or None, handed back last; no gradient)
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *inputs[-2:], *output)
     # max_seqlen_q, max_seqlen_k, scale, left, right, softcap, deterministic
-    ctx.extra = inputs[5:-1]
+    ctx.extra = inputs[5:-2]
     ctx.n_inputs = len(inputs)
     ctx.set_materialize_grads(False)  # as in _setup
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, cu_q, cu_k, alibi, out, lse = ctx.saved_tensors
+    q, k, v, cu_q, cu_k, alibi, used_q, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
     dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra,
-                                      alibi)
+                                      alibi, used_q)
     return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
 

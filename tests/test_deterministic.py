@@ -11,8 +11,11 @@ def test_ops_carry_the_keyword():
                torch.ops.flash3.attention_varlen_fwd, torch.ops.flash3.attention_varlen_bwd):
         args = {a.name: a for a in op.default._schema.arguments}
         assert args["deterministic"].default_value is False, op
-        # alibi_slopes (optional, None) is the one argument after it
-        assert op.default._schema.arguments[-2].name == "deterministic", op
+        # after it only optional tensors defaulting to None: alibi_slopes, and on the varlen ops seqused_q
+        names = [a.name for a in op.default._schema.arguments]
+        tail = ["alibi_slopes"] + (["seqused_q"] if "varlen" in str(op) else [])
+        assert names[names.index("deterministic") + 1:] == tail, op
+        assert all(args[n].default_value is None for n in tail), op
 
 
 @pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(40, 7), softcap=5.0)])

@@ -114,6 +114,19 @@ def test_no_keys_and_varlen_fill_what_no_kernel_writes(driver):
     assert v["q_strides"] == "0,512,128" and v["lse_strides"] == "0,200" and v["dynamic"] == "1"
 
 
+def test_seqused_q_checks(driver):
+    """seqused_q reaches the kernel's parameters with packed queries; a bad one is refused by name."""
+    ok, batched, dtype, shape, sinks, bwd = driver([
+        "fwd varlen=1 usedq=1 wr=0", "fwd usedq=1", "fwd varlen=1 usedq=1 usedq_dtype=f32",
+        "fwd varlen=1 usedq=1 usedq_len=3", "fwd varlen=1 usedq=1 sinks=1", "bwd usedq=1"])
+    assert fields(ok)["seqused_q"] == "1" and fields(ok)["kernel"] == "bf16:128:128"
+    assert batched == "error: flash3.fwd_sm90: seqused_q needs packed queries (cu_seqlens_q)"
+    assert dtype == "error: flash3: seqused_q must be int32, got Float"
+    assert shape == "error: flash3: seqused_q must have shape (2), got [3]"
+    assert sinks == "error: flash3.fwd_sm90: seqused_q is not supported with sinks"
+    assert bwd == "error: flash3.bwd_sm90: seqused_q needs packed queries (cu_seqlens_q)"
+
+
 def test_fp8_forward_repeats_coarser_descales(driver):
     f = fields(driver(["fwd_fp8 q_block=256"])[0])
     assert f["kernel"] == "e4m3:128:128" and f["q_descale_count"] == "2"

@@ -53,7 +53,9 @@ def test_op_call_fwd(feature):
     out, lse = smoke_sim.poisoned_outputs(c)
     assert out.dtype == torch.float16 and torch.isnan(out).all() and torch.isnan(lse).all()
     op, t, s = smoke_sim.op_call(c, out, lse)
-    assert op == "fwd"
+    # sequsedq: the driver op of tools/smoke/sim_ops/sim_op_seqused_q.cu, which passes seqused_q
+    assert op == ("fwd_seqused_q" if feature == "sequsedq" else "fwd")
+    assert (t.get("seqused_q") is c["seqused_q"]) and (c["seqused_q"] is None) == (feature != "sequsedq")
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse
     assert t["cu_seqlens_q"] is c["cu_q"] and t["cu_seqlens_k"] is c["cu_k"] and t["seqused_k"] is c["seqused_k"]
     # nextdim: the case's own (smaller) head dims, which the op routes to this kernel; the scale is
@@ -63,7 +65,7 @@ def test_op_call_fwd(feature):
     assert s["softmax_scale"] == d ** -0.5 and "causal" not in s  # the mask is the window alone
     assert t["sinks"] is c["sinks"] and (c["sinks"] is None) == (feature != "sinks")
     assert t["alibi_slopes"] is c["alibi"] and (c["alibi"] is None) == (feature != "alibi")
-    causal = feature in ("causal", "sq_gt_sk", "sinks")
+    causal = feature in ("causal", "sq_gt_sk", "sinks", "sequsedq")
     assert (s["window_left"], s["window_right"]) == ((97, 13) if feature == "window" else (-1, 0) if causal
                                                      else (-1, -1))
     assert s["softcap"] == (5.0 if feature == "softcap" else 0.0)
@@ -98,6 +100,16 @@ def test_op_call_fwd(feature):
         a = t["alibi_slopes"]
         assert a.dtype == torch.float32 and a.shape == (len(lq), 6)
         assert (a > 0.0019).all() and (a < 0.1).all() and a.unique().numel() == a.numel()
+    elif feature == "sequsedq":  # cut mid-tile (a tile wholly past the cut too), to 0, clamped, mid-tile
+        lq, lk = smoke.SEQUSEDQ_LENS
+        assert t["cu_seqlens_q"].tolist()[-1] == t["q"].shape[0] == sum(lq)
+        assert t["cu_seqlens_k"].tolist()[-1] == sum(lk)
+        u = t["seqused_q"]
+        assert u.dtype == torch.int32 and u.tolist() == smoke.SEQUSEDQ_USED
+        assert smoke.used_q_counts(c) == [100, 0, 77, 70] and lq[0] > 128 and lq[3] > 128
+        pad = smoke.past_seqused_q(c)
+        assert int(pad.sum()) == sum(lq) - 247 and torch.isfinite(t["q"][~pad]).all()
+        assert not torch.isfinite(t["q"][pad]).any() and torch.isnan(t["q"][pad]).any()  # NaN/+-Inf past the cut
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
         s_q, s_k = (smoke.SK, smoke.SQ) if feature == "sq_gt_sk" else (smoke.SQ, smoke.SK)
         assert lse.shape == (2, c["q"].shape[2], s_q) and t["k"].shape[1] == s_k
@@ -627,12 +639,15 @@ def test_bwd_op_call(feature):
     dq, dk, dv = (torch.full_like(c[n], float("nan")) for n in "qkv")
     dsinks = torch.full_like(c["sinks"], float("nan")) if feature == "sinks" else None
     op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv, dsinks)
-    assert op == "bwd"
+    assert op == ("bwd_seqused_q" if feature == "sequsedq" else "bwd")  # sim_ops/sim_op_seqused_q.cu
     want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
                 cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
                 alibi_slopes=c.get("alibi"))
+    if feature == "sequsedq":
+        want["seqused_q"] = c["seqused_q"]
+        assert not torch.isfinite(t["dout"][smoke.past_seqused_q(c)]).any()
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
-    causal = feature in ("causal", "dlse", "sq_gt_sk", "sinks")
+    causal = feature in ("causal", "dlse", "sq_gt_sk", "sinks", "sequsedq")
     left, right = (97, 13) if feature == "window" else (-1, 0) if causal else (-1, -1)
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)  # nextdim: the case's own head dims
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], t["dout"].shape[-1]) == (d, d, dv, dv)
@@ -758,19 +773,19 @@ def test_ci_cases_cover_every_kernel_and_feature():
     for key, ks in groups.items():
         want = set(smoke.kernel_features(ks[0])) - (set() if key in firsts else smoke.CI_ONCE)
         assert {f for k in ks for f in got[k]} == want, ks
-    assert smoke.CI_ONCE == {"sinks", "alibi"}
+    assert smoke.CI_ONCE == {"sinks", "alibi", "sequsedq"}
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks"]  # 12 features
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks", "sequsedq"]  # 13 features
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi"]
     for f in smoke.CI_ONCE:
-        assert f not in got["fp16:128:128"] and f in got["dec:bf16:128:128"]
+        assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
     assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f not in smoke.CI_ONCE]  # alone in its group
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
     bwd_cases = got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]
     assert set(bwd_cases) >= {"determ", "dlse", "sinks", "alibi"}
-    assert bwd_cases.count("sinks") == 1 and bwd_cases.count("alibi") == 1
+    assert bwd_cases.count("sinks") == 1 and bwd_cases.count("alibi") == 1 and bwd_cases.count("sequsedq") == 1
     # The wide tile: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the backward).
     assert (128, 128) in set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     for k in ("bf16:128:128", "fp16:128:128"):

@@ -53,7 +53,8 @@ static void rec_fwd(const char* kind, int hd, int hdv, bool wide, const flash3::
         << " window=" << p.window_left << "," << p.window_right << " scale=" << p.softmax_scale
         << " softcap=" << p.softcap << " dynamic=" << int(p.tile_counter != nullptr)
         << " sinks=" << int(p.sinks != nullptr) << " num_splits=" << p.num_splits
-        << " paged=" << int(p.page_table != nullptr) << " num_sms=" << p.num_sms;
+        << " paged=" << int(p.page_table != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr)
+        << " num_sms=" << p.num_sms;
 }
 
 template <bool kBf16, int kD, int kDv, bool kWide>
@@ -68,7 +69,7 @@ void fake_decode(const flash3::FwdParams& p, void*) { rec_fwd(kFp8Cache ? "decod
 void fake_bwd(const flash3::BwdParams& p, void*) {
   g_rec << "kernel=bwd:128:128 total_q=" << p.total_q << " total_k=" << p.total_k << " window=" << p.window_left << ","
         << p.window_right << " deterministic=" << int(p.deterministic) << " semaphore=" << int(p.dq_semaphore != nullptr)
-        << " dlse=" << int(p.dlse != nullptr) << " q_strides=" << p.q_batch_stride << "," << p.q_row_stride << ","
+        << " dlse=" << int(p.dlse != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr) << " q_strides=" << p.q_batch_stride << "," << p.q_row_stride << ","
         << p.q_head_stride;
 }
 
@@ -183,6 +184,8 @@ static void fwd(FakeBackend& be, const Args& a) {
   const h::TensorView *cu_q = nullptr, *cu_k = nullptr, *sinks = nullptr;
   if (varlen) cu_q = &make({b + 1}, h::DType::i32), cu_k = &make({b + 1}, h::DType::i32);
   if (num(a, "sinks", 0)) sinks = &make({num(a, "sinks_len", hq)}, dtype(a, "sinks_dtype", h::DType::f32));
+  const h::TensorView* used_q =  // seqused_q (b,) int32 unless said
+      num(a, "usedq", 0) ? &make({num(a, "usedq_len", b)}, dtype(a, "usedq_dtype", h::DType::i32)) : nullptr;
   auto rows = [&](int64_t s, int64_t heads, int64_t dim, h::DType t) {
     return varlen ? make({b * s, heads, dim}, t) : make({b, s, heads, dim}, t);
   };
@@ -190,7 +193,7 @@ static void fwd(FakeBackend& be, const Args& a) {
                       &v = rows(sk, hk, dv, dt), &out = rows(sq, hq, dv, dt);
   const h::TensorView& lse = varlen ? make({hq, b * sq}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   h::fwd_sm90(be, q, k, v, out, lse, cu_q, cu_k, nullptr, sq, sk, real(a, "scale", 0.125), num(a, "wl", -1),
-              num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr);
+              num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr, used_q);
 }
 
 static void fwd_fp8(FakeBackend& be, const Args& a) {
@@ -247,7 +250,7 @@ static void bwd(FakeBackend& be, const Args& a) {
                       &dv = make({b, num(a, "dv_sk", sk), hk, d}, h::DType::bf16);
   h::bwd_sm90(be, dout, q, k, v, out, lse, nullptr, dq, dk, dv, nullptr, nullptr, sq, sk, 0.1, num(a, "wl", -1),
               num(a, "wr", -1), 0.0, num(a, "deterministic", 0) != 0, nullptr, nullptr,
-              nullptr);
+              nullptr, num(a, "usedq", 0) ? &make({b}, h::DType::i32) : nullptr);
 }
 
 static void quantize(FakeBackend& be, const Args& a) {

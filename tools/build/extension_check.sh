@@ -131,7 +131,7 @@ def check_op(name, expected):
 check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
             "int max_seqlen_k, float softmax_scale, int window_left, int window_right, "
-            "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None) -> ()"))
+            "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None) -> ()"))
 # The one kernel pick (host/kernel_pick.h) as Python asks it.
 check_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, -1, 0))
 print(f"extension-check: pick_kernel(fwd, bf16, 128, causal) = {check_pick}")
@@ -205,7 +205,8 @@ check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor 
                       "Tensor? dlse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, "
                       "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
                       "int window_left, int window_right, float softcap, bool deterministic, "
-                      "Tensor? sinks=None, Tensor(d!)? dsinks=None, Tensor? alibi_slopes=None) -> ()"))
+                      "Tensor? sinks=None, Tensor(d!)? dsinks=None, Tensor? alibi_slopes=None, "
+                      "Tensor? seqused_q=None) -> ()"))
 assert "bwd" in info, info
 g = [torch.empty_like(q) for _ in range(3)]
 torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, -1, 0, 0.0, True)
@@ -217,6 +218,8 @@ torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** 
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
                           d ** -0.5, -1, -1, 0.0, False)
+torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
+                          d ** -0.5, -1, -1, 0.0, False, seqused_q=cu[:b])
 # The decode (KV-cache) attention: schema, CUDA and Meta kernels, a Meta call contiguous and paged
 # (16-bit and FP8 caches); kernel_info lists its kernels ("decode", "decode_fp8_cache").
 check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, "

@@ -28,8 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # against the fp64 sink_grad. "alibi": ALiBi (alibi_slopes (b, h), FlashAttention-2's bias
 # -slope * |i + s_k - s_q - j|) on a GQA varlen batch (ALIBI_LENS: bottom-right offsets of both signs
 # and 0, unmasked and masked blocks), per-sequence slopes; forward and backward (the oracle's bias).
+# "sequsedq": FA3's seqused_q on a causal varlen batch (SEQUSEDQ_LENS, SEQUSEDQ_USED): a sequence cut
+# mid-tile whose second tile lies wholly past its used queries, one cut to 0 queries, one not cut
+# (a value past its length: clamped), one cut mid-tile with a second tile of 2 rows past it; the
+# packed rows past seqused_q hold NaN/+-Inf in q (and dout), and must come out as out 0, lse -inf
+# (the NaN poison overwritten), dq 0, nothing in dk/dv; masks align on the used count.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -54,17 +59,20 @@ NANTAIL_PAD = (37, 61)  # unused rows after cu_seqlens[-1] in q (and dout), in k
 SINKS_SK = 190  # forward "sinks": keys for SK queries, causal: rows 0 .. SK - SINKS_SK - 1 see none
 SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the backward "sinks" case
 ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s_q > 0, < 0, = 0
+SEQUSEDQ_LENS = ([SQ, 40, 77, 130], [SK, 50, 64, 100])  # "sequsedq": packed (q, k) lengths
+SEQUSEDQ_USED = [100, 0, 1000, 70]  # its seqused_q: used queries 100, 0, 77 (clamped), 70
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi", "sequsedq"},
                   "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
                   "bwd": {"kvcache", "perhead"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
 # fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
 # epilogue/combine code that neither q's dtype nor the cache's changes; "alibi" is fp32 score-mod
-# code on the accumulator (common/score_mod.h), the same for every dtype.
-CI_ONCE = {"sinks", "alibi"}
+# code on the accumulator (common/score_mod.h), the same for every dtype; "sequsedq" is integer
+# sequence bookkeeping (scheduler.cuh seq_info, bwd_seq) and the fp32 epilogue's row clearing.
+CI_ONCE = {"sinks", "alibi", "sequsedq"}
 FP8_BLOCK = (64, 128)  # rows per q descale, keys per k/v descale (the FP8 kernel's granularity)
 # tests/test_fp8_gpu.py: parametrized tests end their ids in the head dim ("[...-128]", "[128]");
 # this one runs d=128 without it.
@@ -185,11 +193,12 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
-             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None, sinks=None, alibi=None)
+             cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None, sinks=None, alibi=None,
+             seqused_q=None)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
     if feature == "nextdim":
         d, dv = next_dims(d, dv)
-    if feature in ("causal", "dlse", "sq_gt_sk") or (feature == "sinks" and not bwd):
+    if feature in ("causal", "dlse", "sq_gt_sk", "sequsedq") or (feature == "sinks" and not bwd):
         c["causal"] = True
         if feature == "sq_gt_sk":
             sq, sk = SK, SQ
@@ -205,10 +214,10 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["causal"], h, hk = True, 6, 2
     elif feature == "alibi":
         h, hk = 6, 2
-    if feature in ("varlen", "onekey", "nantail", "alibi") or (feature == "sinks" and bwd):
+    if feature in ("varlen", "onekey", "nantail", "alibi", "sequsedq") or (feature == "sinks" and bwd):
         c["lens_q"], c["lens_k"] = {"varlen": ([SQ, 0, 77, 1], [SK, 40, 150, 0]), "onekey": ONEKEY_LENS,
                                     "nantail": NANTAIL_LENS, "sinks": SINKS_LENS,
-                                    "alibi": ALIBI_LENS}[feature]
+                                    "alibi": ALIBI_LENS, "sequsedq": SEQUSEDQ_LENS}[feature]
         pq, pk = NANTAIL_PAD if feature == "nantail" else (0, 0)
         tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
         c["q"], c["k"], c["v"] = rnd(tq + pq, h, d), rnd(tk + pk, hk, d), rnd(tk + pk, hk, dv)
@@ -237,6 +246,14 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         for n in ("q", "k", "v", "dout"):
             if n in c:
                 _poison_tail(c[n][used_rows(c, n).stop:])
+    if feature == "sequsedq":
+        c["seqused_q"] = torch.tensor(SEQUSEDQ_USED, device=device, dtype=torch.int32)
+        start = 0
+        for lq, used in zip(c["lens_q"], used_q_counts(c)):  # rows that are no queries: nothing may read them
+            for n in ("q", "dout"):
+                if n in c:
+                    _poison_tail(c[n][start + used:start + lq])  # a view: poisoned in place
+            start += lq
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
@@ -245,6 +262,24 @@ def _poison_tail(x) -> None:
     flat = x.view(-1)
     for i, val in enumerate((float("nan"), float("inf"), float("-inf"))):
         flat[i::3] = val
+
+
+def used_q_counts(c: dict) -> list[int]:
+    """Queries per sequence of a varlen case: its lengths, cut by seqused_q (clamped, as the kernels do)."""
+    if c.get("seqused_q") is None:
+        return list(c["lens_q"])
+    return [min(max(int(n), 0), lq) for n, lq in zip(c["seqused_q"].tolist(), c["lens_q"])]
+
+
+def past_seqused_q(c: dict):
+    """Bool mask over the packed q rows: those past their sequence's seqused_q (out 0, lse -inf)."""
+    import torch
+    mask = torch.zeros(c["q"].shape[0], dtype=torch.bool)
+    start = 0
+    for lq, n in zip(c["lens_q"], used_q_counts(c)):
+        mask[start + n:start + lq] = True
+        start += lq
+    return mask.to(c["q"].device)
 
 
 def used_rows(c: dict, name: str) -> slice:
@@ -590,6 +625,8 @@ def _launch_fwd(c, out, lse):
     extra = {} if c.get("sinks") is None else {"sinks": c["sinks"]}  # builds without sinks: no argument
     if c.get("alibi") is not None:
         extra["alibi_slopes"] = c["alibi"]
+    if c.get("seqused_q") is not None:
+        extra["seqused_q"] = c["seqused_q"]
     torch.ops.flash3.fwd_sm90(c["q"], c["k"], c["v"], out, lse, c["cu_q"], c["cu_k"], c["seqused_k"],
                               c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, *op_window(c),
                               c["softcap"], **extra)
@@ -611,8 +648,8 @@ def _pieces(c, out, lse):
     q, k, v = c["q"], c["k"], c["v"]
     if c["cu_q"] is not None:
         oq = ok = 0
-        for lq, lk in zip(c["lens_q"], c["lens_k"]):
-            yield (out[oq:oq + lq][None], lse[:, oq:oq + lq][None], q[oq:oq + lq][None],
+        for lq, n, lk in zip(c["lens_q"], used_q_counts(c), c["lens_k"]):  # n: the used queries
+            yield (out[oq:oq + n][None], lse[:, oq:oq + n][None], q[oq:oq + n][None],
                    k[ok:ok + lk][None], v[ok:ok + lk][None])
             oq, ok = oq + lq, ok + lk
     elif c["seqused_k"] is not None:
@@ -639,6 +676,10 @@ def check(c: dict, out, lse) -> dict:
         if (msg := unused_written(c, {"out": out, "lse": lse})) is not None:
             return {"status": "wrong", "detail": msg}
         out, lse = out[used_rows(c, "out")], lse[:, used_rows(c, "q")]
+    if c.get("seqused_q") is not None:  # rows past it: exactly out 0, lse -inf (the poison overwritten)
+        pad = past_seqused_q(c)
+        if not (out[pad] == 0).all() or not (lse[:, pad] == -math.inf).all():
+            return {"status": "wrong", "detail": "rows past seqused_q: out/lse not 0/-inf"}
     if torch.isnan(out).any() or torch.isnan(lse).any():
         return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
@@ -767,7 +808,8 @@ def launch_bwd(c: dict):
                                   c["cu_q"], c["cu_k"], c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5,
                                   *op_window(c), c["softcap"],
                                   c["deterministic"], *((sinks, grads[3]) if sinks is not None else ()),
-                                  **({} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}))
+                                  **({} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}),
+                                  **({} if c.get("seqused_q") is None else {"seqused_q": c["seqused_q"]}))
         torch.cuda.synchronize()
         return grads
     grads = once()
@@ -790,6 +832,8 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
     kw = (c["q"].shape[-1] ** -0.5, *((-1, 0) if c["causal"] else c["window"]), c["softcap"])
     sk = {"sinks": c["sinks"]} if c.get("sinks") is not None else {}
     al = {} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}
+    if c.get("seqused_q") is not None:
+        al["seqused_q"] = c["seqused_q"]
     ref = (reference.backward(*args, *kw, dlse=c["dlse"], **sk, **al) if c["cu_q"] is None
            else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"], **sk, **al))
     eps = torch.finfo(c["q"].dtype).eps

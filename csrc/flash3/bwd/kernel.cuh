@@ -54,6 +54,9 @@ __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
   // the semaphores and the per-row workspace are sized by it.
   s.seqlen_q = imin(s.seqlen_q, p.seqlen_q);
   s.seqlen_k = imin(s.seqlen_k, p.seqlen_k);
+  // Queries past seqused_q are no queries: every kernel treats them as the workspace's padding rows
+  // (the producer zeroes their Q/dO, the postprocess writes no dq for them).
+  if (p.seqused_q != nullptr) s.seqlen_q = imin(imax(p.seqused_q[batch], 0), s.seqlen_q);
   return s;
 }
 

@@ -50,6 +50,7 @@ void launch_bwd(const BwdParams& p, void* cuda_stream) {
   bwd_check(p.q && (sinks_only || (p.k && p.v && p.dk && p.dv)) && p.o && p.dout && p.lse && p.dq,
             "null tensor pointer");
   bwd_check((p.sinks == nullptr) == (p.dsinks == nullptr), "sinks and dsinks go together");
+  bwd_check(p.seqused_q == nullptr || (varlen_q && p.sinks == nullptr), "seqused_q needs varlen q, without sinks");
   bwd_check(p.lse_log2 && p.dpsum && p.dq_accum && (!p.deterministic || p.dq_semaphore), "workspace not allocated");
   bwd_check(p.batch >= 1 && p.batch <= 65535 && p.num_heads_k >= 1 && p.num_heads_k <= 65535 &&
                 p.num_heads % p.num_heads_k == 0 && p.num_heads <= 65535,

@@ -61,6 +61,9 @@ struct BwdParams {
   int total_q = 0, total_k = 0;
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
+  // (b), varlen only, as FwdParams::seqused_q: sequence i's queries are its first seqused_q[i] packed
+  // rows (clamped); the others are padding rows of the workspace (P = 0, dpsum = 0), their dq stays 0.
+  const int* seqused_q = nullptr;
 
   float softmax_scale = 1.f;
   float softcap = 0.f;

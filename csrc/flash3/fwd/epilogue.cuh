@@ -1,7 +1,8 @@
 // Epilogue of one tile: LSE from registers, O converted to 16 bits and staged in shared memory
 // (V's buffer, free after the tile's last P.V) with stmatrix, then written by one TMA store
 // (batched layout; TMA clips rows >= seqlen_q and columns >= d_v) or by predicated 16-byte stores
-// (varlen, where a TMA store of the tile would overwrite the next sequence's rows). Ends by
+// (varlen, where a TMA store of the tile would overwrite the next sequence's rows; with seqused_q
+// the rows past the used queries up to the packed length are stored too, as O = 0, LSE = -inf). Ends by
 // releasing the buffer to the producer (o_free), after the TMA store has finished reading it.
 // Q's buffer was released earlier (q_free, after the last Q.K^T), so the next tile's Q and K
 // loads overlap this epilogue.
@@ -62,7 +63,7 @@ struct FwdEpilogue {
              int64_t(r.head) * p.o_head_stride;
     } else {
       row += w.coord.m_block * Tr::kBlockM;
-      return row < w.seq.seqlen_q ? o_base(p, w) + int64_t(row) * p.o_row_stride : nullptr;
+      return row < w.seq.rows_q ? o_base(p, w) + int64_t(row) * p.o_row_stride : nullptr;
     }
   }
   static __device__ __forceinline__ float* lse_entry(const FwdParams& p, const WorkTile& w, int row) {
@@ -74,7 +75,7 @@ struct FwdEpilogue {
       return p.lse + batch_off + int64_t(r.head) * p.lse_head_stride + (w.seq.offset_q + r.token);
     } else {
       row += w.coord.m_block * Tr::kBlockM;
-      return row < w.seq.seqlen_q ? lse_base(p, w) + row : nullptr;
+      return row < w.seq.rows_q ? lse_base(p, w) + row : nullptr;
     }
   }
 
@@ -154,6 +155,23 @@ struct FwdEpilogue {
     }
   }
 
+  // seqused_q: the tile's rows from seqlen_q to rows_q are packed rows past the sequence's used
+  // queries, computed like queries (their scores are not): O = 0 and LSE = -inf instead.
+  template <class TensorO, int kRows>
+  static __device__ __forceinline__ void clear_unused_rows(const WorkTile& w, TensorO& tOrO, float (&lse)[kRows]) {
+    using namespace cute;
+    Tensor tOcO_rc = o_coords(consumer_thread_idx());
+    Tensor o_rc = make_tensor(tOrO.data(), acc_rowcol(tOrO.layout()));
+    const int used = w.seq.seqlen_q - w.coord.m_block * Tr::kBlockM;  // tile rows below it are queries
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      if (get<0>(tOcO_rc(mi, 0)) < used) continue;
+      lse[mi] = -INFINITY;
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) = 0.f;
+    }
+  }
+
   // LSE: after the quad reduction the four threads of a quad agree; the one holding column 0 writes.
   template <int kRows>
   static __device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w,
@@ -201,6 +219,9 @@ struct FwdEpilogue {
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) lse[mi] = lse_in[mi];
     if (has_sinks(p)) apply_sinks(p, w, tOrO, lse);
+    if constexpr (!Tr::kDecode) {
+      if (w.seq.seqlen_q < w.seq.rows_q) clear_unused_rows(w, tOrO, lse);
+    }
     store_lse(p, w, lse);
     const int tidx = consumer_thread_idx();
     if (split_output(p)) {

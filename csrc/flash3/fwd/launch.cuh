@@ -89,6 +89,9 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     return varlen ? row_stride * rows : batch_stride;
   };
 
+  // seqused_q: the 16-bit forward over packed queries only; rows past it get LSE -inf, not a sink.
+  fwd_check(p.seqused_q == nullptr || (varlen_q && !Tr::kFp8 && !Tr::kDecode && p.sinks == nullptr),
+            "seqused_q needs packed queries (cu_seqlens_q) and the 16-bit forward kernel, without sinks");
   if constexpr (Tr::kFp8) {
     fwd_check(p.seqused_k == nullptr && varlen_q == varlen_k, "the FP8 kernel takes no kv cache, and q and k both packed (varlen) or both batched");
     fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");

@@ -53,6 +53,10 @@ struct FwdParams {
   const int* cu_seqlens_q = nullptr;  // (b + 1): varlen queries
   const int* cu_seqlens_k = nullptr;  // (b + 1): varlen keys
   const int* seqused_k = nullptr;     // (b): keys actually used per batch row (kv cache)
+  // (b), varlen q only (not the FP8 or decode kernels, no sinks): sequence i's queries are its first
+  // seqused_q[i] packed rows (clamped into [0, its packed length]); its other packed rows get O = 0
+  // and LSE = -inf (FA3's seqused_q). Masks are aligned on the used count.
+  const int* seqused_q = nullptr;
 
   // Semantics (see attn_logic.h): window -1 = unbounded; causal means window_right = 0.
   float softmax_scale = 1.f;

@@ -21,7 +21,9 @@ namespace flash3 {
 
 // Lengths and packed-row offsets of one batch entry.
 struct SeqInfo {
-  int seqlen_q, seqlen_k;  // this batch entry's lengths (keys: after seqused_k)
+  int seqlen_q, seqlen_k;  // this batch entry's lengths (queries: after seqused_q, keys: after seqused_k)
+  int rows_q;              // the query rows the epilogue writes: seqlen_q, or with seqused_q the packed
+                           // length (rows from seqlen_q on get O = 0, LSE = -inf)
   int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched
 };
 
@@ -39,8 +41,10 @@ __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
     s.offset_k = 0;
     s.seqlen_k = p.seqlen_k;
   }
-  // Keys beyond seqused_k are ignored; it cannot extend the keys there are.
+  // Keys beyond seqused_k are ignored; it cannot extend the keys there are. Queries likewise.
   if (p.seqused_k != nullptr) s.seqlen_k = imin(imax(p.seqused_k[batch], 0), s.seqlen_k);
+  s.rows_q = s.seqlen_q;
+  if (p.seqused_q != nullptr) s.seqlen_q = imin(imax(p.seqused_q[batch], 0), s.seqlen_q);
   return s;
 }
 
@@ -55,7 +59,7 @@ struct WorkTile {
   Mask mask;
   BlockRange blocks;   // key blocks to visit, iterated from end - 1 down to begin
   BlockRange unmasked; // sub-range that needs no mask
-  bool has_rows;       // the query block holds at least one row < seqlen_q (else nothing to do)
+  bool has_rows;       // the query block holds at least one row < seq.rows_q (else nothing to do)
 };
 
 template <int kBlockM, int kBlockN, bool kDecode = false>
@@ -69,7 +73,7 @@ struct TileScheduler {
 
   __device__ __forceinline__ bool has_rows(int idx) const {
     const TileCoord c = order.at(idx);
-    return c.m_block * kBlockM < seq_info(p, c.batch).seqlen_q;
+    return c.m_block * kBlockM < seq_info(p, c.batch).rows_q;
   }
 
   // Query heads per kv head: packed into the rows of one decode tile.
@@ -96,9 +100,11 @@ struct TileScheduler {
     w.coord = order.at(idx);
     w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
     w.seq = seq_info(p, w.coord.batch);
-    w.has_rows = w.coord.m_block * kBlockM < w.seq.seqlen_q;
+    w.has_rows = w.coord.m_block * kBlockM < w.seq.rows_q;
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
-    if (w.has_rows) {
+    // A block wholly past seqused_q but inside the packed rows: no keys, so the epilogue's
+    // store_empty writes its zeros and -inf.
+    if (w.coord.m_block * kBlockM < w.seq.seqlen_q) {
       w.blocks = key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
       w.unmasked = unmasked_key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
     } else {

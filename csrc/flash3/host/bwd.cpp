@@ -32,7 +32,8 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView& dk, const TensorView& dv, const TensorView* cu_seqlens_q,
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, bool deterministic,
-              const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes) {
+              const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes,
+              const TensorView* seqused_q) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
@@ -69,6 +70,9 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   }
   int64_t alibi_stride = 0;
   const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
+  check_seqlens(seqused_q, "seqused_q", batch, q);
+  check(seqused_q == nullptr || varlen, kOp, ": seqused_q needs packed queries (cu_seqlens_q)");
+  check(seqused_q == nullptr || sinks == nullptr, kOp, ": seqused_q is not supported with sinks");
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
   const bool is_bf16 = dtype == DType::bf16;
@@ -137,6 +141,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   p.total_k = total_rows(total_k, varlen, "total_k");
   p.cu_seqlens_q = varlen ? cu_seqlens_q->ptr<const int>() : nullptr;
   p.cu_seqlens_k = varlen ? cu_seqlens_k->ptr<const int>() : nullptr;
+  p.seqused_q = seqused_q != nullptr ? seqused_q->ptr<const int>() : nullptr;
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
   p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
@@ -158,7 +163,8 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
        << " s_q=" << p.seqlen_q << " s_k=" << p.seqlen_k << " h=" << p.num_heads << " h_k=" << p.num_heads_k
        << " window=(" << p.window_left << "," << p.window_right
        << ") softcap=" << p.softcap << " varlen=" << int(varlen) << " dlse=" << int(p.dlse != nullptr)
-       << " deterministic=" << int(p.deterministic) << " sinks=" << int(p.sinks != nullptr);
+       << " deterministic=" << int(p.deterministic) << " sinks=" << int(p.sinks != nullptr)
+       << " seqused_q=" << int(p.seqused_q != nullptr);
     be.trace(os.str());
   }
   try {

@@ -4,7 +4,9 @@
 // with attention sinks (float32 (h,)) also their gradient into dsinks (required with sinks). The
 // workspace (csrc/flash3/bwd/params.h) comes from the backend's allocator; nothing is read back to
 // the host. Batched tensors (b, s, heads, dim), lse/dlse (b, h, s_q); varlen (total, heads, dim),
-// lse/dlse (h, total_q). Optional tensors are nullptr when absent.
+// lse/dlse (h, total_q). Optional tensors are nullptr when absent. seqused_q int32 (b,), varlen only,
+// not with sinks (as fwd_sm90's): rows past it get dq = 0 and add nothing to dk/dv (last, with a
+// default: the simulator driver's bwd op compiles unchanged).
 #pragma once
 #include <cstdint>
 
@@ -17,6 +19,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView& dk, const TensorView& dv, const TensorView* cu_seqlens_q,
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, bool deterministic,
-              const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes);
+              const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes,
+              const TensorView* seqused_q = nullptr);
 
 }  // namespace flash3::host

@@ -67,7 +67,7 @@ inline void check_shape(const TensorView& t, const char* name, std::vector<int64
   check(t.sizes() == expected, "flash3: ", name, " has shape ", t.sizes(), ", expected ", Sizes(expected));
 }
 
-// cu_seqlens_q/k, seqused_k: contiguous int32 (numel,) on q's device, when given.
+// cu_seqlens_q/k, seqused_k, seqused_q: contiguous int32 (numel,) on q's device, when given.
 inline void check_seqlens(const TensorView* t, const char* name, int64_t numel, const TensorView& q) {
   if (t == nullptr) return;
   check(t->dtype == DType::i32, "flash3: ", name, " must be int32, got ", t->dtype_name);

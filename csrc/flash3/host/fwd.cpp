@@ -13,7 +13,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
               const TensorView& lse, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k,
               const TensorView* seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
-              const TensorView* alibi_slopes) {
+              const TensorView* alibi_slopes, const TensorView* seqused_q) {
   constexpr const char* kOp = "flash3.fwd_sm90";
   // Device and dtypes.
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
@@ -36,6 +36,9 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   const int64_t batch = s.batch, h = s.h, d = s.d, d_v = s.d_v, seqlen_q = s.s_q, seqlen_k = s.s_k;
   const int64_t total_q = s.total_q, total_k = s.total_k;
   check_seqlens(seqused_k, "seqused_k", batch, q);
+  check_seqlens(seqused_q, "seqused_q", batch, q);
+  check(seqused_q == nullptr || varlen, kOp, ": seqused_q needs packed queries (cu_seqlens_q)");
+  check(seqused_q == nullptr || sinks == nullptr, kOp, ": seqused_q is not supported with sinks");
   check_heads(kOp, h, s.h_k);
   check_score_options(kOp, softcap, window_left, window_right);
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
@@ -73,6 +76,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   p.v_row_stride = tma_stride(v, qdim - 3);
   p.v_head_stride = tma_stride(v, qdim - 2);
   p.seqused_k = seqused_k != nullptr ? seqused_k->ptr<const int>() : nullptr;
+  p.seqused_q = seqused_q != nullptr ? seqused_q->ptr<const int>() : nullptr;
   p.sinks = sinks_ptr;
   p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
 

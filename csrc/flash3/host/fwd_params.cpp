@@ -68,7 +68,7 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const De
        << " b=" << p.batch << " s_q=" << p.seqlen_q << " s_k=" << p.seqlen_k << " h=" << p.num_heads
        << " h_k=" << p.num_heads_k << " window=(" << p.window_left << ","
        << p.window_right << ") softcap=" << p.softcap << " varlen=" << int(p.cu_seqlens_q != nullptr)
-       << " seqused_k=" << int(p.seqused_k != nullptr) << " dynamic=" << int(p.tile_counter != nullptr)
+       << " seqused_k=" << int(p.seqused_k != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr) << " dynamic=" << int(p.tile_counter != nullptr)
        << " num_sms=" << p.num_sms;
     be.trace(os.str());
   }
