@@ -53,8 +53,7 @@ def test_op_call_fwd(feature):
     out, lse = smoke_sim.poisoned_outputs(c)
     assert out.dtype == torch.float16 and torch.isnan(out).all() and torch.isnan(lse).all()
     op, t, s = smoke_sim.op_call(c, out, lse)
-    # sequsedq: the driver op of tools/smoke/sim_ops/sim_op_seqused_q.cu, which passes seqused_q
-    assert op == ("fwd_seqused_q" if feature == "sequsedq" else "fwd")
+    assert op == "fwd"
     assert (t.get("seqused_q") is c["seqused_q"]) and (c["seqused_q"] is None) == (feature != "sequsedq")
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse
     assert t["cu_seqlens_q"] is c["cu_q"] and t["cu_seqlens_k"] is c["cu_k"] and t["seqused_k"] is c["seqused_k"]
@@ -639,12 +638,11 @@ def test_bwd_op_call(feature):
     dq, dk, dv = (torch.full_like(c[n], float("nan")) for n in "qkv")
     dsinks = torch.full_like(c["sinks"], float("nan")) if feature == "sinks" else None
     op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv, dsinks)
-    assert op == ("bwd_seqused_q" if feature == "sequsedq" else "bwd")  # sim_ops/sim_op_seqused_q.cu
+    assert op == "bwd"
     want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
                 cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
-                alibi_slopes=c.get("alibi"))
+                alibi_slopes=c.get("alibi"), seqused_q=c.get("seqused_q"))
     if feature == "sequsedq":
-        want["seqused_q"] = c["seqused_q"]
         assert not torch.isfinite(t["dout"][smoke.past_seqused_q(c)]).any()
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
     causal = feature in ("causal", "dlse", "sq_gt_sk", "sinks", "sequsedq")

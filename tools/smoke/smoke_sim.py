@@ -13,9 +13,8 @@ Pieces:
                    once, cached under tools/hopper_sim/build/flash3/ keyed by a hash of its
                    sources and flags (tools/build/compile_check.py leaves its objects there), and the
                    decode path's append/combine kernels (DECODE_SOURCES) and the FP8 quantize
-                   kernel (QUANTIZE_SOURCES); then links sim_driver.cu, sim_op_*.cu (those of
-                   tools/hopper_sim/flash3/ and of EXTRA_OPS_DIR), fwd/, decode/ and
-                   bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
+                   kernel (QUANTIZE_SOURCES); then links sim_driver.cu, sim_op_*.cu,
+                   fwd/, decode/ and bwd/registry.cpp (-cudart shared). At most 2 nvcc at once.
   op_call(c, out, lse)  the case -> the op's arguments (what smoke_cases._launch_fwd/_launch_fp8 pass).
   write_case / read_case  the case directory format (sim_driver.cu documents it).
   sim_launch(c, driver, seed)  one launch under simrun; (out, lse) or SimFailure(status, detail).
@@ -50,8 +49,6 @@ from kernel_objects import (BUILD_DIR, SIM_GENCODE, _compile, _nvcc, _source_has
                             kernel_flags)
 SIM_DIR = ROOT / "tools" / "hopper_sim"
 DRIVER_DIR = SIM_DIR / "flash3"  # sim_driver.cu (main, forward ops), sim_op_*.cu, sim_case.h
-# More driver ops, outside the simulator's tree (whose bytes stay as recorded): sim_op_*.cu here.
-EXTRA_OPS_DIR = ROOT / "tools" / "smoke" / "sim_ops"
 SIMRUN = SIM_DIR / "simrun"
 FORMAT = "flash3-sim-case 1"
 EXIT_CHECK, EXIT_UNSUPPORTED, EXIT_REFUSED = 86, 87, 3
@@ -146,9 +143,7 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
         tensors["seqused_k"] = c["seqused_k"]
         tensors["sinks"] = c.get("sinks")
         tensors["alibi_slopes"] = c.get("alibi")
-        if c.get("seqused_q") is not None:  # sim_ops/sim_op_seqused_q.cu: the op with its seqused_q
-            tensors["seqused_q"] = c["seqused_q"]
-            return "fwd_seqused_q", tensors, scalars
+        tensors["seqused_q"] = c.get("seqused_q")
         return "fwd", tensors, scalars
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -290,9 +285,7 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
                    softmax_scale=float(c["q"].shape[-1] ** -0.5), window_left=left, window_right=right,
                    softcap=float(c["softcap"]),
                    deterministic=bool(c["deterministic"]))
-    if c.get("seqused_q") is not None:  # sim_ops/sim_op_seqused_q.cu
-        tensors["seqused_q"] = c["seqused_q"]
-        return "bwd_seqused_q", tensors, scalars
+    tensors["seqused_q"] = c.get("seqused_q")
     return "bwd", tensors, scalars
 
 
@@ -426,7 +419,6 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
     headers = [csrc / h for h in HOST_HEADERS] + sorted((csrc / "flash3" / "host").glob("*.h"))
     shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join(h.read_bytes() for h in headers)
     host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
-    host_srcs += sorted(EXTRA_OPS_DIR.glob("sim_op_*.cu"))
     host_srcs += host_layer_sources(csrc)
     host_srcs += [csrc / "flash3" / d / "registry.cpp" for d in ("fwd", "decode", "bwd")]
     host = []

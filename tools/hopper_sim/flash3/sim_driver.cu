@@ -28,7 +28,7 @@
 //                                                window_left window_right softcap q_block
 //                                                kv_block (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
-// cu_seqlens_q cu_seqlens_k seqused_k sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
+// cu_seqlens_q cu_seqlens_k seqused_k seqused_q sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
 // (float32 (h,) or (b, h); fwd, kvcache, bwd); fwd_fp8:
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cu_seqlens_q (varlen q:
@@ -61,11 +61,12 @@ namespace host = flash3::host;
 // torch.ops.flash3.fwd_sm90
 void fwd(const Case& c, host::Backend& be) {
   const auto cu_q = view(c.opt("cu_seqlens_q")), cu_k = view(c.opt("cu_seqlens_k")),
-             used = view(c.opt("seqused_k")), sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes"));
+             used = view(c.opt("seqused_k")), sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes")),
+             used_q = view(c.opt("seqused_q"));
   host::fwd_sm90(be, view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")), view(c.t("lse")), ptr(cu_q),
                  ptr(cu_k), ptr(used), c.integer("max_seqlen_q"), c.integer("max_seqlen_k"), c.num("softmax_scale"),
                  c.integer("window_left"), c.integer("window_right"), c.num("softcap"), ptr(sinks),
-                 ptr(alibi));
+                 ptr(alibi), ptr(used_q));
 }
 
 // torch.ops.flash3.fwd_fp8_sm90 (tensor v is the op's vt)
