@@ -28,8 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # against the fp64 sink_grad. "alibi": ALiBi (alibi_slopes (b, h), FlashAttention-2's bias
 # -slope * |i + s_k - s_q - j|) on a GQA varlen batch (ALIBI_LENS: bottom-right offsets of both signs
 # and 0, unmasked and masked blocks), per-sequence slopes; forward and backward (the oracle's bias).
+# "maxgrow": the full case with the first 128 keys 4x larger, so that the key block the 16-bit
+# forward visits last (blocks run from the end) raises every row's max far above the running one:
+# the online softmax's rescale path runs there and its lazy skip (common/softmax.cuh) on the others.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "maxgrow"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -57,9 +60,9 @@ ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi", "maxgrow"},
                   "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
-                  "bwd": {"kvcache", "perhead"}}
+                  "bwd": {"kvcache", "perhead", "maxgrow"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
 # fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
 # epilogue/combine code that neither q's dtype nor the cache's changes; "alibi" is fp32 score-mod
@@ -222,6 +225,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
             c["lens_k"] = [SK, 150]
             c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
         c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
+        if feature == "maxgrow":
+            c["k"][:, :128] *= 4
         c["max_q"], c["max_k"] = sq, sk
     if feature == "sinks" and not bwd:
         c["sinks"] = sink_logits(h, g, device)
