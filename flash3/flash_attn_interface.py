@@ -19,8 +19,8 @@ conventions, and map onto flash3's public API:
   ``cache_batch_idx`` is honoured by addressing the contiguous cache as pages of a whole
   row (no copy), or with ``page_table`` by gathering row i's page-table row
   ``page_table[cache_batch_idx[i]]`` on the device (an index outside the table: a row of page ids
-  -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/``max_seqlen_q`` by flash3's packed-query path (the
-  decode kernel on CUDA).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
+  -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/
+  ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -371,8 +371,11 @@ def _gather_page_rows(page_table, idx):
         if bad:
             raise ValueError(f"cache_batch_idx[{bad[0][0]}] = {bad[0][1]} is not a row of page_table "
                              f"(0..{rows - 1})")
+    if rows == 0:
+        return torch.full((idx.shape[0], page_table.shape[1]), -1, dtype=torch.int32,
+                          device=page_table.device)
     ok = (idx >= 0) & (idx < rows)
-    got = page_table.index_select(0, idx.clamp(0, max(rows - 1, 0)).long())
+    got = page_table.index_select(0, idx.clamp(0, rows - 1).long())
     return torch.where(ok.view(-1, 1), got, torch.full_like(got, -1))
 
 

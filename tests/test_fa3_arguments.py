@@ -456,3 +456,5 @@ def test_gather_page_rows_gives_bad_indices_no_pages(monkeypatch):
     got = fai._gather_page_rows(table, torch.tensor([2, -1, 4, 0], dtype=torch.int32))
     assert got.dtype == torch.int32
     assert got.tolist() == [[6, 7, 8], [-1, -1, -1], [-1, -1, -1], [0, 1, 2]]
+    none = fai._gather_page_rows(table[:0], torch.tensor([0, 3], dtype=torch.int32))  # an empty table
+    assert none.dtype == torch.int32 and none.tolist() == [[-1, -1, -1], [-1, -1, -1]]

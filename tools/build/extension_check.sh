@@ -130,26 +130,30 @@ def check_op(name, expected):
 
 check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
-            "int max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, "
+            "int max_seqlen_k, float softmax_scale, int window_left, int window_right, "
             "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None) -> ()"))
+# The one kernel pick (host/kernel_pick.h) as Python asks it.
+check_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, -1, 0))
+print(f"extension-check: pick_kernel(fwd, bf16, 128, causal) = {check_pick}")
+assert check_pick == {"kernel": [128, 128, False]}, check_pick  # causal: the 128-key tile, not the wide one
 
 # The Meta kernel: shapes only, no device; what torch.compile traces through.
 b, s, h, d = 2, 64, 4, 128
 q = torch.empty(b, s, h, d, dtype=torch.bfloat16, device="meta")
 out = torch.empty_like(q)
 lse = torch.empty(b, h, s, dtype=torch.float32, device="meta")
-torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0)
+torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, -1, 0, 0.0)
 sk = torch.empty(h, dtype=torch.float32, device="meta")  # attention sinks (one logit per query head)
-torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, sk)
+torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, -1, 0, 0.0, sk)
 al = torch.empty(b, h, dtype=torch.float32, device="meta")  # ALiBi slopes (batch, head)
-torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, True, -1, -1, 0.0,
+torch.ops.flash3.fwd_sm90(q, q, q, out, lse, None, None, None, s, s, d ** -0.5, -1, 0, 0.0,
                           alibi_slopes=al)
 
 # No GPU here: a CPU call must fail cleanly (no CPU kernel), not crash.
 try:
     c = torch.zeros(1, 8, 1, 128, dtype=torch.bfloat16)
     torch.ops.flash3.fwd_sm90(c, c, c, c.clone(), torch.zeros(1, 1, 8), None, None, None, 8, 8,
-                              1.0, False, -1, -1, 0.0)
+                              1.0, -1, -1, 0.0)
     raise AssertionError("a CPU call to fwd_sm90 did not raise")
 except (NotImplementedError, RuntimeError) as e:
     print(f"extension-check: CPU call refused as expected ({type(e).__name__})")
@@ -158,7 +162,7 @@ except (NotImplementedError, RuntimeError) as e:
 check_op("append_kv_sm90", ("flash3::append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, "
             "Tensor v, Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, "
             "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out, "
-            "Tensor? k_descale=None, Tensor? v_descale=None) -> ()"))
+            "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? rotary_seqlens=None) -> ()"))
 kc = torch.empty(b, 256, 2, d, dtype=torch.bfloat16, device="meta")
 kn = torch.empty(b, 1, 2, d, dtype=torch.bfloat16, device="meta")
 lens = torch.empty(b, dtype=torch.int32, device="meta")
@@ -184,7 +188,7 @@ torch.ops.flash3.quantize_fp8_sm90(xq, None, None, pm, 128, 1, v8, dq)
 # kernels apart ("fwd_fp8", empty in this bf16-only build).
 check_op("fwd_fp8_sm90", ("flash3::fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor q_descale, Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, "
-            "int q_block, int kv_block, float softmax_scale, bool causal, int window_left, "
+            "int q_block, int kv_block, float softmax_scale, int window_left, "
             "int window_right, float softcap, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
             "int max_seqlen_q=0, int max_seqlen_k=0) -> ()"))
 assert "fwd_fp8" in info, info
@@ -192,32 +196,32 @@ q8 = torch.empty(b, 100, 2, d, dtype=torch.float8_e4m3fn, device="meta")
 vt = torch.empty(b, 2, d, 112, dtype=torch.float8_e4m3fn, device="meta")
 o8 = torch.empty(b, 100, 2, d, dtype=torch.bfloat16, device="meta")
 l8 = torch.empty(b, 2, 100, dtype=torch.float32, device="meta")
-torch.ops.flash3.fwd_fp8_sm90(q8, q8, vt, o8, l8, dq, dq, dq, None, 128, 128, d ** -0.5, True, -1, -1, 0.0)
+torch.ops.flash3.fwd_fp8_sm90(q8, q8, vt, o8, l8, dq, dq, dq, None, 128, 128, d ** -0.5, -1, 0, 0.0)
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")  # varlen: packed q/k, Vt (h_k, d_v, columns)
-torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, None, 128, 128, d ** -0.5, True,
-                              -1, -1, 0.0, cu, cu, 100, 100)
+torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, None, 128, 128, d ** -0.5,
+                              -1, 0, 0.0, cu, cu, 100, 100)
 # The backward: schema, CUDA and Meta kernels, a Meta call batched and packed.
 check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
                       "Tensor? dlse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, "
                       "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
-                      "bool causal, int window_left, int window_right, float softcap, bool deterministic, "
+                      "int window_left, int window_right, float softcap, bool deterministic, "
                       "Tensor? sinks=None, Tensor(d!)? dsinks=None, Tensor? alibi_slopes=None) -> ()"))
 assert "bwd" in info, info
 g = [torch.empty_like(q) for _ in range(3)]
-torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True)
+torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, -1, 0, 0.0, True)
 sk = torch.empty(q.shape[2], dtype=torch.float32, device="meta")  # with sinks: d_sink into dsinks
-torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True,
+torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, -1, 0, 0.0, True,
                           sk, torch.empty_like(sk))
-torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, True, -1, -1, 0.0, True,
+torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, -1, 0, 0.0, True,
                           alibi_slopes=al)
 cu = torch.zeros(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.bwd_sm90(q[0], q[0], q[0], q[0], out[0], lse[0], None, *(x[0] for x in g), cu, cu, s, s,
-                          d ** -0.5, False, -1, -1, 0.0, False)
+                          d ** -0.5, -1, -1, 0.0, False)
 # The decode (KV-cache) attention: schema, CUDA and Meta kernels, a Meta call contiguous and paged
 # (16-bit and FP8 caches); kernel_info lists its kernels ("decode", "decode_fp8_cache").
 check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, "
                               "Tensor(b!) lse, Tensor seqused_k, Tensor? page_table, float softmax_scale, "
-                              "bool causal, int window_left, int window_right, float softcap, int num_splits, "
+                              "int window_left, int window_right, float softcap, int num_splits, "
                               "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None, "
                               "Tensor? cu_seqlens_q=None, int max_seqlen_q=0, Tensor? alibi_slopes=None) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
@@ -226,31 +230,31 @@ qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
 cache = torch.empty(b, 300, 2, d, dtype=torch.bfloat16, device="meta")
 od, ld = torch.empty_like(qd), torch.empty(b, 4, 1, dtype=torch.float32, device="meta")
 used = torch.empty(b, dtype=torch.int32, device="meta")
-torch.ops.flash3.fwd_kvcache_sm90(qd, cache, cache, od, ld, used, None, d ** -0.5, True, -1, -1, 0.0, 0)
+torch.ops.flash3.fwd_kvcache_sm90(qd, cache, cache, od, ld, used, None, d ** -0.5, -1, 0, 0.0, 0)
 pages = torch.empty(7, 16, 2, d, dtype=torch.bfloat16, device="meta")
 table = torch.empty(b, 3, dtype=torch.int32, device="meta")
-torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, False, 8, 0, 30.0, 4)
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, 8, 0, 30.0, 4)
 pages8 = torch.empty(7, 16, 2, d, dtype=torch.float8_e4m3fn, device="meta")  # an FP8 paged cache
 pd8 = torch.empty(7, 2, dtype=torch.float32, device="meta")
-torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 0,
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 0,
                                   pd8, pd8)
-torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 3,
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 3,
                                   sinks=torch.empty(4, dtype=torch.float32, device="meta"))
-torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, True, -1, -1, 0.0, 3,
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 3,
                                   alibi_slopes=torch.empty(4, dtype=torch.float32, device="meta"))
 # Packed (varlen) queries on the paged cache: q/out (total_q, h, d), lse (h, total_q).
 qv = torch.empty(9, 4, d, dtype=torch.bfloat16, device="meta")
 cuq = torch.empty(b + 1, dtype=torch.int32, device="meta")
 torch.ops.flash3.fwd_kvcache_sm90(qv, pages, pages, torch.empty_like(qv), torch.empty(4, 9, dtype=torch.float32, device="meta"),
-                                  used, table, d ** -0.5, True, -1, -1, 0.0, 2, cu_seqlens_q=cuq, max_seqlen_q=7)
+                                  used, table, d ** -0.5, -1, 0, 0.0, 2, cu_seqlens_q=cuq, max_seqlen_q=7)
 # The CUDA kernels' adapters reach the host layer (csrc/flash3/host/) and raise its refusals as
 # TORCH_CHECK does: called straight on the CUDA key with CPU tensors, each op names what is wrong.
 ks = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 c = torch.zeros(1, 8, 1, 128, dtype=torch.bfloat16)
 for name, args, msg in [
-        ("fwd_sm90", (c, c, c, c, torch.zeros(1, 1, 8), None, None, None, 8, 8, 1.0, False, -1, -1, 0.0),
+        ("fwd_sm90", (c, c, c, c, torch.zeros(1, 1, 8), None, None, None, 8, 8, 1.0, -1, -1, 0.0),
          "flash3.fwd_sm90: q must be a CUDA tensor, got cpu"),
-        ("bwd_sm90", (c, c, c, c, c, torch.zeros(1, 1, 8), None, c, c, c, None, None, 8, 8, 1.0, False, -1, -1, 0.0,
+        ("bwd_sm90", (c, c, c, c, c, torch.zeros(1, 1, 8), None, c, c, c, None, None, 8, 8, 1.0, -1, -1, 0.0,
                       False), "flash3.bwd_sm90: q must be a CUDA tensor, got cpu"),
         ("quantize_fp8_sm90", (c, None, None, None, 128, 0, c, torch.zeros(1)),
          "flash3.quantize_fp8_sm90: x must be a CUDA tensor")]:
@@ -265,4 +269,4 @@ EOF
 # As a user imports it: `import flash3` alone (flash3 must load torch before its extension).
 (cd /tmp && "$PY" -c 'import flash3; assert flash3.has_extension(), "import flash3 did not load flash3._C"; print("extension-check: import flash3 ->", sorted(flash3.kernel_info()["fwd"]))') \
   || die "plain 'import flash3' does not load the extension"
-say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + bwd_sm90 + fwd_fp8_sm90 + fwd_kvcache_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info"
+say "OK: flash3._C builds against torch $TORCH_INFO, imports, and registers fwd_sm90 + bwd_sm90 + fwd_fp8_sm90 + fwd_kvcache_sm90 + append_kv_sm90 + quantize_fp8_sm90 + kernel_info + pick_kernel"
