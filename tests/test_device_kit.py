@@ -105,10 +105,10 @@ def test_driver_classifies_kills_and_restarts(fake):
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
                            on_record=seen.append)
     assert time.monotonic() - t0 < 30
-    assert len(FWD_FEATURES) == 13
-    assert [len(x) for x in seen] == list(range(1, 40))  # progress after every case
+    assert len(FWD_FEATURES) == 12
+    assert [len(x) for x in seen] == list(range(1, 37))  # progress after every case
     c = by_case(res)
-    assert len(res["cases"]) == 39
+    assert len(res["cases"]) == 36
     assert c[("bf16:64:64", "causal")]["status"] == "hang"
     assert "silent for 1 s" in c[("bf16:64:64", "causal")]["detail"]
     assert c[("bf16:64:64", "gqa")]["status"] == "crash"
@@ -461,7 +461,7 @@ def test_bwd_features_and_kernel_ids():
     assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk",
                             "nextdim", "onekey", "nantail", "sinks", "alibi"]
     assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim",
-                            "nantail", "sinks", "alibi", "maxgrow"]
+                            "nantail", "sinks", "alibi"]
     assert "nextdim" not in FP8_FEATURES
     assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
     info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],

@@ -28,11 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # against the fp64 sink_grad. "alibi": ALiBi (alibi_slopes (b, h), FlashAttention-2's bias
 # -slope * |i + s_k - s_q - j|) on a GQA varlen batch (ALIBI_LENS: bottom-right offsets of both signs
 # and 0, unmasked and masked blocks), per-sequence slopes; forward and backward (the oracle's bias).
-# "maxgrow": the full case with the first 128 keys 4x larger, so that the key block the 16-bit
-# forward visits last (blocks run from the end) raises every row's max far above the running one:
-# the online softmax's rescale path runs there and its lazy skip (common/softmax.cuh) on the others.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "maxgrow"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -60,9 +57,9 @@ ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi", "maxgrow"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi"},
                   "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
-                  "bwd": {"kvcache", "perhead", "maxgrow"}}
+                  "bwd": {"kvcache", "perhead"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
 # fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
 # epilogue/combine code that neither q's dtype nor the cache's changes; "alibi" is fp32 score-mod
@@ -225,8 +222,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
             c["lens_k"] = [SK, 150]
             c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
         c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
-        if feature == "maxgrow":
-            c["k"][:, :128] *= 4
+        if feature == "full" and dtype_name != "e4m3":  # FP8 keeps its eager rescale
+            _grow_max_late(c["q"], c["k"], d, row_dim=1)
         c["max_q"], c["max_k"] = sq, sk
     if feature == "sinks" and not bwd:
         c["sinks"] = sink_logits(h, g, device)
@@ -243,6 +240,23 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
             if n in c:
                 _poison_tail(c[n][used_rows(c, n).stop:])
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
+
+
+def _grow_max_late(q, k, d: int, row_dim: int) -> None:
+    """"full" (16-bit forward; the backward's case is the forward's) and "contig" (16-bit cache
+    decode), in place: the rows' maxes jump when the kernel reaches the first key block, which it
+    visits last (blocks run from the end): keys 0-63 (in block 0 for every tile) get a large
+    channel 0, and even rows of q along row_dim (query rows; decode: heads) q[..., 0] = 2, so their
+    scores there rise by ~12 in log2 units (> the online softmax's lazy-rescale threshold of 8,
+    common/softmax.cuh: the rescale path runs) while odd rows (q[..., 0] = 1/4: +1.5) keep every key
+    block's weight (a wrong P.V of any block still shows) and are rescaled with their warp's even
+    rows. Every other block takes the lazy skip."""
+    delta = 12.0 / (math.log2(math.e) * 2.0 * d ** -0.5)
+    for start, val in ((0, 2.0), (1, 0.25)):
+        idx = [slice(None)] * q.dim()
+        idx[row_dim], idx[-1] = slice(start, None, 2), 0
+        q[tuple(idx)] = val
+    k[:, :64, :, 0] += delta
 
 
 def _poison_tail(x) -> None:
@@ -360,7 +374,10 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
-        return [part(rnd(3, 1, h, d), kc, vc, pt, ds, i32([1, 129, 300]), causal=True)]
+        q = rnd(3, 1, h, d)
+        if feature == "contig" and not fp8:  # an FP8 cache cannot hold the large channel
+            _grow_max_late(q, kc, d, row_dim=2)
+        return [part(q, kc, vc, pt, ds, i32([1, 129, 300]), causal=True)]
     if feature == "split":  # test_splits: a row of 0 keys (every split empty), s_q 2
         kc, vc, pt, ds = cache(3, 600, h_k, 16)
         return [part(rnd(3, 2, h, d), kc, vc, pt, ds, i32([0, 200, 600]), num_splits=3, causal=True)]
