@@ -259,7 +259,7 @@ def flash3_row(driver, d, causal, s, sample, h=None):
         lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
     lines.append(f"tensor out bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
     lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 nan")
-    scal = dict(softmax_scale=float(d) ** -0.5, causal=int(causal), window_left=-1, window_right=-1,
+    scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
                 softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, no_outputs=1)
     lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
     (case / "case.txt").write_text("\n".join(lines) + "\n")
@@ -289,7 +289,7 @@ def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
     lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 random")
     for name in ("dq", "dk", "dv"):
         lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
-    scal = dict(softmax_scale=float(d) ** -0.5, causal=int(causal), window_left=-1, window_right=-1,
+    scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
                 softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, deterministic=int(deterministic), no_outputs=1)
     lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
     (case / "case.txt").write_text("\n".join(lines) + "\n")

@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -91,8 +92,15 @@ struct Case {
     if (!x) fatal(std::string("case has no tensor '") + n + "'");
     return *x;
   }
-  bool has(const char* n) const { return scalars.count(n) != 0; }
+  // Scalars the op looked at (has or num): a case scalar no op reads is a stale name (e.g. the
+  // `causal` the ops no longer take: the mask is the window), refused after the launch.
+  mutable std::set<std::string> scalars_read;
+  bool has(const char* n) const {
+    scalars_read.insert(n);
+    return scalars.count(n) != 0;
+  }
   double num(const char* n) const {
+    scalars_read.insert(n);
     auto it = scalars.find(n);
     if (it == scalars.end()) fatal(std::string("case has no scalar '") + n + "'");
     char* end = nullptr;

@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
   }
   ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   // no_outputs 1: a timing case (tools/hopper_sim/perf_model.py), whose outputs nobody reads
-  const bool write_outputs = c.scalars.count("no_outputs") == 0 || c.integer("no_outputs") == 0;
+  const bool write_outputs = !c.has("no_outputs") || c.integer("no_outputs") == 0;
+  for (const auto& [name, value] : c.scalars)
+    if (!c.scalars_read.count(name)) fatal("case scalar '" + name + "' is not read by op " + c.op);
   for (const char* n : write_outputs ? op->outputs : std::vector<const char*>{}) {
     if (c.opt(n) == nullptr) continue;  // an optional output (q_out: only with rotary)
     const Tensor& t = c.t(n);
