@@ -231,6 +231,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
             c["lens_k"] = [SK, 150]
             c["seqused_k"] = torch.tensor(c["lens_k"], device=device, dtype=torch.int32)
         c["q"], c["k"], c["v"] = rnd(b, sq, h, d), rnd(b, sk, hk, d), rnd(b, sk, hk, dv)
+        if feature == "full" and dtype_name != "e4m3":  # FP8 keeps its eager rescale
+            _grow_max_late(c["q"], c["k"], d, row_dim=1)
         c["max_q"], c["max_k"] = sq, sk
     if feature == "sinks" and not bwd:
         c["sinks"] = sink_logits(h, g, device)
@@ -255,6 +257,23 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
                     _poison_tail(c[n][start + used:start + lq])  # a view: poisoned in place
             start += lq
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
+
+
+def _grow_max_late(q, k, d: int, row_dim: int) -> None:
+    """"full" (16-bit forward; the backward's case is the forward's) and "contig" (16-bit cache
+    decode), in place: the rows' maxes jump when the kernel reaches the first key block, which it
+    visits last (blocks run from the end): keys 0-63 (in block 0 for every tile) get a large
+    channel 0, and even rows of q along row_dim (query rows; decode: heads) q[..., 0] = 2, so their
+    scores there rise by ~12 in log2 units (> the online softmax's lazy-rescale threshold of 8,
+    common/softmax.cuh: the rescale path runs) while odd rows (q[..., 0] = 1/4: +1.5) keep every key
+    block's weight (a wrong P.V of any block still shows) and are rescaled with their warp's even
+    rows. Every other block takes the lazy skip."""
+    delta = 12.0 / (math.log2(math.e) * 2.0 * d ** -0.5)
+    for start, val in ((0, 2.0), (1, 0.25)):
+        idx = [slice(None)] * q.dim()
+        idx[row_dim], idx[-1] = slice(start, None, 2), 0
+        q[tuple(idx)] = val
+    k[:, :64, :, 0] += delta
 
 
 def _poison_tail(x) -> None:
@@ -390,7 +409,10 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
-        return [part(rnd(3, 1, h, d), kc, vc, pt, ds, i32([1, 129, 300]), causal=True)]
+        q = rnd(3, 1, h, d)
+        if feature == "contig" and not fp8:  # an FP8 cache cannot hold the large channel
+            _grow_max_late(q, kc, d, row_dim=2)
+        return [part(q, kc, vc, pt, ds, i32([1, 129, 300]), causal=True)]
     if feature == "split":  # test_splits: a row of 0 keys (every split empty), s_q 2
         kc, vc, pt, ds = cache(3, 600, h_k, 16)
         return [part(rnd(3, 2, h, d), kc, vc, pt, ds, i32([0, 200, 600]), num_splits=3, causal=True)]

@@ -269,9 +269,17 @@ struct OnlineSoftmax {
   // Maxes come first for all rows, then the exponentials (exp_and_sum): that order lets ptxas keep
   // the exponentials under the in-flight P.V WGMMA.
   // kCheckInf = false (a block every row sees in full: its max is finite) drops the -inf tests.
-  template <bool kFirst, bool kCheckInf = true, class TensorS>
-  __device__ __forceinline__ void rescale_max(TensorS const& s_rc, float (&scale)[kRows]) {
+  // kLazy (unmasked blocks of 16-bit kernels): while no row of the warp has a max more than
+  // kLazyGrowLog2 above its running max, the running max stays, nothing is rescaled and this
+  // returns false (the caller skips O's rescale, a multiply per O register). P is then up to
+  // 2^kLazyGrowLog2 instead of 1; row sums and O carry the same factor, which O / sum cancels and
+  // the LSE (from the kept max and the sum) accounts for. Warp-uniform, so the skip is a branch.
+  // Returns whether O must be multiplied by `scale`.
+  static constexpr int kLazyGrowLog2 = 8;
+  template <bool kFirst, bool kCheckInf = true, bool kLazy = false, class TensorS>
+  __device__ __forceinline__ bool rescale_max(TensorS const& s_rc, float (&scale)[kRows]) {
     using namespace cute;
+    static_assert(!kLazy || kMaxOffsetLog2 == 0, "FP8 P is already scaled up to e4m3's range");
     float m[kRows];
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) m[mi] = kFirst ? -INFINITY : row_max[mi];
@@ -281,8 +289,15 @@ struct OnlineSoftmax {
       for (int mi = 0; mi < kRows; ++mi) m[mi] = fmaxf(m[mi], s_rc(mi, ni));
     }
     CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) m[mi] = quad_allreduce_max(m[mi]);
+    if constexpr (kLazy && !kFirst && !kCheckInf) {
+      bool grow = false;
+      CUTE_UNROLL
+      for (int mi = 0; mi < kRows; ++mi) grow |= (m[mi] - row_max[mi]) * scale_log2 > float(kLazyGrowLog2);
+      if (!__any_sync(0xffffffffu, grow)) return false;
+    }
+    CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
-      m[mi] = quad_allreduce_max(m[mi]);
       if constexpr (kFirst) {
         scale[mi] = 1.f;
       } else if constexpr (kCheckInf) {
@@ -296,6 +311,7 @@ struct OnlineSoftmax {
       }
       row_max[mi] = m[mi];
     }
+    return true;
   }
 
   // Pass 2: P = exp2(s*scale - max*scale) in place, added to the thread's partial row sums.

@@ -193,6 +193,7 @@ struct FwdConsumer {
     decltype(cute::make_tensor<Element>(typename Tr::LayoutP{})) tOrP;
     OnlineSoftmax<kRows, Tr::kFp8 ? 8 : 0> softmax;
     float scale_o[kRows];  // factor for O before (or after) the next P.V
+    bool rescale;          // whether O needs it (false: the running maxes stayed, scale_o is stale)
     // FP8 (set by Fp8): this slab's q descale, and the v descale of the block whose P is in tOrP.
     float q_descale, v_descale_p;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
@@ -233,7 +234,7 @@ struct FwdConsumer {
       apply_mask<false, kMask == Masking::both>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
-    fr.softmax.template rescale_max<kFirst, kMasked>(s_rc, fr.scale_o);
+    fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, !Tr::kFp8>(s_rc, fr.scale_o);
     fr.softmax.template exp_and_sum<kMasked>(s_rc);
   }
 
@@ -296,7 +297,8 @@ struct FwdConsumer {
     wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
     pingpong_wait(consumer, w.index);
     gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
-    if constexpr (Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
+    if constexpr (Tr::kRescaleOBeforeGemm)
+      if (fr.rescale) rescale_o(tOrO, fr.scale_o);
     wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
     gemm_async<false>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), tOrO);
     pingpong_pass(consumer);
@@ -309,7 +311,8 @@ struct FwdConsumer {
     pipe_v.consumer_release(state_v);
     ++state_v;
     store_p(tSrS, fr);
-    if constexpr (!Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
+    if constexpr (!Tr::kRescaleOBeforeGemm)
+      if (fr.rescale) rescale_o(tOrO, fr.scale_o);
   }
 
   template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
@@ -415,7 +418,8 @@ struct FwdConsumer {
     }
 
     // Last P.V.
-    if constexpr (Tr::kRescaleOBeforeGemm) rescale_o(tOrO, fr.scale_o);
+    if constexpr (Tr::kRescaleOBeforeGemm)
+      if (fr.rescale) rescale_o(tOrO, fr.scale_o);
     wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
     pingpong_wait(consumer, w.index);
     gemm_async<false>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), tOrO);
