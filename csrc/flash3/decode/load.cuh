@@ -7,6 +7,10 @@
 //    TMA per key block when a block lies inside one slab (no page table, or page_size a multiple
 //    of block_n); otherwise gathered: the whole producer warpgroup copies 16-byte chunks of rows
 //    with cp.async, zero-filled past the row's keys and for page ids outside the cache.
+//  - cache_leftpad: key j of a row is cache position w.seq.offset_k + j. Its blocks start there
+//    (a TMA box at any row: no row before the first key is ever loaded; a box's rows past the
+//    cache read zeros), so the keys' tail is the only partial block, as without padding. A paged
+//    cache with left padding is always gathered (launch.cuh: its blocks straddle pages).
 // Proxies: Q's stores and the gathered chunks are generic-proxy writes that the consumers' WGMMA
 // reads through the async proxy, so every writing thread completes its writes, fences
 // (fence.proxy.async), and the warp or warpgroup synchronizes before one thread arrives on the
@@ -149,10 +153,12 @@ struct DecodeProducer {
     const FwdParams& p = params.p;
     Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);    // (slab_rows, d, h_k, slabs)
     Tensor mVt = params.tma_v.get_tma_tensor(params.shape_vt);  // (d_v, slab_rows, h_k, slabs)
-    Tensor gK = local_tile(mK(_, _, w.head_k, _), Shape<typename Tr::BlkN, typename Tr::HD>{},
-                           make_coord(_, _0{}));  // (n, d, blocks, slabs)
-    Tensor gVt = local_tile(mVt(_, _, w.head_k, _), Shape<typename Tr::HDV, typename Tr::BlkN>{},
-                            make_coord(_0{}, _));  // (d_v, n, blocks, slabs)
+    // Blocks counted from the row's first key (cache_leftpad; 0 without).
+    const int key0 = w.seq.offset_k;
+    Tensor gK = local_tile(domain_offset(make_coord(key0, _0{}, _0{}), mK(_, _, w.head_k, _)),
+                           Shape<typename Tr::BlkN, typename Tr::HD>{}, make_coord(_, _0{}));  // (n, d, blocks, slabs)
+    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, key0, _0{}), mVt(_, _, w.head_k, _)),
+                            Shape<typename Tr::HDV, typename Tr::BlkN>{}, make_coord(_0{}, _));  // (d_v, n, blocks, slabs)
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});
     auto tk = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
@@ -216,7 +222,8 @@ struct DecodeProducer {
   static __device__ __forceinline__ BlockPages block_pages(typename Tr::KernelParams const& params,
                                                            const WorkTile& w, int n) {
     const FwdParams& p = params.p;
-    const int pos0 = n * Tr::kBlockN, last = imin(pos0 + Tr::kBlockN, w.seq.seqlen_k) - 1;
+    const int key0 = n * Tr::kBlockN, pos0 = w.seq.offset_k + key0;  // cache positions from here
+    const int last = w.seq.offset_k + imin(key0 + Tr::kBlockN, w.seq.seqlen_k) - 1;
     if (p.page_table == nullptr || last < pos0) return {-1, 0};
     const int i0 = page_index_row(p, pos0, params.slab_shift).slab;
     const int i1 = page_index_row(p, last, params.slab_shift).slab;
@@ -232,9 +239,10 @@ struct DecodeProducer {
 
   // For chunk i (kChunks a row) of key block n: its row's element offset in the cache,
   // slab * slab_stride + row * row_stride, or -1 past the row's keys or for a page id outside the
-  // cache (kv_slot). A warp's 32 consecutive chunks span a few rows: lane j resolves the j-th
-  // (one page-table read and division per row, not per chunk) and each lane takes its row's by
-  // shuffle. Every lane of the warp calls it with the same n and i - lane.
+  // cache (kv_slot); key `key` of the row is cache position w.seq.offset_k + key. A warp's 32
+  // consecutive chunks span a few rows: lane j resolves the j-th (one page-table read and division
+  // per row, not per chunk) and each lane takes its row's by shuffle. Every lane of the warp calls
+  // it with the same n and i - lane.
   template <int kChunks>
   static __device__ __forceinline__ int64_t row_offset(typename Tr::KernelParams const& params, const WorkTile& w,
                                                        int n, int i, int64_t slab_stride, int64_t row_stride,
@@ -242,17 +250,17 @@ struct DecodeProducer {
     static_assert(Tr::kBlockN * kChunks % 32 == 0, "a warp's chunks must end with the block");
     const FwdParams& p = params.p;
     if (bp.first >= 0) {  // every lane shuffles, then rows past the keys drop out
-      const int pos = n * Tr::kBlockN + i / kChunks;
-      const KvSlot ir = page_index_row(p, pos, params.slab_shift);
+      const int key = n * Tr::kBlockN + i / kChunks;
+      const KvSlot ir = page_index_row(p, w.seq.offset_k + key, params.slab_shift);
       const int page = __shfl_sync(0xffffffffu, bp.page, (ir.slab - bp.first) & 31);
-      if (pos >= w.seq.seqlen_k || page >= p.num_slabs) return -1;
+      if (key >= w.seq.seqlen_k || page >= p.num_slabs) return -1;
       return int64_t(page) * slab_stride + int64_t(ir.row) * row_stride;
     }
     const int lane = threadIdx.x % 32;
-    const int r0 = (i - lane) / kChunks, r = r0 + lane, pos = n * Tr::kBlockN + r;
+    const int r0 = (i - lane) / kChunks, r = r0 + lane, key = n * Tr::kBlockN + r;
     int64_t off = -1;
-    if (r <= (i - lane + 31) / kChunks && pos < w.seq.seqlen_k) {
-      const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
+    if (r <= (i - lane + 31) / kChunks && key < w.seq.seqlen_k) {
+      const KvSlot s = kv_slot(p, w.coord.batch, w.seq.offset_k + key, params.slab_shift);
       if (s.slab < p.num_slabs) off = int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride;
     }
     return __shfl_sync(0xffffffffu, off, i / kChunks - r0);
@@ -294,7 +302,9 @@ struct DecodeProducer {
       if (bp.first >= 0 && params.slab_shift >= 0) {
         // Pages of 2^shift rows with the block's page ids in the lanes: a chunk's row costs a
         // shift, a shuffle and its address. Every lane shuffles; invalid rows drop out after.
-        const int shift = params.slab_shift, row_mask = p.slab_rows - 1, pos0 = n * Tr::kBlockN + r0;
+        // Cache positions: the row's keys are [offset_k, end).
+        const int shift = params.slab_shift, row_mask = p.slab_rows - 1;
+        const int pos0 = w.seq.offset_k + n * Tr::kBlockN + r0, end = w.seq.offset_k + w.seq.seqlen_k;
         const bool col_ok = c < cols;
         auto smem_at = [&](int r) {
           if constexpr (kIsV) return cast_smem_ptr_to_uint(&sVt(c, r, stage));
@@ -310,7 +320,7 @@ struct DecodeProducer {
         for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k) {
           const int pos = pos0 + k * kRowsPerPass;
           const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> shift) - bp.first) & 31);
-          const bool valid = col_ok && pos < w.seq.seqlen_k && page < p.num_slabs;
+          const bool valid = col_ok && pos < end && page < p.num_slabs;
           const Element* src =
               valid ? base + int64_t(page) * slab_stride + int64_t(pos & row_mask) * row_stride + c : base;
           cp_async_16(kStep ? dst0 + k * step : smem_at(r0 + k * kRowsPerPass), src, valid);
@@ -413,11 +423,11 @@ struct DecodeProducer {
       const Descale& ds = kIsV ? p.v_cache_descale : p.k_cache_descale;
       float* scale = kIsV ? raw.v_scale : raw.k_scale;
       for (int r = tid; r < Tr::kBlockN; r += kThreads) {
-        const int pos = n * Tr::kBlockN + r;
+        const int key = n * Tr::kBlockN + r;
         const float* src = ds.ptr;
         bool valid = false;
-        if (pos < w.seq.seqlen_k) {
-          const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
+        if (key < w.seq.seqlen_k) {
+          const KvSlot s = kv_slot(p, w.coord.batch, w.seq.offset_k + key, params.slab_shift);
           valid = s.slab < p.num_slabs;
           if (valid) src = ds.ptr + int64_t(s.slab) * ds.batch_stride + int64_t(w.head_k) * ds.head_stride;
         }

@@ -22,7 +22,8 @@ namespace flash3 {
 // Lengths and packed-row offsets of one batch entry.
 struct SeqInfo {
   int seqlen_q, seqlen_k;  // this batch entry's lengths (keys: after seqused_k)
-  int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched
+  int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched; decode:
+                           // offset_k is the cache position of key 0 (cache_leftpad, else 0)
 };
 
 __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
@@ -42,6 +43,14 @@ __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
   // Keys beyond seqused_k are ignored; it cannot extend the keys there are.
   if (p.seqused_k != nullptr) s.seqlen_k = imin(imax(p.seqused_k[batch], 0), s.seqlen_k);
   return s;
+}
+
+// A KV cache's left padding (decode: FwdParams::cache_leftpad): keys start at cache position
+// leftpad, clamped into the row's keys, so any value leaves a key range inside the cache.
+__device__ __forceinline__ void apply_cache_leftpad(const FwdParams& p, int batch, SeqInfo& s) {
+  if (p.cache_leftpad == nullptr) return;
+  s.offset_k = imin(imax(p.cache_leftpad[batch], 0), s.seqlen_k);
+  s.seqlen_k -= s.offset_k;
 }
 
 // One unit of work: query block m_block of (head, batch), with its mask and key-block ranges.
@@ -117,6 +126,7 @@ struct TileScheduler {
     w.head_k = w.coord.head / p.num_splits;
     w.split = w.coord.head - w.head_k * p.num_splits;
     w.seq = seq_info(p, w.coord.batch);
+    apply_cache_leftpad(p, w.coord.batch, w.seq);
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
     const DecodeRanges r =
         decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
