@@ -49,6 +49,9 @@ from kernel_objects import (BUILD_DIR, SIM_GENCODE, _compile, _nvcc, _source_has
                             kernel_flags)
 SIM_DIR = ROOT / "tools" / "hopper_sim"
 DRIVER_DIR = SIM_DIR / "flash3"  # sim_driver.cu (main, forward ops), sim_op_*.cu, sim_case.h
+# Driver ops kept outside tools/hopper_sim (its bytes key the recorded ground truth): sim_op_*.cu
+# here, linked beside DRIVER_DIR's, compiled with DRIVER_DIR on the include path (sim_case.h).
+EXTRA_OPS_DIR = ROOT / "tools" / "smoke" / "sim_ops"
 SIMRUN = SIM_DIR / "simrun"
 FORMAT = "flash3-sim-case 1"
 EXIT_CHECK, EXIT_UNSUPPORTED, EXIT_REFUSED = 86, 87, 3
@@ -253,6 +256,9 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
                        rotary_sin=a["sin"], q_out=q_out if a["cos"] is not None else None,
                        rotary_seqlens=a.get("rotary_seqlens"))
         scalars.update(rotary_interleaved=bool(a["interleaved"]), q_per_token=bool(a["per_token"]))
+    if part.get("leftpad") is not None:  # sim_ops/sim_op_kvcache_leftpad.cu: "kvcache" + cache_leftpad
+        tensors["cache_leftpad"] = part["leftpad"]
+        return "kvcache_leftpad", tensors, scalars
     return "kvcache", tensors, scalars
 
 
@@ -417,14 +423,16 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
     headers = [csrc / h for h in HOST_HEADERS] + sorted((csrc / "flash3" / "host").glob("*.h"))
     shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join(h.read_bytes() for h in headers)
     host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
+    host_srcs += sorted(EXTRA_OPS_DIR.glob("sim_op_*.cu"))
     host_srcs += host_layer_sources(csrc)
     host_srcs += [csrc / "flash3" / d / "registry.cpp" for d in ("fwd", "decode", "bwd")]
     host = []
     for src in host_srcs:
-        key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes() + shared).hexdigest()[:16]
+        flags = hflags + ([f"-I{DRIVER_DIR}"] if src.parent == EXTRA_OPS_DIR else [])
+        key = hashlib.sha256(("\0".join(flags) + nvcc).encode() + src.read_bytes() + shared).hexdigest()[:16]
         obj = BUILD_DIR / f"{src.parent.name}-{src.stem}-{key}.o"
         if not obj.exists():
-            _compile([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name)
+            _compile([nvcc] + flags + ["-x", "cu", "-c", str(src)], obj, src.name)
         host.append(obj)
     link = host + objs
     exe = BUILD_DIR / ("sim_driver-" + hashlib.sha256("\0".join(map(str, link)).encode()).hexdigest()[:16])
