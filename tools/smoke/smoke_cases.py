@@ -43,7 +43,7 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3);
 # FA3's cache_leftpad (leftpad, LEFTPAD_PARTS: keys from an unaligned position, 0, and a row all
 # padding (out 0, lse -inf): with the fused append and rotary, causal at s_q 70, 3 splits, and a
-# paged cache, which left padding makes the gathered path).
+# paged cache, which left padding makes the gathered path, with leftpads outside the row).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
                 "leftpad"]
@@ -313,11 +313,12 @@ def _dec_cache(b, cap, h_k, d, dv, page, dtype, g, device):
 
 # "leftpad" parts: (what, capacity, page size, s_q, seqused (or cache_seqlens with the append),
 # leftpads, num_splits, causal). 37: a TMA box starting mid-block; a leftpad equal to the row's key
-# count (cache_seqlens + 2 new keys with the append): no keys.
+# count (cache_seqlens + 2 new keys with the append): no keys; the paged part's -5 and 10^6: values
+# outside the row, which the kernel clamps (to 0 and to the key count: no keys).
 LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("causal", 400, None, 70, [200, 333, 150], [0, 37, 150], 1, True),
                  ("split", 600, None, 2, [600, 450, 37], [37, 0, 37], 3, False),
-                 ("paged", 400, 256, 1, [300, 129, 64], [37, 0, 64], 0, True)]
+                 ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
 
 
 def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
