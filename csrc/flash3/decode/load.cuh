@@ -215,11 +215,12 @@ struct DecodeProducer {
     }
   }
 
-  // The pages of the key block at cache position pos0 (keys end at `end`), read once per block: lane L of every producer warp holds the page id of
-  // the block's L-th page-table entry, and a chunk's row takes its page by shuffle. A page-table
-  // read per chunk (row_offset's general path) left the producer waiting on a global load every
-  // chunk: on an H200 paged decode ran at 13-20% of the copy bandwidth against up to 92% for
-  // contiguous caches (TMA), and in the timing model that load was the producer's largest stall.
+  // The pages of the key block at cache position pos0 (keys end at `end`), read once per block:
+  // lane L of every producer warp holds the page id of the block's L-th page-table entry, and a
+  // chunk's row takes its page by shuffle. A page-table read per chunk (row_offset's general
+  // path) left the producer waiting on a global load every chunk: on an H200 paged decode ran at
+  // 13-20% of the copy bandwidth against up to 92% for contiguous caches (TMA), and in the timing
+  // model that load was the producer's largest stall.
   // first < 0: no page table, or the block spans more than 32 entries (pages of fewer than
   // kBlockN / 31 rows): row_offset's general path.
   struct BlockPages {
