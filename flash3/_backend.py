@@ -83,6 +83,26 @@ def kernel_sinks(sinks):
     return None if sinks is None else sinks.detach().to(torch.float32).contiguous()
 
 
+@functools.lru_cache(maxsize=None)
+def has_leftpad_kernel() -> bool:
+    """True when flash3._C's decode op takes FA3's ``cache_leftpad`` (its schema has it)."""
+    if not has_extension():
+        return False
+    try:
+        op = torch.ops.flash3.fwd_kvcache_sm90.default
+        return any(a.name == "cache_leftpad" for a in op._schema.arguments)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def kernel_leftpad_reason(q) -> str | None:
+    """Why the decode kernel cannot take ``cache_leftpad`` (checked after its own reason); None
+    if it can."""
+    if q.is_cuda and not has_leftpad_kernel():
+        return "flash3._C's fwd_kvcache_sm90 takes no cache_leftpad (an older build)"
+    return None
+
+
 _ALIBI_OPS = {"fwd": "fwd_sm90", "decode": "fwd_kvcache_sm90", "bwd": "bwd_sm90"}
 
 
@@ -335,16 +355,19 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
                        softcap, num_splits, k_descale=None, v_descale=None, sinks=None,
-                       alibi_slopes=None):
+                       alibi_slopes=None, cache_leftpad=None):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
     device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
-    (slabs, h_k). ``sinks`` (h,) and ``alibi_slopes`` as in run_kernel_fwd."""
+    (slabs, h_k). ``sinks`` (h,) and ``alibi_slopes`` as in run_kernel_fwd; ``cache_leftpad``
+    int32 (b,) (passed only when given: builds without it serve calls without)."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     extra = {} if sinks is None else {"sinks": kernel_sinks(sinks)}
     if alibi_slopes is not None:
         extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
+    if cache_leftpad is not None:
+        extra["cache_leftpad"] = cache_leftpad.contiguous()
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), int(left), int(right), float(softcap),
                                       int(num_splits), k_descale, v_descale, **extra)

@@ -280,9 +280,16 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
 
 
 def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
-                   k_descale, v_descale, rotary_seqlens=None):
-    """Static checks of the rotary and FP8-cache arguments of attention_with_kvcache."""
+                   k_descale, v_descale, rotary_seqlens=None, cache_leftpad=None):
+    """Static checks of the rotary, FP8-cache and left-padding arguments of
+    attention_with_kvcache."""
     flag("rotary_interleaved", rotary_interleaved)
+    if cache_leftpad is not None:
+        tensor("cache_leftpad", cache_leftpad, 1, "(batch,)")
+        _same_device("q", q, "cache_leftpad", cache_leftpad)
+        if cache_leftpad.dtype != torch.int32 or cache_leftpad.shape[0] != q.shape[0]:
+            raise ValueError(f"cache_leftpad must be int32 of shape ({q.shape[0]},), got "
+                             f"{cache_leftpad.dtype} {tuple(cache_leftpad.shape)}")
     if rotary_seqlens is not None:
         if rotary_cos is None:
             raise ValueError("rotary_seqlens needs rotary_cos/rotary_sin (it places the rotary "
@@ -332,13 +339,19 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
 
 def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=None,
                    q_per_token=True, k_descale=None, v_descale=None, lens_name="cache_seqlens",
-                   rotary_seqlens=None):
+                   rotary_seqlens=None, cache_leftpad=None):
     """Value checks needing the contents, run before anything is written (validation mode
-    only: they read cache_seqlens/page_table/descales/rotary_seqlens on the host)."""
+    only: they read cache_seqlens/page_table/descales/rotary_seqlens/cache_leftpad on the
+    host)."""
     lens = cache_seqlens.tolist()
     for i, n in enumerate(lens):
         if n < 0:
             raise ValueError(f"{lens_name}[{i}] is negative ({n})")
+    if cache_leftpad is not None:
+        for i, (lp, n) in enumerate(zip(cache_leftpad.tolist(), lens)):
+            if not 0 <= lp <= n + s_new:
+                raise ValueError(f"cache_leftpad[{i}] = {lp} is outside [0, {lens_name}[{i}] + "
+                                 f"new keys] = [0, {n + s_new}]")
     if rotary_cos is not None:
         seqlen_ro = rotary_cos.shape[0]
         span = max(s_new, s_q if q_per_token else 1)

@@ -148,7 +148,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            window_size=(-1, -1), softcap=0.0, return_lse=False, num_splits=0,
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
-                           max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None):
+                           max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None,
+                           cache_leftpad=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -166,6 +167,13 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``sinks`` (h,) as in :func:`attention` (forward only here): the decode kernel adds them (its
     epilogue, or the split-KV combine).  ``alibi_slopes`` (h,) or (b, h) as in :func:`attention`,
     with row i's s_k its key count (cache_seqlens[i] + s_new) and s_q the query count.
+
+    ``cache_leftpad`` (int32 (b,), FA3's argument): row i's keys start at cache position
+    cache_leftpad[i]: it sees positions [cache_leftpad[i], cache_seqlens[i] + s_new), key j at
+    cache_leftpad[i] + j for the masks (bottom-right aligned on that count) and ALiBi; new keys are
+    still stored, and rotated, at cache_seqlens[i] + t (FA3's rule).  Paged caches too (the
+    kernel then gathers rows).  Validation mode checks 0 <= cache_leftpad[i] <=
+    cache_seqlens[i] + s_new; otherwise the kernel and the reference clamp it into that range.
 
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
@@ -211,6 +219,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     to [0, seqlen_ro - 1] everywhere.
     """
     if cu_seqlens_q is not None or max_seqlen_q is not None:
+        if cache_leftpad is not None:
+            raise NotImplementedError("attention_with_kvcache: cache_leftpad with cu_seqlens_q is "
+                                      "not implemented")
         return _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
@@ -218,7 +229,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
-                           rotary_interleaved, k_descale, v_descale, rotary_seqlens)
+                           rotary_interleaved, k_descale, v_descale, rotary_seqlens,
+                           cache_leftpad)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
@@ -226,7 +238,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
-                                     sinks, alibi_slopes, rotary_seqlens)
+                                     sinks, alibi_slopes, rotary_seqlens, cache_leftpad)
     return (out, lse) if return_lse else out
 
 

@@ -20,7 +20,8 @@ conventions, and map onto flash3's public API:
   row (no copy), or with ``page_table`` by gathering row i's page-table row
   ``page_table[cache_batch_idx[i]]`` on the device (an index outside the table: a row of page ids
   -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/
-  ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
+  ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA); ``cache_leftpad``
+  by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -39,7 +40,8 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
 intersected with causal/windows), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
-takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf), ``cache_leftpad``,
+takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
+``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
 ``seqused_k`` with autograd, new k/v or rotary with packed
 queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
@@ -287,7 +289,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if rotary_cos is None:
         rotary_seqlens = None
     reason = _reference_reason(
-        qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256, cache_leftpad=cache_leftpad,
+        qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256,
+        cache_leftpad_with_cu_seqlens_q=varlen and cache_leftpad is not None,
         cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=attention_chunk,
         fp8_paged_cache=fp8_cache and page_table is not None,
         fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
@@ -357,7 +360,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-        alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens)
+        alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

@@ -83,6 +83,23 @@ def test_compile_kvcache_aot_eager_mutates():
     torch.testing.assert_close(out[0, 0], v[0, 0].repeat(1, 1).expand(2, 8))
 
 
+def test_compile_kvcache_leftpad_aot_eager():
+    """cache_leftpad through the custom op under torch.compile: row 1's keys start at slot 2,
+    so its one query (causal, bottom-right) sees exactly the appended key."""
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def step(q, kc, vc, k, v, n, lp):
+        return flash3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=n, cache_leftpad=lp,
+                                             causal=True)
+
+    q, k, v = torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8)
+    kc, vc = torch.randn(2, 6, 2, 8), torch.randn(2, 6, 2, 8)
+    n, lp = torch.tensor([3, 2], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32)
+    out = step(q, kc, vc, k, v, n, lp)
+    torch.testing.assert_close(out[1, 0], v[1, 0].repeat(1, 1).expand(2, 8))
+    ref = attention_ref64(q[:1].double(), kc[:1, :4].double(), vc[:1, :4].double())[0]
+    assert (out[:1].double() - ref).abs().max() < 1e-5
+
+
 def test_compile_inductor_small():
     @torch.compile(backend="inductor", fullgraph=True)
     def f(q, k, v):

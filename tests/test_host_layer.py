@@ -146,6 +146,17 @@ def test_decode_split_kv_and_its_combine(driver):
         "ok kernel=decode_e4m3:128:128")  # the FP8-cache list, the next head dim up
 
 
+def test_decode_cache_leftpad(driver):
+    """cache_leftpad reaches the decode kernel's parameters (contiguous and paged); a wrong dtype
+    or shape is refused, naming it, before anything is launched or filled."""
+    plain, lp, paged, dtype, shape = driver(["kvcache", "kvcache leftpad=1", "kvcache leftpad=1 page=16",
+                                             "kvcache leftpad=2", "kvcache leftpad=3"])
+    assert fields(plain)["leftpad"] == "0" and fields(lp)["leftpad"] == "1"
+    assert fields(paged)["leftpad"] == "1" and fields(paged)["paged"] == "1"
+    assert dtype == "error: flash3: cache_leftpad must be int32, got Float"
+    assert shape == "error: flash3: cache_leftpad must have shape (2), got [3]"
+
+
 def test_backward_workspace_and_checks(driver):
     det, plain, bad = driver(["bwd deterministic=1", "bwd", "bwd dv_sk=7"])
     assert fields(det)["semaphore"] == "1" and det.endswith("alloc=133120f32 alloc=16i32")

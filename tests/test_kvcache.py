@@ -114,6 +114,85 @@ def test_empty_cache_row():
     assert torch.isfinite(lse[1]).all()
 
 
+# ----------------------------------------------------------------- cache_leftpad (FA3)
+@pytest.mark.parametrize("page_size", [None, 3, 16], ids=lambda p: f"page{p}")
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window_size=(4, 1)),
+                                dict(causal=True, num_splits=3)],
+                         ids=["full", "causal", "local", "causal_splits"])
+def test_cache_leftpad(page_size, kw, monkeypatch):
+    """Row i sees cache positions [leftpad[i], cache_seqlens[i] + s_new): the masks count keys
+    from leftpad[i] (bottom-right alignment on that count); new keys land at cache_seqlens[i] + t
+    and are rotated there (FA3's seqlen_rotary). A leftpad equal to the key count: no keys."""
+    monkeypatch.setattr(reference, "SPLIT_BLOCK_N", 4)  # several key blocks per split
+    gen = torch.Generator().manual_seed(11)
+    b, s_q, s_new, cap, h, h_k, d = 4, 3, 2, 40, 4, 2, 16
+    q = torch.randn(b, s_q, h, d, generator=gen)
+    k_cache, v_cache = torch.randn(b, cap, h_k, d, generator=gen), torch.randn(b, cap, h_k, d, generator=gen)
+    k, v = torch.randn(b, s_new, h_k, d, generator=gen), torch.randn(b, s_new, h_k, d, generator=gen)
+    seqlens = torch.tensor([20, 9, 30, 5], dtype=torch.int32)
+    leftpad = torch.tensor([0, 7, 13, 7], dtype=torch.int32)  # row 3: 5 + 2 keys, all padding
+    ang = torch.arange(64.0)[:, None] * torch.tensor([1.0, 0.3, 0.1, 0.03])[None]
+    cos, sin = ang.cos(), ang.sin()
+    local = "causal" in kw or "window_size" in kw
+    from flash3.rotary import kvcache_rotary
+    q_ro, k_ro = kvcache_rotary(q, k, seqlens, cos, sin, False, local)  # absolute positions
+    full_k, full_v = k_cache.clone(), v_cache.clone()
+    for i in range(b):
+        n = int(seqlens[i])
+        full_k[i, n:n + s_new], full_v[i, n:n + s_new] = k_ro[i], v[i]
+    mask = {x: kw[x] for x in ("causal", "window_size") if x in kw}
+    if page_size is None:
+        kc, vc, extra = k_cache.clone(), v_cache.clone(), {}
+    else:
+        table, num_pages = shuffled_table(b, cap, page_size, gen)
+        kc, vc = (to_pages(x, page_size, table, num_pages, gen) for x in (k_cache, v_cache))
+        extra = dict(page_table=table)
+    out, lse = flash3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens,
+                                             cache_leftpad=leftpad, rotary_cos=cos,
+                                             rotary_sin=sin, return_lse=True, **extra, **kw)
+    for i in range(b):
+        lp, end = int(leftpad[i]), int(seqlens[i]) + s_new
+        if lp == end:
+            assert torch.all(out[i] == 0) and torch.all(lse[i] == float("-inf"))
+            continue
+        ki, vi = full_k[i:i + 1, lp:end].double(), full_v[i:i + 1, lp:end].double()
+        ref, ref_lse = attention_ref64(q_ro[i:i + 1].double(), ki, vi, **mask)
+        assert (out[i].double() - ref[0]).abs().max() < 1e-5, i
+        fin = torch.isfinite(ref_lse[0])
+        assert torch.equal(fin, torch.isfinite(lse[i]))
+        assert (lse[i][fin].double() - ref_lse[0][fin]).abs().max() < 1e-5, i
+
+
+def test_cache_leftpad_errors():
+    """cache_leftpad: int32 (b,) on q's device, values in [0, cache_seqlens + s_new] (validation
+    mode); no packed queries. A rejected call leaves the caches untouched."""
+    q = torch.randn(2, 1, 2, 8)
+    kc, vc = torch.randn(2, 10, 2, 8), torch.randn(2, 10, 2, 8)
+    k, v = torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8)
+    lens = torch.tensor([3, 5], dtype=torch.int32)
+    before = kc.clone(), vc.clone()
+    call = lambda lp, **kw: flash3.attention_with_kvcache(  # noqa: E731
+        q, kc, vc, k, v, cache_seqlens=lens, cache_leftpad=lp, **kw)
+    with pytest.raises(ValueError, match="cache_leftpad must be int32"):
+        call(torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="cache_leftpad must be int32 of shape"):
+        call(torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_leftpad"):
+        call(torch.zeros(2, 1, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cache_leftpad\[0\] = -1 is outside"):
+        call(torch.tensor([-1, 0], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cache_leftpad\[1\] = 7 is outside"):
+        call(torch.tensor([0, 7], dtype=torch.int32))  # 5 + 1 keys
+    with pytest.raises(NotImplementedError, match="cache_leftpad with cu_seqlens_q"):
+        flash3.attention_with_kvcache(q[:, 0], kc, vc, cache_seqlens=lens,
+                                      cache_leftpad=torch.zeros(2, dtype=torch.int32),
+                                      cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32),
+                                      max_seqlen_q=1)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    out = call(torch.tensor([4, 6], dtype=torch.int32))  # the whole row padded: no keys
+    assert torch.all(out == 0)
+
+
 # ----------------------------------------------------------------- FP8 cache
 FP8 = torch.float8_e4m3fn
 

@@ -209,6 +209,56 @@ def test_append_then_attend_matches_reference(paged, rotary):
     assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-3
 
 
+@pytest.mark.parametrize("page", [None, 16, 256], ids=lambda p: f"page{p}")
+@pytest.mark.parametrize("num_splits", [0, 3])
+def test_cache_leftpad_matches_reference(page, num_splits, monkeypatch):
+    """FA3's cache_leftpad on the decode kernel (no reference fallback): an unaligned leftpad, 0,
+    one equal to the row's key count (no keys: out 0, lse -inf) and values outside the row
+    (clamped), with the fused append and rotary (at cache_seqlens + t), causal, against the
+    reference on copies of the caches; also through flash_attn_interface with cache_batch_idx."""
+    need(torch.bfloat16, 128, 128)
+    from flash3 import _backend
+    from flash3 import flash_attn_interface as fai
+
+    def no_fallback(reason, what="forward"):
+        raise AssertionError(f"{what} fell back to the reference: {reason}")
+    monkeypatch.setattr(_backend, "warn_fallback", no_fallback)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    b, h, h_k, d, s_new = 5, 8, 2, 128, 2
+    kc, vc, pt = make_cache(b, 512, h_k, d, d, page, torch.bfloat16, gen)
+    q = torch.randn(b, s_new, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, s_new, h_k, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, s_new, h_k, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    lens = torch.tensor([300, 77, 500, 40, 129], device="cuda", dtype=torch.int32)
+    pads = torch.tensor([37, 0, 502, -5, 10**6], device="cuda", dtype=torch.int32)
+    ang = torch.arange(600, device="cuda")[:, None] * 10000.0 ** (
+        -torch.arange(0, 64, 2, device="cuda") / 64)
+    kw = dict(cache_seqlens=lens, page_table=pt, causal=True, return_lse=True, num_splits=num_splits,
+              rotary_cos=ang.cos(), rotary_sin=ang.sin(), cache_leftpad=pads)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    out, lse = flash3.attention_with_kvcache(q, kc, vc, k, v, **kw)
+    ref_out, ref_lse = reference.kvcache_forward(
+        q, kc_ref, vc_ref, k, v, lens, pt, d ** -0.5, -1, 0, 0.0, ang.cos(), ang.sin(), False,
+        cache_leftpad=pads)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)  # appended at cache_seqlens + t
+    assert torch.all(out[2] == 0) and torch.all(lse[2] == float("-inf"))  # all padding
+    assert torch.all(out[4] == 0) and torch.all(lse[4] == float("-inf"))  # clamped to the keys
+    assert (out.float() - ref_out.float()).abs().max().item() < 2e-2
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-3
+    if page is None:  # FA3's interface: cache rows through cache_batch_idx (a page table of rows)
+        idx = torch.tensor([4, 0, 3, 1, 2], device="cuda", dtype=torch.int32)
+        kc2, vc2 = kc[idx.long()].clone(), vc[idx.long()].clone()  # row i of the batch in row idx[i]
+        kc2[idx.long()], vc2[idx.long()] = kc, vc
+        o2 = fai.flash_attn_with_kvcache(q, kc2, vc2, cache_seqlens=lens + s_new, cache_batch_idx=idx,
+                                         cache_leftpad=pads, causal=True, num_splits=num_splits,
+                                         rotary_interleaved=False)
+        o1 = flash3.attention_with_kvcache(q, kc, vc, cache_seqlens=lens + s_new, causal=True,
+                                           num_splits=num_splits, cache_leftpad=pads)
+        assert (o2.float() - o1.float()).abs().max().item() < 2e-2
+
+
 def assert_graph_replays_like_eager(kc, vc, steps, lens0, **kw):
     """One decode step (append + attention) captured once in a CUDA graph, then replayed for each
     of `steps` ((q, k, v) inputs) with cache_seqlens lens0 + t: every replay gives what an eager

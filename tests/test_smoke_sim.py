@@ -274,13 +274,20 @@ def test_make_dec_case_and_op_call(kid, feature):
         out, lse, q_out = smoke.dec_poisoned_outputs(p)
         assert out.shape == (b, s_q, h, vc.shape[-1]) and lse.shape == (b, h, s_q)
         assert torch.isnan(out).all() and torch.isnan(lse).all()
-        assert (q_out is not None) == (feature == "rotary")
+        rotated = p["append"] is not None and p["append"]["cos"] is not None
+        assert (q_out is not None) == rotated and rotated == (feature == "rotary" or (
+            feature == "leftpad" and p is parts[0]))
         op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
-        assert op == "kvcache" and t["q"] is q and t["k_cache"] is kc and t["seqused_k"] is p["seqused"]
+        assert op == "kvcache" and t["cache_leftpad"] is p["leftpad"]
+        if feature == "leftpad":
+            assert p["leftpad"].dtype == torch.int32 and p["leftpad"].shape == (b,)
+        else:
+            assert p["leftpad"] is None
+        assert t["q"] is q and t["k_cache"] is kc and t["seqused_k"] is p["seqused"]
         assert t["page_table"] is pt and (t["k_descale"] is not None) == fp8
         assert sc["num_splits"] == p["num_splits"] and "causal" not in sc
         assert (sc["window_left"], sc["window_right"]) == ((-1, 0) if p["causal"] else tuple(p["window"]))
-        assert ("k" in t) == (feature in ("append", "rotary"))
+        assert ("k" in t) == (feature in ("append", "rotary") or (feature == "leftpad" and p is parts[0]))
         assert t["sinks"] is p["sinks"] and (p["sinks"] is None) == (feature != "sinks")
     if feature == "sinks":  # packed GQA, a row of 0 keys; the epilogue (no split) and the combine (3)
         assert [p["num_splits"] for p in parts] == [1, 3] and all(0 in p["seqused"].tolist() for p in parts)
@@ -293,6 +300,13 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert [p["kc"].shape[1] for p in parts] == [256, 16, 1] and max(p["num_splits"] for p in parts) > 1
         lens_q, lens_k = smoke.VPAGED_LENS
         assert 0 in lens_q and 0 in lens_k and max(lens_q) * 4 > 128  # a sequence of several tiles
+    if feature == "leftpad":  # unaligned (37), 0 and all-padding rows; append+rotary, causal, splits, paged
+        assert [p["num_splits"] for p in parts] == [0, 1, 3, 0] and parts[1]["q"].shape[1] == 70
+        assert parts[3]["pt"] is not None and parts[3]["kc"].shape[1] % 128 == 0  # TMA-able, gathered
+        for p in parts:
+            used, pads = p["seqused"].tolist(), p["leftpad"].tolist()
+            assert 37 in pads and any(min(max(a, 0), n) == n for a, n in zip(pads, used))
+        assert min(parts[3]["leftpad"].tolist()) < 0  # clamped by the kernel
     if feature == "page48":
         assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
     if feature == "badidx":

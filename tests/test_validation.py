@@ -110,7 +110,7 @@ def kernel_path(monkeypatch):
                 torch.zeros(q.shape[0], q.shape[2], q.shape[1]))
 
     real_kvcache = _backend.run_kernel_kvcache
-    dispatch = lambda q, k, v, scale, run_kernel, run_reference, alibi_slopes=None: run_kernel()  # noqa: E731
+    dispatch = lambda q, k, v, scale, run_kernel, run_reference, *more: run_kernel()  # noqa: E731
     monkeypatch.setattr(ops, "_fwd_dispatch", dispatch)
     monkeypatch.setattr(ops, "_kvcache_dispatch", dispatch)
     monkeypatch.setattr(_backend, "run_kernel_fwd", fake_kernel)
@@ -148,6 +148,24 @@ def test_kvcache_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path)
     (call,) = kernel_path
     assert torch.equal(call["seqused_k"], seqlens + 2)
     assert torch.equal(kc, want_kc) and torch.equal(vc, want_vc)  # rotated k appended
+
+
+def test_kvcache_leftpad_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path):
+    """cache_leftpad reaches the decode kernel as int32 (b,), unread on the host (validation off);
+    validation mode reads it (the positive control)."""
+    q, kc, vc, k, v, seqlens, cos, sin = kvcache_args(torch.Generator().manual_seed(1))
+    leftpad = torch.tensor([0, 3, 29], dtype=torch.int32)
+    validation._FORCE = True
+    with no_host_reads(monkeypatch), pytest.raises(HostRead):
+        flash3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, causal=True,
+                                      cache_leftpad=leftpad)
+    validation._FORCE = False
+    with no_host_reads(monkeypatch):
+        flash3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, causal=True,
+                                      rotary_cos=cos, rotary_sin=sin, cache_leftpad=leftpad)
+    (call,) = kernel_path
+    assert torch.equal(call["seqused_k"], seqlens + 2)
+    assert torch.equal(call["cache_leftpad"], leftpad)
 
 
 def test_fp8_paged_kvcache_kernel_path_reads_nothing_on_the_host(monkeypatch, kernel_path):

@@ -485,7 +485,12 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
 #   (The Hopper decode kernel computes with x8 * descale rounded once to q's dtype, the
 #   precision of a 16-bit cache: its tests' same-precision baseline rounds the same way);
 # * split-KV: each row's keys dealt into num_splits ranges (decode_plan.split_key_range),
-#   a partial (O, lse) per range, merged by combine_splits.
+#   a partial (O, lse) per range, merged by combine_splits;
+# * left padding (FA3's cache_leftpad (b,)): row i's keys are cache positions
+#   [cache_leftpad[i], cache_seqlens[i] + s_new), key j at position cache_leftpad[i] + j (the
+#   masks, ALiBi and split ranges count keys from there); new keys are still stored at
+#   cache_seqlens[i] + t and rotated at that position (FA3's seqlen_rotary). A value outside
+#   [0, cache_seqlens[i] + s_new] is clamped into it (as the kernel does).
 # --------------------------------------------------------------------------
 
 SPLIT_BLOCK_N = 128  # key-block granularity of the split ranges (that of the decode kernel)
@@ -601,8 +606,9 @@ def combine_splits(o_parts, lse_parts):
 def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
                     left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
                     rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1,
-                    sinks=None, alibi_slopes=None, rotary_seqlens=None):
-    """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys.
+                    sinks=None, alibi_slopes=None, rotary_seqlens=None, cache_leftpad=None):
+    """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys
+    (from position cache_leftpad[i] on, when given).
 
     ``rotary_seqlens`` (b,): the rotary position of row i's first new token (default
     cache_seqlens[i], its key position).
@@ -623,11 +629,13 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     out = torch.zeros(b, s_q, h, v_cache.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((b, h, s_q), -math.inf, dtype=torch.float32, device=q.device)
     lengths = (cache_seqlens.to(torch.long) + s_new).tolist()
+    pads = [0] * b if cache_leftpad is None else cache_leftpad.tolist()
     for i in range(b):
-        n = lengths[i]
+        lp = min(max(pads[i], 0), lengths[i])
         sl_i = _slopes_of_row(alibi_slopes, i)  # distances over the row's n keys
-        k_i = kvcache_gather(k_cache, i, n, page_table, k_descale)
-        v_i = kvcache_gather(v_cache, i, n, page_table, v_descale)
+        k_i = kvcache_gather(k_cache, i, lengths[i], page_table, k_descale)[lp:]
+        v_i = kvcache_gather(v_cache, i, lengths[i], page_table, v_descale)[lp:]
+        n = lengths[i] - lp
         if num_splits > 1:
             ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]
             o_p, l_p = split_partials(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left,

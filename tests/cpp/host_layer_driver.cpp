@@ -54,7 +54,7 @@ static void rec_fwd(const char* kind, int hd, int hdv, bool wide, const flash3::
         << " softcap=" << p.softcap << " dynamic=" << int(p.tile_counter != nullptr)
         << " sinks=" << int(p.sinks != nullptr) << " num_splits=" << p.num_splits
         << " paged=" << int(p.page_table != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr)
-        << " num_sms=" << p.num_sms;
+        << " num_sms=" << p.num_sms << " leftpad=" << int(p.cache_leftpad != nullptr);
 }
 
 template <bool kBf16, int kD, int kDv, bool kWide>
@@ -223,8 +223,12 @@ static void kvcache(FakeBackend& be, const Args& a) {
   const h::TensorView& out = varlen ? make({q.size(0), hq, d}, h::DType::bf16) : make({b, sq, hq, d}, h::DType::bf16);
   const h::TensorView& lse = varlen ? make({hq, q.size(0)}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   const h::TensorView& used = make({b}, h::DType::i32);
+  // leftpad: 0 none, 1 int32 (b,), 2 float32 (b,), 3 int32 (b + 1,)
+  const int64_t lp = num(a, "leftpad", 0);
+  const h::TensorView* leftpad =
+      lp == 0 ? nullptr : &make({lp == 3 ? b + 1 : b}, lp == 2 ? h::DType::f32 : h::DType::i32);
   h::fwd_kvcache_sm90(be, q, kc, vc, out, lse, used, pt, 0.1, -1, num(a, "wr", 0), 0.0,
-                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr);
+                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad);
 }
 
 static void append(FakeBackend& be, const Args& a) {

@@ -21,8 +21,8 @@ the same inputs (check_bwd); their "determ" feature is the gqa case with determi
 twice (bitwise equal), "dlse" the causal case with a random gradient flowing into lse (bwd_sm90's
 dlse, given to the reference too), "onekey" a varlen batch whose rows see one key (their dq exactly 0,
 and out/lse by the forward's rule), "sinks" attention sinks (bwd_sm90's sinks/dsinks: d_sink too),
-"sequsedq" FA3's seqused_q (fwd_sm90's and bwd_sm90's seqused_q; the simulator runs them through
-tools/smoke/sim_ops/sim_op_seqused_q.cu: out 0, lse -inf, dq 0 past it). Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+"sequsedq" FA3's seqused_q (fwd_sm90's and bwd_sm90's seqused_q: out 0, lse -inf, dq 0 past it).
+Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with

@@ -45,9 +45,13 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # kernel's epilogue) and with 3 (the combine); packed (varlen) queries on a paged cache (vpaged:
 # VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA per block), 16 keys with 3 splits and 1 key
 # (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf);
-# ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3).
+# ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3);
+# FA3's cache_leftpad (leftpad, LEFTPAD_PARTS: keys from an unaligned position, 0, and a row all
+# padding (out 0, lse -inf): with the fused append and rotary, causal at s_q 70, 3 splits, and a
+# paged cache, which left padding makes the gathered path, with leftpads outside the row).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
-                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi"]
+                "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
+                "leftpad"]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -361,6 +365,16 @@ def _dec_cache(b, cap, h_k, d, dv, page, dtype, g, device):
     return kc, vc, perm.view(b, max_pages).to(torch.int32).to(device)
 
 
+# "leftpad" parts: (what, capacity, page size, s_q, seqused (or cache_seqlens with the append),
+# leftpads, num_splits, causal). 37: a TMA box starting mid-block; a leftpad equal to the row's key
+# count (cache_seqlens + 2 new keys with the append): no keys; the paged part's -5 and 10^6: values
+# outside the row, which the kernel clamps (to 0 and to the key count: no keys).
+LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
+                 ("causal", 400, None, 70, [200, 333, 150], [0, 37, 150], 1, True),
+                 ("split", 600, None, 2, [600, 450, 37], [37, 0, 37], 3, False),
+                 ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
+
+
 def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     """The launches ("parts") of one decode feature: each the arguments of fwd_kvcache_sm90 (q, kc,
     vc, pt, seqused, num_splits, mask, descales) and, for the fused append, of append_kv_sm90
@@ -387,10 +401,11 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None):
+             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None):
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
-                    unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi)
+                    unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
+                    leftpad=leftpad)
 
     h, h_k = 4, 2
     if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
@@ -438,6 +453,23 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
         slopes = alibi_slopes(3, 4 * h_k, g, device)
         return [part(q, kc, vc, pt, ds, i32([0, 333, 500]), num_splits=n, causal=True, alibi=slopes)
                 for n in (1, 3)]
+    if feature == "leftpad":  # g = 2; the append with rotary as the "rotary" feature's
+        parts = []
+        for what, cap, page, s_q, lens, pads, splits, causal in LEFTPAD_PARTS:
+            kc, vc, pt, ds = cache(3, cap, h_k, page)
+            q = rnd(3, s_q, h, d)
+            app, seqused = None, i32(lens)
+            if what == "append":
+                s_new = s_q
+                k, v = rnd(3, s_new, h_k, d), rnd(3, s_new, h_k, dv)
+                ang = torch.arange(600, dtype=torch.float32)[:, None] * 10000.0 ** (
+                    -torch.arange(0, 64, 2, dtype=torch.float32) / 64)
+                app = dict(k=k, v=v, cache_seqlens=i32(lens), cos=ang.cos().to(device), sin=ang.sin().to(device),
+                           interleaved=False, per_token=True)
+                seqused = i32([n + s_new for n in lens])
+            parts.append(part(q, kc, vc, pt, ds, seqused, num_splits=splits, causal=causal, append=app,
+                              leftpad=i32(pads)))
+        return parts
     if feature == "badidx":  # test_bad_index_values_stay_in_bounds
         kc, vc, pt, ds = cache(3, 256, h_k, 16)
         bad = pt.clone()
@@ -501,6 +533,8 @@ def launch_dec(p: dict) -> dict:
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     if p.get("alibi") is not None:
         extra["alibi_slopes"] = p["alibi"]
+    if p.get("leftpad") is not None:
+        extra["cache_leftpad"] = p["leftpad"]
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       *op_window(p), p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
@@ -516,7 +550,8 @@ def check_dec(p: dict, r: dict) -> dict:
     the lse rule of test_kvcache_gpu.check_rows (FP8: out's oracle on the exact x8 * descale, the
     naive baseline and lse's oracle on those values in q's dtype, which the kernel computes with);
     a row of no keys: out 0, lse -inf (with sinks: the head's sink); rows the
-    bad-index contract leaves undefined: finite. Sinks: the oracles' sink column (smoke_checks)."""
+    bad-index contract leaves undefined: finite. Sinks: the oracles' sink column (smoke_checks).
+    Left padding (part["leftpad"]): row i's keys are those positions from clamp(leftpad, 0, n) on."""
     import torch
     from flash3 import reference
     from smoke_checks import attention_naive, attention_ref64, fa_tolerance, max_err
@@ -560,8 +595,10 @@ def check_dec(p: dict, r: dict) -> dict:
             return dict(res, status="wrong", detail=f"packed rows {cu[-1]}.. of no sequence: want out 0, lse -inf")
     else:
         rows = [(q[i:i + 1], out[i], lse[i]) for i in range(q.shape[0])]
+    pads = [0] * len(rows) if p.get("leftpad") is None else p["leftpad"].tolist()
     for i, n in enumerate(p["seqused"].tolist()):
         n = max(0, min(n, cap))
+        lp = max(0, min(pads[i], n))
         q_i, out_i, lse_i = rows[i]
         if q_i.shape[1] == 0:
             continue
@@ -569,7 +606,7 @@ def check_dec(p: dict, r: dict) -> dict:
             if not torch.isfinite(out_i).all():
                 return dict(res, status="wrong", detail=f"row {i} (bad page ids): non-finite out")
             continue
-        if n == 0:
+        if n - lp == 0:
             if sinks is not None:  # lse = the head's sink (-inf: no sink)
                 want = sinks.double().view(-1, 1).expand(lse_i.shape)
                 fin = torch.isfinite(want)
@@ -581,8 +618,8 @@ def check_dec(p: dict, r: dict) -> dict:
             elif not ((out_i == 0).all() and torch.isinf(lse_i).all() and (lse_i < 0).all()):
                 return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse -inf")
             continue
-        k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None]
-        v_i = reference.kvcache_gather(vc, i, n, pt, vd)[None]
+        k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None, lp:]
+        v_i = reference.kvcache_gather(vc, i, n, pt, vd)[None, lp:]
         if p.get("alibi") is not None:  # row i's slopes, distances over its n keys
             kw["alibi_slopes"] = p["alibi"][i].double() if p["alibi"].dim() == 2 else p["alibi"].double()
         ref, ref_lse = attention_ref64(*(x.double() for x in (q_i, k_i, v_i)), **kw)

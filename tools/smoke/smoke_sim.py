@@ -254,6 +254,7 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
                        rotary_sin=a["sin"], q_out=q_out if a["cos"] is not None else None,
                        rotary_seqlens=a.get("rotary_seqlens"))
         scalars.update(rotary_interleaved=bool(a["interleaved"]), q_per_token=bool(a["per_token"]))
+    tensors["cache_leftpad"] = part.get("leftpad")
     return "kvcache", tensors, scalars
 
 

@@ -55,8 +55,10 @@ struct DecodeFamily {
   static TileOrder order(const FwdParams& p) { return make_decode_tile_order(p, Tr::kBlockM); }
 
   static void set_params(typename Tr::KernelParams& kp, const FwdParams& p) {
-    // TMA per key block where every block lies in one slab; else rows are gathered.
-    kp.gather_kv = Tr::kFp8Cache || (p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0);
+    // TMA per key block where every block lies in one slab; else rows are gathered. A paged
+    // cache with left padding: blocks start at any position, so they straddle pages.
+    kp.gather_kv = Tr::kFp8Cache ||
+                   (p.page_table != nullptr && (p.slab_rows % Tr::kBlockN != 0 || p.cache_leftpad != nullptr));
     kp.slab_shift = -1;
     for (int s = 0; s < 31; ++s)
       if ((1 << s) == p.slab_rows) kp.slab_shift = s;

@@ -7,6 +7,13 @@
 //    TMA per key block when a block lies inside one slab (no page table, or page_size a multiple
 //    of block_n); otherwise gathered: the whole producer warpgroup copies 16-byte chunks of rows
 //    with cp.async, zero-filled past the row's keys and for page ids outside the cache.
+//  - cache_leftpad: key j of a row is cache position w.seq.offset_k + j. Its blocks start there
+//    (a TMA box at any row: no row before the first key is ever loaded; a box's rows past the
+//    cache read zeros), so the keys' tail is the only partial block, as without padding. A paged
+//    cache with left padding is always gathered (launch.cuh: its blocks straddle pages).
+//    The loads walk a tile's blocks by cache position (KeyPositions), so the padding costs the
+//    producer no register in its loops (a block index plus an offset spilled at d 64 and for the
+//    FP8 cache at d 96).
 // Proxies: Q's stores and the gathered chunks are generic-proxy writes that the consumers' WGMMA
 // reads through the async proxy, so every writing thread completes its writes, fences
 // (fence.proxy.async), and the warp or warpgroup synchronizes before one thread arrives on the
@@ -100,6 +107,17 @@ __device__ __forceinline__ uint4 e4m3x8_scaled(uint2 x, float scale) {
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+// A tile's key blocks as cache positions: block n starts at first - (blocks.end - 1 - n) * block_n,
+// the last visited one (blocks.begin) at stop; keys end at `end` (the row's key count past its
+// padding). Iterate pos = first, first - block_n, ... while pos >= stop.
+struct KeyPositions {
+  int first, stop, end;
+};
+__device__ __forceinline__ KeyPositions key_positions(const WorkTile& w, int block_n) {
+  const int key0 = w.seq.offset_k;
+  return {key0 + (w.blocks.end - 1) * block_n, key0 + w.blocks.begin * block_n, key0 + w.seq.seqlen_k};
+}
+
 template <class Tr>
 struct DecodeProducer {
   using Element = typename Tr::Element;
@@ -141,7 +159,8 @@ struct DecodeProducer {
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.q_full);
   }
 
-  // TMA path (warp 0, `leader` issues). Block n of the row lives in one slab.
+  // TMA path (warp 0, `leader` issues). Every block lies in one slab: its box starts at the
+  // block's first key, any row of the slab (cache_leftpad: not a multiple of block_n).
   static __device__ __forceinline__ void load_tma(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                   PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
                                                   int tile_count, uint32_t& tail_phase, bool leader) {
@@ -149,64 +168,59 @@ struct DecodeProducer {
     const FwdParams& p = params.p;
     Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);    // (slab_rows, d, h_k, slabs)
     Tensor mVt = params.tma_v.get_tma_tensor(params.shape_vt);  // (d_v, slab_rows, h_k, slabs)
-    Tensor gK = local_tile(mK(_, _, w.head_k, _), Shape<typename Tr::BlkN, typename Tr::HD>{},
-                           make_coord(_, _0{}));  // (n, d, blocks, slabs)
-    Tensor gVt = local_tile(mVt(_, _, w.head_k, _), Shape<typename Tr::HDV, typename Tr::BlkN>{},
-                            make_coord(_0{}, _));  // (d_v, n, blocks, slabs)
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});
-    auto tk = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto tv = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
-    Tensor tKgK = get<0>(tk);  // (TMA, blocks, slabs)
-    Tensor tKsK = get<1>(tk);  // (TMA, stages)
-    Tensor tVgV = get<0>(tv);
-    Tensor tVsV = get<1>(tv);
-    const int tile = w.index;
-    auto slot = [&](int n) {
-      const KvSlot s = kv_slot(p, w.coord.batch, n * Tr::kBlockN, params.slab_shift);
-      return KvSlot{s.slab, s.row / Tr::kBlockN};  // .row: the block within the slab
+    Tensor tKsK = get<1>(tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                       group_modes<0, 2>(local_tile(mK(_, _, 0, 0), Shape<typename Tr::BlkN, typename Tr::HD>{},
+                                                                    make_coord(0, _0{})))));  // (TMA, stages)
+    Tensor tVsV = get<1>(tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
+                                       group_modes<0, 2>(local_tile(mVt(_, _, 0, 0), Shape<typename Tr::HDV, typename Tr::BlkN>{},
+                                                                    make_coord(_0{}, 0)))));
+    // The boxes of the block at cache position pos: rows s.row.. of slab s.
+    auto k_box = [&](const KvSlot& s) {
+      Tensor g = local_tile(domain_offset(make_coord(s.row, _0{}), mK(_, _, w.head_k, s.slab)),
+                            Shape<typename Tr::BlkN, typename Tr::HD>{}, make_coord(_0{}, _0{}));
+      return get<0>(tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(g)));
     };
-
-    int n = w.blocks.end - 1;
-    KvSlot s = slot(n);
+    auto v_box = [&](const KvSlot& s) {
+      Tensor g = local_tile(domain_offset(make_coord(_0{}, s.row), mVt(_, _, w.head_k, s.slab)),
+                            Shape<typename Tr::HDV, typename Tr::BlkN>{}, make_coord(_0{}, _0{}));
+      return get<0>(tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(g)));
+    };
+    const int tile = w.index;
+    const KeyPositions kp = key_positions(w, Tr::kBlockN);
+    int pos = kp.first;
+    KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
     Base::acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-    if (leader)
-      copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, s.row, s.slab),
-           tKsK(_, state_k.index()));
+    if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), k_box(s), tKsK(_, state_k.index()));
     ++state_k;
     load_q(params, smem, w, tile_count);
     if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
-    const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
-    if (valid_rows < Tr::kBlockN) {  // the cache's rows past seqlen_k are not ours to trust
-      Base::load_v_zero_tail(params, smem, tVgV(_, s.row, s.slab), tVsV, state_v, valid_rows, tail_phase, leader,
-                             tile);
+    const int valid_rows = kp.end - pos;
+    if (valid_rows < Tr::kBlockN) {  // the cache's rows past the keys are not ours to trust
+      Base::load_v_zero_tail(params, smem, v_box(s), tVsV, state_v, valid_rows, tail_phase, leader, tile);
     } else {
       Base::acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
-      if (leader)
-        copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, s.row, s.slab),
-             tVsV(_, state_v.index()));
+      if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), v_box(s), tVsV(_, state_v.index()));
     }
     ++state_v;
-    for (--n; n >= w.blocks.begin; --n) {
-      s = slot(n);
+    for (pos -= Tr::kBlockN; pos >= kp.stop; pos -= Tr::kBlockN) {
+      s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
       Base::acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-      if (leader)
-        copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, s.row, s.slab),
-             tKsK(_, state_k.index()));
+      if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), k_box(s), tKsK(_, state_k.index()));
       ++state_k;
       Base::acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
-      if (leader)
-        copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, s.row, s.slab),
-             tVsV(_, state_v.index()));
+      if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), v_box(s), tVsV(_, state_v.index()));
       ++state_v;
     }
   }
 
-  // Key block n's pages, read once per block: lane L of every producer warp holds the page id of
-  // the block's L-th page-table entry, and a chunk's row takes its page by shuffle. A page-table
-  // read per chunk (row_offset's general path) left the producer waiting on a global load every
-  // chunk: on an H200 paged decode ran at 13-20% of the copy bandwidth against up to 92% for
-  // contiguous caches (TMA), and in the timing model that load was the producer's largest stall.
+  // The pages of the key block at cache position pos0 (keys end at `end`), read once per block:
+  // lane L of every producer warp holds the page id of the block's L-th page-table entry, and a
+  // chunk's row takes its page by shuffle. A page-table read per chunk (row_offset's general
+  // path) left the producer waiting on a global load every chunk: on an H200 paged decode ran at
+  // 13-20% of the copy bandwidth against up to 92% for contiguous caches (TMA), and in the timing
+  // model that load was the producer's largest stall.
   // first < 0: no page table, or the block spans more than 32 entries (pages of fewer than
   // kBlockN / 31 rows): row_offset's general path.
   struct BlockPages {
@@ -214,9 +228,9 @@ struct DecodeProducer {
     int page;   // this lane's page id (num_slabs: outside the cache, or past the row's keys)
   };
   static __device__ __forceinline__ BlockPages block_pages(typename Tr::KernelParams const& params,
-                                                           const WorkTile& w, int n) {
+                                                           const WorkTile& w, int pos0, int end) {
     const FwdParams& p = params.p;
-    const int pos0 = n * Tr::kBlockN, last = imin(pos0 + Tr::kBlockN, w.seq.seqlen_k) - 1;
+    const int last = imin(pos0 + Tr::kBlockN, end) - 1;
     if (p.page_table == nullptr || last < pos0) return {-1, 0};
     const int i0 = page_index_row(p, pos0, params.slab_shift).slab;
     const int i1 = page_index_row(p, last, params.slab_shift).slab;
@@ -230,40 +244,43 @@ struct DecodeProducer {
     return {i0, page};
   }
 
-  // For chunk i (kChunks a row) of key block n: its row's element offset in the cache,
-  // slab * slab_stride + row * row_stride, or -1 past the row's keys or for a page id outside the
-  // cache (kv_slot). A warp's 32 consecutive chunks span a few rows: lane j resolves the j-th
-  // (one page-table read and division per row, not per chunk) and each lane takes its row's by
-  // shuffle. Every lane of the warp calls it with the same n and i - lane.
+  // For chunk i (kChunks a row) of the key block at cache position pos0 (keys end at `end`): its
+  // row's element offset in the cache, slab * slab_stride + row * row_stride, or -1 past the row's
+  // keys or for a page id outside the cache (kv_slot). A warp's 32 consecutive chunks span a few
+  // rows: lane j resolves the j-th (one page-table read and division per row, not per chunk) and
+  // each lane takes its row's by shuffle. Every lane of the warp calls it with the same pos0 and
+  // i - lane.
   template <int kChunks>
   static __device__ __forceinline__ int64_t row_offset(typename Tr::KernelParams const& params, const WorkTile& w,
-                                                       int n, int i, int64_t slab_stride, int64_t row_stride,
-                                                       const BlockPages& bp) {
+                                                       int pos0, int end, int i, int64_t slab_stride,
+                                                       int64_t row_stride, const BlockPages& bp) {
     static_assert(Tr::kBlockN * kChunks % 32 == 0, "a warp's chunks must end with the block");
     const FwdParams& p = params.p;
     if (bp.first >= 0) {  // every lane shuffles, then rows past the keys drop out
-      const int pos = n * Tr::kBlockN + i / kChunks;
+      const int pos = pos0 + i / kChunks;
       const KvSlot ir = page_index_row(p, pos, params.slab_shift);
       const int page = __shfl_sync(0xffffffffu, bp.page, (ir.slab - bp.first) & 31);
-      if (pos >= w.seq.seqlen_k || page >= p.num_slabs) return -1;
+      if (pos >= end || page >= p.num_slabs) return -1;
       return int64_t(page) * slab_stride + int64_t(ir.row) * row_stride;
     }
     const int lane = threadIdx.x % 32;
-    const int r0 = (i - lane) / kChunks, r = r0 + lane, pos = n * Tr::kBlockN + r;
+    const int r0 = (i - lane) / kChunks, r = r0 + lane, pos = pos0 + r;
     int64_t off = -1;
-    if (r <= (i - lane + 31) / kChunks && pos < w.seq.seqlen_k) {
+    if (r <= (i - lane + 31) / kChunks && pos < end) {
       const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
       if (s.slab < p.num_slabs) off = int64_t(s.slab) * slab_stride + int64_t(s.row) * row_stride;
     }
     return __shfl_sync(0xffffffffu, off, i / kChunks - r0);
   }
 
-  // Gathered rows of key block n into a K stage (kIsV false) or a V stage: every thread copies
+  // Gathered rows of the key block at cache position pos0 (keys end at `end`) into a K stage
+  // (kIsV false) or a V stage: every thread copies
   // 16-byte chunks i = tid, tid + 128, ... of the block's rows; rows past the row's keys and
   // pages outside the cache are zero-filled (cp.async with source size 0 reads nothing).
   template <bool kIsV>
   static __device__ __forceinline__ void gather(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                const WorkTile& w, int n, int stage, const BlockPages& bp) {
+                                                const WorkTile& w, int pos0, int end, int stage,
+                                                const BlockPages& bp) {
     using namespace cute;
     const FwdParams& p = params.p;
     constexpr int kCols = kIsV ? Tr::kHeadDimV : Tr::kHeadDim;
@@ -277,7 +294,7 @@ struct DecodeProducer {
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
     const int tid = threadIdx.x % kThreads;
     auto copy = [&](int i, int r, int c) {  // chunk i: row r, column c
-      const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride, bp);
+      const int64_t off = row_offset<kChunks>(params, w, pos0, end, i, slab_stride, row_stride, bp);
       const bool valid = off >= 0 && c < cols;
       const Element* src = valid ? base + off + c : base;
       Element* dst;
@@ -294,7 +311,7 @@ struct DecodeProducer {
       if (bp.first >= 0 && params.slab_shift >= 0) {
         // Pages of 2^shift rows with the block's page ids in the lanes: a chunk's row costs a
         // shift, a shuffle and its address. Every lane shuffles; invalid rows drop out after.
-        const int shift = params.slab_shift, row_mask = p.slab_rows - 1, pos0 = n * Tr::kBlockN + r0;
+        const int shift = params.slab_shift, row_mask = p.slab_rows - 1, pos_r = pos0 + r0;
         const bool col_ok = c < cols;
         auto smem_at = [&](int r) {
           if constexpr (kIsV) return cast_smem_ptr_to_uint(&sVt(c, r, stage));
@@ -308,9 +325,9 @@ struct DecodeProducer {
         const uint32_t dst0 = smem_at(r0), step = kStep ? smem_at(r0 + kRowsPerPass) - dst0 : 0;
 #pragma unroll 4  // fully unrolled, ptxas spills the producer's 64 registers
         for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k) {
-          const int pos = pos0 + k * kRowsPerPass;
+          const int pos = pos_r + k * kRowsPerPass;
           const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> shift) - bp.first) & 31);
-          const bool valid = col_ok && pos < w.seq.seqlen_k && page < p.num_slabs;
+          const bool valid = col_ok && pos < end && page < p.num_slabs;
           const Element* src =
               valid ? base + int64_t(page) * slab_stride + int64_t(pos & row_mask) * row_stride + c : base;
           cp_async_16(kStep ? dst0 + k * step : smem_at(r0 + k * kRowsPerPass), src, valid);
@@ -356,18 +373,19 @@ struct DecodeProducer {
     const int tile = w.index;
     const bool warp0 = threadIdx.x < 32;
     int prev = 0;  // the stage of block n + 1
-    for (int n = w.blocks.end - 1; n >= w.blocks.begin; --n) {
-      const BlockPages bp = block_pages(params, w, n);  // K's and V's rows of block n
+    const KeyPositions kp = key_positions(w, Tr::kBlockN);  // block n at cache position pos
+    for (int pos = kp.first; pos >= kp.stop; pos -= Tr::kBlockN) {
+      const BlockPages bp = block_pages(params, w, pos, kp.end);  // K's and V's rows of block n
       mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
-      gather<false>(params, smem, w, n, state_k.index(), bp);
-      if (n == w.blocks.end - 1) {
+      gather<false>(params, smem, w, pos, kp.end, state_k.index(), bp);
+      if (pos == kp.first) {
         if (warp0) load_q(params, smem, w, tile_count);
         if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
       } else {
         publish<1>(smem, prev, tile);  // block n + 1: all but the K group just issued
       }
       mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
-      gather<true>(params, smem, w, n, state_v.index(), bp);
+      gather<true>(params, smem, w, pos, kp.end, state_v.index(), bp);
       prev = state_k.index();
       ++state_k;
       ++state_v;
@@ -376,11 +394,12 @@ struct DecodeProducer {
   }
 
   // ---- FP8 cache ----
-  // Block n's e4m3 rows of K and V into raw stage `slot` (one cp.async group per call): 16-byte
+  // The e4m3 rows of K and V of the key block at cache position pos0 (keys end at `end`) into raw
+  // stage `slot` (one cp.async group per call): 16-byte
   // chunks, the bytes past the head dim, the row's keys or a bad page id zero-filled; each row's
   // descale too (0 for such rows, so no descale is read outside its tensor).
   static __device__ __forceinline__ void gather_raw(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                    const WorkTile& w, int n, int slot) {
+                                                    const WorkTile& w, int pos0, int end, int slot) {
     using namespace cute;
     const FwdParams& p = params.p;
     auto& raw = smem.raw[slot];
@@ -401,7 +420,7 @@ struct DecodeProducer {
       CUTE_NO_UNROLL
       for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
         const int r = i / kChunks, c = (i % kChunks) * 16;
-        const int64_t off = row_offset<kChunks>(params, w, n, i, slab_stride, row_stride, bp);
+        const int64_t off = row_offset<kChunks>(params, w, pos0, end, i, slab_stride, row_stride, bp);
         const uint8_t* src = base;
         int bytes = 0;
         if (off >= 0 && c < cols) {
@@ -413,10 +432,10 @@ struct DecodeProducer {
       const Descale& ds = kIsV ? p.v_cache_descale : p.k_cache_descale;
       float* scale = kIsV ? raw.v_scale : raw.k_scale;
       for (int r = tid; r < Tr::kBlockN; r += kThreads) {
-        const int pos = n * Tr::kBlockN + r;
+        const int pos = pos0 + r;
         const float* src = ds.ptr;
         bool valid = false;
-        if (pos < w.seq.seqlen_k) {
+        if (pos < end) {
           const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
           valid = s.slab < p.num_slabs;
           if (valid) src = ds.ptr + int64_t(s.slab) * ds.batch_stride + int64_t(w.head_k) * ds.head_stride;
@@ -465,25 +484,26 @@ struct DecodeProducer {
                                                   PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
                                                   int tile_count) {
     const int tile = w.index;
-    const int first = w.blocks.end - 1;
-    gather_raw(params, smem, w, first, 0);
-    if (first - 1 >= w.blocks.begin) gather_raw(params, smem, w, first - 1, 1);
+    const KeyPositions kp = key_positions(w, Tr::kBlockN);  // block n at cache position pos
+    constexpr int kN = Tr::kBlockN;
+    gather_raw(params, smem, w, kp.first, kp.end, 0);
+    if (kp.first - kN >= kp.stop) gather_raw(params, smem, w, kp.first - kN, kp.end, 1);
     else cp_async_commit();  // an empty group keeps "all but the newest group" the right wait
     int slot = 0;
-    for (int n = first; n >= w.blocks.begin; --n) {
+    for (int pos = kp.first; pos >= kp.stop; pos -= kN) {
       cp_async_wait<1>();
       named_sync(kThreads, Tr::kBarProducer, Wait::Gather, tile);
       mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
       convert<false>(smem, slot, state_k.index());
       publish_stage<true, false>(smem, state_k.index(), tile);
-      if (n == first) {
+      if (pos == kp.first) {
         if (threadIdx.x < 32) load_q(params, smem, w, tile_count);
         if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
       }
       mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
       convert<true>(smem, slot, state_v.index());
       publish_stage<false, true>(smem, state_v.index(), tile);
-      if (n - 2 >= w.blocks.begin) gather_raw(params, smem, w, n - 2, slot);
+      if (pos - 2 * kN >= kp.stop) gather_raw(params, smem, w, pos - 2 * kN, kp.end, slot);
       else cp_async_commit();
       slot ^= 1;
       ++state_k;

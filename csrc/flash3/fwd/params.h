@@ -88,6 +88,10 @@ struct FwdParams {
   const int* page_table = nullptr;
   int64_t page_table_stride = 0;
   int slab_rows = 0, num_slabs = 0;
+  // FA3's cache_leftpad (b) int32, null = none: row b's keys are positions [leftpad, seqused_k) of
+  // its cache, key j at position leftpad + j (masks and ALiBi count keys from there). The kernel
+  // clamps leftpad into [0, clamped seqused_k] (scheduler.cuh apply_cache_leftpad: SeqInfo::offset_k).
+  const int* cache_leftpad = nullptr;
   // Packed GQA: the num_heads / num_heads_k query heads of a kv head are rows of one tile.
   // Split-KV (num_splits > 1): split s of a row writes its O normalized over its own keys, fp32,
   // to o_partial (num_splits, b, s_q, h, d_v) and its LSE to lse_partial (num_splits, b, h, s_q),

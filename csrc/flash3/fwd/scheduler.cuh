@@ -24,7 +24,8 @@ struct SeqInfo {
   int seqlen_q, seqlen_k;  // this batch entry's lengths (queries: after seqused_q, keys: after seqused_k)
   int rows_q;              // the query rows the epilogue writes: seqlen_q, or with seqused_q the packed
                            // length (rows from seqlen_q on get O = 0, LSE = -inf)
-  int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched
+  int offset_q, offset_k;  // first row in the packed (varlen) tensors; 0 when batched; decode:
+                           // offset_k is the cache position of key 0 (cache_leftpad, else 0)
 };
 
 __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
@@ -46,6 +47,14 @@ __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int batch) {
   s.rows_q = s.seqlen_q;
   if (p.seqused_q != nullptr) s.seqlen_q = imin(imax(p.seqused_q[batch], 0), s.seqlen_q);
   return s;
+}
+
+// A KV cache's left padding (decode: FwdParams::cache_leftpad): keys start at cache position
+// leftpad, clamped into the row's keys, so any value leaves a key range inside the cache.
+__device__ __forceinline__ void apply_cache_leftpad(const FwdParams& p, int batch, SeqInfo& s) {
+  if (p.cache_leftpad == nullptr) return;
+  s.offset_k = imin(imax(p.cache_leftpad[batch], 0), s.seqlen_k);
+  s.seqlen_k -= s.offset_k;
 }
 
 // One unit of work: query block m_block of (head, batch), with its mask and key-block ranges.
@@ -123,6 +132,7 @@ struct TileScheduler {
     w.head_k = w.coord.head / p.num_splits;
     w.split = w.coord.head - w.head_k * p.num_splits;
     w.seq = seq_info(p, w.coord.batch);
+    apply_cache_leftpad(p, w.coord.batch, w.seq);
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
     const DecodeRanges r =
         decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);

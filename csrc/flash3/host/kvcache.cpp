@@ -17,7 +17,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       const TensorView* page_table, double softmax_scale, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
-                      int64_t max_seqlen_q, const TensorView* alibi_slopes) {
+                      int64_t max_seqlen_q, const TensorView* alibi_slopes, const TensorView* cache_leftpad) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
@@ -67,6 +67,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
     check_shape(lse, "lse", {b, h, s_q});
   }
   check_seqlens(&seqused_k, "seqused_k", b, q);
+  check_seqlens(cache_leftpad, "cache_leftpad", b, q);
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
   check(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
@@ -135,6 +136,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   p.v_row_stride = tma_stride(v_cache, 1);
   p.v_head_stride = tma_stride(v_cache, 2);
   p.seqused_k = seqused_k.ptr<const int>();
+  if (cache_leftpad != nullptr) p.cache_leftpad = cache_leftpad->ptr<const int>();
   p.slab_rows = to_int(slab_rows, "slab_rows");
   p.num_slabs = to_int(slabs, "num_slabs");
   if (page_table != nullptr) {
@@ -170,6 +172,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   if (be.tracing()) {
     std::ostringstream os;
     os << kOp << " block_n=" << tile.block_n << " capacity=" << capacity << " paged=" << int(page_table != nullptr)
+       << " leftpad=" << int(cache_leftpad != nullptr)
        << " slab_rows=" << p.slab_rows << " num_splits=" << p.num_splits << " (asked " << num_splits << ")";
     be.trace(os.str());
   }

@@ -8,7 +8,9 @@
 //   k_descale/v_descale (num_slabs, h_k). sinks: float32 (h,) (the kernel's epilogue without
 //   splits, else the combine). Packed queries (cu_seqlens_q int32 (b + 1,), max_seqlen_q): q
 //   (total_q, h, d), out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0, lse
-//   -inf. No host synchronization.
+//   -inf. cache_leftpad: int32 (b,), FA3's left padding: row i's keys are cache positions
+//   [cache_leftpad[i], seqused_k[i]) (clamped into the row's keys by the kernel), masks counting
+//   keys from there. No host synchronization.
 #pragma once
 #include <cstdint>
 
@@ -21,6 +23,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       const TensorView* page_table, double softmax_scale, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
-                      int64_t max_seqlen_q, const TensorView* alibi_slopes);
+                      int64_t max_seqlen_q, const TensorView* alibi_slopes,
+                      const TensorView* cache_leftpad = nullptr);
 
 }  // namespace flash3::host
