@@ -70,13 +70,17 @@ struct Mask {
   // [first_query(key), last_query(key)) (empty for a key outside [0, seqlen_k)). The chunk relation
   // is symmetric (same chunk), so its clamp is the key's chunk, moved to rows by the offset. Both
   // are nondecreasing in the key.
+  FLASH3_HD int window_first_query(int key) const { return right < 0 ? 0 : imax(0, key - offset() - right); }
+  FLASH3_HD int window_last_query(int key) const {
+    if (key < 0 || key >= seqlen_k) return 0;
+    return left < 0 ? seqlen_q : imin(seqlen_q, key - offset() + left + 1);
+  }
   FLASH3_HD int first_query(int key) const {
-    const int w = right < 0 ? 0 : imax(0, key - offset() - right);
+    const int w = window_first_query(key);
     return chunk > 0 ? imax(w, chunk_start(key) - offset()) : w;
   }
   FLASH3_HD int last_query(int key) const {
-    if (key < 0 || key >= seqlen_k) return 0;
-    const int w = left < 0 ? seqlen_q : imin(seqlen_q, key - offset() + left + 1);
+    const int w = window_last_query(key);
     return chunk > 0 ? imin(w, chunk_start(key) + chunk - offset()) : w;
   }
 };

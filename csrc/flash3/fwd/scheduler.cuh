@@ -97,7 +97,8 @@ struct TileScheduler {
     w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
     w.seq = seq_info(p, w.coord.batch);
     w.has_rows = w.coord.m_block * kBlockM < w.seq.seqlen_q;
-    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
+    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right,
+                        p.attention_chunk);
     if (w.has_rows) {
       w.blocks = key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
       w.unmasked = unmasked_key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
@@ -117,6 +118,7 @@ struct TileScheduler {
     w.head_k = w.coord.head / p.num_splits;
     w.split = w.coord.head - w.head_k * p.num_splits;
     w.seq = seq_info(p, w.coord.batch);
+    // No attention chunk here (the host refuses it for the decode ops): chunk 0 folds its branches.
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
     const DecodeRanges r =
         decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
@@ -131,7 +133,7 @@ struct TileScheduler {
 // decode kernel's: decode/launch.cuh).
 inline TileOrder make_tile_order(const FwdParams& p, int block_m) {
   const int num_m_blocks = ceil_div(p.seqlen_q, block_m);
-  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;
+  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.attention_chunk > 0;
   return TileOrder::make(num_m_blocks, p.num_heads, p.batch, p.seqlen_k, p.head_dim, p.head_dim_v,
                          p.num_heads_k, p.l2_bytes, causal_or_local);
 }
