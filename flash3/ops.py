@@ -111,7 +111,7 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_
         lambda: _backend.run_kernel_fwd(q, k, v, *args, **_alibi_kw(alibi_slopes),
                                         **_chunk_kw(attention_chunk)),
         lambda: reference.forward(q, k, v, *args, alibi_slopes=alibi_slopes,
-                                  chunk=attention_chunk), alibi_slopes, attention_chunk)
+                                  chunk=attention_chunk), alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_fwd.register_fake
@@ -135,7 +135,7 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ls
                                         **_alibi_kw(alibi_slopes), **_chunk_kw(attention_chunk)),
         lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse,
                                    alibi_slopes=alibi_slopes, chunk=attention_chunk),
-        alibi_slopes, attention_chunk)
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_bwd.register_fake
@@ -190,7 +190,7 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                                         **_chunk_kw(attention_chunk)),
         lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args,
                                          alibi_slopes=alibi_slopes, chunk=attention_chunk),
-        alibi_slopes, attention_chunk)
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_varlen_fwd.register_fake
@@ -220,7 +220,7 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
         lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                           *args, dlse=dlse, alibi_slopes=alibi_slopes,
                                           chunk=attention_chunk),
-        alibi_slopes, attention_chunk)
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_varlen_bwd.register_fake

@@ -50,6 +50,9 @@ from kernel_objects import (BUILD_DIR, SIM_GENCODE, _compile, _nvcc, _source_has
 SIM_DIR = ROOT / "tools" / "hopper_sim"
 DRIVER_DIR = SIM_DIR / "flash3"  # sim_driver.cu (main, forward ops), sim_op_*.cu, sim_case.h
 SIMRUN = SIM_DIR / "simrun"
+# Driver ops kept beside this file (tools/hopper_sim/ is frozen): the ops' arguments the simulator's
+# own files predate (sim_op_chunk.cu: fwd_sm90 / bwd_sm90 with attention_chunk).
+SIM_OPS = [Path(__file__).resolve().parent / "sim_op_chunk.cu"]
 FORMAT = "flash3-sim-case 1"
 EXIT_CHECK, EXIT_UNSUPPORTED, EXIT_REFUSED = 86, 87, 3
 
@@ -143,6 +146,8 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
         tensors["seqused_k"] = c["seqused_k"]
         tensors["sinks"] = c.get("sinks")
         tensors["alibi_slopes"] = c.get("alibi")
+        if c.get("chunk"):  # SIM_OPS's op: fwd_sm90 with its attention_chunk argument
+            return "fwd_chunk", tensors, dict(scalars, attention_chunk=int(c["chunk"]))
         return "fwd", tensors, scalars
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -284,6 +289,8 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
                    softmax_scale=float(c["q"].shape[-1] ** -0.5), window_left=left, window_right=right,
                    softcap=float(c["softcap"]),
                    deterministic=bool(c["deterministic"]))
+    if c.get("chunk"):  # SIM_OPS's op: bwd_sm90 with its attention_chunk argument
+        return "bwd_chunk", tensors, dict(scalars, attention_chunk=int(c["chunk"]))
     return "bwd", tensors, scalars
 
 
@@ -416,7 +423,7 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
     hflags = [SIM_GENCODE, "-no-compress", "-std=c++17", "-O2"] + [f for f in kflags if f.startswith("-I")]
     headers = [csrc / h for h in HOST_HEADERS] + sorted((csrc / "flash3" / "host").glob("*.h"))
     shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join(h.read_bytes() for h in headers)
-    host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
+    host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu")) + SIM_OPS
     host_srcs += host_layer_sources(csrc)
     host_srcs += [csrc / "flash3" / d / "registry.cpp" for d in ("fwd", "decode", "bwd")]
     host = []
