@@ -53,6 +53,16 @@ def test_op_call_fwd(feature):
     out, lse = smoke_sim.poisoned_outputs(c)
     assert out.dtype == torch.float16 and torch.isnan(out).all() and torch.isnan(lse).all()
     op, t, s = smoke_sim.op_call(c, out, lse)
+    if feature == "chunk":  # FA3's attention_chunk: the driver op that passes it (sim_op_chunk.cu)
+        chunk, causal, window, (lq, lk) = smoke.CHUNK_PARTS[0]
+        assert op == "fwd_chunk" and s.pop("attention_chunk") == chunk == 48
+        assert (s["window_left"], s["window_right"]) == (-1, 0) and causal
+        assert t["cu_seqlens_q"].tolist()[-1] == sum(lq) and t["cu_seqlens_k"].tolist()[-1] == sum(lk)
+        assert {k > q for q, k in zip(lq, lk) if q and k} == {True, False} and 0 in lq and 0 in lk
+        c1 = smoke.make_cases(feature, "fp16", 64, 64, device="cpu")[1]
+        op1, _, s1 = smoke_sim.op_call(c1, *smoke_sim.poisoned_outputs(c1))
+        assert op1 == "fwd_chunk" and s1["attention_chunk"] == 160 and s1["window_left"] == 200
+        return
     assert op == "fwd"
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse
     assert t["cu_seqlens_q"] is c["cu_q"] and t["cu_seqlens_k"] is c["cu_k"] and t["seqused_k"] is c["seqused_k"]
@@ -627,6 +637,10 @@ def test_bwd_op_call(feature):
     dq, dk, dv = (torch.full_like(c[n], float("nan")) for n in "qkv")
     dsinks = torch.full_like(c["sinks"], float("nan")) if feature == "sinks" else None
     op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv, dsinks)
+    if feature == "chunk":  # the driver op with attention_chunk (sim_op_chunk.cu), part 0's
+        assert op == "bwd_chunk" and s.pop("attention_chunk") == 48
+        assert (s["window_left"], s["window_right"]) == (-1, 0) and t["cu_seqlens_q"] is c["cu_q"]
+        return
     assert op == "bwd"
     want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
                 cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,

@@ -58,7 +58,8 @@ struct WorkTile {
   bool has_rows;       // the query block holds at least one row < seqlen_q (else nothing to do)
 };
 
-template <int kBlockM, int kBlockN, bool kDecode = false>
+// kChunk: the kernel takes p.attention_chunk (FwdTraits::kChunk); else its masks have none.
+template <int kBlockM, int kBlockN, bool kDecode = false, bool kChunk = false>
 struct TileScheduler {
   const FwdParams& p;
   TileOrder order;
@@ -98,7 +99,7 @@ struct TileScheduler {
     w.seq = seq_info(p, w.coord.batch);
     w.has_rows = w.coord.m_block * kBlockM < w.seq.seqlen_q;
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right,
-                        p.attention_chunk);
+                        kChunk ? p.attention_chunk : 0);
     if (w.has_rows) {
       w.blocks = key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
       w.unmasked = unmasked_key_block_range(w.mask, w.coord.m_block, kBlockM, kBlockN);
