@@ -111,7 +111,8 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_
         lambda: _backend.run_kernel_fwd(q, k, v, *args, **_alibi_kw(alibi_slopes),
                                         **_chunk_kw(attention_chunk)),
         lambda: reference.forward(q, k, v, *args, alibi_slopes=alibi_slopes,
-                                  chunk=attention_chunk), alibi_slopes, **_chunk_kw(attention_chunk))
+                                  chunk=attention_chunk),
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_fwd.register_fake

@@ -518,8 +518,9 @@ def test_chunk_mask_predicate_and_row_bounds(driver):
 @pytest.mark.parametrize("block_m,block_n", [(128, 128), (192, 128), (128, 176), (64, 48)])
 def test_chunk_block_ranges_exact(driver, block_m, block_n):
     """With a chunk the forward's key-block ranges (visited, unmasked) and the backward's query-block
-    ranges stay exact (brute force over the reference mask), in C++ and in flash3.masking, and the
-    deterministic dQ ranks number each query block's key blocks 0, 1, ..."""
+    ranges stay exact (brute force over the reference mask), in C++ and in flash3.masking: both are
+    the same (query block, key block) touch relation, which the deterministic dQ order
+    (bwd_dq_rank) relies on."""
     cases = random_chunk_masks(50, seed=block_m * 7 + block_n)
     fwd = driver([_line("ranges", c, block_m, block_n) for c in cases])
     bwd = driver([_line("qranges", c, block_m, block_n) for c in cases])
