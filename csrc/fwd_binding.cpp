@@ -2,7 +2,7 @@
 //
 //   flash3::fwd_sm90(q, k, v, out!, lse!, cu_seqlens_q?, cu_seqlens_k?, seqused_k?, max_seqlen_q,
 //                    max_seqlen_k, softmax_scale, window_left, window_right, softcap,
-//                    sinks?=None, alibi_slopes?=None, seqused_q?=None) -> ()
+//                    sinks?=None, alibi_slopes?=None, seqused_q?=None, attention_chunk=0) -> ()
 //       CUDA: csrc/flash3/host/fwd.cpp checks the arguments, fills flash3::FwdParams, runs the
 //       registered kernel for (dtype, d, d_v) on the current stream. sinks: float32 (h,), attention sinks (one logit
 //       per query head, joining every row's softmax denominator; lse includes it). seqused_q: int32 (b,), varlen,
@@ -15,8 +15,10 @@
 //       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out. No
 //       sinks argument: attention sinks are not offered with FP8 inputs (flash3/_checks.py sinks).
 //   Every op takes the mask as one window (window_left, window_right): -1 = unbounded, causal =
-//   (-1, 0), folded once at the Python API (flash3/masking.py normalize_window).
-//   flash3::pick_kernel(family, dtype, d, d_v, softmax_scale, window_left, window_right) -> str
+//   (-1, 0), folded once at the Python API (flash3/masking.py normalize_window); fwd_sm90 (and
+//   bwd_sm90) also FA3's attention_chunk (chunked local attention, 0 = off) intersecting it.
+//   flash3::pick_kernel(family, dtype, d, d_v, softmax_scale, window_left, window_right,
+//                       attention_chunk=0) -> str
 //       Whether a kernel of family ("fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd") runs such
 //       a call (dtype: torch's name, "bfloat16"), by the rule the ops refuse by
 //       (csrc/flash3/host/kernel_pick.h): {"kernel": [head_dim, head_dim_v, wide]} or {"reason": ...}.
@@ -58,13 +60,14 @@ void fwd_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const std::optional<Tensor>& seqused_k, int64_t max_seqlen_q,
                    int64_t max_seqlen_k, double softmax_scale, int64_t window_left,
                    int64_t window_right, double softcap, const std::optional<Tensor>& sinks,
-                   const std::optional<Tensor>& alibi_slopes, const std::optional<Tensor>& seqused_q) {
+                   const std::optional<Tensor>& alibi_slopes, const std::optional<Tensor>& seqused_q,
+                   int64_t attention_chunk) {
   const auto cu_q = view(cu_seqlens_q), cu_k = view(cu_seqlens_k), used = view(seqused_k), sk = view(sinks),
              al = view(alibi_slopes), used_q = view(seqused_q);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_sm90(be, view(q), view(k), view(v), view(out), view(lse), ptr(cu_q), ptr(cu_k), ptr(used),
                    max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, softcap, ptr(sk),
-                   ptr(al), ptr(used_q));
+                   ptr(al), ptr(used_q), attention_chunk);
   });
 }
 
@@ -94,7 +97,7 @@ void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, c
                    const std::optional<Tensor>&, const std::optional<Tensor>&,
                    const std::optional<Tensor>&, int64_t, int64_t, double, int64_t, int64_t,
                    double, const std::optional<Tensor>&, const std::optional<Tensor>&,
-                   const std::optional<Tensor>&) {}
+                   const std::optional<Tensor>&, int64_t) {}
 
 std::string kernel_info() {
   return "{" + host::kernel_lists_json() + ", \"arch\": \"sm_90a\", \"cutlass\": \"" +
@@ -103,8 +106,8 @@ std::string kernel_info() {
 }
 
 std::string pick_kernel(std::string family, std::string dtype, int64_t d, int64_t d_v, double softmax_scale,
-                        int64_t window_left, int64_t window_right) {
-  return host::kernel_pick_json(family, dtype, d, d_v, softmax_scale, window_left, window_right);
+                        int64_t window_left, int64_t window_right, int64_t attention_chunk) {
+  return host::kernel_pick_json(family, dtype, d, d_v, softmax_scale, window_left, window_right, attention_chunk);
 }
 
 }  // namespace
@@ -115,7 +118,8 @@ TORCH_LIBRARY(flash3, m) {
       "fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, int window_left, int window_right, "
-      "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None) -> ()");
+      "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None, "
+      "int attention_chunk=0) -> ()");
   m.def(
       "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "
@@ -124,7 +128,7 @@ TORCH_LIBRARY(flash3, m) {
   // No tensor arguments: a catch-all kernel, callable without a GPU.
   m.def("kernel_info() -> str", &flash3::kernel_info);
   m.def("pick_kernel(str family, str dtype, int d, int d_v, float softmax_scale, int window_left, "
-        "int window_right) -> str",
+        "int window_right, int attention_chunk=0) -> str",
         &flash3::pick_kernel);
 }
 

@@ -119,6 +119,32 @@ def has_alibi_kernel(kind: str) -> bool:
         return False
 
 
+_CHUNK_OPS = {"fwd": "fwd_sm90", "bwd": "bwd_sm90"}
+
+
+@functools.lru_cache(maxsize=None)
+def has_chunk_kernel(kind: str) -> bool:
+    """True when flash3._C's `kind` op ("fwd", "bwd") takes FA3's attention_chunk (an
+    ``attention_chunk`` argument in its schema)."""
+    if not has_extension():
+        return False
+    try:
+        op = getattr(torch.ops.flash3, _CHUNK_OPS[kind]).default
+        return any(a.name == "attention_chunk" for a in op._schema.arguments)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def kernel_chunk_reason(q, kind: str, attention_chunk: int) -> str | None:
+    """Why the `kind` kernel ("fwd", "bwd") cannot take this attention_chunk (checked after the
+    kernel's own reason); None if it can (or there is no chunk)."""
+    if attention_chunk <= 0 or not q.is_cuda:
+        return None
+    if not has_chunk_kernel(kind):
+        return f"flash3._C's {_CHUNK_OPS[kind]} takes no attention_chunk (an older build)"
+    return None
+
+
 # The forward and decode kernels compile the ALiBi term for head dims up to this (FwdTraits::kAlibi,
 # csrc/flash3/fwd/traits.cuh: above it the term spilled registers); the backward's covers all.
 ALIBI_MAX_HEAD_DIM = 128
@@ -327,14 +353,14 @@ def warn_fallback(reason: str, what: str = "forward") -> None:
 
 def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q=None,
                    cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, sinks=None,
-                   alibi_slopes=None, seqused_q=None):
+                   alibi_slopes=None, seqused_q=None, attention_chunk=0):
     """Call flash3::fwd_sm90; returns (out, lse).
 
     Batched: q (b, s_q, h, d) -> lse (b, h, s_q). Varlen: q (total_q, h, d) -> lse (h, total_q).
     (left, right): the mask, as every op takes it (masking.normalize_window). ``sinks`` (h,): attention
     sinks (made float32 contiguous; lse includes them); passed only when given, so a build without
-    them serves calls without; ``alibi_slopes`` (h,) or (b, h) the same way; ``seqused_q`` (b,)
-    int32 (varlen, FA3's) too.
+    them serves calls without; ``alibi_slopes`` (h,) or (b, h) the same way, ``seqused_q`` (b,)
+    int32 (varlen, FA3's) too, and ``attention_chunk`` (FA3's chunked local attention, 0 = off).
     """
     q, k, v = (_tma_ready(x) for x in (q, k, v))
     out = q.new_empty(*q.shape[:-1], v.shape[-1])
@@ -347,6 +373,8 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
         extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
     if seqused_q is not None:
         extra["seqused_q"] = seqused_q.contiguous()
+    if attention_chunk:
+        extra["attention_chunk"] = int(attention_chunk)
     torch.ops.flash3.fwd_sm90(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
                               int(max_seqlen_q), int(max_seqlen_k), float(softmax_scale),
                               int(left), int(right), float(softcap), **extra)
@@ -376,7 +404,7 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
 
 def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
                    deterministic, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-                   max_seqlen_k=0, sinks=None, alibi_slopes=None, seqused_q=None):
+                   max_seqlen_k=0, sinks=None, alibi_slopes=None, seqused_q=None, attention_chunk=0):
     """Call flash3::bwd_sm90; returns (dq, dk, dv), contiguous, in q/k/v's shapes and dtypes, and
     with ``sinks`` (h,) (lse must then include them) d_sinks (h,) float32 last.
 
@@ -399,6 +427,8 @@ def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, so
     extra = {} if alibi_slopes is None else {"alibi_slopes": kernel_alibi(alibi_slopes)}
     if seqused_q is not None:  # passed only when given, as the slopes
         extra["seqused_q"] = seqused_q.contiguous()
+    if attention_chunk:
+        extra["attention_chunk"] = int(attention_chunk)
     torch.ops.flash3.bwd_sm90(dout, q, k, v, out, lse, dlse, dq, dk, dv, cu_seqlens_q,
                               cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                               float(softmax_scale), int(left), int(right), float(softcap),

@@ -401,6 +401,21 @@ def sdpa_tensor(name, x):
                          f"got shape {tuple(x.shape)}")
 
 
+def attention_chunk(q, chunk, **excluded):
+    """FA3's attention_chunk: an int >= 0 (0 = off), returned as int. `excluded`: name -> whether
+    that argument is given, for the paths with no chunked attention (named in the error)."""
+    chunk = int_at_least("attention_chunk", chunk, 0)
+    if chunk:
+        if is_fp8(q):
+            excluded = {"float8_e4m3fn inputs": True, **excluded}
+        for name, given in excluded.items():
+            if given:
+                raise NotImplementedError(f"attention_chunk is not supported with {name} "
+                                          "(flash3.flash_attn_interface runs such calls on FA3's "
+                                          "reference spec)")
+    return chunk
+
+
 def int_at_least(name, x, lo):
     if not isinstance(x, numbers.Integral) or isinstance(x, bool):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")

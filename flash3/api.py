@@ -12,7 +12,7 @@ from . import _backend, _checks, masking, ops, ops_serve
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None,
               fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None, sinks=None,
-              alibi_slopes=None):
+              alibi_slopes=None, attention_chunk=0):
     """Scaled dot-product attention, FlashAttention-3 semantics.
 
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v) with h % h_k == 0.
@@ -40,6 +40,11 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     its out does not).  No gradient flows to the slopes.  Not with float8 inputs.  On Hopper the
     forward and decode kernels take them for head dims up to 128 (larger ones run on the reference
     with a one-time warning), the backward kernel for every head dim.
+
+    ``attention_chunk`` int >= 0: FA3's chunked local attention (Llama 4), 0 = off. Query row i
+    (diagonal p = i + s_k - s_q) sees only the keys of its chunk, ``[p - p % c, p - p % c + c)``
+    (Python's ``%``), intersected with the window/causal mask (flash3/masking.py). Forward and
+    backward kernels on Hopper; not with sinks or float8 inputs (NotImplementedError).
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
@@ -48,6 +53,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     _checks.flag("deterministic", deterministic)
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
+    chunk = _checks.attention_chunk(q, attention_chunk, sinks=sinks is not None)
     if sinks is not None:
         out, lse = ops_serve.attention_sinks_fwd(q, k, v, sinks, scale, left, right, softcap,
                                                  deterministic, alibi_slopes)
@@ -57,7 +63,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
                                      v_channel_descale)
     else:
         out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic,
-                                     alibi_slopes)
+                                     alibi_slopes, chunk)
     return (out, lse) if return_lse else out
 
 
@@ -66,7 +72,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      return_lse=False, deterministic=False, q_descale=None, k_descale=None,
                      v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None,
                      sinks=None, page_table=None, seqused_k=None, alibi_slopes=None,
-                     seqused_q=None):
+                     seqused_q=None, attention_chunk=0):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
@@ -76,7 +82,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     :func:`attention`, descales indexed by sequence: (b, h_k) per head, or per block
     (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
     ``sinks`` (h,) as in :func:`attention`.  ``alibi_slopes`` (h,) or (batch, h) as in
-    :func:`attention`, distances per sequence (its own s_q and s_k).
+    :func:`attention`, distances per sequence (its own s_q and s_k).  ``attention_chunk`` as in
+    :func:`attention`, per sequence (not with keys from a cache).
 
     ``seqused_q`` int32 (b,) (FA3's): sequence i's queries are only its first seqused_q[i] packed
     rows (any value is clamped into [0, its length]); masks and ALiBi align on that count, its
@@ -99,6 +106,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         for n, t in (("sinks", sinks), ("page_table", page_table), ("seqused_k", seqused_k)):
             if t is not None:
                 raise NotImplementedError(f"attention_varlen: seqused_q with {n} is not implemented")
+    _checks.attention_chunk(q, attention_chunk, **{"page_table/seqused_k": page_table is not None
+                                                   or seqused_k is not None})
     if page_table is not None or seqused_k is not None:
         for n, t in (("q_descale", q_descale), ("v_channel_descale", v_channel_descale)):
             if t is not None:
@@ -126,6 +135,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                          varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, b)
+    chunk = _checks.attention_chunk(q, attention_chunk, sinks=sinks is not None)
     if sinks is not None:
         out, lse = ops_serve.attention_varlen_sinks_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks,
                                                         int(max_seqlen_q), int(max_seqlen_k),
@@ -139,7 +149,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     else:
         out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), scale, left, right, softcap,
-                                            deterministic, alibi_slopes, seqused_q)
+                                            deterministic, alibi_slopes, seqused_q, chunk)
     return (out, lse) if return_lse else out
 
 

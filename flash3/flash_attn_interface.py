@@ -39,7 +39,9 @@ FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the d
 FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
+intersected with causal/windows) with FP8 inputs, keys from a cache (``seqused_k``) or in
+``flash_attn_with_kvcache`` (16-bit ``flash_attn_func``/``flash_attn_varlen_func`` run it on
+flash3's kernels, forward and backward), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
 takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
 ``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
@@ -150,20 +152,22 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     (out, softmax_lse (b, h, s_q)) with ``return_attn_probs``."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     qd, kd, vd = _fp8_descales(q, k, q.shape[0], q_descale, k_descale, v_descale)
-    reason = _reference_reason(qv=qv, attention_chunk=attention_chunk,
+    chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
+    # attention_chunk runs on flash3's kernels (16-bit); FP8 inputs take it on the reference spec.
+    reason = _reference_reason(qv=qv, attention_chunk=chunk if _checks.is_fp8(q) else 0,
                                head_dim_v_over_256=v.shape[-1] > 256)
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 4, "(batch, seqlen, heads, headdim)")
         out, lse = _on_reference("flash_attn_func", q, reason, k=k, v=v, qv=qv, causal=causal,
                                  softmax_scale=softmax_scale, window=_window(window_size),
-                                 attention_chunk=int(attention_chunk), softcap=float(softcap),
+                                 attention_chunk=chunk, softcap=float(softcap),
                                  q_descale=qd, k_descale=kd, v_descale=vd)
         return (out, lse) if return_attn_probs else out
     out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                          window_size=_window(window_size), softcap=softcap, return_lse=True,
                          q_descale=qd, k_descale=kd, v_descale=vd, deterministic=deterministic,
-                         alibi_slopes=alibi_slopes)
+                         alibi_slopes=alibi_slopes, attention_chunk=chunk)
     return (out, lse) if return_attn_probs else out
 
 
@@ -210,10 +214,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, qv))
-    # seqused_q: flash3's 16-bit varlen path takes it, not its cache path (seqused_k) nor FP8.
-    spec_seqused_q = seqused_k is not None or _checks.is_fp8(q)
-    reason = _reference_reason(seqused_q=seqused_q if spec_seqused_q else None, qv=qv,
-                               attention_chunk=attention_chunk,
+    chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
+    # flash3's 16-bit varlen path takes seqused_q and the chunk; keys from a cache (seqused_k) or
+    # FP8 inputs take them on the reference spec.
+    on_spec = _checks.is_fp8(q) or seqused_k is not None
+    reason = _reference_reason(seqused_q=seqused_q if on_spec else None, qv=qv,
+                               attention_chunk=chunk if on_spec else 0,
                                head_dim_v_over_256=v.shape[-1] > 256,
                                seqused_k_with_grad=seqused_k is not None and needs_grad)
     _no_alibi_on_reference(reason, alibi_slopes)
@@ -223,7 +229,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             _checks.tensor(n, t, 1)
         out, lse = _on_reference("flash_attn_varlen_func", q, reason, k=k, v=v, qv=qv,
                                  causal=causal, softmax_scale=softmax_scale,
-                                 window=_window(window_size), attention_chunk=int(attention_chunk),
+                                 window=_window(window_size), attention_chunk=chunk,
                                  softcap=float(softcap), cu_seqlens_q=cu_seqlens_q,
                                  cu_seqlens_k=cu_seqlens_k, seqused_q=seqused_q,
                                  seqused_k=seqused_k, q_descale=qd, k_descale=kd, v_descale=vd)
@@ -233,7 +239,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                 window_size=_window(window_size), softcap=softcap,
                                 return_lse=True, deterministic=deterministic, q_descale=qd,
                                 k_descale=kd, v_descale=vd, seqused_k=seqused_k,
-                                alibi_slopes=alibi_slopes, seqused_q=seqused_q)
+                                alibi_slopes=alibi_slopes, seqused_q=seqused_q, attention_chunk=chunk)
     return (out, lse) if return_attn_probs else out
 
 

@@ -57,9 +57,16 @@ def _with_alibi(reason, q, alibi_slopes, kind, d_v=None):
                                  else _backend.kernel_alibi_reason(q, kind, d_v)))
 
 
-def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
-    return _dispatch(q, _with_alibi(lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), q,
-                                    alibi_slopes, "fwd", v.shape[-1]), "forward", run_kernel,
+def _with_chunk(reason, q, attention_chunk, kind):
+    """reason() and then, with an attention chunk, whether this build's `kind` kernel takes it."""
+    return lambda: reason() or _backend.kernel_chunk_reason(q, kind, attention_chunk)
+
+
+def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None,
+                  attention_chunk=0):
+    why = _with_alibi(lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), q, alibi_slopes,
+                      "fwd", v.shape[-1])
+    return _dispatch(q, _with_chunk(why, q, attention_chunk, "fwd"), "forward", run_kernel,
                      run_reference)
 
 
@@ -77,9 +84,11 @@ def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_refere
                      "attention_with_kvcache", run_kernel, run_reference)
 
 
-def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None):
-    return _dispatch(q, _with_alibi(lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), q,
-                                    alibi_slopes, "bwd", v.shape[-1]), "backward", run_kernel,
+def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None,
+                  attention_chunk=0):
+    why = _with_alibi(lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), q, alibi_slopes,
+                      "bwd", v.shape[-1])
+    return _dispatch(q, _with_chunk(why, q, attention_chunk, "bwd"), "backward", run_kernel,
                      run_reference)
 
 
@@ -89,22 +98,32 @@ def _alibi_kw(alibi_slopes):
     return {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}
 
 
+def _chunk_kw(attention_chunk):
+    """The kernels' keyword for FA3's attention_chunk, passed only when on (as _alibi_kw)."""
+    return {"attention_chunk": int(attention_chunk)} if attention_chunk else {}
+
+
 # ----------------------------------------------------------------- batched
 @torch.library.custom_op("flash3::attention_fwd", mutates_args=())
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, deterministic: bool = False,
-                  alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                  alibi_slopes: Optional[Tensor] = None,
+                  attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     # `deterministic` only concerns the backward; it travels with the forward for autograd.
+    # attention_chunk: FA3's chunked local attention (flash3/masking.py), 0 = off.
     args = (softmax_scale, window_left, window_right, softcap)
     return _fwd_dispatch(
         q, k, v, softmax_scale,
-        lambda: _backend.run_kernel_fwd(q, k, v, *args, **_alibi_kw(alibi_slopes)),
-        lambda: reference.forward(q, k, v, *args, alibi_slopes=alibi_slopes), alibi_slopes)
+        lambda: _backend.run_kernel_fwd(q, k, v, *args, **_alibi_kw(alibi_slopes),
+                                        **_chunk_kw(attention_chunk)),
+        lambda: reference.forward(q, k, v, *args, alibi_slopes=alibi_slopes,
+                                  chunk=attention_chunk),
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_fwd.register_fake
 def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=False,
-      alibi_slopes=None):
+      alibi_slopes=None, attention_chunk=0):
     return q.new_empty(*q.shape[:-1], v.shape[-1]), _lse_batched(q)
 
 
@@ -112,30 +131,33 @@ def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=
 def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                   dlse: Optional[Tensor], softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, deterministic: bool = False,
-                  alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+                  alibi_slopes: Optional[Tensor] = None,
+                  attention_chunk: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     # The reference backward is bitwise reproducible run to run either way (fixed tile order,
     # no atomics); `deterministic` chooses the ordered dQ reduction of the backward kernel.
     args = (softmax_scale, window_left, window_right, softcap)
     return _bwd_dispatch(
         q, k, v, softmax_scale,
         lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
-                                        **_alibi_kw(alibi_slopes)),
+                                        **_alibi_kw(alibi_slopes), **_chunk_kw(attention_chunk)),
         lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse,
-                                   alibi_slopes=alibi_slopes), alibi_slopes)
+                                   alibi_slopes=alibi_slopes, chunk=attention_chunk),
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, softmax_scale, window_left, window_right, softcap,
-      deterministic=False, alibi_slopes=None):
+      deterministic=False, alibi_slopes=None, attention_chunk=0):
     return _like(q), _like(k), _like(v)
 
 
 def _setup(ctx, inputs, output):
     # inputs: q, k, v, scale, left, right, softcap, deterministic, alibi_slopes (a tensor or None:
-    # saved as one, and handed back last; it gets no gradient).
+    # saved as one, and handed back; it gets no gradient), attention_chunk.
     q, k, v = inputs[:3]
-    ctx.save_for_backward(q, k, v, inputs[-1], *output)
-    ctx.extra = inputs[3:-1]
+    ctx.save_for_backward(q, k, v, inputs[8], *output)
+    ctx.extra = inputs[3:8]
+    ctx.chunk = inputs[9]
     # An unused output's gradient then arrives as None rather than zeros: the usual call never
     # touches lse, and a None dlse lets the backward skip it (and use torch's CPU kernel).
     ctx.set_materialize_grads(False)
@@ -148,8 +170,8 @@ def _grads_or_zeros(dout, out):
 def _attention_backward(ctx, dout, dlse):
     q, k, v, alibi, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
-    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra, alibi)
-    return (dq, dk, dv) + (None,) * (len(ctx.extra) + 1)
+    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra, alibi, ctx.chunk)
+    return (dq, dk, dv) + (None,) * (len(ctx.extra) + 2)
 
 
 attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
@@ -162,7 +184,8 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          softmax_scale: float, window_left: int, window_right: int,
                          softcap: float, deterministic: bool = False,
                          alibi_slopes: Optional[Tensor] = None,
-                         seqused_q: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                         seqused_q: Optional[Tensor] = None,
+                         attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     # seqused_q (FA3's): any value is clamped into [0, the sequence's length], kernel and reference.
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
@@ -173,15 +196,17 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
                                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                                         max_seqlen_k=max_seqlen_k, seqused_q=seqused_q,
-                                        **_alibi_kw(alibi_slopes)),
+                                        **_alibi_kw(alibi_slopes), **_chunk_kw(attention_chunk)),
         lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args,
-                                         alibi_slopes=alibi_slopes, seqused_q=seqused_q),
-        alibi_slopes)
+                                         alibi_slopes=alibi_slopes, seqused_q=seqused_q,
+                                         chunk=attention_chunk),
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      window_left, window_right, softcap, deterministic=False, alibi_slopes=None, seqused_q=None):
+      window_left, window_right, softcap, deterministic=False, alibi_slopes=None, seqused_q=None,
+      attention_chunk=0):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     return out, _lse_varlen(q)
 
@@ -193,7 +218,8 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
                          softmax_scale: float, window_left: int, window_right: int,
                          softcap: float, deterministic: bool = False,
                          alibi_slopes: Optional[Tensor] = None,
-                         seqused_q: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+                         seqused_q: Optional[Tensor] = None,
+                         attention_chunk: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
     args = (softmax_scale, window_left, window_right, softcap)
     return _bwd_dispatch(
@@ -201,26 +227,28 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
         lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
                                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                        seqused_q=seqused_q, **_alibi_kw(alibi_slopes)),
+                                        seqused_q=seqused_q, **_alibi_kw(alibi_slopes),
+                                        **_chunk_kw(attention_chunk)),
         lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                           *args, dlse=dlse, alibi_slopes=alibi_slopes,
-                                          seqused_q=seqused_q),
-        alibi_slopes)
+                                          seqused_q=seqused_q, chunk=attention_chunk),
+        alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, window_left, window_right, softcap, deterministic=False, alibi_slopes=None,
-      seqused_q=None):
+      seqused_q=None, attention_chunk=0):
     return _like(q), _like(k), _like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
-    # inputs[-2:]: alibi_slopes, seqused_q (tensors or None, handed back last; no gradient)
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, *inputs[-2:], *output)
+    # inputs[12:14]: alibi_slopes, seqused_q (tensors or None, handed back; no gradient)
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *inputs[12:14], *output)
     # max_seqlen_q, max_seqlen_k, scale, left, right, softcap, deterministic
-    ctx.extra = inputs[5:-2]
+    ctx.extra = inputs[5:12]
+    ctx.chunk = inputs[14]
     ctx.n_inputs = len(inputs)
     ctx.set_materialize_grads(False)  # as in _setup
 
@@ -229,7 +257,7 @@ def _varlen_backward(ctx, dout, dlse):
     q, k, v, cu_q, cu_k, alibi, used_q, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
     dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra,
-                                      alibi, used_q)
+                                      alibi, used_q, ctx.chunk)
     return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
 

@@ -310,8 +310,13 @@ def test_flash_attn_interface_passes_slopes():
     kc[:, :24], vc[:, :24] = k, v
     out = fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=24, causal=True, alibi_slopes=sl)
     assert max_err(out, ref) <= 1e-5
+    # attention_chunk runs on flash3's calls now (16-bit), so it takes the slopes too; an argument
+    # only FA3's spec computes (qv) still refuses them.
+    out = fai.flash_attn_func(q, k, v, attention_chunk=8, alibi_slopes=sl)
+    ref_c = flash3.attention(q, k, v, attention_chunk=8, alibi_slopes=sl)
+    assert torch.equal(out, ref_c)
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
-        fai.flash_attn_func(q, k, v, attention_chunk=8, alibi_slopes=sl)
+        fai.flash_attn_func(q, k, v, qv=torch.randn_like(q), alibi_slopes=sl)
 
 
 # ----------------------------------------------------------------- errors

@@ -105,10 +105,10 @@ def test_driver_classifies_kills_and_restarts(fake):
     res = smoke.run_matrix(jobs, cmd, parallel=2, case_timeout=1.0, start_timeout=20, budget=60,
                            on_record=seen.append)
     assert time.monotonic() - t0 < 30
-    assert len(FWD_FEATURES) == 13  # sequsedq: the 13th (16-bit forward and backward only)
-    assert [len(x) for x in seen] == list(range(1, 40))  # progress after every case
+    assert len(FWD_FEATURES) == 14  # sequsedq and chunk (attention_chunk): the 13th and 14th
+    assert [len(x) for x in seen] == list(range(1, 43))  # progress after every case (3 kernels x 14)
     c = by_case(res)
-    assert len(res["cases"]) == 39
+    assert len(res["cases"]) == 42
     assert c[("bf16:64:64", "causal")]["status"] == "hang"
     assert "silent for 1 s" in c[("bf16:64:64", "causal")]["detail"]
     assert c[("bf16:64:64", "gqa")]["status"] == "crash"
@@ -126,7 +126,7 @@ def test_driver_classifies_kills_and_restarts(fake):
                  ("fp16:128:128", "sq_gt_sk"), ("fp16:128:128", "nextdim")]:
         assert c[(k, f)]["status"] == "ok", (k, f)
         assert c[(k, f)]["flash3"] == "/fake"
-    assert smoke.counts(res["cases"]) == {"ok": 33, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
+    assert smoke.counts(res["cases"]) == {"ok": 36, "hang": 1, "crash": 3, "wrong": 1, "nan": 1}
 
 
 def test_driver_feature_tokens(fake, tmp_path, monkeypatch):
@@ -150,7 +150,7 @@ def test_driver_budget_leaves_not_run(fake):
     assert time.monotonic() - t0 < 12
     n = smoke.counts(res["cases"])
     assert n.get("hang", 0) >= 2 and n.get("not run", 0) >= 10
-    assert sum(n.values()) == 26  # 2 kernels x 13 features
+    assert sum(n.values()) == 28  # 2 kernels x 14 features
     c = by_case(res)
     # Retries go to the back of the queue: both kernels got their first case before any second.
     assert c[("bf16:128:128", "full")]["status"] == c[("fp16:128:128", "full")]["status"] == "hang"
@@ -195,8 +195,8 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
     p, saved = run_smoke_cli(cmd, kernels, out)
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
-    # 4 kernels x 13 features, but alibi on the two above d 128 (forward ALiBi stops at 128)
-    assert len(saved["cases"]) == 50 and "partial" not in saved
+    # 4 kernels x 14 features, but alibi on the two above d 128 (forward ALiBi stops at 128)
+    assert len(saved["cases"]) == 54 and "partial" not in saved
     meta = saved["meta"]  # how the run was made, for tools/smoke/sim_report.py
     assert meta["backend"] == "gpu" and "seeds" not in meta and len(meta["date"]) == 10
     assert "tools/smoke/smoke.py --kernels " + kernels in meta["command"]
@@ -220,9 +220,9 @@ def test_render_matrix_and_hang_lines():
     text = smoke.render_matrix(cases)
     lines = text.splitlines()
     assert lines[0].split() == ["kernel"] + FWD_FEATURES
-    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG"] + ["ok"] * 11
+    assert lines[1].split() == ["bf16", "192x128", "ok", "WRONG"] + ["ok"] * 12
     assert lines[2].split() == ["fp16", "64", "CRASH", "-"]
-    assert "15 cases: 12 ok, 1 wrong, 1 crash, 1 not run" in text
+    assert "16 cases: 13 ok, 1 wrong, 1 crash, 1 not run" in text
     assert "bf16 192x128 causal: wrong: max err 3.1e-01 > tol 4.0e-03" in text
     assert smoke.hang_lines(cases) == [
         "fp16 64 full: warpgroup 1 waits on KFull phase 0 tile 0  (2 warps in 2 blocks)",
@@ -243,6 +243,8 @@ def test_case_check_classifies_on_cpu(feature):
     kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
     if c["sinks"] is not None:  # the oracle's sink column, as check() computes it
         kw["sinks"] = c["sinks"].double()
+    if c["chunk"]:
+        kw["attention_chunk"] = c["chunk"]
     for i, (o, l, qq, k, v) in enumerate(smoke._pieces(c, out, lse)):
         if c["alibi"] is not None:  # each sequence's slopes (varlen), as check() takes them
             kw["alibi_slopes"] = c["alibi"][i].double()
@@ -287,8 +289,9 @@ def test_case_check_classifies_on_cpu(feature):
     r = smoke.check(c, out, bad_lse)
     assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
     if torch.isinf(lse).any() and feature != "sequsedq":  # a row without keys must stay -inf
-        # varlen: a sequence of queries and 0 keys; sinks: rows without keys under a -inf sink
-        assert feature in ("sq_gt_sk", "varlen", "nantail", "sinks")
+        # varlen: a sequence of queries and 0 keys; sinks: rows without keys under a -inf sink;
+        # chunk: also rows whose diagonal is negative (no chunk of keys)
+        assert feature in ("sq_gt_sk", "varlen", "nantail", "sinks", "chunk")
         bad_lse = lse.clone()
         bad_lse.view(-1)[int(torch.isinf(lse).view(-1).nonzero()[0])] = 0.0
         r = smoke.check(c, out, bad_lse)
@@ -438,17 +441,17 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 13 + 9 + 9
+    assert len(cases) == 14 + 9 + 9  # e4m3 has no sequsedq, chunk ("n/a", with kvcache and the rest)
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse", "onekey")]
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a", "ok", "ok", "ok", "ok", "ok"]  # perhead: FP8 only
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a"] + ["ok"] * 6  # perhead: FP8 only
     assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a", "n/a", "n/a"]  # sinks, alibi, sequsedq: not with FP8
+                                "n/a", "n/a", "n/a", "n/a"]  # sinks, alibi, sequsedq, chunk: not with FP8
     assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a", "n/a", "n/a"]
-    assert "31 cases: 29 ok, 1 wrong, 1 hang" in lines[4]
+                                "n/a", "n/a", "n/a", "n/a"]
+    assert "32 cases: 30 ok, 1 wrong, 1 hang" in lines[4]
     assert "e4m3 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"
@@ -471,9 +474,9 @@ def test_bwd_features_and_kernel_ids():
     """A bwd: row per "bwd" triple whose forward is built (its out/lse come from it); every forward
     feature but kvcache, plus determ and dlse (backward only)."""
     assert BWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "determ", "dlse", "sq_gt_sk",
-                            "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq"]
+                            "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq", "chunk"]
     assert FWD_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "sq_gt_sk", "nextdim",
-                            "nantail", "sinks", "alibi", "sequsedq"]
+                            "nantail", "sinks", "alibi", "sequsedq", "chunk"]
     assert "nextdim" not in FP8_FEATURES
     assert not {"determ", "dlse"} & set(FWD_FEATURES + FP8_FEATURES) and "kvcache" in FWD_FEATURES
     info = {"fwd": [["bf16", 128, 128], ["fp16", 192, 128]], "fwd_fp8": [[128, 128]],
@@ -525,10 +528,10 @@ def test_bwd_case_check_classifies_on_cpu(feature):
     else:
         out, lse = reference.varlen_forward(c["q"], c["k"], c["v"], c["cu_q"], c["cu_k"], sc, l, r,
                                             c["softcap"], sinks=c["sinks"], alibi_slopes=c["alibi"],
-                                            seqused_q=c["seqused_q"])
+                                            seqused_q=c["seqused_q"], chunk=c["chunk"])
         grads = reference.varlen_backward(c["dout"], c["q"], c["k"], c["v"], out, lse, c["cu_q"],
                                           c["cu_k"], sc, l, r, c["softcap"], dlse=c["dlse"], sinks=c["sinks"],
-                                          alibi_slopes=c["alibi"], seqused_q=c["seqused_q"])
+                                          alibi_slopes=c["alibi"], seqused_q=c["seqused_q"], chunk=c["chunk"])
     if feature == "sinks":  # varlen with dlse; d_sink is checked too: its sign flipped is wrong
         assert c["dlse"].shape == lse.shape and len(grads) == 4
         flipped = list(grads[:3]) + [-grads[3]]
@@ -666,15 +669,15 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,bwd:bf16:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 13 + 15
+    assert len(cases) == 14 + 16
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse", "perhead")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f != "perhead"]  # no FP8 kernel here
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a", "ok", "ok", "ok", "ok"]
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a", "ok", "ok", "ok", "ok", "ok"]
     assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok",
-                                "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
-    assert "28 cases: 25 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
+                                "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]
+    assert "30 cases: 27 ok, 1 wrong, 1 nan, 1 hang" in lines[3]
     assert "bwd bf16 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "bwd:bf16:128:128/window"
@@ -827,7 +830,7 @@ def test_summary_pass_and_fail(tmp_path):
               [("hang_build bf16 128", "ok", 80, tmp_path / "x.log")])
     (tmp_path / "w2" / "w" / "hang.json").write_text(json.dumps(hang))
     text, res, ok = device_summary.summarize(tmp_path / "w2" / "w", tmp_path / "w2" / "o", 570, 560)
-    assert not ok and "FAIL (smoke 1 of 13 not ok; pytest)" in text.splitlines()[0]
+    assert not ok and "FAIL (smoke 1 of 14 not ok; pytest)" in text.splitlines()[0]
     assert "bf16 128 kvcache: warpgroup 0 waits on VTail phase 1 tile 4  (1 warps in 1 blocks)" in text
     assert "2 passed, 1 failed, 0 errors, 1 skipped (incomplete: ok)" in text
     assert len(text) < 8000  # the device call returns 12,000 characters of output tail

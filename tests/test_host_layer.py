@@ -245,3 +245,22 @@ def test_a_check_added_to_the_host_layer_is_seen_by_both(tmp_path, monkeypatch):
     with pytest.raises(smoke_sim.SimFailure) as e:
         smoke_sim.run_case("fwd", tensors, scalars, {"out": q}, drv)
     assert e.value.status == "error" and e.value.detail == "sim_driver: error: host-layer probe: flash3.fwd_sm90"
+
+
+def test_attention_chunk_reaches_the_kernels_and_is_checked(driver):
+    """FA3's attention_chunk: the forward's and the backward's params carry it, a chunked call takes
+    the 128-key tile (a mask, not the wide full-attention tile) and the dynamic scheduler, and a
+    negative chunk is refused naming it, before anything is launched."""
+    fwd, fwd_causal, bwd, pick, bad, bad_bwd = driver([
+        "fwd chunk=48", "fwd wr=0 chunk=160", "bwd chunk=48", "pick chunk=8192", "fwd chunk=-1",
+        "bwd chunk=-5"])
+    f = fields(fwd)
+    assert f["kernel"] == "bf16:128:128" and f["chunk"] == "48" and f["window"] == "-1,-1"
+    assert f["dynamic"] == "1"
+    assert fields(fwd_causal)["chunk"] == "160" and fields(fwd_causal)["window"] == "-1,0"
+    assert fields(bwd)["chunk"] == "48"
+    assert pick == 'ok {"kernel": [128, 128, false]}'
+    for answer, op in ((bad, "fwd_sm90"), (bad_bwd, "bwd_sm90")):
+        assert answer.startswith(f"error: flash3.{op}: attention_chunk must be >= 0"), answer
+        assert "[wrote" not in answer
+    assert fields(driver(["fwd"])[0])["chunk"] == "0"

@@ -464,3 +464,117 @@ def test_extra_wgmma_n_matches_the_tiles(driver):
             used.add(d // 2)  # dQ: ss_op
         assert dv in basic, k.name  # P.V (RS): CuTe's atoms
     assert used - basic == set(gk.EXTRA_WGMMA_N)
+
+
+# ------------------------------------------------------------------ attention_chunk
+def random_chunk_masks(n, seed=0):
+    """Masks with an attention chunk (FA3's attention_chunk): chunks smaller than a block, not a
+    multiple of it and larger, with and without causal or a window, s_q > s_k and s_q < s_k."""
+    rng = random.Random(seed)
+    lengths = [1, 2, 7, 63, 64, 65, 113, 128, 129, 203, 256, 300]
+    cases = []
+    for _ in range(n):
+        sq, sk = rng.choice(lengths), rng.choice(lengths)
+        causal = rng.random() < 0.5
+        left = rng.choice([-1, -1, 0, 1, 17, 64, 100])
+        right = rng.choice([-1, -1, 0, 1, 33, 128])
+        chunk = rng.choice([1, 3, 8, 48, 64, 100, 128, 160, 500])
+        cases.append((sq, sk, causal, left, right, chunk))
+    return cases
+
+
+def brute_chunk_visible(sq, sk, causal, left, right, chunk):
+    """The spec (flash3/reference/fa3.py _visible), as nested lists."""
+    from flash3.reference.fa3 import _visible
+    wl, wr = masking.normalize_window(causal, (left, right))
+    return _visible(sq, sk, wl, wr, chunk, "cpu").tolist()
+
+
+def _line(cmd, case, *rest):
+    sq, sk, c, l, r, ch = case
+    return " ".join(map(str, [cmd, sq, sk, int(c), l, r, f"c{ch}", *rest]))
+
+
+def test_chunk_mask_predicate_and_row_bounds(driver):
+    """Mask::visible and the per-row bounds with a chunk (the chunked kernels' per-row run: key j
+    visible iff key_floor(i) <= j < last_key(i + 1)) are the reference's, and flash3.masking's."""
+    cases = random_chunk_masks(60, seed=21) + [(10, 4, False, -1, -1, 8), (4, 10, True, -1, -1, 3),
+                                               (300, 65, True, 5, -1, 48), (65, 300, False, 7, 9, 160)]
+    vis_lines = driver([_line("visible", c) for c in cases])
+    row_lines = driver([_line("row_bounds", c) for c in cases])
+    for case, bits, rows in zip(cases, vis_lines, row_lines):
+        sq, sk, causal, left, right, chunk = case
+        vis = brute_chunk_visible(*case)
+        assert bits == "".join("1" if v else "0" for row in vis for v in row), case
+        wl, wr = masking.normalize_window(causal, (left, right))
+        assert vis == [[masking.visible(i, j, sq, sk, causal, left, right, chunk) for j in range(sk)]
+                       for i in range(sq)], case
+        assert vis == masking.visible_mask(0, sq, 0, sk, sq, sk, False, wl, wr, chunk=chunk).tolist()
+        bounds = [tuple(map(int, x.split())) for x in rows.split(";")]
+        for i, (lo, hi) in enumerate(bounds):
+            assert vis[i] == [lo <= j < hi for j in range(sk)], (case, i)
+
+
+@pytest.mark.parametrize("block_m,block_n", [(128, 128), (192, 128), (128, 176), (64, 48)])
+def test_chunk_block_ranges_exact(driver, block_m, block_n):
+    """With a chunk the forward's key-block ranges (visited, unmasked) and the backward's query-block
+    ranges stay exact (brute force over the reference mask), in C++ and in flash3.masking: both are
+    the same (query block, key block) touch relation, which the deterministic dQ order
+    (bwd_dq_rank) relies on."""
+    cases = random_chunk_masks(50, seed=block_m * 7 + block_n)
+    fwd = driver([_line("ranges", c, block_m, block_n) for c in cases])
+    bwd = driver([_line("qranges", c, block_m, block_n) for c in cases])
+    for case, fline, bline in zip(cases, fwd, bwd):
+        sq, sk, causal, left, right, chunk = case
+        vis = brute_chunk_visible(*case)
+        wl, wr = masking.normalize_window(causal, (left, right))
+        rows = lambda m: range(m * block_m, min((m + 1) * block_m, sq))  # noqa: E731
+        keys = lambda n: range(n * block_n, min((n + 1) * block_n, sk))  # noqa: E731
+        mblocks, nblocks = -(-sq // block_m), -(-sk // block_n)
+        touch = [[any(vis[i][j] for i in rows(m) for j in keys(n)) for n in range(nblocks)]
+                 for m in range(mblocks)]
+        whole = [[(m + 1) * block_m <= sq and (n + 1) * block_n <= sk
+                  and all(vis[i][j] for i in rows(m) for j in keys(n)) for n in range(nblocks)]
+                 for m in range(mblocks)]
+        per_m = [tuple(map(int, p.split())) for p in fline.split(";") if p]
+        assert len(per_m) == mblocks
+        for m, (b, e, ub, ue) in enumerate(per_m):
+            touched = {n for n in range(nblocks) if touch[m][n]}
+            # forward "full" needs only the key block full: rows past s_q do not exist
+            full = {n for n in range(nblocks) if (n + 1) * block_n <= sk
+                    and all(vis[i][j] for i in rows(m) for j in keys(n))}
+            assert set(range(b, e)) == touched, (case, m)
+            assert set(range(ub, ue)) == full, (case, m)
+            args = (m, block_m, block_n, sq, sk, causal, wl, wr, chunk)
+            assert set(range(*masking.key_block_range(*args))) == touched, (case, m)
+            assert set(range(*masking.unmasked_key_block_range(*args))) == full, (case, m)
+        per_n = [tuple(map(int, p.split())) for p in bline.split(";") if p]
+        assert len(per_n) == nblocks
+        for n, (b, e, ub, ue) in enumerate(per_n):
+            touched = {m for m in range(mblocks) if touch[m][n]}
+            full = {m for m in range(mblocks) if whole[m][n]}
+            assert set(range(b, e)) == touched, (case, n)
+            assert set(range(ub, ue)) == full, (case, n)
+            args = (n, block_m, block_n, sq, sk, causal, wl, wr, chunk)
+            assert set(range(*masking.query_block_range(*args))) == touched, (case, n)
+            assert set(range(*masking.unmasked_query_block_range(*args))) == full, (case, n)
+
+
+def test_chunk_transpose_and_key_counts(driver):
+    """first_query/last_query (the backward's per-key run) and key_count (its one-key rows) with a
+    chunk match the reference mask; key_count is no longer concave (it drops at each chunk start),
+    which is why the backward's one_key_step looks at every masked step of a chunked call."""
+    cases = random_chunk_masks(50, seed=23) + [(10, 4, True, -1, -1, 3), (4, 10, False, 2, -1, 4)]
+    q_lines = driver([_line("queries", c, -2, c[1] + 3) for c in cases])
+    n_lines = driver([_line("key_counts", c) for c in cases])
+    for case, ql, nl in zip(cases, q_lines, n_lines):
+        sq, sk, causal, left, right, chunk = case
+        vis = brute_chunk_visible(*case)
+        per_key = [tuple(map(int, p.split())) for p in ql.split(";") if p]
+        for j, (first, last) in zip(range(-2, sk + 3), per_key):
+            seen = {i for i in range(sq) if 0 <= j < sk and vis[i][j]}
+            assert set(range(first, last)) == seen, (case, j)
+        counts = [max(0, int(x)) for x in nl.split(";") if x]
+        assert counts == [sum(row) for row in vis], case
+        wl, wr = masking.normalize_window(causal, (left, right))
+        assert counts == masking.visible_counts(sq, sk, False, wl, wr, chunk=chunk).tolist()

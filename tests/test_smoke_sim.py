@@ -53,6 +53,17 @@ def test_op_call_fwd(feature):
     out, lse = smoke_sim.poisoned_outputs(c)
     assert out.dtype == torch.float16 and torch.isnan(out).all() and torch.isnan(lse).all()
     op, t, s = smoke_sim.op_call(c, out, lse)
+    if feature == "chunk":  # FA3's attention_chunk: a scalar of the driver's fwd op
+        chunk, causal, window, (lq, lk) = smoke.CHUNK_PARTS[0]
+        assert op == "fwd" and s.pop("attention_chunk") == chunk == 48
+        assert (s["window_left"], s["window_right"]) == (-1, 0) and causal
+        assert t["cu_seqlens_q"].tolist()[-1] == sum(lq) and t["cu_seqlens_k"].tolist()[-1] == sum(lk)
+        assert {k > q for q, k in zip(lq, lk) if q and k} == {True, False} and 0 in lk
+        assert 0 in smoke.CHUNK_PARTS[1][3][0]  # the other part: a sequence of 0 queries
+        c1 = smoke.make_cases(feature, "fp16", 64, 64, device="cpu")[1]
+        op1, _, s1 = smoke_sim.op_call(c1, *smoke_sim.poisoned_outputs(c1))
+        assert op1 == "fwd" and s1["attention_chunk"] == 160 and s1["window_left"] == 200
+        return
     assert op == "fwd"
     assert (t.get("seqused_q") is c["seqused_q"]) and (c["seqused_q"] is None) == (feature != "sequsedq")
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse
@@ -652,6 +663,10 @@ def test_bwd_op_call(feature):
     dq, dk, dv = (torch.full_like(c[n], float("nan")) for n in "qkv")
     dsinks = torch.full_like(c["sinks"], float("nan")) if feature == "sinks" else None
     op, t, s = smoke_sim.bwd_op_call(c, out, lse, dq, dk, dv, dsinks)
+    if feature == "chunk":  # attention_chunk: a scalar of the driver's bwd op, part 0's
+        assert op == "bwd" and s.pop("attention_chunk") == 48
+        assert (s["window_left"], s["window_right"]) == (-1, 0) and t["cu_seqlens_q"] is c["cu_q"]
+        return
     assert op == "bwd"
     want = dict(dout=c["dout"], q=c["q"], k=c["k"], v=c["v"], out=out, lse=lse, dlse=c["dlse"], dq=dq, dk=dk, dv=dv,
                 cu_seqlens_q=c["cu_q"], cu_seqlens_k=c["cu_k"], sinks=c.get("sinks"), dsinks=dsinks,
@@ -787,8 +802,9 @@ def test_ci_cases_cover_every_kernel_and_feature():
         assert {f for k in ks for f in got[k]} == want, ks
     assert smoke.CI_ONCE == {"sinks", "alibi", "sequsedq"}
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks", "sequsedq"]  # 13 features
-    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi"]
+    # 14 bf16 features, alternating between its two kernels: the even-numbered ones here
+    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks", "sequsedq"]
+    assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi", "chunk"]
     for f in smoke.CI_ONCE:
         assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
     assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f not in smoke.CI_ONCE]  # alone in its group

@@ -96,13 +96,18 @@ def _lse_bhs_to_rows(lse: torch.Tensor, h_k: int) -> torch.Tensor:
     return lse.view(b, h_k, g, s).permute(0, 1, 3, 2).reshape(b * h_k, s * g)
 
 
-def _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, device):
+def _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, device, chunk=0):
     """Inverted mask (True = hide) of one tile, shaped (m, 1, n) to broadcast over groups.
 
     None when nothing is hidden.  Tiles never reach past s_q/s_k, so visibility depends only on the key -
     query distance and two triangles give it (few ops: each op on a shared
-    CPU costs a thread-pool round trip).
+    CPU costs a thread-pool round trip). An attention chunk (masking.py) hides the keys outside
+    each row's chunk.
     """
+    if chunk > 0:
+        keep = masking.visible_mask(m0, m1, n0, n1, s_q, s_k, False, left, right, device=device,
+                                    chunk=chunk)
+        return (~keep).unsqueeze(1)
     off = s_k - s_q + m0 - n0  # local (jj - ii) of the diagonal
     ones = torch.ones(m1 - m0, n1 - n0, dtype=torch.bool, device=device)
     hide = None
@@ -163,15 +168,16 @@ def _q_scale(softmax_scale: float, softcap: float) -> float:
 
 def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float = 0.0,
             block_m: int | None = None, block_n: int | None = None, sinks=None,
-            alibi_slopes=None):
+            alibi_slopes=None, chunk: int = 0):
     """Attention forward.
 
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v), optional ``sinks`` (h,) and
-    ``alibi_slopes`` (h,) or (b, h) float32.
+    ``alibi_slopes`` (h,) or (b, h) float32; ``chunk``: FA3's attention_chunk (masking.py), 0 = none.
     Returns ``out`` (b, s_q, h, d_v) in q's dtype and ``lse`` (b, h, s_q) fp32.
     """
-    # torch's kernel has no sinks nor ALiBi
-    explicit = bool(block_m or block_n) or sinks is not None or alibi_slopes is not None
+    # torch's kernel has no sinks, ALiBi nor chunks
+    explicit = (bool(block_m or block_n) or sinks is not None or alibi_slopes is not None
+                or chunk > 0)
     if _torch_cpu.applies(q, k, v, left, right, softcap, explicit):
         return _torch_cpu.forward(q, k, v, softmax_scale, causal=right == 0)
     if _torch_cpu.applies_masked(q, k, v, softcap, explicit):
@@ -208,10 +214,12 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
 
     for mb in range((s_q + block_m - 1) // block_m):
         m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
-        n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right,
+                                             chunk)
         if n_lo >= n_hi:
             continue  # every row of this tile sees nothing: out 0, lse -inf (or the sink)
-        u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left,
+                                                      right, chunk)
         q_t = qr[:, m0 * g:m1 * g]
         rows = q_t.shape[1]
         m_run = acc = None
@@ -230,7 +238,7 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
                 dist = _alibi_dist(m0, m1, n0, n1, s_q, s_k, dev)
                 s.view(b * h_k, m1 - m0, g, n1 - n0).sub_(alibi2 * dist)
             if not (u_lo <= nb < u_hi):
-                hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev)
+                hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev, chunk)
                 if hide is not None:
                     s.view(b * h_k, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
             # Running max clamped to a finite floor: a row with nothing visible
@@ -258,7 +266,7 @@ def forward(q, k, v, softmax_scale: float, left: int, right: int, softcap: float
 
 def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: int,
              softcap: float = 0.0, dlse=None, block_m: int | None = None,
-             block_n: int | None = None, sinks=None, alibi_slopes=None):
+             block_n: int | None = None, sinks=None, alibi_slopes=None, chunk: int = 0):
     """Attention backward (recomputes P from ``lse``).
 
     ``dlse`` (b, h, s_q), optional, is the gradient flowing into lse: since
@@ -266,20 +274,21 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
     Returns ``(dq, dk, dv)`` in the input dtypes, and d_sinks (h,) fp32 last when ``sinks``
     is given (P already includes the sink through lse: dq, dk, dv need nothing else).
     ``alibi_slopes`` (h,) or (b, h): the bias enters the recomputed P only (no slope gradient).
+    ``chunk``: the forward's attention chunk.
     """
     if sinks is not None:
         dsinks = sink_grad(sinks, dout, out, lse, dlse)
         return backward(dout, q, k, v, out, lse, softmax_scale, left, right, softcap, dlse,
                         block_m or BLOCK_M, block_n or BLOCK_N,
-                        alibi_slopes=alibi_slopes) + (dsinks,)
+                        alibi_slopes=alibi_slopes, chunk=chunk) + (dsinks,)
     b, s_q, h, d = q.shape
     s_k, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
     g = h // h_k
     dev = q.device
     # Rows that see exactly one key (ONE_HOT_TOL below); the torch kernels do not know them.
-    single = masking.visible_counts(s_q, s_k, False, left, right, dev) == 1
+    single = masking.visible_counts(s_q, s_k, False, left, right, dev, chunk=chunk) == 1
     any_single = bool(single.any()) if s_k > 0 else False
-    explicit = bool(block_m or block_n) or alibi_slopes is not None
+    explicit = bool(block_m or block_n) or alibi_slopes is not None or chunk > 0
     whole = _torch_cpu.applies(q, k, v, left, right, softcap, explicit)
     if dlse is None and (whole or _torch_cpu.applies_masked(q, k, v, softcap, explicit)):
         # torch's kernel; rows that see one key go through it with dO = 0 (so they add exactly
@@ -328,10 +337,12 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
 
     for mb in range((s_q + block_m - 1) // block_m):
         m0, m1 = mb * block_m, min((mb + 1) * block_m, s_q)
-        n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        n_lo, n_hi = masking.key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right,
+                                             chunk)
         if n_lo >= n_hi:
             continue
-        u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left, right)
+        u_lo, u_hi = masking.unmasked_key_block_range(mb, block_m, block_n, s_q, s_k, False, left,
+                                                      right, chunk)
         r0, r1 = m0 * g, m1 * g
         qs_t, qp_t, do_t = qs[:, r0:r1], q_plain[:, r0:r1], do_rows[:, r0:r1]
         D_t, lse_t = D[:, r0:r1].unsqueeze(-1), lse2[:, r0:r1].unsqueeze(-1)
@@ -349,7 +360,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale: float, left: int, right: in
                 dist = _alibi_dist(m0, m1, n0, n1, s_q, s_k, dev)
                 s.view(B, m1 - m0, g, n1 - n0).sub_(alibi2 * dist)
             if not (u_lo <= nb < u_hi):
-                hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev)
+                hide = _tile_mask(m0, m1, n0, n1, s_q, s_k, left, right, dev, chunk)
                 if hide is not None:
                     s.view(B, m1 - m0, g, n1 - n0).masked_fill_(hide, -math.inf)
             p = s.sub_(lse_t).exp2_()  # (B, R, n)
@@ -416,7 +427,7 @@ def _used_ends(cq, seqused_q):
 
 
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, right,
-                   softcap=0.0, sinks=None, alibi_slopes=None, seqused_q=None):
+                   softcap=0.0, sinks=None, alibi_slopes=None, seqused_q=None, chunk=0):
     """q (total_q, h, d), k/v (total_k, h_k, d|d_v) -> out (total_q, h, d_v), lse (h, total_q).
 
     Tokens outside every sequence get out 0, lse -inf.  ALiBi distances are per sequence
@@ -434,7 +445,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, rig
             continue
         o_i, l_i = forward(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
                            softmax_scale, left, right, softcap, sinks=sinks,
-                           alibi_slopes=_slopes_of_row(alibi_slopes, i))
+                           alibi_slopes=_slopes_of_row(alibi_slopes, i), chunk=chunk)
         out[q0:q1] = o_i[0]
         lse[:, q0:q1] = l_i[0]
     return out, lse
@@ -442,7 +453,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, rig
 
 def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
                     left, right, softcap=0.0, dlse=None, sinks=None, alibi_slopes=None,
-                    seqused_q=None):
+                    seqused_q=None, chunk=0):
     """Gradients of :func:`varlen_forward`; tokens outside every sequence (and rows past
     ``seqused_q``) get 0.  With ``sinks``, d_sinks (h,) fp32 is returned last (a sum over every
     sequence's rows)."""
@@ -464,7 +475,7 @@ def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
         grads = backward(dout[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
                          out[None, q0:q1], lse[None, :, q0:q1], softmax_scale, left, right,
                          softcap, dlse=dlse_i, sinks=sinks,
-                         alibi_slopes=_slopes_of_row(alibi_slopes, i))
+                         alibi_slopes=_slopes_of_row(alibi_slopes, i), chunk=chunk)
         dq[q0:q1] = grads[0][0]
         dk[k0:k1] += grads[1][0]  # += : sequences may share keys if cu_seqlens_k overlap
         dv[k0:k1] += grads[2][0]

@@ -50,7 +50,7 @@ static void rec_fwd(const char* kind, int hd, int hdv, bool wide, const flash3::
         << " total_k=" << p.total_k << " q_strides=" << p.q_batch_stride << "," << p.q_row_stride << ","
         << p.q_head_stride << " v_strides=" << p.v_batch_stride << "," << p.v_row_stride << "," << p.v_head_stride
         << " lse_strides=" << p.lse_batch_stride << "," << p.lse_head_stride << " causal=" << int(p.is_causal)
-        << " window=" << p.window_left << "," << p.window_right << " scale=" << p.softmax_scale
+        << " window=" << p.window_left << "," << p.window_right << " chunk=" << p.attention_chunk << " scale=" << p.softmax_scale
         << " softcap=" << p.softcap << " dynamic=" << int(p.tile_counter != nullptr)
         << " sinks=" << int(p.sinks != nullptr) << " num_splits=" << p.num_splits
         << " paged=" << int(p.page_table != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr)
@@ -68,7 +68,7 @@ template <bool kFp8Cache>
 void fake_decode(const flash3::FwdParams& p, void*) { rec_fwd(kFp8Cache ? "decode_e4m3" : "decode", 128, 128, false, p); }
 void fake_bwd(const flash3::BwdParams& p, void*) {
   g_rec << "kernel=bwd:128:128 total_q=" << p.total_q << " total_k=" << p.total_k << " window=" << p.window_left << ","
-        << p.window_right << " deterministic=" << int(p.deterministic) << " semaphore=" << int(p.dq_semaphore != nullptr)
+        << p.window_right << " chunk=" << p.attention_chunk << " deterministic=" << int(p.deterministic) << " semaphore=" << int(p.dq_semaphore != nullptr)
         << " dlse=" << int(p.dlse != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr) << " q_strides=" << p.q_batch_stride << "," << p.q_row_stride << ","
         << p.q_head_stride;
 }
@@ -193,7 +193,7 @@ static void fwd(FakeBackend& be, const Args& a) {
                       &v = rows(sk, hk, dv, dt), &out = rows(sq, hq, dv, dt);
   const h::TensorView& lse = varlen ? make({hq, b * sq}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   h::fwd_sm90(be, q, k, v, out, lse, cu_q, cu_k, nullptr, sq, sk, real(a, "scale", 0.125), num(a, "wl", -1),
-              num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr, used_q);
+              num(a, "wr", -1), real(a, "softcap", 0.0), sinks, nullptr, used_q, num(a, "chunk", 0));
 }
 
 static void fwd_fp8(FakeBackend& be, const Args& a) {
@@ -254,7 +254,7 @@ static void bwd(FakeBackend& be, const Args& a) {
                       &dv = make({b, num(a, "dv_sk", sk), hk, d}, h::DType::bf16);
   h::bwd_sm90(be, dout, q, k, v, out, lse, nullptr, dq, dk, dv, nullptr, nullptr, sq, sk, 0.1, num(a, "wl", -1),
               num(a, "wr", -1), 0.0, num(a, "deterministic", 0) != 0, nullptr, nullptr,
-              nullptr, num(a, "usedq", 0) ? &make({b}, h::DType::i32) : nullptr);
+              nullptr, num(a, "usedq", 0) ? &make({b}, h::DType::i32) : nullptr, num(a, "chunk", 0));
 }
 
 static void quantize(FakeBackend& be, const Args& a) {
@@ -287,7 +287,8 @@ int main() {
         const int64_t d = num(args, "d", 128);
         g_rec << h::kernel_pick_json(args.count("family") ? args["family"] : "fwd",
                                      args.count("dtype") ? args["dtype"] : "bfloat16", d, num(args, "dv", d),
-                                     real(args, "scale", 0.125), num(args, "wl", -1), num(args, "wr", -1));
+                                     real(args, "scale", 0.125), num(args, "wl", -1), num(args, "wr", -1),
+                                     num(args, "chunk", 0));
       } else if (op == "fwd") {
         fwd(be, args);
       } else if (op == "fwd_fp8") {

@@ -12,11 +12,16 @@
 
 using namespace flash3;
 
-// The mask of a query line: "seqlen_q seqlen_k causal left right".
+// The mask of a query line: "seqlen_q seqlen_k causal left right", or with a chunk appended as
+// "...right cN" (attention_chunk N; the "c" keeps it apart from the command's own numbers).
 Mask read_mask(std::istream& in) {
-  int sq, sk, causal, left, right;
+  int sq, sk, causal, left, right, chunk = 0;
   in >> sq >> sk >> causal >> left >> right;
-  return Mask::make(sq, sk, causal != 0, left, right);
+  if ((in >> std::ws).peek() == 'c') {
+    in.get();
+    in >> chunk;
+  }
+  return Mask::make(sq, sk, causal != 0, left, right, chunk);
 }
 
 int main() {

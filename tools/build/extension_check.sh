@@ -131,11 +131,15 @@ def check_op(name, expected):
 check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, "
             "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, "
             "int max_seqlen_k, float softmax_scale, int window_left, int window_right, "
-            "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None) -> ()"))
+            "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None, "
+            "int attention_chunk=0) -> ()"))
 # The one kernel pick (host/kernel_pick.h) as Python asks it.
 check_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, -1, 0))
 print(f"extension-check: pick_kernel(fwd, bf16, 128, causal) = {check_pick}")
 assert check_pick == {"kernel": [128, 128, False]}, check_pick  # causal: the 128-key tile, not the wide one
+# An attention chunk is a mask: the 128-key tile too.
+chunk_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, -1, -1, 8192))
+assert chunk_pick == {"kernel": [128, 128, False]}, chunk_pick
 
 # The Meta kernel: shapes only, no device; what torch.compile traces through.
 b, s, h, d = 2, 64, 4, 128
@@ -206,7 +210,7 @@ check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor 
                       "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, "
                       "int window_left, int window_right, float softcap, bool deterministic, "
                       "Tensor? sinks=None, Tensor(d!)? dsinks=None, Tensor? alibi_slopes=None, "
-                      "Tensor? seqused_q=None) -> ()"))
+                      "Tensor? seqused_q=None, int attention_chunk=0) -> ()"))
 assert "bwd" in info, info
 g = [torch.empty_like(q) for _ in range(3)]
 torch.ops.flash3.bwd_sm90(q, q, q, q, out, lse, lse, *g, None, None, s, s, d ** -0.5, -1, 0, 0.0, True)

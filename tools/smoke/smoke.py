@@ -22,7 +22,8 @@ twice (bitwise equal), "dlse" the causal case with a random gradient flowing int
 dlse, given to the reference too), "onekey" a varlen batch whose rows see one key (their dq exactly 0,
 and out/lse by the forward's rule), "sinks" attention sinks (bwd_sm90's sinks/dsinks: d_sink too),
 "sequsedq" FA3's seqused_q (fwd_sm90's and bwd_sm90's seqused_q: out 0, lse -inf, dq 0 past it).
-Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+A feature with several launches (make_cases: "chunk", FA3's attention_chunk, one launch per
+CHUNK_PARTS entry, forward and backward) reports its worst part. Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with
@@ -114,8 +115,8 @@ def worker(kernel: str, features: list[str]) -> int:
                     res = worst([smoke_quant.check(p, smoke_quant.launch(p))
                                  for p in smoke_quant.make_case(f, kernel)])
                 else:
-                    c = make_case(f, *parse_kernel(kernel), bwd=bwd)
-                    res = check_bwd(c, *launch_bwd(c)) if bwd else check(c, *launch(c))
+                    res = worst([check_bwd(c, *launch_bwd(c)) if bwd else check(c, *launch(c))
+                                 for c in make_cases(f, *parse_kernel(kernel), bwd=bwd)])
             except Exception as e:  # noqa: BLE001
                 msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
                 if _cuda_broken():  # sticky error: this process is done; the driver restarts one
@@ -152,20 +153,19 @@ def sim_worker(kernel: str, features: list[str], driver: str, seeds: list[int], 
             elif family(kernel) == "quant":
                 todo = [(p, lambda p, seed: smoke_sim.quant_launch(p, Path(driver), seed=seed, sms=sms),
                          smoke_quant.check) for p in smoke_quant.make_case(f, kernel, device="cpu")]
-            elif family(kernel) == "bwd":  # each seed: the forward, then the backward
-                c = make_case(f, *parse_kernel(kernel), device="cpu", bwd=True)
-
+            elif family(kernel) == "bwd":  # each part, each seed: the forward, then the backward
                 def run_bwd(c, seed):
                     out, lse, grads, again = smoke_sim.bwd_launch(c, Path(driver), seed=seed, sms=sms)
                     return dict(out=out, lse=lse, again=again, **dict(zip(("dq", "dk", "dv", "dsinks"), grads)))
                 todo = [(c, run_bwd, lambda c, r: check_bwd(c, r["out"], r["lse"],
                                                             [r[n] for n in ("dq", "dk", "dv", "dsinks") if n in r],
-                                                            r["again"]))]
+                                                            r["again"]))
+                        for c in make_cases(f, *parse_kernel(kernel), device="cpu", bwd=True)]
             else:
-                c = make_case(f, *parse_kernel(kernel), device="cpu")
                 todo = [(c, lambda c, seed: dict(zip(("out", "lse"), smoke_sim.sim_launch(c, Path(driver), seed=seed,
                                                                                           sms=sms))),
-                         lambda c, r: check(c, r["out"], r["lse"]))]
+                         lambda c, r: check(c, r["out"], r["lse"]))
+                        for c in make_cases(f, *parse_kernel(kernel), device="cpu")]
             results = []
             for c, run, chk in todo:
                 res, prev = None, None

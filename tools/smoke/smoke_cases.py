@@ -33,8 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # (a value past its length: clamped), one cut mid-tile with a second tile of 2 rows past it; the
 # packed rows past seqused_q hold NaN/+-Inf in q (and dout), and must come out as out 0, lse -inf
 # (the NaN poison overwritten), dq 0, nothing in dk/dv; masks align on the used count.
+# "chunk": FA3's attention_chunk (Llama 4's chunked local attention), two launches (CHUNK_PARTS) of
+# GQA varlen batches with s_k - s_q of both signs, a sequence of 0 queries and one of 0 keys: chunk
+# 48 (no block's multiple: chunk starts inside tiles) with causal, and chunk 160 (wider than a
+# block) with a window (200, 150) wide enough to leave a tile within one chunk unmasked blocks.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq", "chunk"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -65,10 +69,14 @@ SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the backwar
 ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s_q > 0, < 0, = 0
 SEQUSEDQ_LENS = ([SQ, 40, 77, 130], [SK, 50, 64, 100])  # "sequsedq": packed (q, k) lengths
 SEQUSEDQ_USED = [100, 0, 1000, 70]  # its seqused_q: used queries 100, 0, 77 (clamped), 70
+# "chunk"'s launches: (attention_chunk, causal, window, (q lengths, k lengths)).
+CHUNK_PARTS = [(48, True, (-1, -1), ([SQ, 77, 150, 1, 5], [SK, 40, 97, 64, 0])),
+               (160, False, (200, 150), ([SQ, 150, 97, 0], [SK, 170, 40, 20]))]
 # Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
 # seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
 # gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi", "sequsedq"},
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi", "sequsedq",
+                           "chunk"},
                   "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
                   "bwd": {"kvcache", "perhead"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
@@ -183,22 +191,33 @@ def alibi_slopes(b: int, h: int, g, device="cpu"):
     return (0.002 * 50.0 ** torch.rand(b, h, generator=g)).to(torch.float32).to(device)
 
 
+def case_parts(feature: str) -> int:
+    """How many launches (make_case parts) a forward/backward feature has."""
+    return len(CHUNK_PARTS) if feature == "chunk" else 1
+
+
+def make_cases(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0, bwd=False) -> list:
+    """Every part (launch) of a forward/backward feature: make_case per part."""
+    return [make_case(feature, dtype_name, d, dv, device, seed, bwd, part) for part in range(case_parts(feature))]
+
+
 def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0,
-              bwd=False) -> dict:
+              bwd=False, part=0) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
     case's shapes and values, quantized (_quantize_case). bwd: the forward case plus dout,
     deterministic (True for "determ": the gqa case's shapes) and dlse (the gradient flowing into
-    lse, shaped as lse; "dlse" only: the causal case's shapes, random N(0, 1), None otherwise)."""
+    lse, shaped as lse; "dlse" only: the causal case's shapes, random N(0, 1), None otherwise).
+    part: which launch of a feature with several (case_parts; "chunk": CHUNK_PARTS)."""
     import torch
     fam = "bwd" if bwd else dtype_name
     if feature in NOT_APPLICABLE.get(fam, ()):
         raise ValueError(f"{feature} does not apply to {fam} kernels")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.bfloat16}[dtype_name]
-    g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature))
+    g = torch.Generator(device="cpu").manual_seed(seed + d + 7 * dv + FEATURES.index(feature) + 1000 * part)
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     c = dict(dtype=dtype_name, feature=feature, causal=False, window=(-1, -1), softcap=0.0,
              cu_q=None, cu_k=None, seqused_k=None, lens_q=None, lens_k=None, sinks=None, alibi=None,
-             seqused_q=None)
+             seqused_q=None, chunk=0, part=part)
     b, h, hk, sq, sk = 2, 2, 2, SQ, SK
     if feature == "nextdim":
         d, dv = next_dims(d, dv)
@@ -218,10 +237,14 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["causal"], h, hk = True, 6, 2
     elif feature == "alibi":
         h, hk = 6, 2
-    if feature in ("varlen", "onekey", "nantail", "alibi", "sequsedq") or (feature == "sinks" and bwd):
+    elif feature == "chunk":
+        c["chunk"], c["causal"], c["window"], _ = CHUNK_PARTS[part]
+        h, hk = 4, 2
+    if feature in ("varlen", "onekey", "nantail", "alibi", "sequsedq", "chunk") or (feature == "sinks" and bwd):
         c["lens_q"], c["lens_k"] = {"varlen": ([SQ, 0, 77, 1], [SK, 40, 150, 0]), "onekey": ONEKEY_LENS,
                                     "nantail": NANTAIL_LENS, "sinks": SINKS_LENS,
-                                    "alibi": ALIBI_LENS, "sequsedq": SEQUSEDQ_LENS}[feature]
+                                    "alibi": ALIBI_LENS, "sequsedq": SEQUSEDQ_LENS,
+                                    "chunk": CHUNK_PARTS[part][3]}[feature]
         pq, pk = NANTAIL_PAD if feature == "nantail" else (0, 0)
         tq, tk = sum(c["lens_q"]), sum(c["lens_k"])
         c["q"], c["k"], c["v"] = rnd(tq + pq, h, d), rnd(tk + pk, hk, d), rnd(tk + pk, hk, dv)
@@ -686,6 +709,8 @@ def _launch_fwd(c, out, lse):
         extra["alibi_slopes"] = c["alibi"]
     if c.get("seqused_q") is not None:
         extra["seqused_q"] = c["seqused_q"]
+    if c.get("chunk"):  # builds without attention_chunk: no argument
+        extra["attention_chunk"] = c["chunk"]
     torch.ops.flash3.fwd_sm90(c["q"], c["k"], c["v"], out, lse, c["cu_q"], c["cu_k"], c["seqused_k"],
                               c["max_q"], c["max_k"], c["q"].shape[-1] ** -0.5, *op_window(c),
                               c["softcap"], **extra)
@@ -783,6 +808,8 @@ def _check_fa(c, out, lse) -> dict:
     kw = dict(causal=c["causal"], window_size=c["window"], softcap=c["softcap"])
     if c.get("sinks") is not None:
         kw["sinks"] = c["sinks"].double()
+    if c.get("chunk"):
+        kw["attention_chunk"] = c["chunk"]
     worst = {"status": "ok", "err": 0.0, "tol": 1.0, "lse_err": 0.0}
     for i, (o, l, q, k, v) in enumerate(_pieces(c, out, lse)):
         if c.get("alibi") is not None:  # the sequence's (or batch row's) slopes
@@ -868,7 +895,8 @@ def launch_bwd(c: dict):
                                   *op_window(c), c["softcap"],
                                   c["deterministic"], *((sinks, grads[3]) if sinks is not None else ()),
                                   **({} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}),
-                                  **({} if c.get("seqused_q") is None else {"seqused_q": c["seqused_q"]}))
+                                  **({} if c.get("seqused_q") is None else {"seqused_q": c["seqused_q"]}),
+                                  **({"attention_chunk": c["chunk"]} if c.get("chunk") else {}))
         torch.cuda.synchronize()
         return grads
     grads = once()
@@ -888,11 +916,13 @@ def check_bwd(c: dict, out, lse, grads, again=None) -> dict:
     if nans:
         return {"status": "nan", "detail": ", ".join(nans) + " (unwritten?)"}
     args = [c[n].float() for n in ("dout", "q", "k", "v")] + [out.float(), lse.float()]
-    kw = (c["q"].shape[-1] ** -0.5, *((-1, 0) if c["causal"] else c["window"]), c["softcap"])
+    kw = (c["q"].shape[-1] ** -0.5, *op_window(c), c["softcap"])
     sk = {"sinks": c["sinks"]} if c.get("sinks") is not None else {}
     al = {} if c.get("alibi") is None else {"alibi_slopes": c["alibi"]}
     if c.get("seqused_q") is not None:
         al["seqused_q"] = c["seqused_q"]
+    if c.get("chunk"):
+        al["chunk"] = c["chunk"]
     ref = (reference.backward(*args, *kw, dlse=c["dlse"], **sk, **al) if c["cu_q"] is None
            else reference.varlen_backward(*args, c["cu_q"], c["cu_k"], *kw, dlse=c["dlse"], **sk, **al))
     eps = torch.finfo(c["q"].dtype).eps

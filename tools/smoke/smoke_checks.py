@@ -13,7 +13,7 @@ import math
 import torch
 
 
-def _mask(s_q, s_k, causal, window, device):
+def _mask(s_q, s_k, causal, window, device, chunk=0):
     left, right = window
     if causal:
         right = 0
@@ -25,11 +25,15 @@ def _mask(s_q, s_k, causal, window, device):
         keep &= j >= diag - left
     if right >= 0:
         keep &= j <= diag + right
+    if chunk > 0:  # FA3's attention_chunk: the diagonal's chunk, floored (a negative diagonal too)
+        first = torch.div(diag, chunk, rounding_mode="floor") * chunk
+        keep &= (j >= first) & (j < first + chunk)
     return keep
 
 
 def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1),
-                    softcap=0.0, compute_dtype=None, sinks=None, alibi_slopes=None):
+                    softcap=0.0, compute_dtype=None, sinks=None, alibi_slopes=None,
+                    attention_chunk=0):
     """Plain attention; full (s_q, s_k) matrix. Returns (out, lse).
 
     ``compute_dtype`` None means q's dtype: fp64 gives the oracle; fp16/bf16
@@ -39,6 +43,7 @@ def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     logit, after softcap) that joins the softmax and lse and carries no value.
     ``alibi_slopes`` (h,) or (b, h): -slope * |i + s_k - s_q - j| added to the scores after
     softcap (FlashAttention-2's convention), in the softmax's precision (fp32 for 16-bit).
+    ``attention_chunk`` (FA3's, 0 = none): query i also sees only keys in its diagonal's chunk.
     """
     dt = compute_dtype or q.dtype
     d = q.shape[-1]
@@ -51,7 +56,7 @@ def attention_naive(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
-    keep = _mask(q.shape[1], k.shape[1], causal, window_size, q.device)
+    keep = _mask(q.shape[1], k.shape[1], causal, window_size, q.device, attention_chunk)
     s = s.float() if dt in (torch.float16, torch.bfloat16) else s
     if alibi_slopes is not None:
         s_q, s_k = q.shape[1], k.shape[1]

@@ -144,6 +144,8 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
         tensors["sinks"] = c.get("sinks")
         tensors["alibi_slopes"] = c.get("alibi")
         tensors["seqused_q"] = c.get("seqused_q")
+        if c.get("chunk"):
+            scalars["attention_chunk"] = int(c["chunk"])
         return "fwd", tensors, scalars
     from flash3 import fp8
     if c["cu_q"] is not None:
@@ -287,6 +289,8 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
                    softcap=float(c["softcap"]),
                    deterministic=bool(c["deterministic"]))
     tensors["seqused_q"] = c.get("seqused_q")
+    if c.get("chunk"):
+        scalars["attention_chunk"] = int(c["chunk"])
     return "bwd", tensors, scalars
 
 

@@ -61,12 +61,14 @@ __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
 }
 
 __device__ __forceinline__ Mask bwd_mask(const BwdParams& p, const BwdSeq& s) {
-  return Mask::make(s.seqlen_q, s.seqlen_k, p.is_causal, p.window_left, p.window_right);
+  return Mask::make(s.seqlen_q, s.seqlen_k, p.is_causal, p.window_left, p.window_right, p.attention_chunk);
 }
 
 // Sets the entries of a transposed (key, query) accumulator that the mask hides to `fill`: the
 // queries that see a key are one run (first_query, last_query), so the forward's per-row bit mask
 // serves (fill_outside_run). Keys past seqlen_k see no query: each row computes its own bounds.
+// An attention chunk cuts the run to the key's chunk (a runtime branch; keys are >= 0 here, so
+// the chunk start is an unsigned division).
 template <class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask_transposed(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                                       int key0, int query0, float fill) {
@@ -76,8 +78,13 @@ __device__ __forceinline__ void apply_mask_transposed(TensorS& s_rc, TensorC con
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
     const int key = key0 + get<0>(coord_rc(mi, 0));
-    fill_outside_run(s_rc, mi, thread_cols_before(mask.first_query(key) - tc),
-                     thread_cols_before(mask.last_query(key) - tc), fill);
+    int lo = mask.window_first_query(key), hi = mask.window_last_query(key);
+    if (mask.chunk > 0) {
+      const int start = int(unsigned(key) / unsigned(mask.chunk)) * mask.chunk - mask.offset();
+      lo = imax(lo, start);
+      hi = imin(hi, start + mask.chunk);
+    }
+    fill_outside_run(s_rc, mi, thread_cols_before(lo - tc), thread_cols_before(hi - tc), fill);
   }
 }
 
@@ -391,9 +398,11 @@ struct BwdKernel {
 
   // Whether some row of the query block at query0 sees at most one key: as key_count is concave,
   // the minimum over the block is at its first or last row. Per step, the same in every thread.
+  // With an attention chunk key_count is not concave (a row at a chunk start under causal sees one
+  // key): every masked step may hold such rows, and one_hot_rows checks each row.
   static __device__ __forceinline__ bool one_key_step(const Mask& mask, int query0) {
     const int last = imin(query0 + Tr::kBlockM, mask.seqlen_q) - 1;
-    return imin(mask.key_count(query0), mask.key_count(last)) <= 1;
+    return mask.chunk > 0 || imin(mask.key_count(query0), mask.key_count(last)) <= 1;
   }
 
   // ptxas hoists the wait for dP^T above the exponentials meant to run under it (5 of 32 stayed

@@ -72,6 +72,7 @@ struct BwdParams {
   int64_t alibi_batch_stride = 0;
   bool is_causal = false;
   int window_left = -1, window_right = -1;
+  int attention_chunk = 0;  // 0 = off; as FwdParams::attention_chunk
   bool deterministic = false;
   bool is_bf16 = true;
 

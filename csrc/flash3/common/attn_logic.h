@@ -19,44 +19,69 @@ FLASH3_HD constexpr int imin(int a, int b) { return a < b ? a : b; }
 FLASH3_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
 
 // ---------------------------------------------------------------------------------------------
-// Mask. Query i sees key j iff j < seqlen_k and
-//   (left  < 0 || j >= i + seqlen_k - seqlen_q - left) and
-//   (right < 0 || j <= i + seqlen_k - seqlen_q + right),
-// causal acting as right = 0 (bottom-right aligned). -1 means unbounded.
+// Mask. Query i sees key j iff 0 <= j < seqlen_k and, with p = i + seqlen_k - seqlen_q (the
+// bottom-right aligned diagonal),
+//   (left  < 0 || j >= p - left) and (right < 0 || j <= p + right)      (the window)
+//   (chunk == 0 || chunk_start(p) <= j < chunk_start(p) + chunk)        (attention_chunk)
+// causal acting as right = 0. -1 means unbounded; chunk 0 means no chunks. chunk_start(p) =
+// p - (p mod chunk), the mod floored as Python's (a row with p < 0 sees no key then: its chunk ends
+// at or before key 0). The window bounds are linear in the row (window_floor, window_last_key: the
+// kernels' fast masks rely on it); the chunk bounds are not, so the full bounds (key_floor,
+// last_key) take them only when chunk > 0.
 struct Mask {
   int seqlen_q, seqlen_k, left, right;
+  int chunk = 0;
 
   FLASH3_HD static Mask make(int seqlen_q, int seqlen_k, bool causal, int window_left,
-                             int window_right) {
+                             int window_right, int chunk = 0) {
     return Mask{seqlen_q, seqlen_k, window_left < 0 ? -1 : window_left,
-                causal ? 0 : (window_right < 0 ? -1 : window_right)};
+                causal ? 0 : (window_right < 0 ? -1 : window_right), chunk > 0 ? chunk : 0};
   }
   FLASH3_HD int offset() const { return seqlen_k - seqlen_q; }
+  // First key of the chunk holding key (or diagonal) position `pos` (chunk > 0).
+  FLASH3_HD int chunk_start(int pos) const { return floor_div(pos, chunk) * chunk; }
   FLASH3_HD bool visible(int i, int j) const {
-    return j >= 0 && j < seqlen_k && (left < 0 || j >= i + offset() - left) &&
-           (right < 0 || j <= i + offset() + right);
+    return j >= 0 && j < seqlen_k && j >= key_floor(i) && j < last_key(i + 1);
   }
-  // First and one-past-last key any row in [row_begin, row_end) may see (before clipping to
-  // block granularity). Empty when first >= last.
-  FLASH3_HD int first_key(int row_begin) const { return imax(0, key_floor(row_begin)); }
-  // first_key before its clamp at key 0: no key below it is visible to row `row` (nor is any key
-  // below 0), so as a left bound it cuts exactly what first_key does, and it grows by exactly 1 per
-  // row (a later row's follows from an earlier one's). kNoLeftBound without a left bound.
+  // The window's own bounds (no chunk clamp). window_floor: no key below it is visible to row
+  // `row`, before the clamp at key 0; it grows by exactly 1 per row (a later row's follows from an
+  // earlier one's). kNoLeftBound without a left bound.
   static constexpr int kNoLeftBound = -(1 << 30);
-  FLASH3_HD int key_floor(int row) const { return left < 0 ? kNoLeftBound : row + offset() - left; }
-  FLASH3_HD int last_key(int row_end) const {
+  FLASH3_HD int window_floor(int row) const { return left < 0 ? kNoLeftBound : row + offset() - left; }
+  FLASH3_HD int window_last_key(int row_end) const {
     return right < 0 ? seqlen_k : imin(seqlen_k, row_end - 1 + offset() + right + 1);
   }
-  // Keys row `row` sees (<= 0: none). Concave in the row (min of lines minus max of lines).
+  // The full bounds of a row: key_floor(row) <= j < last_key(row + 1). Both are nondecreasing in
+  // the row, and a row with p >= 0 sees key p, so the keys any rows [row_begin, row_end) see are
+  // [first_key(row_begin), last_key(row_end)) (empty when first >= last).
+  FLASH3_HD int key_floor(int row) const {
+    const int w = window_floor(row);
+    return chunk > 0 ? imax(w, chunk_start(row + offset())) : w;
+  }
+  FLASH3_HD int first_key(int row_begin) const { return imax(0, key_floor(row_begin)); }
+  FLASH3_HD int last_key(int row_end) const {
+    const int w = window_last_key(row_end);
+    return chunk > 0 ? imin(w, chunk_start(row_end - 1 + offset()) + chunk) : w;
+  }
+  // Keys row `row` sees (<= 0: none). Without chunks concave in the row (min of lines minus max of
+  // lines); with chunks it drops at every chunk start.
   FLASH3_HD int key_count(int row) const { return last_key(row + 1) - first_key(row); }
   // The transpose, for the backward's (key, query) tiles: key `key` is seen by the queries in
-  // [first_query(key), last_query(key)) (empty for a key outside [0, seqlen_k)).
-  FLASH3_HD int first_query(int key) const {
-    return right < 0 ? 0 : imax(0, key - offset() - right);
-  }
-  FLASH3_HD int last_query(int key) const {
+  // [first_query(key), last_query(key)) (empty for a key outside [0, seqlen_k)). The chunk relation
+  // is symmetric (same chunk), so its clamp is the key's chunk, moved to rows by the offset. Both
+  // are nondecreasing in the key.
+  FLASH3_HD int window_first_query(int key) const { return right < 0 ? 0 : imax(0, key - offset() - right); }
+  FLASH3_HD int window_last_query(int key) const {
     if (key < 0 || key >= seqlen_k) return 0;
     return left < 0 ? seqlen_q : imin(seqlen_q, key - offset() + left + 1);
+  }
+  FLASH3_HD int first_query(int key) const {
+    const int w = window_first_query(key);
+    return chunk > 0 ? imax(w, chunk_start(key) - offset()) : w;
+  }
+  FLASH3_HD int last_query(int key) const {
+    const int w = window_last_query(key);
+    return chunk > 0 ? imin(w, chunk_start(key) + chunk - offset()) : w;
   }
 };
 
@@ -83,10 +108,11 @@ FLASH3_HD BlockRange unmasked_key_block_range_rows(const Mask& mask, int row_beg
                                                    int block_n) {
   const BlockRange outer = key_block_range_rows(mask, row_begin, row_end, block_n);
   if (outer.empty()) return outer;
-  // The latest-starting row bounds the left edge; the earliest-ending row bounds the right edge.
-  int lo = mask.left < 0 ? 0 : ceil_div(imax(0, row_end - 1 + mask.offset() - mask.left), block_n);
-  int hi = mask.seqlen_k / block_n;  // full blocks only
-  if (mask.right >= 0) hi = imin(hi, floor_div(row_begin + mask.offset() + mask.right + 1, block_n));
+  // The latest-starting row bounds the left edge; the earliest-ending row bounds the right edge
+  // (both bounds are nondecreasing in the row; rows in different chunks share no key, so a tile
+  // spanning a chunk start has no unmasked block). last_key <= seqlen_k keeps to full blocks.
+  int lo = ceil_div(mask.first_key(row_end - 1), block_n);
+  int hi = floor_div(mask.last_key(row_begin + 1), block_n);
   lo = imax(lo, outer.begin);
   hi = imin(hi, outer.end);
   if (lo >= hi) return {outer.end, outer.end};
@@ -146,15 +172,15 @@ FLASH3_HD DecodeRanges decode_block_ranges(const Mask& mask, int m_block, int bl
 }
 
 // The backward's transpose: query blocks with a row that sees key block n_block. Key j is seen by
-// rows j - offset - right .. j - offset + left, an interval shifting by one per key, so the rows
-// seeing any key of the block form one interval (flash3/masking.py: query_block_range).
+// rows j - offset - right .. j - offset + left (cut to its chunk's rows), an interval whose ends
+// are nondecreasing in the key; the keys no row sees are a prefix (those before every row's
+// window or chunk), so the rows seeing any key of the block form one interval
+// (flash3/masking.py: query_block_range).
 FLASH3_HD BlockRange query_block_range(const Mask& mask, int n_block, int block_m, int block_n) {
   const int key_begin = n_block * block_n;
   const int key_end = imin(key_begin + block_n, mask.seqlen_k);
   if (key_begin >= key_end || mask.seqlen_q <= 0) return {0, 0};
-  const int r0 = mask.right < 0 ? 0 : imax(0, key_begin - mask.offset() - mask.right);
-  const int r1 = mask.left < 0 ? mask.seqlen_q
-                               : imin(mask.seqlen_q, key_end - 1 - mask.offset() + mask.left + 1);
+  const int r0 = mask.first_query(key_begin), r1 = mask.last_query(key_end - 1);
   if (r0 >= r1) return {0, 0};
   return {r0 / block_m, ceil_div(r1, block_m)};
 }
@@ -166,12 +192,10 @@ FLASH3_HD BlockRange unmasked_query_block_range(const Mask& mask, int n_block, i
   const BlockRange outer = query_block_range(mask, n_block, block_m, block_n);
   const int key_begin = n_block * block_n;
   if (outer.empty() || key_begin + block_n > mask.seqlen_k) return {outer.end, outer.end};
-  // The last key bounds the rows from below, the first key bounds them from above.
-  int lo = mask.right < 0 ? 0
-                          : ceil_div(imax(0, key_begin + block_n - 1 - mask.offset() - mask.right),
-                                     block_m);
-  int hi = mask.seqlen_q / block_m;  // full blocks only
-  if (mask.left >= 0) hi = imin(hi, floor_div(key_begin - mask.offset() + mask.left + 1, block_m));
+  // The last key bounds the rows from below, the first key bounds them from above (last_query <=
+  // seqlen_q keeps to full blocks).
+  int lo = ceil_div(mask.first_query(key_begin + block_n - 1), block_m);
+  int hi = floor_div(mask.last_query(key_begin), block_m);
   lo = imax(lo, outer.begin);
   hi = imin(hi, outer.end);
   if (lo >= hi) return {outer.end, outer.end};

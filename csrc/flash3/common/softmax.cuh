@@ -213,7 +213,9 @@ enum class Masking { none, right, both };
 // thread's columns, then the clamp); the left bound is key_floor, first_key before its clamp at 0,
 // which grows by 8 with no clamp (a count <= 0 cuts nothing either way). Packed GQA rows
 // (rows_per_token > 1) take both per row. kCutLeft = false: the caller knows there is no left
-// bound (Masking::right).
+// bound (Masking::right), nor a chunk. With an attention chunk (mask.chunk > 0, a runtime branch
+// only masked blocks take) the bounds are not linear in the row: each row takes its own
+// (key_floor, last_key), a floored division per row.
 template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
@@ -221,19 +223,33 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
   check_rowcol_layout<decltype(coord_rc.layout())>();
   const int tcol = get<1>(coord_rc(0, 0));  // this thread's first column in the tile
   const int first_row = row0 + get<0>(coord_rc(0, 0));
+  if constexpr (kCutLeft && !kPackedRows) {
+    if (mask.chunk > 0) {
+      const int tc = col0 + tcol;
+      CUTE_UNROLL
+      for (int mi = 0; mi < size<0>(s_rc); ++mi) {
+        const int row = row0 + get<0>(coord_rc(mi, 0));
+        fill_outside_run(s_rc, mi, thread_cols_before(mask.key_floor(row) - tc),
+                         thread_cols_before(mask.last_key(row + 1) - tc), -INFINITY);
+      }
+      return;
+    }
+  }
   // col0 is a multiple of 8 (a key block's origin), so thread_cols_before(b - col0) =
   // thread_cols_before(b) - col0 / 4: each count is a term that is the same for every key block
   // (the compiler hoists it out of the key loop) minus one shift.
   const int shift = col0 / 4;
   const int cnt_end = thread_cols_before(mask.seqlen_k - tcol) - shift;
-  const int cnt_hi = thread_cols_before(mask.last_key(first_row + 1) - tcol) - shift;
-  const int cnt_lo = thread_cols_before(mask.key_floor(first_row) - tcol) - shift;
+  const int cnt_hi = thread_cols_before(mask.window_last_key(first_row + 1) - tcol) - shift;
+  const int cnt_lo = thread_cols_before(mask.window_floor(first_row) - tcol) - shift;
   CUTE_UNROLL
   for (int mi = 0; mi < size<0>(s_rc); ++mi) {
     const int row = row0 + get<0>(coord_rc(mi, 0));
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int token = row / rows_per_token;
       const int tc = col0 + tcol;  // per block: a hoisted per-row term costs registers the decode lacks
+      // first_key/last_key: the chunk-aware bounds (the decode kernels build their Mask without
+      // a chunk, so its branches fold away there).
       fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
                                  thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
     } else {

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();  // barrier initialization visible to every thread before first use
 
-  TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode> sched{params.p, params.order};
+  TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode, Tr::kChunk> sched{params.p, params.order};
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();

@@ -391,9 +391,9 @@ struct FwdConsumer {
     // masked blocks of a sliding window. Without a left bound (causal, or a seqlen_k tail) the right
     // blocks' mask has one bound per row: its own loop (FA3 makes that a separate kernel). Not in
     // the decode kernel: packed GQA rows take each row's bounds anyway, and a third masked loop
-    // spilled its d 192 / 256 registers.
+    // spilled its d 192 / 256 registers. An attention chunk is a left bound too.
     int n = w.blocks.end - 2;
-    if (!Tr::kDecode && w.mask.left < 0) {
+    if (!Tr::kDecode && w.mask.left < 0 && w.mask.chunk == 0) {
 #pragma unroll 1
       for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
         any_step<Masking::right>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);

@@ -63,6 +63,10 @@ struct FwdParams {
   float softcap = 0.f;  // 0 = off
   bool is_causal = false;
   int window_left = -1, window_right = -1;
+  // Chunked local attention (FA3's attention_chunk, Llama 4): 0 = off, else query row i (diagonal
+  // p = i + seqlen_k - seqlen_q) also sees only keys in [p - p mod c, p - p mod c + c), p mod c
+  // floored (attn_logic.h Mask). The 16-bit forward kernels only (not FP8, not decode).
+  int attention_chunk = 0;
 
   // Attention sinks (gpt-oss): one fp32 logit per query head, in the space of softmax_scale * q.k
   // after softcap, joining every row's softmax denominator with no value: the epilogue stores
@@ -117,7 +121,8 @@ struct FwdParams {
 // wave, and the gathering producer warps walk the tile sequence without a hand-off.
 inline bool fwd_uses_dynamic_scheduler(const FwdParams& p) {
   if (p.slab_rows > 0) return false;
-  return p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.cu_seqlens_q != nullptr;
+  return p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.attention_chunk > 0 ||
+         p.cu_seqlens_q != nullptr;
 }
 
 }  // namespace flash3

@@ -71,7 +71,8 @@ struct WorkTile {
   bool has_rows;       // the query block holds at least one row < seq.rows_q (else nothing to do)
 };
 
-template <int kBlockM, int kBlockN, bool kDecode = false>
+// kChunk: the kernel takes p.attention_chunk (FwdTraits::kChunk); else its masks have none.
+template <int kBlockM, int kBlockN, bool kDecode = false, bool kChunk = false>
 struct TileScheduler {
   const FwdParams& p;
   TileOrder order;
@@ -110,7 +111,8 @@ struct TileScheduler {
     w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
     w.seq = seq_info(p, w.coord.batch);
     w.has_rows = w.coord.m_block * kBlockM < w.seq.rows_q;
-    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
+    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right,
+                        kChunk ? p.attention_chunk : 0);
     // A block wholly past seqused_q but inside the packed rows: no keys, so the epilogue's
     // store_empty writes its zeros and -inf.
     if (w.coord.m_block * kBlockM < w.seq.seqlen_q) {
@@ -133,6 +135,7 @@ struct TileScheduler {
     w.split = w.coord.head - w.head_k * p.num_splits;
     w.seq = seq_info(p, w.coord.batch);
     apply_cache_leftpad(p, w.coord.batch, w.seq);
+    // No attention chunk here (the host refuses it for the decode ops): chunk 0 folds its branches.
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
     const DecodeRanges r =
         decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
@@ -147,7 +150,7 @@ struct TileScheduler {
 // decode kernel's: decode/launch.cuh).
 inline TileOrder make_tile_order(const FwdParams& p, int block_m) {
   const int num_m_blocks = ceil_div(p.seqlen_q, block_m);
-  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;
+  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.attention_chunk > 0;
   return TileOrder::make(num_m_blocks, p.num_heads, p.batch, p.seqlen_k, p.head_dim, p.head_dim_v,
                          p.num_heads_k, p.l2_bytes, causal_or_local);
 }

@@ -41,6 +41,10 @@ struct FwdTraits {
   // to the reference, ALIBI_MAX_HEAD_DIM).
   static constexpr bool kAlibi = !kFp8 && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
+  // FA3's attention_chunk: only the narrow 16-bit forward tiles take it (the host picks them for
+  // chunked calls: host/kernel_pick.cpp); the others build their mask with chunk 0, which folds
+  // its branches away (the wide tile's registers had no room for them: an 8-byte spill).
+  static constexpr bool kChunk = !kFp8 && !kWide && !kDecode_;
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 

@@ -33,7 +33,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, bool deterministic,
               const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes,
-              const TensorView* seqused_q) {
+              const TensorView* seqused_q, int64_t attention_chunk) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   const DeviceInfo& dev = device_info(q.device.index);
   check_hopper(dev, q, kOp);
@@ -75,6 +75,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   check(seqused_q == nullptr || sinks == nullptr, kOp, ": seqused_q is not supported with sinks");
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
+  check_attention_chunk(kOp, attention_chunk);
   const bool is_bf16 = dtype == DType::bf16;
   const BwdKernelEntry* kernel =
       checked_pick(kOp, be.build_name(), KernelFamily::bwd, q, d, d_v, softmax_scale, window_left, window_right).bwd;
@@ -145,7 +146,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
   p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
-  set_mask(p, window_left, window_right);
+  set_mask(p, window_left, window_right, attention_chunk);
   p.deterministic = deterministic;
   p.is_bf16 = is_bf16;
 
@@ -161,8 +162,9 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
     std::ostringstream os;
     os << kOp << " " << dtype_name(is_bf16) << " d=" << p.head_dim << " d_v=" << p.head_dim_v << " b=" << p.batch
        << " s_q=" << p.seqlen_q << " s_k=" << p.seqlen_k << " h=" << p.num_heads << " h_k=" << p.num_heads_k
-       << " window=(" << p.window_left << "," << p.window_right
-       << ") softcap=" << p.softcap << " varlen=" << int(varlen) << " dlse=" << int(p.dlse != nullptr)
+       << " window=(" << p.window_left << "," << p.window_right << ")"
+       << (p.attention_chunk ? " attention_chunk=" : "")
+       << (p.attention_chunk ? std::to_string(p.attention_chunk) : std::string()) << " softcap=" << p.softcap << " varlen=" << int(varlen) << " dlse=" << int(p.dlse != nullptr)
        << " deterministic=" << int(p.deterministic) << " sinks=" << int(p.sinks != nullptr)
        << " seqused_q=" << int(p.seqused_q != nullptr);
     be.trace(os.str());

@@ -20,6 +20,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
               const TensorView* cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, bool deterministic,
               const TensorView* sinks, const TensorView* dsinks, const TensorView* alibi_slopes,
-              const TensorView* seqused_q = nullptr);
+              const TensorView* seqused_q = nullptr,
+              int64_t attention_chunk = 0);  // FA3's chunked local attention (fwd.h), 0 = off
 
 }  // namespace flash3::host

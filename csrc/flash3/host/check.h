@@ -114,6 +114,12 @@ inline void check_score_options(const char* op, double softcap, int64_t window_l
         window_left, ", ", window_right, ")");
 }
 
+// FA3's attention_chunk (chunked local attention): 0 = off, else the chunk length in keys.
+inline void check_attention_chunk(const char* op, int64_t attention_chunk) {
+  check(attention_chunk >= 0 && attention_chunk <= (int64_t{1} << 30), op,
+        ": attention_chunk must be >= 0 (0 = off) and at most 2^30, got ", attention_chunk);
+}
+
 // GQA: the query heads come in groups of the kv heads' count.
 inline void check_heads(const char* op, int64_t h, int64_t h_k) {
   check(h_k > 0 && h % h_k == 0, op, ": the number of query heads (", h,

@@ -13,7 +13,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
               const TensorView& lse, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k,
               const TensorView* seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
-              const TensorView* alibi_slopes, const TensorView* seqused_q) {
+              const TensorView* alibi_slopes, const TensorView* seqused_q, int64_t attention_chunk) {
   constexpr const char* kOp = "flash3.fwd_sm90";
   // Device and dtypes.
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
@@ -41,14 +41,16 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   check(seqused_q == nullptr || sinks == nullptr, kOp, ": seqused_q is not supported with sinks");
   check_heads(kOp, h, s.h_k);
   check_score_options(kOp, softcap, window_left, window_right);
+  check_attention_chunk(kOp, attention_chunk);
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
   int64_t alibi_stride = 0;
   const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
 
   // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
-  // columns); full attention takes the wide-tile variant where (d, d_v) has one.
-  const FwdKernelEntry* kernel =
-      checked_pick(kOp, be.build_name(), KernelFamily::fwd, q, d, d_v, softmax_scale, window_left, window_right).fwd;
+  // columns); full attention (no window, no chunk) takes the wide-tile variant where (d, d_v) has one.
+  const FwdKernelEntry* kernel = checked_pick(kOp, be.build_name(), KernelFamily::fwd, q, d, d_v, softmax_scale,
+                                              window_left, window_right, attention_chunk)
+                                     .fwd;
   if (be.tracing()) {
     std::ostringstream os;
     os << "kernel " << dtype_name(kernel->is_bf16) << " d=" << kernel->head_dim << " d_v=" << kernel->head_dim_v
@@ -82,7 +84,7 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
 
   p.is_bf16 = is_bf16;
   set_mask_and_launch(p, kernel->launch, be, dev, softmax_scale, softcap, window_left, window_right, kOp,
-                      dtype_name(is_bf16));
+                      dtype_name(is_bf16), attention_chunk);
 }
 
 namespace {

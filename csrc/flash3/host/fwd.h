@@ -13,13 +13,15 @@ namespace flash3::host {
 // lse float32 (b, h, s_q); varlen (cu_seqlens_q/k int32 (b + 1,)): (total, heads, dim) and lse
 // (h, total_q), s_q/s_k the max lengths. seqused_k int32 (b,), sinks float32 (h,),
 // alibi_slopes float32 (h,) or (b, h). seqused_q int32 (b,), varlen only, not with sinks: sequence
-// i's first seqused_q[i] packed rows are its queries, its other rows get out 0, lse -inf (last, with
-// a default: callers without it, the simulator driver's fwd op, compile unchanged).
+// i's first seqused_q[i] packed rows are its queries, its other rows get out 0, lse -inf.
+// attention_chunk: FA3's chunked local attention (0 = off; attn_logic.h Mask). Both last and
+// defaulted so callers without them compile unchanged.
 void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const TensorView& lse, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k,
               const TensorView* seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale,
               int64_t window_left, int64_t window_right, double softcap, const TensorView* sinks,
-              const TensorView* alibi_slopes, const TensorView* seqused_q = nullptr);
+              const TensorView* alibi_slopes, const TensorView* seqused_q = nullptr,
+              int64_t attention_chunk = 0);
 
 // The FP8 forward: q (b, s_q, h, d), k (b, s_k, h_k, d) and vt (b, h_k, d_v, s_pad) in e4m3, vt
 // holding V transposed with tokens permuted within every 16 (flash3/fp8_quant.py pack_v_fp8), s_pad a

@@ -43,7 +43,7 @@ void set_q_k_out(FwdParams& p, const TensorView& q, const TensorView& k, const T
 
 void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const DeviceInfo& dev, double softmax_scale,
                          double softcap, int64_t window_left, int64_t window_right, const char* op,
-                         const char* dtype) {
+                         const char* dtype, int64_t attention_chunk) {
   auto tag = [&] {
     std::ostringstream os;
     os << op << " (";
@@ -53,7 +53,7 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const De
   };
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.softcap = static_cast<float>(softcap);
-  set_mask(p, window_left, window_right);
+  set_mask(p, window_left, window_right, attention_chunk);
 
   p.num_sms = dev.num_sms;
   p.l2_bytes = dev.l2_bytes;
@@ -67,7 +67,8 @@ void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const De
     os << op << (dtype ? " " : "") << (dtype ? dtype : "") << " d=" << p.head_dim << " d_v=" << p.head_dim_v
        << " b=" << p.batch << " s_q=" << p.seqlen_q << " s_k=" << p.seqlen_k << " h=" << p.num_heads
        << " h_k=" << p.num_heads_k << " window=(" << p.window_left << ","
-       << p.window_right << ") softcap=" << p.softcap << " varlen=" << int(p.cu_seqlens_q != nullptr)
+       << p.window_right << ")" << (p.attention_chunk ? " attention_chunk=" : "")
+       << (p.attention_chunk ? std::to_string(p.attention_chunk) : std::string()) << " softcap=" << p.softcap << " varlen=" << int(p.cu_seqlens_q != nullptr)
        << " seqused_k=" << int(p.seqused_k != nullptr) << " seqused_q=" << int(p.seqused_q != nullptr) << " dynamic=" << int(p.tile_counter != nullptr)
        << " num_sms=" << p.num_sms;
     be.trace(os.str());

@@ -20,6 +20,6 @@ void set_q_k_out(FwdParams& p, const TensorView& q, const TensorView& k, const T
 // stream. Errors name the call: "<op> (<dtype>, d=.., d_v=..)", the dtype left out when null.
 void set_mask_and_launch(FwdParams& p, FwdLauncher launch, Backend& be, const DeviceInfo& dev, double softmax_scale,
                          double softcap, int64_t window_left, int64_t window_right, const char* op,
-                         const char* dtype);
+                         const char* dtype, int64_t attention_chunk = 0);
 
 }  // namespace flash3::host

@@ -6,7 +6,8 @@
 namespace flash3::host {
 
 KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
-                       int64_t window_left, int64_t window_right, const char* dtype_name) {
+                       int64_t window_left, int64_t window_right, const char* dtype_name,
+                       int64_t attention_chunk) {
   KernelPick k;
   auto refuse = [&k](auto... parts) {
     std::ostringstream os;
@@ -28,7 +29,8 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
   const int di = static_cast<int>(d), dvi = static_cast<int>(d_v);
   switch (family) {
     case KernelFamily::fwd:
-      k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi, window_left < 0 && window_right < 0);
+      k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi,
+                              window_left < 0 && window_right < 0 && attention_chunk <= 0);
       break;
     case KernelFamily::fwd_fp8: k.fwd = pick_fwd_kernel(fwd_fp8_kernels(), true, di, dvi, false); break;
     case KernelFamily::decode:
@@ -51,7 +53,8 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
 }
 
 std::string kernel_pick_json(const std::string& family, const std::string& dtype, int64_t d, int64_t d_v,
-                             double softmax_scale, int64_t window_left, int64_t window_right) {
+                             double softmax_scale, int64_t window_left, int64_t window_right,
+                             int64_t attention_chunk) {
   KernelFamily f = KernelFamily::fwd;
   if (family == "fwd_fp8") f = KernelFamily::fwd_fp8;
   else if (family == "decode") f = KernelFamily::decode;
@@ -63,7 +66,8 @@ std::string kernel_pick_json(const std::string& family, const std::string& dtype
                   : dtype == "float16" ? DType::fp16
                   : dtype == "float8_e4m3fn" ? DType::e4m3
                                              : DType::other;
-  const KernelPick k = pick_kernel(f, t, d, d_v, softmax_scale, window_left, window_right, dtype.c_str());
+  const KernelPick k =
+      pick_kernel(f, t, d, d_v, softmax_scale, window_left, window_right, dtype.c_str(), attention_chunk);
   std::ostringstream os;
   if (!k.reason.empty()) {
     os << "{\"reason\": \"";

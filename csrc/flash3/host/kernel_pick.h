@@ -28,8 +28,10 @@ struct KernelPick {
 // finite scale > 0 (the online softmax takes row maxes of the raw scores), head dims multiples of
 // 8 (FP8: 16) in [8, 256] for TMA, then the next compiled head dims up (api.h pick_fwd_kernel,
 // find_bwd_kernel). dtype_name names q's dtype in the reason (dtype_torch_name when null).
+// An attention chunk (> 0) is a mask too: no wide tile.
 KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
-                       int64_t window_left, int64_t window_right, const char* dtype_name = nullptr);
+                       int64_t window_left, int64_t window_right, const char* dtype_name = nullptr,
+                       int64_t attention_chunk = 0);
 
 // pick_kernel by names (family: "fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd"; dtype as torch
 // names it: "bfloat16", "float16", "float8_e4m3fn", ...), as JSON: {"kernel": [head_dim, head_dim_v,
@@ -37,14 +39,16 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
 // An op's pick: refuses (host::Error "<op>: <reason>", naming the build when it lacks the kernel).
 inline KernelPick checked_pick(const char* op, const char* build_name, KernelFamily family, const TensorView& q,
                                int64_t d, int64_t d_v, double softmax_scale, int64_t window_left,
-                               int64_t window_right) {
-  KernelPick k = pick_kernel(family, q.dtype, d, d_v, softmax_scale, window_left, window_right, q.dtype_name);
+                               int64_t window_right, int64_t attention_chunk = 0) {
+  KernelPick k = pick_kernel(family, q.dtype, d, d_v, softmax_scale, window_left, window_right, q.dtype_name,
+                             attention_chunk);
   check(k.reason.empty(), op, ": ", k.reason, k.not_built ? " of " : "", k.not_built ? build_name : "",
         k.not_built ? " and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel" : "");
   return k;
 }
 
 std::string kernel_pick_json(const std::string& family, const std::string& dtype, int64_t d, int64_t d_v,
-                             double softmax_scale, int64_t window_left, int64_t window_right);
+                             double softmax_scale, int64_t window_left, int64_t window_right,
+                             int64_t attention_chunk = 0);
 
 }  // namespace flash3::host

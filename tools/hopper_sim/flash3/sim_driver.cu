@@ -26,7 +26,8 @@
 //                                                driver: N(0,1) values / NaN (large timing cases)
 //   NAME VALUE                                   scalars: max_seqlen_q max_seqlen_k softmax_scale
 //                                                window_left window_right softcap q_block
-//                                                kv_block (floats in any strtod form, e.g. hex)
+//                                                kv_block, optional attention_chunk (fwd, bwd)
+//                                                (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
 // cu_seqlens_q cu_seqlens_k seqused_k seqused_q sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
 // (float32 (h,) or (b, h); fwd, kvcache, bwd); fwd_fp8:
@@ -66,7 +67,7 @@ void fwd(const Case& c, host::Backend& be) {
   host::fwd_sm90(be, view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")), view(c.t("lse")), ptr(cu_q),
                  ptr(cu_k), ptr(used), c.integer("max_seqlen_q"), c.integer("max_seqlen_k"), c.num("softmax_scale"),
                  c.integer("window_left"), c.integer("window_right"), c.num("softcap"), ptr(sinks),
-                 ptr(alibi), ptr(used_q));
+                 ptr(alibi), ptr(used_q), c.has("attention_chunk") ? c.integer("attention_chunk") : 0);
 }
 
 // torch.ops.flash3.fwd_fp8_sm90 (tensor v is the op's vt)

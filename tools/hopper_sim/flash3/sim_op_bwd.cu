@@ -3,7 +3,7 @@
 //   tensors: dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k seqused_q sinks
 //            dsinks alibi_slopes
 //   scalars: max_seqlen_q max_seqlen_k softmax_scale window_left window_right softcap
-//            deterministic
+//            deterministic, optional attention_chunk
 //   outputs: dq dk dv, dsinks (when given)
 #include "sim_case.h"
 
@@ -22,7 +22,7 @@ void bwd(const Case& c, flash3::host::Backend& be) {
                          ptr(cu_k), c.integer("max_seqlen_q"), c.integer("max_seqlen_k"), c.num("softmax_scale"),
                          c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("deterministic") != 0, ptr(sinks), ptr(dsinks),
-                         ptr(alibi), ptr(used_q));
+                         ptr(alibi), ptr(used_q), c.has("attention_chunk") ? c.integer("attention_chunk") : 0);
 }
 
 // The backward's kernels are in sim_driver.cu's kernel lists (host::kernel_lists_json).
