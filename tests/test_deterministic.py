@@ -11,11 +11,13 @@ def test_ops_carry_the_keyword():
                torch.ops.flash3.attention_varlen_fwd, torch.ops.flash3.attention_varlen_bwd):
         args = {a.name: a for a in op.default._schema.arguments}
         assert args["deterministic"].default_value is False, op
-        # after it only optional tensors defaulting to None: alibi_slopes, and on the varlen ops seqused_q
+        # after it only optional arguments that default to off: alibi_slopes, on the varlen ops
+        # seqused_q (None), and attention_chunk (0)
         names = [a.name for a in op.default._schema.arguments]
         tail = ["alibi_slopes"] + (["seqused_q"] if "varlen" in str(op) else [])
-        assert names[names.index("deterministic") + 1:] == tail, op
+        assert names[names.index("deterministic") + 1:] == tail + ["attention_chunk"], op
         assert all(args[n].default_value is None for n in tail), op
+        assert args["attention_chunk"].default_value == 0, op
 
 
 @pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(40, 7), softcap=5.0)])
