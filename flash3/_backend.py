@@ -135,13 +135,22 @@ def has_chunk_kernel(kind: str) -> bool:
         return False
 
 
-def kernel_chunk_reason(q, kind: str, attention_chunk: int) -> str | None:
-    """Why the `kind` kernel ("fwd", "bwd") cannot take this attention_chunk (checked after the
-    kernel's own reason); None if it can (or there is no chunk)."""
+# The forward kernels compile the chunked mask for head dims up to this (FwdTraits::kChunk,
+# csrc/flash3/fwd/traits.cuh: at d 256 it spilled registers); the backward's covers all.
+CHUNK_MAX_HEAD_DIM = 192
+
+
+def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = None) -> str | None:
+    """Why the `kind` kernel ("fwd", "bwd") cannot take this attention_chunk for head dims (q's,
+    d_v) (checked after the kernel's own reason); None if it can (or there is no chunk)."""
     if attention_chunk <= 0 or not q.is_cuda:
         return None
     if not has_chunk_kernel(kind):
         return f"flash3._C's {_CHUNK_OPS[kind]} takes no attention_chunk (an older build)"
+    dims = (q.shape[-1], q.shape[-1] if d_v is None else d_v)
+    if kind == "fwd" and max(dims) > CHUNK_MAX_HEAD_DIM:
+        return (f"the fwd kernels take attention_chunk for head dims up to {CHUNK_MAX_HEAD_DIM}, got "
+                f"(d, d_v) = {dims}")
     return None
 
 

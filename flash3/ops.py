@@ -57,16 +57,17 @@ def _with_alibi(reason, q, alibi_slopes, kind, d_v=None):
                                  else _backend.kernel_alibi_reason(q, kind, d_v)))
 
 
-def _with_chunk(reason, q, attention_chunk, kind):
-    """reason() and then, with an attention chunk, whether this build's `kind` kernel takes it."""
-    return lambda: reason() or _backend.kernel_chunk_reason(q, kind, attention_chunk)
+def _with_chunk(reason, q, attention_chunk, kind, d_v=None):
+    """reason() and then, with an attention chunk, whether this build's `kind` kernel takes it
+    (for head dims (q's, d_v))."""
+    return lambda: reason() or _backend.kernel_chunk_reason(q, kind, attention_chunk, d_v)
 
 
 def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slopes=None,
                   attention_chunk=0):
     why = _with_alibi(lambda: _backend.kernel_fwd_reason(q, k, v, softmax_scale), q, alibi_slopes,
                       "fwd", v.shape[-1])
-    return _dispatch(q, _with_chunk(why, q, attention_chunk, "fwd"), "forward", run_kernel,
+    return _dispatch(q, _with_chunk(why, q, attention_chunk, "fwd", v.shape[-1]), "forward", run_kernel,
                      run_reference)
 
 
@@ -88,7 +89,7 @@ def _bwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slope
                   attention_chunk=0):
     why = _with_alibi(lambda: _backend.kernel_bwd_reason(q, k, v, softmax_scale), q, alibi_slopes,
                       "bwd", v.shape[-1])
-    return _dispatch(q, _with_chunk(why, q, attention_chunk, "bwd"), "backward", run_kernel,
+    return _dispatch(q, _with_chunk(why, q, attention_chunk, "bwd", v.shape[-1]), "backward", run_kernel,
                      run_reference)
 
 

@@ -27,6 +27,9 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
     return refuse("head dims must be multiples of ", m, " in [", m, ", 256], got d=", d, " d_v=", d_v);
   const bool is_bf16 = dtype != DType::fp16;
   const int di = static_cast<int>(d), dvi = static_cast<int>(d_v);
+  // The chunked mask is compiled into the forward kernels up to d 192 (FwdTraits::kChunk).
+  if (family == KernelFamily::fwd && attention_chunk > 0 && (d > 192 || d_v > 192))
+    return refuse("attention_chunk: the forward kernels take it for head dims up to 192, got d=", d, " d_v=", d_v);
   switch (family) {
     case KernelFamily::fwd:
       k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi,
