@@ -1041,3 +1041,12 @@ def test_sim_report_main(tmp_path, capsys):
     assert "| forward bf16 | 128, 64 | full, causal | ✓ 2/2 | not yet |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no results"):
         sim_report.main(["--sim", str(tmp_path / "missing.json")])
+
+
+def test_chunk_runs_where_the_forward_kernels_take_it():
+    """`chunk` on forward kernels up to d 192 (flash3/_backend.py CHUNK_MAX_HEAD_DIM), on backward
+    kernels at every head dim."""
+    from flash3 import _backend
+    assert smoke.CHUNK_MAX_HEAD_DIM == _backend.CHUNK_MAX_HEAD_DIM == 192
+    assert smoke.applies("bf16:192:192", "chunk") and smoke.applies("fp16:192:128", "chunk")
+    assert not smoke.applies("bf16:256:256", "chunk") and smoke.applies("bwd:bf16:256:256", "chunk")

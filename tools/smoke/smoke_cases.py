@@ -135,6 +135,9 @@ def family_features(kid: str) -> list[str]:
 # ALIBI_MAX_HEAD_DIM: above it the term spilled registers; those calls run the reference), the
 # backward at every head dim.
 ALIBI_MAX_HEAD_DIM = 128
+# The same for attention_chunk in the forward kernels (flash3/_backend.py CHUNK_MAX_HEAD_DIM: the
+# chunked mask spilled d 256's registers); the backward at every head dim.
+CHUNK_MAX_HEAD_DIM = 192
 
 
 def applies(kid: str, feature: str) -> bool:
@@ -142,6 +145,8 @@ def applies(kid: str, feature: str) -> bool:
         return False
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
+    if feature == "chunk" and family(kid) != "bwd":
+        return max(parse_kernel(kid)[1:]) <= CHUNK_MAX_HEAD_DIM
     return True
 
 
