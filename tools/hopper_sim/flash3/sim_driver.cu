@@ -34,7 +34,8 @@
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
-// window_left window_right softcap num_splits; the fused append when tensor k is given: k v
+// window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
+// FA3's; not with new keys: the append indexes descales by slab); the fused append when tensor k is given: k v
 // cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
 // q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
 // seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
@@ -50,6 +51,7 @@
 #include "sim_case.h"
 
 #include "flash3/host/append_kv.h"
+#include "flash3/host/check.h"
 #include "flash3/host/fwd.h"
 #include "flash3/host/kernel_info.h"
 #include "flash3/host/kvcache.h"
@@ -89,7 +91,9 @@ void kvcache_step(const Case& c, host::Backend& be) {
   const auto page_table = view(c.opt("page_table")), k_descale = view(c.opt("k_descale")),
              v_descale = view(c.opt("v_descale"));
   const Tensor* q_att = &q;
+  const bool per_batch = c.has("descale_per_batch") && c.integer("descale_per_batch") != 0;
   if (c.opt("k") != nullptr) {
+    host::check(!per_batch, "kvcache: descale_per_batch with new keys (the append reads descales per slab)");
     const Tensor* q_out = c.opt("q_out");
     const auto cos = view(c.opt("rotary_cos")), sin = view(c.opt("rotary_sin")),
                ro = view(c.opt("rotary_seqlens"));
@@ -105,7 +109,8 @@ void kvcache_step(const Case& c, host::Backend& be) {
                          view(c.t("lse")), view(c.t("seqused_k")), ptr(page_table), c.num("softmax_scale"),
                          c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("num_splits"), ptr(k_descale), ptr(v_descale), ptr(sinks),
-                         ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi), ptr(leftpad));
+                         ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi), ptr(leftpad),
+                         per_batch);
 }
 
 // The kernel lists of kernel_info() (every registry the driver links: forward, FP8, backward, decode).
