@@ -21,7 +21,10 @@ conventions, and map onto flash3's public API:
   ``page_table[cache_batch_idx[i]]`` on the device (an index outside the table: a row of page ids
   -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/
   ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA); ``cache_leftpad``
-  by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
+  by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache
+  takes FA3's per-(batch, kv head) descales: without new keys or cu_seqlens_q, paged or not, on
+  flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
+  into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -46,7 +49,7 @@ takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
 ``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
 ``seqused_k`` with autograd, new k/v or rotary with packed
-queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
+queries, an FP8 paged cache with new keys or cu_seqlens_q, and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
