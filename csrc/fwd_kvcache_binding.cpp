@@ -4,13 +4,14 @@
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
 //                            window_left, window_right, softcap, num_splits, k_descale?,
 //                            v_descale?, sinks?, cu_seqlens_q?, max_seqlen_q, alibi_slopes?,
-//                            cache_leftpad?) -> ()
+//                            cache_leftpad?, descale_per_batch) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
 //       first seqused_k[i] keys (clamped to the cache). Packed GQA, split-KV (num_splits 0: the
 //       heuristic of decode/split_heuristic.h, from shapes only) merged by the combine kernel.
 //       Caches of q's dtype, or float8_e4m3fn with float32 k_descale/v_descale (num_slabs, h_k):
-//       the stored x8 of slab s, kv head j is x8 * descale[s, j]. sinks: float32 (h,), attention
+//       the stored x8 of slab s, kv head j is x8 * descale[s, j]; with descale_per_batch they are
+//       (b, h_k), FA3's: x8 read for batch entry i, kv head j is x8 * descale[i, j]. sinks: float32 (h,), attention
 //       sinks (the kernel's epilogue without splits, else the combine; lse includes them).
 //       Packed (varlen) queries (cu_seqlens_q int32 (b + 1,), max_seqlen_q): q (total_q, h, d),
 //       out (total_q, h, d_v), lse (h, total_q); sequence i's queries are rows
@@ -43,13 +44,14 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
                            const std::optional<Tensor>& v_descale, const std::optional<Tensor>& sinks,
                            // ---- varlen (packed) queries: appended last, defaults keep old callers valid
                            const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q,
-                           const std::optional<Tensor>& alibi_slopes, const std::optional<Tensor>& cache_leftpad) {
+                           const std::optional<Tensor>& alibi_slopes, const std::optional<Tensor>& cache_leftpad,
+                           bool descale_per_batch) {
   const auto pt = view(page_table), kd = view(k_descale), vd = view(v_descale), sk = view(sinks),
              cu_q = view(cu_seqlens_q), al = view(alibi_slopes), lp = view(cache_leftpad);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_kvcache_sm90(be, view(q), view(k_cache), view(v_cache), view(out), view(lse), view(seqused_k), ptr(pt),
                            softmax_scale, window_left, window_right, softcap, num_splits, ptr(kd), ptr(vd),
-                           ptr(sk), ptr(cu_q), max_seqlen_q, ptr(al), ptr(lp));
+                           ptr(sk), ptr(cu_q), max_seqlen_q, ptr(al), ptr(lp), descale_per_batch);
   });
 }
 
@@ -57,7 +59,7 @@ void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Te
                            const std::optional<Tensor>&, double, int64_t, int64_t, double, int64_t,
                            const std::optional<Tensor>&, const std::optional<Tensor>&,
                            const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t,
-                           const std::optional<Tensor>&, const std::optional<Tensor>&) {}
+                           const std::optional<Tensor>&, const std::optional<Tensor>&, bool) {}
 
 }  // namespace
 }  // namespace flash3
@@ -72,6 +74,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       ", Tensor? cu_seqlens_q=None, int max_seqlen_q=0"
       ", Tensor? alibi_slopes=None"
       ", Tensor? cache_leftpad=None"
+      ", bool descale_per_batch=False"
       ") -> ()");
 }
 

@@ -103,6 +103,27 @@ def kernel_leftpad_reason(q) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def has_descale_per_batch_kernel() -> bool:
+    """True when flash3._C's decode op takes FA3's per-(batch, kv head) FP8-cache descales (its
+    schema has ``descale_per_batch``)."""
+    if not has_extension():
+        return False
+    try:
+        op = torch.ops.flash3.fwd_kvcache_sm90.default
+        return any(a.name == "descale_per_batch" for a in op._schema.arguments)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def kernel_descale_per_batch_reason(q) -> str | None:
+    """Why the decode kernel cannot read FP8-cache descales per batch entry (checked after its
+    own reason); None if it can."""
+    if q.is_cuda and not has_descale_per_batch_kernel():
+        return "flash3._C's fwd_kvcache_sm90 takes no descale_per_batch (an older build)"
+    return None
+
+
 _ALIBI_OPS = {"fwd": "fwd_sm90", "decode": "fwd_kvcache_sm90", "bwd": "bwd_sm90"}
 
 
@@ -392,11 +413,12 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
                        softcap, num_splits, k_descale=None, v_descale=None, sinks=None,
-                       alibi_slopes=None, cache_leftpad=None):
+                       alibi_slopes=None, cache_leftpad=None, descale_per_batch=False):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
     device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
-    (slabs, h_k). ``sinks`` (h,) and ``alibi_slopes`` as in run_kernel_fwd; ``cache_leftpad``
-    int32 (b,) (passed only when given: builds without it serve calls without)."""
+    (slabs, h_k), or (b, h_k) with ``descale_per_batch`` (FA3's). ``sinks`` (h,) and
+    ``alibi_slopes`` as in run_kernel_fwd; ``cache_leftpad`` int32 (b,) (these three passed only
+    when given: builds without them serve calls without)."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
@@ -405,6 +427,8 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
         extra["alibi_slopes"] = kernel_alibi(alibi_slopes)
     if cache_leftpad is not None:
         extra["cache_leftpad"] = cache_leftpad.contiguous()
+    if descale_per_batch:
+        extra["descale_per_batch"] = True
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), int(left), int(right), float(softcap),
                                       int(num_splits), k_descale, v_descale, **extra)

@@ -280,10 +280,20 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
 
 
 def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
-                   k_descale, v_descale, rotary_seqlens=None, cache_leftpad=None):
+                   k_descale, v_descale, rotary_seqlens=None, cache_leftpad=None,
+                   descale_per_batch=False):
     """Static checks of the rotary, FP8-cache and left-padding arguments of
     attention_with_kvcache."""
     flag("rotary_interleaved", rotary_interleaved)
+    flag("descale_per_batch", descale_per_batch)
+    if descale_per_batch:
+        if not is_fp8(k_cache):
+            raise ValueError(f"descale_per_batch goes with a float8_e4m3fn cache (k_cache is "
+                             f"{k_cache.dtype})")
+        if k is not None:  # the fused append stores with the descale of the slab it writes
+            raise NotImplementedError("attention_with_kvcache: new keys k/v with "
+                                      "descale_per_batch are not implemented (descales per slab "
+                                      "are: the append quantizes with the slab's descale)")
     if cache_leftpad is not None:
         tensor("cache_leftpad", cache_leftpad, 1, "(batch,)")
         _same_device("q", q, "cache_leftpad", cache_leftpad)
@@ -330,6 +340,11 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
                                  f"(k_cache is {k_cache.dtype})")
             continue
         _descale_tensor(q, n, t, "with a float8_e4m3fn cache")
+        if descale_per_batch:
+            if tuple(t.shape) != (q.shape[0], h_k):
+                raise ValueError(f"{n} must have shape (batch, kv_heads) = {(q.shape[0], h_k)} "
+                                 f"with descale_per_batch, got {tuple(t.shape)}")
+            continue
         what = "(batch, kv_heads)" if page_table is None else "(num_pages, kv_heads)"
         if tuple(t.shape) != (slabs, h_k):
             raise ValueError(f"{n} must have shape {what} = {(slabs, h_k)} for this "

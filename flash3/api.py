@@ -159,7 +159,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
                            max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None,
-                           cache_leftpad=None):
+                           cache_leftpad=None, descale_per_batch=False):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -206,7 +206,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     for x8 * descale; new k/v are stored as e4m3(clamp(x / descale, -448, 448)) with their
     slab's descale.  The output has q's dtype.  On Hopper with bf16/fp16 q the fused append
     quantizes and the decode kernel reads the e4m3 bytes, computing with x8 * descale rounded
-    once to q's dtype.
+    once to q's dtype.  ``descale_per_batch=True`` (FA3's layout): k_descale/v_descale are
+    (b, h_k) and row i reads every key with its own descales, whatever page holds it (a page
+    shared by rows is read with each row's); no new k/v or cu_seqlens_q with it
+    (NotImplementedError: an append stores with the slab's descale).
 
     Value contract (no host synchronization).  Shapes, dtypes and devices are always
     checked.  The *values* of cache_seqlens, page_table (and descales, rotary range) are
@@ -229,6 +232,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     to [0, seqlen_ro - 1] everywhere.
     """
     if cu_seqlens_q is not None or max_seqlen_q is not None:
+        if descale_per_batch:
+            raise NotImplementedError("attention_with_kvcache: descale_per_batch with "
+                                      "cu_seqlens_q is not implemented")
         if cache_leftpad is not None:
             raise NotImplementedError("attention_with_kvcache: cache_leftpad with cu_seqlens_q is "
                                       "not implemented")
@@ -240,7 +246,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
                            rotary_interleaved, k_descale, v_descale, rotary_seqlens,
-                           cache_leftpad)
+                           cache_leftpad, descale_per_batch)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
@@ -248,7 +254,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
-                                     sinks, alibi_slopes, rotary_seqlens, cache_leftpad)
+                                     sinks, alibi_slopes, rotary_seqlens, cache_leftpad,
+                                     bool(descale_per_batch))
     return (out, lse) if return_lse else out
 
 

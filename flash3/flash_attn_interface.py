@@ -21,7 +21,10 @@ conventions, and map onto flash3's public API:
   ``page_table[cache_batch_idx[i]]`` on the device (an index outside the table: a row of page ids
   -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/
   ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA); ``cache_leftpad``
-  by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache takes FA3's per-(batch, kv head) descales on a contiguous cache.
+  by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache
+  takes FA3's per-(batch, kv head) descales: without new keys or cu_seqlens_q, paged or not, on
+  flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
+  into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -46,7 +49,7 @@ takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
 ``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
 ``seqused_k`` with autograd, new k/v or rotary with packed
-queries, an FP8 paged cache (FA3's per-(batch, kv head) descales) and rotary tables of any
+queries, an FP8 paged cache with new keys or cu_seqlens_q, and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
@@ -287,6 +290,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
+    # FA3's FP8 decode (no new keys, batched q): the decode kernel reads the cache with FA3's
+    # (batch, kv head) descales, paged or not (flash3's descale_per_batch).
+    fa3_fp8 = fp8_cache and k is None and not varlen
     # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
     # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
     # every call), so unused they send no call to the reference.
@@ -298,7 +304,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256,
         cache_leftpad_with_cu_seqlens_q=varlen and cache_leftpad is not None,
         cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=attention_chunk,
-        fp8_paged_cache=fp8_cache and page_table is not None,
+        fp8_paged_cache_with_new_kv_or_cu_seqlens_q=(fp8_cache and not fa3_fp8
+                                                     and page_table is not None),
         fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
         cu_seqlens_q_with_new_kv=varlen and (k is not None or rotary_cos is not None))
     _no_alibi_on_reference(reason, alibi_slopes)
@@ -347,8 +354,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
         cache_seqlens = full
     kd = vd = None
-    if fp8_cache:  # contiguous here (a paged one took the reference above)
-        h_k = k_cache.shape[2]
+    h_k = k_cache.shape[2]
+    if fa3_fp8:  # descales (b, h_k) of the batch entry, whatever slab holds its keys
+        kd, vd = (_descale(d, n, b, h_k, q.device) for d, n in
+                  ((k_descale, "k_descale"), (v_descale, "v_descale")))
+        if _checks.is_fp8(q):  # q8 as bf16 exactly; scores = q8 . k8 * (q_descale * k_descale)
+            kd = _descale(q_descale, "q_descale", b, h_k, q.device) * kd
+            q = q.to(torch.bfloat16)
+    elif fp8_cache:  # contiguous here, with new keys or cu_seqlens_q (a paged one took the spec)
         kd, vd = (_descale(d, n, b, h_k, q.device) for d, n in
                   ((k_descale, "k_descale"), (v_descale, "v_descale")))
         if cache_batch_idx is not None:  # per cache row: row cache_batch_idx[i] has row i's
@@ -366,7 +379,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         softcap=softcap, return_lse=True, num_splits=num_splits, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-        alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
+        alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad,
+        **({"descale_per_batch": True} if fa3_fp8 else {}))
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

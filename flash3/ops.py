@@ -71,16 +71,19 @@ def _fwd_dispatch(q, k, v, softmax_scale, run_kernel, run_reference, alibi_slope
                      run_reference)
 
 
-def _kvcache_reason(q, k_cache, v_cache, softmax_scale, cache_leftpad=None):
-    """Why the decode kernel cannot run a call (with cache_leftpad when given); None if it can."""
+def _kvcache_reason(q, k_cache, v_cache, softmax_scale, cache_leftpad=None,
+                    descale_per_batch=False):
+    """Why the decode kernel cannot run a call (with cache_leftpad, per-batch descales when
+    given); None if it can."""
     return (_backend.kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale)
-            or (None if cache_leftpad is None else _backend.kernel_leftpad_reason(q)))
+            or (None if cache_leftpad is None else _backend.kernel_leftpad_reason(q))
+            or (_backend.kernel_descale_per_batch_reason(q) if descale_per_batch else None))
 
 
 def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference,
-                      alibi_slopes=None, cache_leftpad=None):
+                      alibi_slopes=None, cache_leftpad=None, descale_per_batch=False):
     return _dispatch(q, _with_alibi(lambda: _kvcache_reason(q, k_cache, v_cache, softmax_scale,
-                                                            cache_leftpad),
+                                                            cache_leftpad, descale_per_batch),
                                     q, alibi_slopes, "decode", v_cache.shape[-1]),
                      "attention_with_kvcache", run_kernel, run_reference)
 
@@ -276,7 +279,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                       num_splits: int = 0, sinks: Optional[Tensor] = None,
                       alibi_slopes: Optional[Tensor] = None,
                       rotary_seqlens: Optional[Tensor] = None,
-                      cache_leftpad: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                      cache_leftpad: Optional[Tensor] = None,
+                      descale_per_batch: bool = False) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
     local = window_left >= 0 or window_right >= 0  # causal or local: q rotated per token
     # Value checks (host reads) only in validation mode; everything is validated before the
@@ -291,7 +295,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         return reference.kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                          *args, rotary_cos, rotary_sin, rotary_interleaved,
                                          k_descale, v_descale, max(num_splits, 1), sinks,
-                                         alibi_slopes, rotary_seqlens, cache_leftpad)
+                                         alibi_slopes, rotary_seqlens, cache_leftpad,
+                                         descale_per_batch)
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
@@ -325,24 +330,26 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         # cache_leftpad into [0, that]).
         seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
         lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad.to(torch.int32)}
+        if descale_per_batch:  # FA3's (b, h_k) descales (api: never with new keys)
+            lp["descale_per_batch"] = True
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
                                            kd, vd, sinks, **_alibi_kw(alibi_slopes), **lp)
 
     if sinks is not None:  # the decode kernel adds them (its epilogue, or the split combine)
         why_not = _with_alibi(lambda: (_kvcache_reason(q, k_cache, v_cache, softmax_scale,
-                                                       cache_leftpad)
+                                                       cache_leftpad, descale_per_batch)
                                        or _backend.kernel_sinks_reason(q)),
                               q, alibi_slopes, "decode", v_cache.shape[-1])
         return _dispatch(q, why_not, "attention_with_kvcache", kernel, run_reference)
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference,
-                             alibi_slopes, cache_leftpad)
+                             alibi_slopes, cache_leftpad, descale_per_batch)
 
 
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
       window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
       k_descale=None, v_descale=None, num_splits=0, sinks=None, alibi_slopes=None,
-      rotary_seqlens=None, cache_leftpad=None):
+      rotary_seqlens=None, cache_leftpad=None, descale_per_batch=False):
     return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
 
 

@@ -243,7 +243,10 @@ def test_decode_kernel_ids_labels_and_features():
     assert not smoke.dec_fp8_cache("dec:bf16:128:128")
     assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
     assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
-    assert smoke.kernel_features("dec:bf16:128:128") == smoke.DEC_FEATURES
+    # "fa3desc" (FA3's per-batch FP8-cache descales) applies to the FP8-cache decode kernels only:
+    # a 16-bit cache has no descales.
+    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f != "fa3desc"]
+    assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == smoke.DEC_FEATURES
     assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
     assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
     with pytest.raises(ValueError, match="does not apply"):
@@ -255,6 +258,11 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
+    if not smoke.applies(kid, feature):  # fa3desc: FP8-cache kernels only
+        assert feature == "fa3desc" and not smoke.dec_fp8_cache(kid)
+        with pytest.raises(ValueError, match="does not apply"):
+            smoke.make_dec_case(feature, kid, device="cpu")
+        return
     parts = smoke.make_dec_case(feature, kid, device="cpu")
     assert parts
     fp8 = smoke.dec_fp8_cache(kid)
@@ -318,6 +326,20 @@ def test_make_dec_case_and_op_call(kid, feature):
             used, pads = p["seqused"].tolist(), p["leftpad"].tolist()
             assert 37 in pads and any(min(max(a, 0), n) == n for a, n in zip(pads, used))
         assert min(parts[3]["leftpad"].tolist()) < 0  # clamped by the kernel
+    if feature == "fa3desc":  # FA3's (b, h_k) descales on paged caches: gathered (16) and 256 keys per page
+        assert [(p["kc"].shape[1], p["num_splits"], p["causal"]) for p in parts] == [(16, 1, True), (256, 3, False)]
+        for p in parts:
+            f, (kd, vd) = p["fa3"], p["descales"]
+            b, h_k = p["q"].shape[0], p["kc"].shape[2]
+            assert f["q8"].dtype == torch.float8_e4m3fn and torch.equal(p["q"], f["q8"].to(torch.bfloat16))
+            assert kd.shape == vd.shape == (b, h_k) and torch.equal(kd, f["q_descale"] * f["k_descale"])
+            assert p["kc"].shape[0] > b  # per-slab indexing would read past the (b, h_k) descales
+            for ds in (f["q_descale"], f["k_descale"], vd):
+                assert ds.unique().numel() == b * h_k and 0.01 <= ds.min() and ds.max() < 0.11
+            _, _, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
+            assert sc["descale_per_batch"] == 1
+    elif feature != "fa3desc":
+        assert all(p.get("fa3") is None for p in parts)
     if feature == "page48":
         assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
     if feature == "badidx":

@@ -547,15 +547,18 @@ def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None, k_desc
     v_cache[idx0, idx1] = v
 
 
-def kvcache_gather(cache, i, n, page_table=None, descale=None):
-    """The first n keys of batch row i, contiguous (n, h_k, d); fp32 if ``descale`` (FP8)."""
+def kvcache_gather(cache, i, n, page_table=None, descale=None, descale_per_batch=False):
+    """The first n keys of batch row i, contiguous (n, h_k, d); fp32 if ``descale`` (FP8): per
+    slab (page or contiguous row), or with ``descale_per_batch`` row i's own (FA3's (b, h_k))."""
     if page_table is None:
         x = cache[i, :n]
         return x if descale is None else dequantize_fp8_cache(x, descale[i])
     pos = torch.arange(n, device=cache.device)
     pages = page_table[i].to(torch.long)[pos // cache.shape[1]]
     x = cache[pages, pos % cache.shape[1]]
-    return x if descale is None else dequantize_fp8_cache(x, descale[pages])
+    if descale is None:
+        return x
+    return dequantize_fp8_cache(x, descale[i] if descale_per_batch else descale[pages])
 
 
 def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges, alibi_slopes=None):
@@ -617,9 +620,13 @@ def combine_splits(o_parts, lse_parts):
 def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale,
                     left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
                     rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1,
-                    sinks=None, alibi_slopes=None, rotary_seqlens=None, cache_leftpad=None):
+                    sinks=None, alibi_slopes=None, rotary_seqlens=None, cache_leftpad=None,
+                    descale_per_batch=False):
     """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys
     (from position cache_leftpad[i] on, when given).
+
+    ``descale_per_batch``: FP8-cache descales (b, h_k), FA3's: row i reads its keys with its own
+    descales, whatever slab holds them (no new keys with it: an append stores per slab).
 
     ``rotary_seqlens`` (b,): the rotary position of row i's first new token (default
     cache_seqlens[i], its key position).
@@ -634,6 +641,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     if rotary_cos is not None and k is not None:
         q, k = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None else rotary_seqlens,
                               rotary_cos, rotary_sin, rotary_interleaved, left >= 0 or right >= 0)
+    if descale_per_batch and k is not None:
+        raise NotImplementedError("new keys k/v with descale_per_batch (appends store per slab)")
     kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
     b, s_q, h, _ = q.shape
     s_new = 0 if k is None else k.shape[1]
@@ -644,8 +653,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     for i in range(b):
         lp = min(max(pads[i], 0), lengths[i])
         sl_i = _slopes_of_row(alibi_slopes, i)  # distances over the row's n keys
-        k_i = kvcache_gather(k_cache, i, lengths[i], page_table, k_descale)[lp:]
-        v_i = kvcache_gather(v_cache, i, lengths[i], page_table, v_descale)[lp:]
+        k_i = kvcache_gather(k_cache, i, lengths[i], page_table, k_descale, descale_per_batch)[lp:]
+        v_i = kvcache_gather(v_cache, i, lengths[i], page_table, v_descale, descale_per_batch)[lp:]
         n = lengths[i] - lp
         if num_splits > 1:
             ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]

@@ -231,7 +231,7 @@ check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache
                               "int window_left, int window_right, float softcap, int num_splits, "
                               "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None, "
                               "Tensor? cu_seqlens_q=None, int max_seqlen_q=0, Tensor? alibi_slopes=None, "
-                              "Tensor? cache_leftpad=None) -> ()"))
+                              "Tensor? cache_leftpad=None, bool descale_per_batch=False) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
 assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
@@ -246,6 +246,9 @@ pages8 = torch.empty(7, 16, 2, d, dtype=torch.float8_e4m3fn, device="meta")  # a
 pd8 = torch.empty(7, 2, dtype=torch.float32, device="meta")
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 0,
                                   pd8, pd8)
+bd8 = torch.empty(b, 2, dtype=torch.float32, device="meta")  # FA3's per-(batch, kv head) descales
+torch.ops.flash3.fwd_kvcache_sm90(qd, pages8, pages8, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 0,
+                                  bd8, bd8, descale_per_batch=True)
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 3,
                                   sinks=torch.empty(4, dtype=torch.float32, device="meta"))
 torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0.5, -1, 0, 0.0, 3,

@@ -52,10 +52,14 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3);
 # FA3's cache_leftpad (leftpad, LEFTPAD_PARTS: keys from an unaligned position, 0, and a row all
 # padding (out 0, lse -inf): with the fused append and rotary, causal at s_q 70, 3 splits, and a
-# paged cache, which left padding makes the gathered path, with leftpads outside the row).
+# paged cache, which left padding makes the gathered path, with leftpads outside the row);
+# FA3's FP8 decode (fa3desc, FP8-cache kernels only): e4m3 q/k/v with FA3's per-(batch, kv head)
+# descales on paged caches (the descales of the batch entry, not of the page: descale_per_batch),
+# q taken exactly as bf16 and its descale folded into K's as flash_attn_interface does; pages of 16
+# causal and of 256 with 3 splits, checked against the fp64 oracle of FA3's unfolded spec.
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad"]
+                "leftpad", "fa3desc"]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -143,6 +147,8 @@ CHUNK_MAX_HEAD_DIM = 192
 def applies(kid: str, feature: str) -> bool:
     if feature not in family_features(kid) or feature in NOT_APPLICABLE.get(family(kid), ()):
         return False
+    if feature == "fa3desc":  # FA3's FP8 descales: the FP8-cache decode kernels only
+        return dec_fp8_cache(kid)
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
     if feature == "chunk" and family(kid) != "bwd":
@@ -403,6 +409,28 @@ LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
 
 
+def _fa3desc_part(part, page, splits, causal, d, dv, g, device):
+    """One "fa3desc" launch: FA3's FP8 decode as flash_attn_interface runs it on the kernel. q8, and
+    the caches' e4m3 bytes, from N(0, 1) values over FA3 descales (b, h_k) in [0.01, 0.11), one per
+    batch entry and kv head (each page quantized with its row's); the op gets q8 as bf16 (exact),
+    k_descale = q_descale * k_descale, v_descale, descale_per_batch. part["fa3"] keeps the spec's
+    q8 and unfolded descales for the oracle."""
+    import torch
+    from flash3 import reference
+    b, h_k, h = 3, 2, 4
+    kc, vc, pt = _dec_cache(b, 300, h_k, d, dv, page, torch.float32, g, device)
+    qd, kd, vd = ((torch.rand(b, h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(3))
+    owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
+    owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
+    k8, v8 = (reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
+    s_q = 2
+    q = torch.randn(b, s_q, h, d, generator=g).to(device)
+    q8 = reference.quantize_fp8_cache(q, qd.repeat_interleave(h // h_k, dim=1)[:, None, :])
+    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), torch.tensor(
+        [1, 129, 300], dtype=torch.int32, device=device), num_splits=splits, causal=causal,
+        fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
+
+
 def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     """The launches ("parts") of one decode feature: each the arguments of fwd_kvcache_sm90 (q, kc,
     vc, pt, seqused, num_splits, mask, descales) and, for the fused append, of append_kv_sm90
@@ -429,11 +457,11 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None):
+             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None):
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
                     unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
-                    leftpad=leftpad)
+                    leftpad=leftpad, fa3=fa3)
 
     h, h_k = 4, 2
     if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
@@ -449,6 +477,9 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
             parts.append(part(q, kc, vc, pt, ds, i32(lens_k), num_splits=splits, causal=True, cu_q=i32(cu),
                               max_q=max(lens_q), sinks=sinks))
         return parts
+    if feature == "fa3desc":
+        return [_fa3desc_part(part, page, splits, causal, d, dv, g, device)
+                for page, splits, causal in ((16, 1, True), (256, 3, False))]
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
@@ -563,6 +594,8 @@ def launch_dec(p: dict) -> dict:
         extra["alibi_slopes"] = p["alibi"]
     if p.get("leftpad") is not None:
         extra["cache_leftpad"] = p["leftpad"]
+    if p.get("fa3") is not None:  # FA3's descales: per batch entry
+        extra["descale_per_batch"] = True
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       *op_window(p), p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
@@ -579,7 +612,9 @@ def check_dec(p: dict, r: dict) -> dict:
     naive baseline and lse's oracle on those values in q's dtype, which the kernel computes with);
     a row of no keys: out 0, lse -inf (with sinks: the head's sink); rows the
     bad-index contract leaves undefined: finite. Sinks: the oracles' sink column (smoke_checks).
-    Left padding (part["leftpad"]): row i's keys are those positions from clamp(leftpad, 0, n) on."""
+    Left padding (part["leftpad"]): row i's keys are those positions from clamp(leftpad, 0, n) on.
+    FA3 descales (part["fa3"]): the descales are per batch entry; out's oracle is FA3's spec on the
+    unfolded values, q8 * q_descale and x8 * k/v_descale of the batch entry."""
     import torch
     from flash3 import reference
     from smoke_checks import attention_naive, attention_ref64, fa_tolerance, max_err
@@ -646,11 +681,19 @@ def check_dec(p: dict, r: dict) -> dict:
             elif not ((out_i == 0).all() and torch.isinf(lse_i).all() and (lse_i < 0).all()):
                 return dict(res, status="wrong", detail=f"row {i} has no keys: want out 0, lse -inf")
             continue
-        k_i = reference.kvcache_gather(kc, i, n, pt, kd)[None, lp:]
-        v_i = reference.kvcache_gather(vc, i, n, pt, vd)[None, lp:]
+        per_batch = p.get("fa3") is not None
+        k_i = reference.kvcache_gather(kc, i, n, pt, kd, descale_per_batch=per_batch)[None, lp:]
+        v_i = reference.kvcache_gather(vc, i, n, pt, vd, descale_per_batch=per_batch)[None, lp:]
         if p.get("alibi") is not None:  # row i's slopes, distances over its n keys
             kw["alibi_slopes"] = p["alibi"][i].double() if p["alibi"].dim() == 2 else p["alibi"].double()
         ref, ref_lse = attention_ref64(*(x.double() for x in (q_i, k_i, v_i)), **kw)
+        if per_batch:  # FA3's spec: (q8 * q_descale) . (k8 * k_descale), p . (v8 * v_descale)
+            f = p["fa3"]
+            g_ = q_i.shape[2] // kc.shape[2]
+            q64 = f["q8"][i:i + 1].double() * f["q_descale"][i].double().repeat_interleave(g_)[:, None]
+            k64, v64 = (reference.kvcache_gather(c8, i, n, pt).double()[None, lp:] * ds[i].double()[:, None]
+                        for c8, ds in ((kc, f["k_descale"]), (vc, f["v_descale"])))
+            ref, _ = attention_ref64(q64, k64, v64, **kw)
         naive, _ = attention_naive(q_i, k_i.to(q.dtype), v_i.to(q.dtype), **kw)
         err, tol = max_err(out_i[None], ref), fa_tolerance(naive, ref, out.dtype)
         if err / tol > res["err"] / res["tol"]:

@@ -257,6 +257,8 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
                        rotary_seqlens=a.get("rotary_seqlens"))
         scalars.update(rotary_interleaved=bool(a["interleaved"]), q_per_token=bool(a["per_token"]))
     tensors["cache_leftpad"] = part.get("leftpad")
+    if part.get("fa3") is not None:  # FA3's descales: per batch entry (the driver's optional scalar)
+        scalars["descale_per_batch"] = 1
     return "kvcache", tensors, scalars
 
 

@@ -397,7 +397,8 @@ struct DecodeProducer {
   // The e4m3 rows of K and V of the key block at cache position pos0 (keys end at `end`) into raw
   // stage `slot` (one cp.async group per call): 16-byte
   // chunks, the bytes past the head dim, the row's keys or a bad page id zero-filled; each row's
-  // descale too (0 for such rows, so no descale is read outside its tensor).
+  // descale too (0 for such rows, so no descale is read outside its tensor): the descale of the row's
+  // slab, or of the tile's batch entry (FwdParams' k/v_cache_descale say which).
   static __device__ __forceinline__ void gather_raw(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                     const WorkTile& w, int pos0, int end, int slot) {
     using namespace cute;
@@ -438,7 +439,11 @@ struct DecodeProducer {
         if (pos < end) {
           const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
           valid = s.slab < p.num_slabs;
-          if (valid) src = ds.ptr + int64_t(s.slab) * ds.batch_stride + int64_t(w.head_k) * ds.head_stride;
+          // Per slab (index_stride) or per batch entry (batch_stride, FA3's layout): the host
+          // sets one of the two strides, the other is 0.
+          if (valid)
+            src = ds.ptr + int64_t(s.slab) * ds.index_stride + int64_t(w.coord.batch) * ds.batch_stride +
+                  int64_t(w.head_k) * ds.head_stride;
         }
         cp_async_4(cast_smem_ptr_to_uint(&scale[r]), src, valid);
       }

@@ -104,8 +104,10 @@ struct FwdParams {
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
   // FP8 (e4m3) cache (FwdTraits::kFp8Cache; k/v point at e4m3 bytes, strides in bytes): the stored
-  // x8 at (slab, row, kv head) stands for x8 * descale[slab * batch_stride + head * head_stride]
-  // (fp32, one per slab and kv head), rounded once to q's dtype in shared memory.
+  // x8 at (slab, row, kv head) of batch entry b stands for
+  // x8 * descale[slab * index_stride + b * batch_stride + head * head_stride], rounded once to q's
+  // dtype in shared memory: fp32 per (slab, kv head) (batch_stride 0), or per (batch entry, kv head)
+  // (index_stride 0; FA3's descales, a page shared by rows read with each row's own).
   Descale k_cache_descale, v_cache_descale;
 
   // Launch resources filled by the binding.

@@ -30,7 +30,8 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView& k, const TensorView& v, const TensorView& cache_seqlens,
                     const TensorView* page_table, const TensorView* rotary_cos, const TensorView* rotary_sin,
                     bool rotary_interleaved, bool q_per_token, const TensorView& q_out, const TensorView* k_descale,
-                    const TensorView* v_descale, const TensorView* rotary_seqlens) {
+                    const TensorView* v_descale, const TensorView* rotary_seqlens,
+                    bool descale_per_batch) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor");
   check(q.dtype == DType::bf16 || q.dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
   const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
@@ -41,6 +42,8 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
   const bool fp8 = k_cache.dtype == DType::e4m3;
   check_rows(k_cache, "k_cache", q, -1, h_k, d, fp8);
   check_rows(v_cache, "v_cache", q, k_cache.size(0), h_k, d_v, fp8);
+  check(!descale_per_batch, kOp,
+        ": descales per batch entry (descale_per_batch) cannot be appended with: a store takes its slab's");
   check((k_descale != nullptr) == fp8 && (v_descale != nullptr) == fp8, kOp,
         ": k_descale and v_descale go with (and only with) a float8_e4m3fn cache");
   if (fp8)

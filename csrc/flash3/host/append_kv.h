@@ -2,7 +2,8 @@
 // (csrc/append_kv_binding.cpp adapts it; the simulator driver calls it). Writes k/v (rotated when
 // rotary tables are given) into the cache at cache_seqlens[b] + t, skipping slots outside the cache,
 // and q rotated into q_out; no host synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn
-// caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)).
+// caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)); descales per
+// batch entry (FA3's, descale_per_batch) are refused: a store takes its slab's descale.
 #pragma once
 #include "flash3/host/backend.h"
 
@@ -12,6 +13,7 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView& k, const TensorView& v, const TensorView& cache_seqlens,
                     const TensorView* page_table, const TensorView* rotary_cos, const TensorView* rotary_sin,
                     bool rotary_interleaved, bool q_per_token, const TensorView& q_out, const TensorView* k_descale,
-                    const TensorView* v_descale, const TensorView* rotary_seqlens);
+                    const TensorView* v_descale, const TensorView* rotary_seqlens,
+                    bool descale_per_batch = false);
 
 }  // namespace flash3::host

@@ -17,7 +17,8 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       const TensorView* page_table, double softmax_scale, int64_t window_left,
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
-                      int64_t max_seqlen_q, const TensorView* alibi_slopes, const TensorView* cache_leftpad) {
+                      int64_t max_seqlen_q, const TensorView* alibi_slopes, const TensorView* cache_leftpad,
+                      bool descale_per_batch) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
@@ -88,12 +89,15 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   check(capacity <= (int64_t(1) << 30), kOp, ": more than 2^30 keys per row");
   check(s_q * (h / h_k) <= (int64_t(1) << 30), kOp, ": s_q * (h / h_k) must be <= 2^30");
 
+  check(fp8_cache || !descale_per_batch, kOp, ": descale_per_batch goes with an FP8 cache only");
+  // Descales per slab (page or contiguous row), or per batch entry (FA3's (b, h_k), any cache).
+  const int64_t ds_rows = descale_per_batch ? b : slabs;
   if (fp8_cache)
     for (auto [t, name] : {std::make_pair(k_descale, "k_descale"), std::make_pair(v_descale, "v_descale")})
-      check(t->device == q.device && t->dtype == DType::f32 && t->dim() == 2 && t->size(0) == slabs &&
+      check(t->device == q.device && t->dtype == DType::f32 && t->dim() == 2 && t->size(0) == ds_rows &&
                 t->size(1) == h_k,
-            kOp, ": ", name, " must be float32 (", slabs, ", ", h_k, ") on ", q.device, ", got ", t->dtype_name, " ",
-            t->sizes());
+            kOp, ": ", name, " must be float32 (", ds_rows, ", ", h_k, ")", descale_per_batch ? " (per batch)" : "",
+            " on ", q.device, ", got ", t->dtype_name, " ", t->sizes());
   const FwdKernelEntry* entry =
       checked_pick(kOp, be.build_name(), fp8_cache ? KernelFamily::decode_fp8_cache : KernelFamily::decode, q, d, d_v,
                    softmax_scale, window_left, window_right)
@@ -147,10 +151,11 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   p.sinks = sinks_ptr;  // the epilogue adds them without splits; split partials stay sink-free
   p.alibi_slopes = alibi_ptr, p.alibi_batch_stride = alibi_stride;
   if (fp8_cache) {
-    auto descale = [](const TensorView& t) {
+    auto descale = [&](const TensorView& t) {  // one of index_stride (slab) / batch_stride is 0
       Descale ds;
       ds.ptr = t.ptr<const float>();
-      ds.batch_stride = t.stride(0), ds.head_stride = t.stride(1);
+      (descale_per_batch ? ds.batch_stride : ds.index_stride) = t.stride(0);
+      ds.head_stride = t.stride(1);
       return ds;
     };
     p.k_cache_descale = descale(*k_descale);
@@ -173,6 +178,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
     std::ostringstream os;
     os << kOp << " block_n=" << tile.block_n << " capacity=" << capacity << " paged=" << int(page_table != nullptr)
        << " leftpad=" << int(cache_leftpad != nullptr)
+       << " descale_per_batch=" << int(descale_per_batch)
        << " slab_rows=" << p.slab_rows << " num_splits=" << p.num_splits << " (asked " << num_splits << ")";
     be.trace(os.str());
   }

@@ -5,7 +5,8 @@
 //   d|d_v) with int32 page_table (b, max_pages); row i sees its first seqused_k[i] keys (clamped to
 //   the cache). Packed GQA, split-KV (num_splits 0: decode/split_heuristic.h, from shapes only)
 //   merged by the combine kernel. Caches of q's dtype, or float8_e4m3fn with float32
-//   k_descale/v_descale (num_slabs, h_k). sinks: float32 (h,) (the kernel's epilogue without
+//   k_descale/v_descale (num_slabs, h_k), or (b, h_k) with descale_per_batch (FA3's: row i's keys
+//   read with its own descales, whatever slab holds them; paged caches too). sinks: float32 (h,) (the kernel's epilogue without
 //   splits, else the combine). Packed queries (cu_seqlens_q int32 (b + 1,), max_seqlen_q): q
 //   (total_q, h, d), out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0, lse
 //   -inf. cache_leftpad: int32 (b,), FA3's left padding: row i's keys are cache positions
@@ -24,6 +25,6 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes,
-                      const TensorView* cache_leftpad = nullptr);
+                      const TensorView* cache_leftpad = nullptr, bool descale_per_batch = false);
 
 }  // namespace flash3::host

@@ -34,8 +34,9 @@
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
-// window_left window_right softcap num_splits; the fused append when tensor k is given: k v
-// cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
+// window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
+// FA3's; the host's append refuses it: it stores with the slab's descale); the fused append when
+// tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
 // q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
 // seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
 // torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k
@@ -89,6 +90,7 @@ void kvcache_step(const Case& c, host::Backend& be) {
   const auto page_table = view(c.opt("page_table")), k_descale = view(c.opt("k_descale")),
              v_descale = view(c.opt("v_descale"));
   const Tensor* q_att = &q;
+  const bool per_batch = c.has("descale_per_batch") && c.integer("descale_per_batch") != 0;
   if (c.opt("k") != nullptr) {
     const Tensor* q_out = c.opt("q_out");
     const auto cos = view(c.opt("rotary_cos")), sin = view(c.opt("rotary_sin")),
@@ -96,7 +98,7 @@ void kvcache_step(const Case& c, host::Backend& be) {
     host::append_kv_sm90(be, view(q), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("k")), view(c.t("v")),
                          view(c.t("cache_seqlens")), ptr(page_table), ptr(cos), ptr(sin),
                          c.integer("rotary_interleaved") != 0, c.integer("q_per_token") != 0, view(q_out ? *q_out : q),
-                         ptr(k_descale), ptr(v_descale), ptr(ro));
+                         ptr(k_descale), ptr(v_descale), ptr(ro), per_batch);  // the host refuses per_batch
     if (q_out != nullptr) q_att = q_out;
   }
   const auto sinks = view(c.opt("sinks")), cu_q = view(c.opt("cu_seqlens_q")), alibi = view(c.opt("alibi_slopes")),
@@ -105,7 +107,8 @@ void kvcache_step(const Case& c, host::Backend& be) {
                          view(c.t("lse")), view(c.t("seqused_k")), ptr(page_table), c.num("softmax_scale"),
                          c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("num_splits"), ptr(k_descale), ptr(v_descale), ptr(sinks),
-                         ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi), ptr(leftpad));
+                         ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi), ptr(leftpad),
+                         per_batch);
 }
 
 // The kernel lists of kernel_info() (every registry the driver links: forward, FP8, backward, decode).

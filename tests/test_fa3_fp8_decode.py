@@ -1,0 +1,164 @@
+"""FA3's FP8 decode as vLLM calls it: flash_attn_interface.flash_attn_with_kvcache with e4m3 q and
+cache and FA3's (batch, kv head) descales runs flash3's decode path (descale_per_batch: the kernel
+on CUDA, reference.kvcache_forward on the CPU) instead of the FA3 spec, with q8 taken exactly as
+bf16 and q's descale folded into K's. CPU tests: the route, the argument checks and the result
+against flash3/reference/fa3.py; a GPU test (sm_90) of the kernel against the spec."""
+
+import pytest
+import torch
+
+import flash3
+from flash3 import flash_attn_interface as fai
+from flash3 import reference
+from flash3.reference.fa3 import fa3_forward
+
+F8 = torch.float8_e4m3fn
+HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def fp8_paged(b=3, cap=40, h=4, h_k=2, d=64, page=8, s_q=1, device="cpu", seed=0):
+    """e4m3 q and a paged cache (shuffled pages, 2 spare), FA3 descales (b, h_k) in [0.01, 0.11)
+    that differ per batch entry and kv head, each row's pages quantized with its own."""
+    g = torch.Generator().manual_seed(seed)
+    max_pages = -(-cap // page)
+    n_pages = b * max_pages + 2
+    table = torch.randperm(n_pages, generator=g)[:b * max_pages].view(b, max_pages).to(torch.int32)
+    qd, kd, vd = (torch.rand(b, h_k, generator=g) * 0.1 + 0.01 for _ in range(3))
+    owner = torch.zeros(n_pages, dtype=torch.long)
+    owner[table.long().flatten()] = torch.arange(b).repeat_interleave(max_pages)
+    k8, v8 = (reference.quantize_fp8_cache(torch.randn(n_pages, page, h_k, d, generator=g),
+                                           ds[owner][:, None, :]) for ds in (kd, vd))
+    q8 = reference.quantize_fp8_cache(torch.randn(b, s_q, h, d, generator=g),
+                                      qd.repeat_interleave(h // h_k, dim=1)[:, None, :])
+    lens = torch.randint(1, cap + 1, (b,), generator=g, dtype=torch.int32)
+    to = lambda *xs: [x.to(device) for x in xs]  # noqa: E731
+    return (*to(q8, k8, v8, table, lens), *to(qd, kd, vd))
+
+
+def spec(q8, k8, v8, table, lens, qd, kd, vd, causal, **kw):
+    """FA3's spec (reference/fa3.py) on the CPU."""
+    cpu = [None if x is None else x.cpu() for x in (q8, k8, v8, table, lens, qd, kd, vd)]
+    q8, k8, v8, table, lens, qd, kd, vd = cpu
+    left, right = (-1, 0) if causal else (-1, -1)
+    return fa3_forward(q8, k8, v8, softmax_scale=q8.shape[-1] ** -0.5, window_left=left,
+                       window_right=right, cache_seqlens=lens, page_table=table, q_descale=qd,
+                       k_descale=kd, v_descale=vd, **kw)
+
+
+def no_spec(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("flash_attn_with_kvcache took the reference spec")
+    monkeypatch.setattr(fai, "_on_reference", fail)
+
+
+@pytest.mark.parametrize("causal,num_splits", [(True, 0), (False, 3)])
+def test_fp8_paged_runs_flash3_path_and_matches_spec(monkeypatch, causal, num_splits):
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(s_q=2, seed=1)
+    seen = {}
+    real = fai.attention_with_kvcache
+
+    def spy(*a, **k):
+        seen.update(k)
+        return real(*a, **k)
+    monkeypatch.setattr(fai, "attention_with_kvcache", spy)
+    no_spec(monkeypatch)
+    out, lse, *_ = fai.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=lens, page_table=table,
+                                               q_descale=qd, k_descale=kd, v_descale=vd,
+                                               causal=causal, num_splits=num_splits,
+                                               return_softmax_lse=True)
+    assert seen["descale_per_batch"] is True
+    # q's descale folded into K's; v's as given (b, h_k)
+    assert torch.allclose(seen["k_descale"], qd * kd) and torch.equal(seen["v_descale"], vd)
+    ref, ref_lse = spec(q8, k8, v8, table, lens, qd, kd, vd, causal)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4)
+
+
+def test_fp8_cache_batch_idx_reads_batch_entry_descales(monkeypatch):
+    """cache_batch_idx (contiguous cache, and page_table rows): the descales are those of the
+    batch entry (FA3), even when two entries read the same cache row."""
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=2)
+    no_spec(monkeypatch)
+    idx = torch.tensor([2, 0, 2], dtype=torch.int32)  # rows 0 and 2 share table row 2
+    out = fai.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=lens, page_table=table,
+                                      cache_batch_idx=idx, q_descale=qd, k_descale=kd,
+                                      v_descale=vd)
+    ref, _ = spec(q8, k8, v8, table, lens, qd, kd, vd, False, cache_batch_idx=idx)
+    torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
+    # a contiguous cache: rows of the page table's first page each (pages of the whole row)
+    kc, vc = k8[table[:, 0].long()], v8[table[:, 0].long()]
+    lens8 = lens.clamp(max=kc.shape[1])
+    out = fai.flash_attn_with_kvcache(q8, kc, vc, cache_seqlens=lens8, cache_batch_idx=idx,
+                                      q_descale=qd, k_descale=kd, v_descale=vd)
+    ref, _ = fa3_forward(q8, kc, vc, softmax_scale=q8.shape[-1] ** -0.5, cache_seqlens=lens8,
+                         cache_batch_idx=idx, q_descale=qd, k_descale=kd, v_descale=vd)
+    torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
+
+
+def test_fp8_descales_none_and_broadcast(monkeypatch):
+    """FA3: a missing descale is 1; (1,) broadcasts to (b, h_k)."""
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=3)
+    no_spec(monkeypatch)
+    one = torch.ones(3, 2)
+    out = fai.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=lens, page_table=table,
+                                      k_descale=torch.tensor([0.05]))
+    ref, _ = spec(q8, k8, v8, table, lens, one, one * 0.05, one, False)
+    torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
+
+
+def test_fp8_paged_with_new_keys_stays_on_spec(monkeypatch):
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=4)
+    called = []
+    real = fai._on_reference
+    monkeypatch.setattr(fai, "_on_reference", lambda *a, **k: called.append(a[2]) or real(*a, **k))
+    kn = torch.randn(3, 1, 2, 64).to(F8)
+    fai.flash_attn_with_kvcache(q8, k8, v8, kn, kn, cache_seqlens=lens.clamp(max=30),
+                                page_table=table, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert called and "fp8_paged_cache" in called[0]
+
+
+def test_descale_per_batch_argument_checks():
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=5)
+    q = q8.to(torch.bfloat16)
+    kw = dict(cache_seqlens=lens, page_table=table, descale_per_batch=True)
+    with pytest.raises(ValueError, match="k_descale"):  # (num_pages, h_k) is the per-page shape
+        flash3.attention_with_kvcache(q, k8, v8, k_descale=torch.ones(k8.shape[0], 2),
+                                      v_descale=vd, **kw)
+    with pytest.raises(ValueError, match="v_descale"):
+        flash3.attention_with_kvcache(q, k8, v8, k_descale=kd, v_descale=vd[:, :1], **kw)
+    with pytest.raises(ValueError, match="descale_per_batch"):  # a 16-bit cache
+        flash3.attention_with_kvcache(q, k8.to(torch.bfloat16), v8.to(torch.bfloat16), **kw)
+    with pytest.raises(TypeError, match="descale_per_batch"):
+        flash3.attention_with_kvcache(q, k8, v8, k_descale=kd, v_descale=vd,
+                                      **dict(kw, descale_per_batch=1))
+    kn = torch.randn(3, 1, 2, 64, dtype=torch.bfloat16)
+    before = k8.clone()
+    with pytest.raises(NotImplementedError, match="descale_per_batch"):  # the append is per slab
+        flash3.attention_with_kvcache(q, k8, v8, kn, kn, k_descale=kd, v_descale=vd,
+                                      **dict(kw, cache_seqlens=lens.clamp(max=30)))
+    assert torch.equal(before.view(torch.uint8), k8.view(torch.uint8))  # nothing written
+    with pytest.raises(NotImplementedError, match="descale_per_batch"):
+        flash3.attention_with_kvcache(q.view(3, 4, 64), k8, v8, k_descale=kd, v_descale=vd,
+                                      cu_seqlens_q=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
+                                      max_seqlen_q=1, **kw)
+
+
+@pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")
+@pytest.mark.parametrize("page,causal,num_splits", [(16, True, 1), (256, False, 3), (16, False, 0)])
+def test_fp8_paged_kernel_matches_spec_gpu(page, causal, num_splits):
+    """The decode kernel (gathered FP8 loads) with FA3 descales against the spec; no fallback."""
+    from flash3 import _backend
+    if not _backend.has_descale_per_batch_kernel():
+        pytest.skip("flash3._C without descale_per_batch")
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(b=3, cap=600, h=8, h_k=2, d=128, page=page,
+                                                    s_q=2, device="cuda", seed=page)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warning would fail the test
+        out = fai.flash_attn_with_kvcache(q8, k8, v8, cache_seqlens=lens, page_table=table,
+                                          q_descale=qd, k_descale=kd, v_descale=vd,
+                                          causal=causal, num_splits=num_splits)
+    ref, _ = spec(q8, k8, v8, table, lens, qd, kd, vd, causal)
+    # the kernel rounds x8 * descale once to bf16 (the 16-bit cache's precision), output bf16
+    torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)
