@@ -140,7 +140,8 @@ def family_features(kid: str) -> list[str]:
 # backward at every head dim.
 ALIBI_MAX_HEAD_DIM = 128
 # The same for attention_chunk in the forward kernels (flash3/_backend.py CHUNK_MAX_HEAD_DIM: the
-# chunked mask spilled d 256's registers); the backward at every head dim.
+# chunked mask spilled d 256's registers). The backward kernels take it at every head dim, but a
+# backward case runs the forward kernel first (its out and lse), so "chunk" stops there too.
 CHUNK_MAX_HEAD_DIM = 192
 
 
@@ -151,7 +152,7 @@ def applies(kid: str, feature: str) -> bool:
         return dec_fp8_cache(kid)
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
-    if feature == "chunk" and family(kid) != "bwd":
+    if feature == "chunk":
         return max(parse_kernel(kid)[1:]) <= CHUNK_MAX_HEAD_DIM
     return True
 
