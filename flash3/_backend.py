@@ -57,17 +57,10 @@ def has_extension() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
 def has_sink_kernels() -> bool:
     """True when flash3._C's forward and decode ops take attention sinks (their ``sinks``
     argument: fwd_sm90 and fwd_kvcache_sm90 built with the sink epilogue and combine)."""
-    if not has_extension():
-        return False
-    try:
-        ops = (torch.ops.flash3.fwd_sm90.default, torch.ops.flash3.fwd_kvcache_sm90.default)
-        return all(any(a.name == "sinks" for a in op._schema.arguments) for op in ops)
-    except (AttributeError, RuntimeError):
-        return False
+    return op_takes("fwd_sm90", "sinks") and op_takes("fwd_kvcache_sm90", "sinks")
 
 
 def kernel_sinks_reason(q) -> str | None:
@@ -84,15 +77,21 @@ def kernel_sinks(sinks):
 
 
 @functools.lru_cache(maxsize=None)
-def has_leftpad_kernel() -> bool:
-    """True when flash3._C's decode op takes FA3's ``cache_leftpad`` (its schema has it)."""
+def op_takes(op_name: str, argument: str) -> bool:
+    """True when flash3._C's op `op_name` has `argument` in its schema (builds older than an
+    argument serve calls without it)."""
     if not has_extension():
         return False
     try:
-        op = torch.ops.flash3.fwd_kvcache_sm90.default
-        return any(a.name == "cache_leftpad" for a in op._schema.arguments)
+        op = getattr(torch.ops.flash3, op_name).default
+        return any(a.name == argument for a in op._schema.arguments)
     except (AttributeError, RuntimeError):
         return False
+
+
+def has_leftpad_kernel() -> bool:
+    """True when flash3._C's decode op takes FA3's ``cache_leftpad`` (its schema has it)."""
+    return op_takes("fwd_kvcache_sm90", "cache_leftpad")
 
 
 def kernel_leftpad_reason(q) -> str | None:
@@ -103,17 +102,10 @@ def kernel_leftpad_reason(q) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def has_descale_per_batch_kernel() -> bool:
     """True when flash3._C's decode op takes FA3's per-(batch, kv head) FP8-cache descales (its
     schema has ``descale_per_batch``)."""
-    if not has_extension():
-        return False
-    try:
-        op = torch.ops.flash3.fwd_kvcache_sm90.default
-        return any(a.name == "descale_per_batch" for a in op._schema.arguments)
-    except (AttributeError, RuntimeError):
-        return False
+    return op_takes("fwd_kvcache_sm90", "descale_per_batch")
 
 
 def kernel_descale_per_batch_reason(q) -> str | None:
@@ -127,33 +119,19 @@ def kernel_descale_per_batch_reason(q) -> str | None:
 _ALIBI_OPS = {"fwd": "fwd_sm90", "decode": "fwd_kvcache_sm90", "bwd": "bwd_sm90"}
 
 
-@functools.lru_cache(maxsize=None)
 def has_alibi_kernel(kind: str) -> bool:
     """True when flash3._C's `kind` op ("fwd", "decode", "bwd") takes ALiBi slopes (an
     ``alibi_slopes`` argument in its schema)."""
-    if not has_extension():
-        return False
-    try:
-        op = getattr(torch.ops.flash3, _ALIBI_OPS[kind]).default
-        return any(a.name == "alibi_slopes" for a in op._schema.arguments)
-    except (AttributeError, RuntimeError):
-        return False
+    return op_takes(_ALIBI_OPS[kind], "alibi_slopes")
 
 
 _CHUNK_OPS = {"fwd": "fwd_sm90", "bwd": "bwd_sm90"}
 
 
-@functools.lru_cache(maxsize=None)
 def has_chunk_kernel(kind: str) -> bool:
     """True when flash3._C's `kind` op ("fwd", "bwd") takes FA3's attention_chunk (an
     ``attention_chunk`` argument in its schema)."""
-    if not has_extension():
-        return False
-    try:
-        op = getattr(torch.ops.flash3, _CHUNK_OPS[kind]).default
-        return any(a.name == "attention_chunk" for a in op._schema.arguments)
-    except (AttributeError, RuntimeError):
-        return False
+    return op_takes(_CHUNK_OPS[kind], "attention_chunk")
 
 
 # The forward kernels compile the chunked mask for head dims up to this (FwdTraits::kChunk,

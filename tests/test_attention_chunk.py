@@ -46,6 +46,22 @@ MASKS = [(1, True, (-1, -1)), (3, False, (-1, -1)), (48, True, (-1, -1)), (48, F
          (160, False, (200, 150)), (160, True, (30, -1)), (1000, False, (-1, -1))]
 
 
+def check_against_spec(run, run_spec, q, k, v):
+    """run(q, k, v) -> (out, lse) against run_spec on copies of the same inputs: out and lse within
+    2e-6, and dq, dk, dv (autograd through both) within 1e-5."""
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse = run(qg, kg, vg)
+    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+    ref, ref_lse = run_spec(qs, ks, vs)
+    assert_close(out, ref, 2e-6)
+    assert_close(lse, ref_lse, 2e-6)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (ref * g).sum().backward()
+    for x, r in ((qg, qs), (kg, ks), (vg, vs)):
+        assert_close(x.grad, r.grad, 1e-5)
+
+
 @pytest.mark.parametrize("chunk,causal,window", MASKS)
 @pytest.mark.parametrize("s_q,s_k", [(130, 130), (70, 200), (200, 70), (1, 9)])
 def test_forward_and_grads_match_fa3_spec(chunk, causal, window, s_q, s_k):
@@ -54,18 +70,9 @@ def test_forward_and_grads_match_fa3_spec(chunk, causal, window, s_q, s_k):
     torch.manual_seed(chunk + s_q)
     b, h, h_k, d = 2, 4, 2, 32
     q, k, v = torch.randn(b, s_q, h, d), torch.randn(b, s_k, h_k, d), torch.randn(b, s_k, h_k, d)
-    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-    out, lse = flash3.attention(qg, kg, vg, causal=causal, window_size=window,
-                                attention_chunk=chunk, return_lse=True)
-    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
-    ref, ref_lse = spec(qs, ks, vs, causal, window, chunk)
-    assert_close(out, ref, 2e-6)
-    assert_close(lse, ref_lse, 2e-6)
-    g = torch.randn_like(out)
-    (out * g).sum().backward()
-    (ref * g).sum().backward()
-    for x, r in ((qg, qs), (kg, ks), (vg, vs)):
-        assert_close(x.grad, r.grad, 1e-5)
+    check_against_spec(lambda q, k, v: flash3.attention(q, k, v, causal=causal, window_size=window,
+                                                        attention_chunk=chunk, return_lse=True),
+                       lambda q, k, v: spec(q, k, v, causal, window, chunk), q, k, v)
 
 
 def test_varlen_matches_fa3_spec_per_sequence():
@@ -76,19 +83,10 @@ def test_varlen_matches_fa3_spec_per_sequence():
     h, h_k, d = 4, 2, 32
     q, k, v = torch.randn(sum(lq), h, d), torch.randn(sum(lk), h_k, d), torch.randn(sum(lk), h_k, d)
     for chunk, causal, window in ((48, True, (-1, -1)), (160, False, (200, 150))):
-        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-        out, lse = flash3.attention_varlen(qg, kg, vg, cu(lq), cu(lk), max(lq), max(lk),
-                                           causal=causal, window_size=window,
-                                           attention_chunk=chunk, return_lse=True)
-        qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
-        ref, ref_lse = spec(qs, ks, vs, causal, window, chunk, cu(lq), cu(lk))
-        assert_close(out, ref, 2e-6)
-        assert_close(lse, ref_lse, 2e-6)
-        g = torch.randn_like(out)
-        (out * g).sum().backward()
-        (ref * g).sum().backward()
-        for x, r in ((qg, qs), (kg, ks), (vg, vs)):
-            assert_close(x.grad, r.grad, 1e-5)
+        check_against_spec(
+            lambda q, k, v: flash3.attention_varlen(q, k, v, cu(lq), cu(lk), max(lq), max(lk), causal=causal,
+                                                    window_size=window, attention_chunk=chunk, return_lse=True),
+            lambda q, k, v: spec(q, k, v, causal, window, chunk, cu(lq), cu(lk)), q, k, v)
 
 
 def test_flash_attn_interface_runs_flash3_for_16bit():
