@@ -201,8 +201,11 @@ __device__ __forceinline__ void fill_outside_run(TensorS& s_rc, int mi, int lo, 
 }
 
 // Which bounds a key block's mask may cut it by: none (every pair visible), the right one only
-// (no left bound: causal diagonal, seqlen_k tail), or both.
-enum class Masking { none, right, both };
+// (no left bound: causal diagonal, seqlen_k tail), both window bounds (linear in the row: the
+// caller knows there is no attention chunk), the per-row bounds of an attention chunk, or `both`:
+// either of the last two, by a runtime test of mask.chunk (the first block, out of the key loop;
+// the loops are chosen per tile so that theirs carry no such branch).
+enum class Masking { none, right, window, chunk, both };
 
 // Sets scores of invisible (query, key) pairs to -inf. s_rc / coord_rc: (row, col) views of the
 // accumulator and of its identity (tile coordinates). row0/col0: tile origin in the sequence
@@ -212,19 +215,21 @@ enum class Masking { none, right, both };
 // bounds of a later row follow from the first row's: last_key grows by 8, up to seqlen_k (+2 of the
 // thread's columns, then the clamp); the left bound is key_floor, first_key before its clamp at 0,
 // which grows by 8 with no clamp (a count <= 0 cuts nothing either way). Packed GQA rows
-// (rows_per_token > 1) take both per row. kCutLeft = false: the caller knows there is no left
-// bound (Masking::right), nor a chunk. With an attention chunk (mask.chunk > 0, a runtime branch
-// only masked blocks take) the bounds are not linear in the row: each row takes its own
-// (key_floor, last_key), a floored division per row.
-template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
+// (rows_per_token > 1) take both per row. kMask (not none) says which bounds may cut: right (no
+// left bound, nor a chunk), window (no chunk), chunk, or both (a runtime test of mask.chunk). With
+// an attention chunk the bounds are not linear in the row: each row takes its own (key_floor,
+// last_key), a floored division per row.
+template <bool kPackedRows = false, Masking kMask = Masking::both, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
+  static_assert(kMask != Masking::none, "an unmasked block takes no mask");
+  constexpr bool kCutLeft = kMask != Masking::right;
   check_rowcol_layout<decltype(coord_rc.layout())>();
   const int tcol = get<1>(coord_rc(0, 0));  // this thread's first column in the tile
   const int first_row = row0 + get<0>(coord_rc(0, 0));
-  if constexpr (kCutLeft && !kPackedRows) {
-    if (mask.chunk > 0) {
+  if constexpr (!kPackedRows && (kMask == Masking::chunk || kMask == Masking::both)) {
+    if (kMask == Masking::chunk || mask.chunk > 0) {
       const int tc = col0 + tcol;
       CUTE_UNROLL
       for (int mi = 0; mi < size<0>(s_rc); ++mi) {

@@ -229,9 +229,9 @@ struct FwdConsumer {
     }
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
+      apply_mask<true, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
     else if constexpr (kMasked)
-      apply_mask<false, kMask == Masking::both>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
+      apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
     fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, !Tr::kFp8>(s_rc, fr.scale_o);
@@ -391,23 +391,36 @@ struct FwdConsumer {
     // masked blocks of a sliding window. Without a left bound (causal, or a seqlen_k tail) the right
     // blocks' mask has one bound per row: its own loop (FA3 makes that a separate kernel). Not in
     // the decode kernel: packed GQA rows take each row's bounds anyway, and a third masked loop
-    // spilled its d 192 / 256 registers. An attention chunk is a left bound too.
+    // spilled its d 192 / 256 registers. An attention chunk (kernels with Tr::kChunk; the others'
+    // masks have chunk 0) is a left bound too, with per-row bounds: masked loops of its own, so the
+    // sliding window's carry no chunk branch.
     int n = w.blocks.end - 2;
+    const bool chunked = Tr::kChunk && w.mask.chunk > 0;
     if (!Tr::kDecode && w.mask.left < 0 && w.mask.chunk == 0) {
 #pragma unroll 1
       for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
         any_step<Masking::right>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    } else if (chunked) {
+#pragma unroll 1
+      for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
+        any_step<Masking::chunk>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
     } else {
 #pragma unroll 1
       for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
-        any_step<Masking::both>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+        any_step<Masking::window>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
     }
 #pragma unroll 1
     for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n)
       any_step<Masking::none>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    if (chunked) {
 #pragma unroll 1
-    for (; n >= w.blocks.begin; --n)
-      any_step<Masking::both>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+      for (; n >= w.blocks.begin; --n)
+        any_step<Masking::chunk>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    } else {
+#pragma unroll 1
+      for (; n >= w.blocks.begin; --n)
+        any_step<Masking::window>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    }
 
     // Every Q.K^T of this tile has completed (each step waited for its S): Q's buffer is free.
     cutlass::arch::ClusterBarrier::arrive(&smem.q_free);
