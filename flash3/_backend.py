@@ -430,6 +430,26 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
     return out, lse
 
 
+def run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                             cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_interleaved,
+                             q_per_token, rotary_seqlens):
+    """Call flash3::append_kv_sm90 in FA3's packed layouts (cu_seqlens_q: q (total_q, h, d);
+    cu_seqlens_k_new: k/v (total_new, h_k, .)); returns q rotated (rotary), else an empty tensor.
+    Reads no device value on the host (capturable in a CUDA graph)."""
+    i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()  # noqa: E731
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    rotary = rotary_cos is not None
+    cos, sin = ((None, None) if not rotary else
+                (t.to(torch.float32).contiguous() for t in (rotary_cos, rotary_sin)))
+    q_out = torch.empty_like(q) if rotary else q  # without rotary the kernel never touches q_out
+    torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, k, v, i32(cache_seqlens), i32(page_table),
+                                    cos, sin, bool(rotary_interleaved), bool(q_per_token), q_out,
+                                    rotary_seqlens=i32(rotary_seqlens),
+                                    cu_seqlens_q=i32(cu_seqlens_q),
+                                    cu_seqlens_k_new=i32(cu_seqlens_k_new))
+    return q_out if rotary else q.new_empty(0)
+
+
 def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
                    deterministic, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                    max_seqlen_k=0, sinks=None, alibi_slopes=None, seqused_q=None, attention_chunk=0):

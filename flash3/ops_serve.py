@@ -232,22 +232,13 @@ def kvcache_append_packed(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor
     slots outside the cache or behind a bad page id skipped), or where it cannot run the reference
     (host reads) with the package's one-time fallback warning; CPU: the reference.  The caller
     validated everything first (flash3.api attention_with_kvcache)."""
-    rotary = rotary_cos is not None
+    reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
+    if reason is None:
+        return _backend.run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens,
+                                                 page_table, cu_seqlens_q, cu_seqlens_k_new,
+                                                 rotary_cos, rotary_sin, rotary_interleaved,
+                                                 q_per_token, rotary_seqlens)
     if q.is_cuda:
-        reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
-        if reason is None:
-            # Without rotary q_out is q itself, which the kernel then never touches.
-            i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()  # noqa: E731
-            cos, sin = ((None, None) if not rotary else
-                        (t.to(torch.float32).contiguous() for t in (rotary_cos, rotary_sin)))
-            q, kk, vv = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-            q_out = torch.empty_like(q) if rotary else q
-            torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv, i32(cache_seqlens),
-                                            i32(page_table), cos, sin, rotary_interleaved,
-                                            q_per_token, q_out, rotary_seqlens=i32(rotary_seqlens),
-                                            cu_seqlens_q=i32(cu_seqlens_q),
-                                            cu_seqlens_k_new=i32(cu_seqlens_k_new))
-            return q_out if rotary else q.new_empty(0)
         _backend.warn_fallback(reason, "attention_with_kvcache (append)")
     q_out = reference.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                             cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin,
