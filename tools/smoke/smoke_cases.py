@@ -680,7 +680,9 @@ def check_dec(p: dict, r: dict) -> dict:
     if a is not None:
         q_ref, k_ref = q, a["k"]
         kc_ref, vc_ref = p["kc"].clone(), p["vc"].clone()
-        if a.get("cu_k") is not None or p.get("cu_q") is not None:  # FA3's packed layouts (vappend)
+        packed = a.get("cu_k") is not None or p.get("cu_q") is not None  # FA3's layouts (vappend)
+        ref_name = "reference.kvcache_append_packed" if packed else "reference.kvcache_write"
+        if packed:
             q_ref = reference.kvcache_append_packed(q, kc_ref, vc_ref, a["k"], a["v"], a["cache_seqlens"], pt,
                                                     p.get("cu_q"), a.get("cu_k"), a["cos"], a["sin"],
                                                     a["interleaved"], a["per_token"], a.get("rotary_seqlens"))
@@ -693,11 +695,10 @@ def check_dec(p: dict, r: dict) -> dict:
         for name, got, want in (("k_cache", kc, kc_ref), ("v_cache", vc, vc_ref)):
             if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
                 n = int((got.view(torch.uint8) != want.view(torch.uint8)).sum())
-                return {"status": "wrong", "detail": f"append: {name} differs from reference.kvcache_write "
-                                                     f"in {n} bytes"}
+                return {"status": "wrong", "detail": f"append: {name} differs from {ref_name} in {n} bytes"}
         if a["cos"] is not None:
             if not torch.equal(r["q_out"].view(torch.uint8), q_ref.view(torch.uint8)):
-                return {"status": "wrong", "detail": "append: q_out differs from kvcache_rotary's q"}
+                return {"status": "wrong", "detail": "append: q_out differs from the reference's rotated q"}
             q = r["q_out"]
     out, lse = r["out"], r["lse"]
     if torch.isnan(out).any() or torch.isnan(lse).any():
