@@ -9,7 +9,9 @@ they run the reference with a one-time RuntimeWarning (the package's fallback ru
 Varlen queries on a paged or contiguous KV cache run the decode kernel on CUDA (fwd_kvcache_sm90
 with cu_seqlens_q: no host reads; sinks too) and the reference on the CPU; a CUDA call the kernel
 cannot take (a packed cache, fp32 q, ...) raises NotImplementedError naming why: the reference's
-per-sequence loop would read cu_seqlens on the host.
+per-sequence loop would read cu_seqlens on the host. New keys in FA3's packed layouts
+(kvcache_append_packed: cu_seqlens_k_new, or with packed queries) are written by the fused append
+kernel on CUDA (no host reads), by the reference elsewhere.
 """
 
 # No ``from __future__ import annotations``: custom_op reads real annotations.
