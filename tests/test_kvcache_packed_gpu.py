@@ -81,14 +81,16 @@ def test_packed_appends_match_the_reference(case, page, causal, interleaved, num
     q, k, v, kc, vc, kw = make(case, page)
     kw.update(causal=causal, rotary_interleaved=interleaved, num_splits=num_splits)
     out, lse, kc_gpu, vc_gpu = call(q, k, v, kc, vc, kw, "cuda")
-    naive, _, kc_ref, vc_ref = call(q, k, v, kc, vc, kw, "cpu")
-    ref, ref_lse, _, _ = call(q, k, v, kc, vc, kw, "cpu", torch.float32)
+    # the reference on the same bf16 values (scores in fp32: lse's oracle), and on fp32 ones (out's)
+    naive, naive_lse, kc_ref, vc_ref = call(q, k, v, kc, vc, kw, "cpu")
+    ref, _, _, _ = call(q, k, v, kc, vc, kw, "cpu", torch.float32)
     assert torch.equal(kc_gpu.cpu(), kc_ref) and torch.equal(vc_gpu.cpu(), vc_ref)  # the append, bit for bit
     rows = slice(0, int(kw["cu_seqlens_q"][-1])) if "cu_seqlens_q" in kw else slice(None)
     assert_close_fa(out.cpu().float()[rows], naive.float()[rows], ref[rows])
-    fin = torch.isfinite(ref_lse[..., rows])
-    assert torch.equal(torch.isfinite(lse.cpu()[..., rows]), fin)
-    assert (lse.cpu()[..., rows][fin] - ref_lse[..., rows][fin]).abs().max() < 1e-3
+    got, want = lse.cpu()[..., rows], naive_lse[..., rows]
+    fin = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), fin)
+    assert (got[fin] - want[fin]).abs().max() <= 1e-4 * (1 + want[fin].abs().max())
     if "cu_seqlens_q" in kw:  # packed rows of no entry
         assert (out[rows.stop:] == 0).all() and (lse[:, rows.stop:] == float("-inf")).all()
 
@@ -102,8 +104,11 @@ def test_packed_append_cuda_graph_replays_like_eager():
     dev = {n: x.cuda() if isinstance(x, torch.Tensor) else x for n, x in kw.items()}
     sq, sk, sv = q.cuda(), k.cuda(), v.cuda()
     kc_g, vc_g = kc.cuda(), vc.cuda()
-    flash3.attention_with_kvcache(sq, kc_g.clone(), vc_g.clone(), sk, sv, **dev)  # warm-up
-    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up (allocations, lazy init) off the capture
+        flash3.attention_with_kvcache(sq, kc_g.clone(), vc_g.clone(), sk, sv, **dev)
+    torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out_g = flash3.attention_with_kvcache(sq, kc_g, vc_g, sk, sv, **dev)
