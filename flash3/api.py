@@ -199,7 +199,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     (else + 0), as a batched row does.  New keys in a packed layout (cu_seqlens_k_new, or with
     cu_seqlens_q) are appended first (the fused append on CUDA: ops_serve.kvcache_append_packed)
     and attended to as part of each entry's cache_seqlens[i] + n_new_i keys; not with an FP8
-    cache (NotImplementedError).
+    cache (NotImplementedError).  In the value contract below s_new is then entry i's count
+    n_new_i; validation mode also checks that cu_seqlens_k_new (like cu_seqlens_q) starts at 0,
+    never decreases and ends within k's rows.  The fused append reads cu_seqlens_* on the device
+    only: a packed row no entry holds is never appended, and rows never leave their tensors.
 
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
