@@ -97,6 +97,26 @@ def test_fa3_call_takes_flash3s_path_and_matches_the_spec(packed_q, packed_k, pa
         assert (out[sum(LQ):] == 0).all() and (lse[:, sum(LQ):] == -math.inf).all()
 
 
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_leftpad_with_packed_queries_and_no_new_keys(paged, causal, monkeypatch):
+    """cache_leftpad with cu_seqlens_q alone (no new keys): flash3's packed-query path, as the spec."""
+    def no_spec(*a, **k):
+        raise AssertionError("the FA3 spec ran")
+    monkeypatch.setattr(fai, "_on_reference", no_spec)
+    q, _, _, _, _ = inputs(True, True)
+    kc, vc, pt = cache(paged)
+    kw = dict(cache_seqlens=i32(LENS), cache_leftpad=i32([4, 0, 9, 29]), cu_seqlens_q=cu(LQ),
+              page_table=pt)
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, kc, vc, causal=causal, max_seqlen_q=max(LQ),
+                                               return_softmax_lse=True, **kw)
+    want, want_lse = fa3_forward(q, kc, vc, softmax_scale=D ** -0.5, window_right=0 if causal else -1,
+                                 **kw)
+    rows = slice(0, sum(LQ))
+    torch.testing.assert_close(out[rows], want[rows], atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse[:, rows], want_lse[:, rows], atol=2e-5, rtol=2e-5)
+
+
 def test_rejected_calls_write_nothing():
     """Bad packed metadata or values are errors naming the argument, before anything is written;
     an FP8 cache with packed new keys is refused by name."""
