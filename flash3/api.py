@@ -190,7 +190,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     to its cache_seqlens[i] cached keys (+ its new ones), masks bottom-right aligned per
     sequence; returns out (total_q, h, d_v) and lse (h, total_q).  On CUDA the decode kernel runs
     it (``num_splits`` as above; packed rows of no sequence get out 0, lse -inf); sinks,
-    cache_leftpad, new k/v and rotary included; fp32 q raises NotImplementedError there.
+    cache_leftpad, new k/v and rotary included (the last three not with an FP8 cache:
+    NotImplementedError); fp32 q raises NotImplementedError there.
 
     Packed new keys (``cu_seqlens_k_new`` int32 (b + 1,), FA3's): k/v are (total_new, h_k, ·),
     entry i's new keys k[cu_seqlens_k_new[i]:cu_seqlens_k_new[i+1]] (any count, 0 included),
@@ -288,6 +289,9 @@ def _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal, soft
         if t is not None:
             raise ValueError(f"{n} needs the new keys k and v (the rotary embedding is applied to "
                              "q and the appended k)")
+    if cache_leftpad is not None and (_checks.is_fp8(k_cache) or _checks.is_fp8(v_cache)):
+        raise NotImplementedError("attention_with_kvcache: cache_leftpad with cu_seqlens_q on a "
+                                  "float8_e4m3fn cache is not implemented")
     _checks.num_splits(num_splits)
     cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
     return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,

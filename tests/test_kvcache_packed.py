@@ -149,6 +149,10 @@ def test_rejected_calls_write_nothing():
     ds = torch.ones(kc.shape[0], H_K)
     with pytest.raises(NotImplementedError, match="float8_e4m3fn cache"):
         flash3.attention_with_kvcache(q, kc8, vc8, k, v, k_descale=ds, v_descale=ds, **base)
+    with pytest.raises(NotImplementedError, match="cache_leftpad with cu_seqlens_q on a float8_e4m3fn"):
+        flash3.attention_with_kvcache(q, kc8, vc8, k_descale=ds, v_descale=ds, cache_seqlens=i32(LENS),
+                                      page_table=pt, cu_seqlens_q=cu(LQ), max_seqlen_q=4,
+                                      cache_leftpad=i32([0, 0, 1, 2]))
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
