@@ -281,9 +281,11 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
 
 def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
                    k_descale, v_descale, rotary_seqlens=None, cache_leftpad=None,
-                   descale_per_batch=False):
+                   descale_per_batch=False, batch=None):
     """Static checks of the rotary, FP8-cache and left-padding arguments of
-    attention_with_kvcache."""
+    attention_with_kvcache (``batch``: the entry count, default q.shape[0]; packed q's is
+    cu_seqlens_q's)."""
+    b = q.shape[0] if batch is None else batch
     flag("rotary_interleaved", rotary_interleaved)
     flag("descale_per_batch", descale_per_batch)
     if descale_per_batch:
@@ -297,8 +299,8 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
     if cache_leftpad is not None:
         tensor("cache_leftpad", cache_leftpad, 1, "(batch,)")
         _same_device("q", q, "cache_leftpad", cache_leftpad)
-        if cache_leftpad.dtype != torch.int32 or cache_leftpad.shape[0] != q.shape[0]:
-            raise ValueError(f"cache_leftpad must be int32 of shape ({q.shape[0]},), got "
+        if cache_leftpad.dtype != torch.int32 or cache_leftpad.shape[0] != b:
+            raise ValueError(f"cache_leftpad must be int32 of shape ({b},), got "
                              f"{cache_leftpad.dtype} {tuple(cache_leftpad.shape)}")
     if rotary_seqlens is not None:
         if rotary_cos is None:
@@ -306,8 +308,8 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
                              "embedding)")
         tensor("rotary_seqlens", rotary_seqlens, 1, "(batch,)")
         _same_device("q", q, "rotary_seqlens", rotary_seqlens)
-        if rotary_seqlens.dtype != torch.int32 or rotary_seqlens.shape[0] != q.shape[0]:
-            raise ValueError(f"rotary_seqlens must be int32 of shape ({q.shape[0]},), got "
+        if rotary_seqlens.dtype != torch.int32 or rotary_seqlens.shape[0] != b:
+            raise ValueError(f"rotary_seqlens must be int32 of shape ({b},), got "
                              f"{rotary_seqlens.dtype} {tuple(rotary_seqlens.shape)}")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
@@ -341,8 +343,8 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
             continue
         _descale_tensor(q, n, t, "with a float8_e4m3fn cache")
         if descale_per_batch:
-            if tuple(t.shape) != (q.shape[0], h_k):
-                raise ValueError(f"{n} must have shape (batch, kv_heads) = {(q.shape[0], h_k)} "
+            if tuple(t.shape) != (b, h_k):
+                raise ValueError(f"{n} must have shape (batch, kv_heads) = {(b, h_k)} "
                                  f"with descale_per_batch, got {tuple(t.shape)}")
             continue
         what = "(batch, kv_heads)" if page_table is None else "(num_pages, kv_heads)"
@@ -352,27 +354,62 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
                              f"got {tuple(t.shape)}")
 
 
+def num_splits(n):
+    """attention_with_kvcache's num_splits: an int >= 0 (0 = automatic)."""
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"num_splits must be an int >= 0, got {n!r}")
+
+
+def new_keys(q, k_cache, v_cache, k, v, cu_seqlens_k_new, b):
+    """Static checks of attention_with_kvcache's new keys for a cache of q's dtype: batched
+    (b, s_new, h_k, d|d_v), or packed (total_new, h_k, d|d_v) by ``cu_seqlens_k_new`` int32
+    (b + 1,) (FA3's)."""
+    packed = cu_seqlens_k_new is not None
+    what = "(total_new, heads, headdim)" if packed else "(batch, seqlen, heads, headdim)"
+    for n, t in (("k", k), ("v", v)):
+        tensor(n, t, 3 if packed else 4, what)
+        _same_device("q", q, n, t)
+    _dtypes([("q", q), ("k", k), ("v", v)])
+    h_k, d, d_v = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
+    if packed:
+        _int32_vector("cu_seqlens_k_new", cu_seqlens_k_new, q, b + 1, f"({b + 1},) (batch + 1)")
+        if tuple(k.shape[1:]) != (h_k, d):
+            raise ValueError(f"k must have shape (total_new, {h_k}, {d}), got {tuple(k.shape)}")
+        if tuple(v.shape) != (k.shape[0], h_k, d_v):
+            raise ValueError(f"v must have shape ({k.shape[0]}, {h_k}, {d_v}), got "
+                             f"{tuple(v.shape)}")
+        return
+    if k.shape[0] != b or tuple(k.shape[2:]) != (h_k, d):
+        raise ValueError(f"k must have shape ({b}, s_new, {h_k}, {d}), got {tuple(k.shape)}")
+    if tuple(v.shape) != (b, k.shape[1], h_k, d_v):
+        raise ValueError(f"v must have shape ({b}, {k.shape[1]}, {h_k}, {d_v}), got "
+                         f"{tuple(v.shape)}")
+
+
 def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=None,
                    q_per_token=True, k_descale=None, v_descale=None, lens_name="cache_seqlens",
                    rotary_seqlens=None, cache_leftpad=None):
     """Value checks needing the contents, run before anything is written (validation mode
     only: they read cache_seqlens/page_table/descales/rotary_seqlens/cache_leftpad on the
-    host)."""
+    host). ``s_new`` / ``s_q``: new keys / queries per row, an int or a list (FA3's packed
+    layouts)."""
     lens = cache_seqlens.tolist()
+    news = s_new if isinstance(s_new, list) else [s_new] * len(lens)
+    qs = s_q if isinstance(s_q, list) else [s_q] * len(lens)
     for i, n in enumerate(lens):
         if n < 0:
             raise ValueError(f"{lens_name}[{i}] is negative ({n})")
     if cache_leftpad is not None:
         for i, (lp, n) in enumerate(zip(cache_leftpad.tolist(), lens)):
-            if not 0 <= lp <= n + s_new:
+            if not 0 <= lp <= n + news[i]:
                 raise ValueError(f"cache_leftpad[{i}] = {lp} is outside [0, {lens_name}[{i}] + "
-                                 f"new keys] = [0, {n + s_new}]")
+                                 f"new keys] = [0, {n + news[i]}]")
     if rotary_cos is not None:
         seqlen_ro = rotary_cos.shape[0]
-        span = max(s_new, s_q if q_per_token else 1)
         ro_name = lens_name if rotary_seqlens is None else "rotary_seqlens"
         ro = lens if rotary_seqlens is None else rotary_seqlens.tolist()
         for i, n in enumerate(ro):
+            span = max(news[i], qs[i] if q_per_token else 1)
             if n < 0:
                 raise ValueError(f"{ro_name}[{i}] is negative ({n})")
             if n + span > seqlen_ro:
@@ -384,18 +421,19 @@ def kvcache_values(k_cache, cache_seqlens, s_new, page_table, s_q=0, rotary_cos=
     if page_table is None:
         cap = k_cache.shape[1]
         for i, n in enumerate(lens):
-            if n + s_new > cap:
-                raise ValueError(f"cache overflow: {lens_name}[{i}] ({n}) + {s_new} new keys "
+            if n + news[i] > cap:
+                raise ValueError(f"cache overflow: {lens_name}[{i}] ({n}) + {news[i]} new keys "
                                  f"> k_cache capacity {cap}")
         return
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
     max_pages = page_table.shape[1]
     for i, n in enumerate(lens):
-        if n + s_new > max_pages * page_size:
-            raise ValueError(f"page_table has too few pages: row {i} needs {n + s_new} keys "
+        if n + news[i] > max_pages * page_size:
+            raise ValueError(f"page_table has too few pages: row {i} needs {n + news[i]} keys "
                              f"but holds {max_pages} pages of {page_size}")
     # Only the pages a row actually uses must be valid.
-    needed = torch.tensor([-(-(n + s_new) // page_size) for n in lens], device=page_table.device)
+    needed = torch.tensor([-(-(n + m) // page_size) for n, m in zip(lens, news)],
+                          device=page_table.device)
     used = torch.arange(max_pages, device=page_table.device)[None, :] < needed[:, None]
     bad = used & ((page_table < 0) | (page_table >= num_pages))
     if bool(bad.any()):
@@ -666,21 +704,29 @@ def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, pag
     kvcache_extras(q, k_cache, None, page_table, None, None, False, k_descale, v_descale)
 
 
-def varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
-                        max_seqlen_q, k_descale, v_descale, lens_name="seqused_k"):
-    """Value checks of :func:`varlen_cache` (validation mode: host reads)."""
-    c = cu_seqlens_q.tolist()
+def packed_lengths(name, cu, total):
+    """Entry lengths of FA3 offsets ``cu`` (b + 1,) into ``total`` packed rows (validation mode:
+    a host read): they start at 0, never decrease, and end within the rows."""
+    c = cu.tolist()
     lens = [b - a for a, b in zip(c, c[1:])]
     if c[0] != 0 or any(x < 0 for x in lens):
-        raise ValueError(f"cu_seqlens_q must start at 0 and be non-decreasing, got {c}")
-    if c[-1] > q.shape[0]:
-        raise ValueError(f"cu_seqlens_q ends at {c[-1]}, past the packed length {q.shape[0]}")
+        raise ValueError(f"{name} must start at 0 and be non-decreasing, got {c}")
+    if c[-1] > total:
+        raise ValueError(f"{name} ends at {c[-1]}, past the packed length {total}")
+    return lens
+
+
+def varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
+                        max_seqlen_q, k_descale, v_descale, lens_name="seqused_k",
+                        cache_leftpad=None):
+    """Value checks of :func:`varlen_cache` (validation mode: host reads)."""
+    lens = packed_lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0])
     if lens and max(lens) > max_seqlen_q:
         raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest sequence "
                          f"({max(lens)})")
     if cu_seqlens_k is None:
         kvcache_values(k_cache, seqused_k, 0, page_table, k_descale=k_descale,
-                       v_descale=v_descale, lens_name=lens_name)
+                       v_descale=v_descale, lens_name=lens_name, cache_leftpad=cache_leftpad)
         return
     ck = cu_seqlens_k.tolist()
     have = [b - a for a, b in zip(ck, ck[1:])]

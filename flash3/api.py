@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from . import _backend, _checks, masking, ops, ops_serve
+from . import _checks, masking, ops, ops_serve, validation
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
@@ -159,7 +159,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
                            max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None,
-                           cache_leftpad=None, descale_per_batch=False):
+                           cache_leftpad=None, descale_per_batch=False, cu_seqlens_k_new=None):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -187,10 +187,23 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
 
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
-    to its cache_seqlens[i] cached keys, masks bottom-right aligned per sequence; returns out
-    (total_q, h, d_v) and lse (h, total_q).  No new k/v or rotary with it.  On CUDA the decode
-    kernel runs it (``num_splits`` as above; packed rows of no sequence get out 0, lse -inf);
-    sinks included; fp32 q raises NotImplementedError there.
+    to its cache_seqlens[i] cached keys (+ its new ones), masks bottom-right aligned per
+    sequence; returns out (total_q, h, d_v) and lse (h, total_q).  On CUDA the decode kernel runs
+    it (``num_splits`` as above; packed rows of no sequence get out 0, lse -inf); sinks,
+    cache_leftpad, new k/v and rotary included (the last three not with an FP8 cache:
+    NotImplementedError); fp32 q raises NotImplementedError there.
+
+    Packed new keys (``cu_seqlens_k_new`` int32 (b + 1,), FA3's): k/v are (total_new, h_k, ·),
+    entry i's new keys k[cu_seqlens_k_new[i]:cu_seqlens_k_new[i+1]] (any count, 0 included),
+    stored (rotated) at cache_seqlens[i] + t as above; q batched or packed.  Query t of packed
+    entry i takes rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal or local
+    (else + 0), as a batched row does.  New keys in a packed layout (cu_seqlens_k_new, or with
+    cu_seqlens_q) are appended first (the fused append on CUDA: ops_serve.kvcache_append_packed)
+    and attended to as part of each entry's cache_seqlens[i] + n_new_i keys; not with an FP8
+    cache (NotImplementedError).  In the value contract below s_new is then entry i's count
+    n_new_i; validation mode also checks that cu_seqlens_k_new (like cu_seqlens_q) starts at 0,
+    never decreases and ends within k's rows.  The fused append reads cu_seqlens_* on the device
+    only: a packed row no entry holds is never appended, and rows never leave their tensors.
 
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
@@ -231,17 +244,22 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     capacity) keys; a key behind a bad page id reads as zero.  Rotary positions are clamped
     to [0, seqlen_ro - 1] everywhere.
     """
-    if cu_seqlens_q is not None or max_seqlen_q is not None:
+    varlen = cu_seqlens_q is not None or max_seqlen_q is not None
+    if cu_seqlens_k_new is not None or (varlen and (k is not None or v is not None)):
+        return _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                      causal, softmax_scale, window_size, softcap, return_lse,
+                                      num_splits, rotary_cos, rotary_sin, rotary_interleaved,
+                                      k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q,
+                                      alibi_slopes, rotary_seqlens, cache_leftpad,
+                                      cu_seqlens_k_new, descale_per_batch)
+    if varlen:
         if descale_per_batch:
             raise NotImplementedError("attention_with_kvcache: descale_per_batch with "
                                       "cu_seqlens_q is not implemented")
-        if cache_leftpad is not None:
-            raise NotImplementedError("attention_with_kvcache: cache_leftpad with cu_seqlens_q is "
-                                      "not implemented")
-        return _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
+        return _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
-                               max_seqlen_q, alibi_slopes, rotary_seqlens)
+                               max_seqlen_q, alibi_slopes, rotary_seqlens, cache_leftpad)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
@@ -259,39 +277,135 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     return (out, lse) if return_lse else out
 
 
-def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
+def _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal, softmax_scale,
                     window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
                     k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None,
-                    rotary_seqlens=None):
-    """attention_with_kvcache with packed queries (cu_seqlens_q)."""
+                    rotary_seqlens=None, cache_leftpad=None):
+    """attention_with_kvcache with packed queries (cu_seqlens_q) and no new keys."""
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
-    for n, t in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+    for n, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                  ("rotary_seqlens", rotary_seqlens)):
         if t is not None:
-            raise NotImplementedError(f"attention_with_kvcache: {n} with cu_seqlens_q is not "
-                                      "implemented (append new keys/rotate in a separate call)")
-    if (not isinstance(num_splits, numbers.Integral) or isinstance(num_splits, bool)
-            or num_splits < 0):
-        raise ValueError(f"num_splits must be an int >= 0, got {num_splits!r}")
+            raise ValueError(f"{n} needs the new keys k and v (the rotary embedding is applied to "
+                             "q and the appended k)")
+    if cache_leftpad is not None and (_checks.is_fp8(k_cache) or _checks.is_fp8(v_cache)):
+        raise NotImplementedError("attention_with_kvcache: cache_leftpad with cu_seqlens_q on a "
+                                  "float8_e4m3fn cache is not implemented")
+    _checks.num_splits(num_splits)
+    cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
+    return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
+                            page_table, None, causal, softmax_scale, window_size, softcap,
+                            k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
+                            "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes,
+                            cache_leftpad)
+
+
+def _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q):
+    """cache_seqlens of packed queries as a tensor: an int is every sequence's."""
     if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
         if cache_seqlens < 0:
             raise ValueError(f"cache_seqlens must be >= 0, got {cache_seqlens}")
         _checks.tensor("cu_seqlens_q", cu_seqlens_q, 1)
         cache_seqlens = torch.full((cu_seqlens_q.shape[0] - 1,), int(cache_seqlens),
                                    dtype=torch.int32, device=q.device)
-    return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
-                            page_table, None, causal, softmax_scale, window_size, softcap,
-                            k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
-                            "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes)
+    return cache_seqlens
+
+
+def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
+                           softmax_scale, window_size, softcap, return_lse, num_splits,
+                           rotary_cos, rotary_sin, rotary_interleaved, k_descale, v_descale,
+                           sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes, rotary_seqlens,
+                           cache_leftpad, cu_seqlens_k_new, descale_per_batch):
+    """attention_with_kvcache with new keys in FA3's packed layouts (k/v packed by
+    cu_seqlens_k_new, and/or q by cu_seqlens_q): every check first (nothing is written by a
+    rejected call), then the append (ops_serve.kvcache_append_packed, rotating q with the keys),
+    then the attention of each entry over its cache_seqlens[i] + n_new_i keys (the decode kernel
+    on CUDA; no host reads)."""
+    who = "attention_with_kvcache"
+    varlen = cu_seqlens_q is not None or max_seqlen_q is not None
+    if varlen and (cu_seqlens_q is None or max_seqlen_q is None):
+        raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
+    if k is None or v is None:
+        raise ValueError("k and v must be given together" if (k is None) != (v is None) else
+                         "cu_seqlens_k_new needs the new keys k and v (it packs them)")
+    if _checks.is_fp8(k_cache) or _checks.is_fp8(v_cache) or descale_per_batch:
+        raise NotImplementedError(f"{who}: new keys packed by cu_seqlens_k_new or with packed "
+                                  "queries (cu_seqlens_q) on a float8_e4m3fn cache are not "
+                                  "implemented")
+    _checks.num_splits(num_splits)
+    if varlen:
+        cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
+        _checks.varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
+                             page_table, None, k_descale, v_descale, "cache_seqlens", "k_cache",
+                             "v_cache")
+        b = cu_seqlens_q.shape[0] - 1
+    else:
+        cache_seqlens = _checks.kvcache(q, k_cache, v_cache, None, None, cache_seqlens, page_table,
+                                        num_splits)
+        b = q.shape[0]
+    _checks.new_keys(q, k_cache, v_cache, k, v, cu_seqlens_k_new, b)
+    _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
+                           k_descale, v_descale, rotary_seqlens, cache_leftpad, batch=b)
+    scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
+    left, right = masking.normalize_window(causal, (left, right))
+    _checks.sinks(q, sinks)
+    _checks.alibi_slopes(q, alibi_slopes, b)
+    local = left >= 0 or right >= 0  # causal or local: q rotated per token
+    if varlen and q.is_cuda:  # the decode kernel, or no call at all (checked before the append)
+        reason = ops_serve.varlen_kvcache_reason(q, k_cache, v_cache, scale, None, sinks,
+                                                 alibi_slopes, cache_leftpad)
+        if reason is not None:
+            raise NotImplementedError(f"{who}: cu_seqlens_q (packed queries against a KV cache) "
+                                      f"cannot run the CUDA kernel: {reason}; the reference runs "
+                                      "on CPU tensors")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, k_cache, v_cache)):
+        raise NotImplementedError(f"{who}: new keys are appended in place, forward only (no "
+                                  "backward); call it under torch.no_grad()")
+    if validation.validation_enabled(q, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new):
+        news = (k.shape[1] if cu_seqlens_k_new is None else
+                _checks.packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
+        qs = q.shape[1] if not varlen else _checks.packed_lengths("cu_seqlens_q", cu_seqlens_q,
+                                                                   q.shape[0])
+        if varlen and qs and max(qs) > max_seqlen_q:
+            raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
+                             f"sequence ({max(qs)})")
+        _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
+                               rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
+    q_rot = ops_serve.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                            cu_seqlens_q, cu_seqlens_k_new, rotary_cos,
+                                            rotary_sin, bool(rotary_interleaved), local,
+                                            rotary_seqlens)
+    if rotary_cos is not None:
+        q = q_rot
+    # Each entry's key count (no host read); the kernel clamps it into [0, capacity].
+    n_new = (k.shape[1] if cu_seqlens_k_new is None
+             else (cu_seqlens_k_new[1:] - cu_seqlens_k_new[:-1]).to(torch.int64))
+    seqused = (cache_seqlens.to(torch.int64) + n_new).clamp(0, 2**31 - 1).to(torch.int32)
+    if varlen:
+        out, lse = ops_serve.attention_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, seqused,
+                                                      page_table, None, int(max_seqlen_q), scale,
+                                                      left, right, softcap, None, None, sinks,
+                                                      int(num_splits), alibi_slopes,
+                                                      cache_leftpad)
+    else:
+        out, lse = ops.attention_kvcache(q, k_cache, v_cache, None, None, seqused, page_table,
+                                         scale, left, right, softcap, None, None, False, None,
+                                         None, int(num_splits), sinks, alibi_slopes, None,
+                                         cache_leftpad, False)
+    return (out, lse) if return_lse else out
 
 
 def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
                      causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
-                     return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None):
+                     return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None,
+                     cache_leftpad=None):
     """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                          cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
+    if cache_leftpad is not None:
+        _checks.kvcache_extras(q, k, None, page_table, None, None, False, None, None,
+                               cache_leftpad=cache_leftpad, batch=cu_seqlens_q.shape[0] - 1)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
@@ -299,8 +413,8 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
     if q.is_cuda:  # the decode kernel; the reference (host reads of the metadata) is CPU-only
-        reason = _backend.kernel_varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
-                                                       alibi_slopes)
+        reason = ops_serve.varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
+                                                 alibi_slopes, cache_leftpad)
         if reason is not None:
             raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot "
                                       f"run the CUDA kernel: {reason}; the reference runs on CPU "
@@ -312,5 +426,5 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
                                                   cu_seqlens_k, int(max_seqlen_q), scale, left,
                                                   right, softcap, k_descale, v_descale, sinks,
-                                                  int(num_splits), alibi_slopes)
+                                                  int(num_splits), alibi_slopes, cache_leftpad)
     return (out, lse) if return_lse else out

@@ -21,7 +21,11 @@ conventions, and map onto flash3's public API:
   ``page_table[cache_batch_idx[i]]`` on the device (an index outside the table: a row of page ids
   -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/
   ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA); ``cache_leftpad``
-  by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache
+  by flash3's (the decode kernel on CUDA; paged caches, cache_batch_idx and packed queries
+  included); ``cu_seqlens_k_new`` (packed new keys) and new keys or rotary with packed queries
+  by flash3's packed append (the fused append kernel, then the decode kernel, on CUDA; packed
+  query t of entry i at rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal or
+  local, as FA3).  An FP8 cache
   takes FA3's per-(batch, kv head) descales: without new keys or cu_seqlens_q, paged or not, on
   flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
   into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
@@ -46,11 +50,10 @@ intersected with causal/windows) with FP8 inputs, keys from a cache (``seqused_k
 ``flash_attn_with_kvcache`` (16-bit ``flash_attn_func``/``flash_attn_varlen_func`` run it on
 flash3's kernels, forward and backward), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
 takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
-``cache_leftpad`` with ``cu_seqlens_q``,
-``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
-``seqused_k`` with autograd, new k/v or rotary with packed
-queries, an FP8 paged cache with new keys or cu_seqlens_q, and rotary tables of any
-float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
+with an FP8 cache: ``cache_leftpad`` with ``cu_seqlens_q``, ``cu_seqlens_k_new`` with new keys
+(without them it is unused, as in FA3) and new k/v or rotary with packed queries (16-bit caches
+take all three on flash3's kernels), ``seqused_k`` with autograd, an FP8 paged cache with new
+keys or cu_seqlens_q, and rotary tables of any float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
 from __future__ import annotations
@@ -300,14 +303,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         cu_seqlens_k_new = None
     if rotary_cos is None:
         rotary_seqlens = None
+    # Packed new keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad
+    # with packed queries run on flash3's kernels (the fused append, then the decode kernel); with
+    # an FP8 cache they stay on the spec.
     reason = _reference_reason(
         qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256,
-        cache_leftpad_with_cu_seqlens_q=varlen and cache_leftpad is not None,
-        cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=attention_chunk,
+        cache_leftpad_with_cu_seqlens_q=fp8_cache and varlen and cache_leftpad is not None,
+        cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache else None, attention_chunk=attention_chunk,
         fp8_paged_cache_with_new_kv_or_cu_seqlens_q=(fp8_cache and not fa3_fp8
                                                      and page_table is not None),
         fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
-        cu_seqlens_q_with_new_kv=varlen and (k is not None or rotary_cos is not None))
+        cu_seqlens_q_with_new_kv=fp8_cache and varlen and (k is not None
+                                                           or rotary_cos is not None))
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         if cache_seqlens is None:
@@ -380,7 +387,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
         alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad,
-        **({"descale_per_batch": True} if fa3_fp8 else {}))
+        cu_seqlens_k_new=cu_seqlens_k_new, **({"descale_per_batch": True} if fa3_fp8 else {}))
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

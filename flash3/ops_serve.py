@@ -9,7 +9,9 @@ they run the reference with a one-time RuntimeWarning (the package's fallback ru
 Varlen queries on a paged or contiguous KV cache run the decode kernel on CUDA (fwd_kvcache_sm90
 with cu_seqlens_q: no host reads; sinks too) and the reference on the CPU; a CUDA call the kernel
 cannot take (a packed cache, fp32 q, ...) raises NotImplementedError naming why: the reference's
-per-sequence loop would read cu_seqlens on the host.
+per-sequence loop would read cu_seqlens on the host. New keys in FA3's packed layouts
+(kvcache_append_packed: cu_seqlens_k_new, or with packed queries) are written by the fused append
+kernel on CUDA (no host reads), by the reference elsewhere.
 """
 
 # No ``from __future__ import annotations``: custom_op reads real annotations.
@@ -174,15 +176,17 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                              softcap: float, k_descale: Optional[Tensor] = None,
                              v_descale: Optional[Tensor] = None,
                              sinks: Optional[Tensor] = None, num_splits: int = 0,
-                             alibi_slopes: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                             alibi_slopes: Optional[Tensor] = None,
+                             cache_leftpad: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     # Forward only.  CUDA: the decode kernel (packed GQA, split-KV by packed row), or
-    # NotImplementedError (kernel_varlen_kvcache_reason); CPU: the reference.
-    if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table):
+    # NotImplementedError (varlen_kvcache_reason); CPU: the reference.
+    if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table, cache_leftpad):
         _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table,
-                                    cu_seqlens_k, max_seqlen_q, k_descale, v_descale)
+                                    cu_seqlens_k, max_seqlen_q, k_descale, v_descale,
+                                    cache_leftpad=cache_leftpad)
     if q.is_cuda:
-        reason = _backend.kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale,
-                                                       cu_seqlens_k, sinks, alibi_slopes)
+        reason = varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k, sinks,
+                                       alibi_slopes, cache_leftpad)
         if reason is not None:
             raise NotImplementedError(f"packed queries against a KV cache on CUDA: {reason} "
                                       "(the reference runs on CPU tensors)")
@@ -190,16 +194,61 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                                                   seqused_k, page_table, softmax_scale,
                                                   window_left, window_right, softcap, num_splits,
                                                   k_descale, v_descale, sinks,
-                                                  **ops._alibi_kw(alibi_slopes))
+                                                  **ops._alibi_kw(alibi_slopes),
+                                                  cache_leftpad=cache_leftpad)
     return reference.varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                           page_table, cu_seqlens_k, softmax_scale, window_left,
                                           window_right, softcap, k_descale, v_descale, sinks,
-                                          alibi_slopes)
+                                          alibi_slopes, cache_leftpad)
 
 
 @attention_varlen_kvcache.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, max_seqlen_q,
       softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
-      sinks=None, num_splits=0, alibi_slopes=None):
+      sinks=None, num_splits=0, alibi_slopes=None, cache_leftpad=None):
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     return out, ops._lse_varlen(q)
+
+
+def varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k=None, sinks=None,
+                          alibi_slopes=None, cache_leftpad=None):
+    """Why the decode kernel cannot run packed queries against this cache (with cache_leftpad
+    when given); None if it can."""
+    return (_backend.kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k,
+                                                  sinks, alibi_slopes)
+            or (None if cache_leftpad is None else _backend.kernel_leftpad_reason(q)))
+
+
+# ----------------------------------------------------------------- new keys in FA3's packed layouts
+@torch.library.custom_op("flash3::kvcache_append_packed", mutates_args=("k_cache", "v_cache"))
+def kvcache_append_packed(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor, v: Tensor,
+                          cache_seqlens: Tensor, page_table: Optional[Tensor],
+                          cu_seqlens_q: Optional[Tensor], cu_seqlens_k_new: Optional[Tensor],
+                          rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor],
+                          rotary_interleaved: bool, q_per_token: bool,
+                          rotary_seqlens: Optional[Tensor]) -> Tensor:
+    """New k/v written into a (paged) cache of q's dtype at cache_seqlens[i] + t, rotated with q
+    when rotary tables are given, in FA3's packed layouts: q packed by cu_seqlens_q and/or k/v by
+    cu_seqlens_k_new (reference.kvcache_append_packed says what lands where).  Returns q rotated,
+    or an empty tensor without rotary.  CUDA: the fused append (append_kv_sm90: no host reads,
+    slots outside the cache or behind a bad page id skipped), or where it cannot run the reference
+    (host reads) with the package's one-time fallback warning; CPU: the reference.  The caller
+    validated everything first (flash3.api attention_with_kvcache)."""
+    reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
+    if reason is None:
+        return _backend.run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens,
+                                                 page_table, cu_seqlens_q, cu_seqlens_k_new,
+                                                 rotary_cos, rotary_sin, rotary_interleaved,
+                                                 q_per_token, rotary_seqlens)
+    if q.is_cuda:
+        _backend.warn_fallback(reason, "attention_with_kvcache (append)")
+    q_out = reference.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                            cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin,
+                                            rotary_interleaved, q_per_token, rotary_seqlens)
+    return q.new_empty(0) if q_out is None else q_out
+
+
+@kvcache_append_packed.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new,
+      rotary_cos, rotary_sin, rotary_interleaved, q_per_token, rotary_seqlens):
+    return torch.empty_like(q) if rotary_cos is not None else q.new_empty(0)

@@ -35,6 +35,19 @@ def test_opcheck_attention_fp8_varlen():
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 
 
+def test_opcheck_kvcache_append_packed():
+    """The packed append op: its schema (mutates the caches), fake and dispatch agree."""
+    cq, cn = torch.tensor([0, 2, 2, 5], dtype=torch.int32), torch.tensor([0, 1, 3, 3], dtype=torch.int32)
+    ang = torch.arange(16.0)[:, None] * torch.tensor([1.0, 0.1])[None]
+    q, k, v = torch.randn(6, 4, 8), torch.randn(4, 2, 8), torch.randn(4, 2, 8)
+    kc, vc = torch.randn(3, 8, 2, 8), torch.randn(3, 8, 2, 8)
+    n = torch.tensor([3, 0, 5], dtype=torch.int32)
+    for rotary in (True, False):
+        cos, sin = (ang.cos(), ang.sin()) if rotary else (None, None)
+        args = (q, kc, vc, k, v, n, None, cq, cn, cos, sin, False, True, None)
+        torch.library.opcheck(torch.ops.flash3.kvcache_append_packed.default, args)
+
+
 def test_compile_attention_fwd_bwd_aot_eager():
     @torch.compile(backend="aot_eager", fullgraph=True)
     def f(q, k, v):
@@ -98,6 +111,28 @@ def test_compile_kvcache_leftpad_aot_eager():
     torch.testing.assert_close(out[1, 0], v[1, 0].repeat(1, 1).expand(2, 8))
     ref = attention_ref64(q[:1].double(), kc[:1, :4].double(), vc[:1, :4].double())[0]
     assert (out[:1].double() - ref).abs().max() < 1e-5
+
+
+def test_compile_kvcache_packed_append_aot_eager():
+    """FA3's packed appends (cu_seqlens_k_new, packed queries, rotary, cache_leftpad) under
+    torch.compile: the append op mutates the caches, the result equals the eager call's."""
+    cq, cn = torch.tensor([0, 2, 2, 5], dtype=torch.int32), torch.tensor([0, 1, 3, 3], dtype=torch.int32)
+    ang = torch.arange(16.0)[:, None] * torch.tensor([1.0, 0.1])[None]
+
+    def step(q, kc, vc, k, v, n, lp):
+        return flash3.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=n, cache_leftpad=lp,
+                                             cu_seqlens_q=cq, max_seqlen_q=3, cu_seqlens_k_new=cn,
+                                             rotary_cos=ang.cos(), rotary_sin=ang.sin(), causal=True)
+
+    q, k, v = torch.randn(5, 4, 8), torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    caches = torch.randn(3, 8, 2, 8), torch.randn(3, 8, 2, 8)
+    n, lp = torch.tensor([3, 0, 5], dtype=torch.int32), torch.tensor([1, 0, 2], dtype=torch.int32)
+    kc, vc = (c.clone() for c in caches)
+    out = torch.compile(step, backend="aot_eager", fullgraph=True)(q, kc, vc, k, v, n, lp)
+    kc_e, vc_e = (c.clone() for c in caches)
+    want = step(q, kc_e, vc_e, k, v, n, lp)
+    assert torch.equal(kc, kc_e) and torch.equal(vc, vc_e) and not torch.equal(kc, caches[0])
+    torch.testing.assert_close(out, want)
 
 
 def test_compile_inductor_small():

@@ -172,6 +172,28 @@ def test_append_and_quantize(driver):
     assert layout == "error: flash3.quantize_fp8_sm90: layout must be 0 (rows) or 1 (v_packed), got 3"
 
 
+def test_append_packed_layouts(driver):
+    """FA3's packed layouts: the kernel gets the packed row counts and the cu_seqlens pointers,
+    batch strides 0; sizes that disagree are refused naming the tensor."""
+    both, q_only, k_only, bad_cu, bad_k = driver([
+        "append packed_q=1 packed_k=1 rotary=1 page=16", "append packed_q=1 rotary=1", "append packed_k=1",
+        "append packed_k=1 cu=4", "append packed_k=1 kd=64"])
+
+    def fields(answer):  # the recorded k=v fields (the answer also names the overlap checks)
+        assert answer.startswith("ok append"), answer
+        return dict(kv.split("=", 1) for kv in answer.split() if "=" in kv)
+    f = fields(both)
+    assert (f["batch"], f["s_q"], f["s_new"], f["cu_q"], f["cu_k"]) == ("2", "5", "7", "1", "1")
+    assert f["k_batch_stride"] == f["q_batch_stride"] == "0" and f["k_row_stride"] == str(2 * 128)
+    f = fields(q_only)
+    assert (f["s_q"], f["s_new"], f["cu_q"], f["cu_k"], f["q_batch_stride"]) == ("5", "1", "1", "0", "0")
+    f = fields(k_only)
+    assert (f["s_q"], f["s_new"], f["cu_q"], f["cu_k"], f["k_batch_stride"]) == ("1", "7", "0", "1", "0")
+    assert bad_cu == ("error: flash3.append_kv_sm90: cu_seqlens_k_new must be a contiguous int32 (3,) tensor on "
+                      "cuda:0, got Int [4]")
+    assert bad_k == "error: flash3.append_kv_sm90: k has shape [7, 2, 64], expected (*, 2, 128) (packed rows)"
+
+
 def test_kernel_lists(driver):
     assert driver(["kernel_info"])[0] == (
         'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]], '

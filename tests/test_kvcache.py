@@ -183,11 +183,14 @@ def test_cache_leftpad_errors():
         call(torch.tensor([-1, 0], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"cache_leftpad\[1\] = 7 is outside"):
         call(torch.tensor([0, 7], dtype=torch.int32))  # 5 + 1 keys
-    with pytest.raises(NotImplementedError, match="cache_leftpad with cu_seqlens_q"):
-        flash3.attention_with_kvcache(q[:, 0], kc, vc, cache_seqlens=lens,
-                                      cache_leftpad=torch.zeros(2, dtype=torch.int32),
-                                      cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32),
-                                      max_seqlen_q=1)
+    # with packed queries (flash3's packed-query path takes cache_leftpad): the same checks
+    packed = lambda lp: flash3.attention_with_kvcache(  # noqa: E731
+        q[:, 0], kc, vc, cache_seqlens=lens, cache_leftpad=lp,
+        cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), max_seqlen_q=1)
+    with pytest.raises(ValueError, match=r"cache_leftpad must be int32 of shape \(2,\)"):
+        packed(torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cache_leftpad\[1\] = 6 is outside"):
+        packed(torch.tensor([0, 6], dtype=torch.int32))  # 5 keys, no new ones
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
     out = call(torch.tensor([4, 6], dtype=torch.int32))  # the whole row padded: no keys
     assert torch.all(out == 0)

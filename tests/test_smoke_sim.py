@@ -244,9 +244,10 @@ def test_decode_kernel_ids_labels_and_features():
     assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
     assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
     # "fa3desc" (FA3's per-batch FP8-cache descales) applies to the FP8-cache decode kernels only:
-    # a 16-bit cache has no descales.
+    # a 16-bit cache has no descales; "vappend" (FA3's packed appends) to the 16-bit ones only: an
+    # FP8 cache refuses packed appends.
     assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f != "fa3desc"]
-    assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == smoke.DEC_FEATURES
+    assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f != "vappend"]
     assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
     assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
     with pytest.raises(ValueError, match="does not apply"):
@@ -258,8 +259,8 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    if not smoke.applies(kid, feature):  # fa3desc: FP8-cache kernels only
-        assert feature == "fa3desc" and not smoke.dec_fp8_cache(kid)
+    if not smoke.applies(kid, feature):  # fa3desc: FP8-cache kernels only; vappend: 16-bit caches only
+        assert (feature, smoke.dec_fp8_cache(kid)) in (("fa3desc", False), ("vappend", True))
         with pytest.raises(ValueError, match="does not apply"):
             smoke.make_dec_case(feature, kid, device="cpu")
         return
@@ -268,6 +269,18 @@ def test_make_dec_case_and_op_call(kid, feature):
     fp8 = smoke.dec_fp8_cache(kid)
     for p in parts:
         q, kc, vc, pt = p["q"], p["kc"], p["vc"], p["pt"]
+        if feature == "vappend":  # FA3's packed layouts: cu_seqlens_k_new and/or cu_seqlens_q to the append
+            a = p["append"]
+            assert p["cu_q"] is not None or a["cu_k"] is not None
+            out, lse, q_out = smoke.dec_poisoned_outputs(p)
+            assert (q_out is not None) == (a["cos"] is not None) and (q_out is None or q_out.shape == q.shape)
+            op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+            assert t["cu_seqlens_k_new"] is a["cu_k"] and t.get("cu_seqlens_q") is p["cu_q"]
+            assert t["cache_leftpad"] is p["leftpad"] and t["k"] is a["k"] and t["q_out"] is q_out
+            b = len(p["seqused"])
+            news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
+            assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
+            continue
         if p["cu_q"] is not None:  # packed queries (vpaged): q (total_q, h, d)
             assert feature == "vpaged" and q.dim() == 3 and p["cu_q"].dtype == torch.int32
             b, h = p["cu_q"].shape[0] - 1, q.shape[1]
@@ -326,6 +339,15 @@ def test_make_dec_case_and_op_call(kid, feature):
             used, pads = p["seqused"].tolist(), p["leftpad"].tolist()
             assert 37 in pads and any(min(max(a, 0), n) == n for a, n in zip(pads, used))
         assert min(parts[3]["leftpad"].tolist()) < 0  # clamped by the kernel
+    if feature == "vappend":  # packed q and k, q only, k only; entries of 0 queries / new keys; tails of no entry
+        layouts = [(p["cu_q"] is not None, p["append"]["cu_k"] is not None) for p in parts]
+        assert layouts == [(True, True), (True, False), (False, True)]
+        assert {p["pt"] is None for p in parts} == {True, False} and {p["causal"] for p in parts} == {True, False}
+        assert 0 in parts[0]["cu_q"].diff().tolist() and 0 in parts[0]["append"]["cu_k"].diff().tolist()
+        assert parts[0]["q"].shape[0] > parts[0]["cu_q"][-1] and parts[0]["append"]["k"].shape[0] > \
+            parts[0]["append"]["cu_k"][-1]
+        assert [p["append"]["cos"] is not None for p in parts] == [True, True, False]
+        assert parts[1]["append"]["interleaved"] and parts[1]["append"]["rotary_seqlens"] is not None
     if feature == "fa3desc":  # FA3's (b, h_k) descales on paged caches: gathered (16) and 256 keys per page
         assert [(p["kc"].shape[1], p["num_splits"], p["causal"]) for p in parts] == [(16, 1, True), (256, 3, False)]
         for p in parts:
@@ -421,6 +443,51 @@ def test_check_dec_fp8_append_is_bitwise():
     vc.view(torch.uint8)[tuple(idx)] ^= 1
     res = smoke.check_dec(p, dict(r, vc=vc))
     assert res["status"] == "wrong" and "v_cache" in res["detail"]
+
+
+def _vappend_result(p, **change):
+    """flash3.attention_with_kvcache (CPU: the reference) on copies of a "vappend" part's caches, as
+    smoke_cases.launch_dec's result; `change`: arguments to alter (a wrong kernel's result)."""
+    import flash3
+    from flash3 import reference
+    a = p["append"]
+    kc, vc = p["kc"].clone(), p["vc"].clone()
+    kw = dict(cache_seqlens=a["cache_seqlens"], page_table=p["pt"], causal=p["causal"],
+              cache_leftpad=p["leftpad"], rotary_cos=a["cos"], rotary_sin=a["sin"],
+              rotary_interleaved=a["interleaved"], rotary_seqlens=a["rotary_seqlens"],
+              cu_seqlens_k_new=a["cu_k"], return_lse=True, num_splits=p["num_splits"])
+    if p["cu_q"] is not None:
+        kw.update(cu_seqlens_q=p["cu_q"], max_seqlen_q=p["max_q"])
+    kw.update(change)
+    out, lse = flash3.attention_with_kvcache(p["q"], kc, vc, a["k"], a["v"], **kw)
+    q_out = None
+    if a["cos"] is not None:
+        q_out = reference.kvcache_append_packed(p["q"], p["kc"].clone(), p["vc"].clone(), a["k"], a["v"],
+                                                a["cache_seqlens"], p["pt"], p["cu_q"], a["cu_k"], a["cos"],
+                                                a["sin"], a["interleaved"], p["causal"], a["rotary_seqlens"])
+    return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": q_out}
+
+
+def test_check_dec_vappend():
+    """vappend: flash3's packed append + attention (the public call on CPU) passes check_dec; an
+    append reading packed new keys one row off, q rotated
+    at the key positions instead of rotary_seqlens, or a wrong output row do not."""
+    parts = smoke.make_dec_case("vappend", "dec:bf16:128:128", device="cpu")
+    for p in parts:
+        r = _vappend_result(p)
+        assert smoke.check_dec(p, r)["status"] == "ok"
+        bad = dict(r, out=r["out"].clone())
+        bad["out"][2] += 0.25  # the third query row (a packed row of an entry, or entry 1's first batched one)
+        assert smoke.check_dec(p, bad)["status"] == "wrong"
+        a = p["append"]
+        if a["cu_k"] is not None:  # packed new keys read one row off (each entry from its offset - 1)
+            k1, v1 = (torch.roll(x, 1, 0) for x in (a["k"], a["v"]))
+            wrong = _vappend_result(dict(p, append=dict(a, k=k1, v=v1)))
+            res = smoke.check_dec(p, dict(r, kc=wrong["kc"], vc=wrong["vc"]))
+            assert res["status"] == "wrong" and "k_cache" in res["detail"]
+        if a["rotary_seqlens"] is not None:  # q at the key positions
+            at_keys = _vappend_result(dict(p, append=dict(a, rotary_seqlens=None)))
+            assert smoke.check_dec(p, dict(r, q_out=at_keys["q_out"]))["status"] == "wrong"
 
 
 def test_check_dec_vpaged_per_sequence():
@@ -829,7 +896,8 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi", "chunk"]
     for f in smoke.CI_ONCE:
         assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
-    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f not in smoke.CI_ONCE]  # alone in its group
+    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only)
+    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f not in smoke.CI_ONCE | {"vappend"}]
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES

@@ -198,10 +198,12 @@ def test_errors_name_the_argument():
         flash3.attention_varlen(q.requires_grad_(), kc, vc, cq, None, 300, 2000,
                                 page_table=table, seqused_k=used)
     q = q.detach()
-    k_new = torch.randn(len(LENS_Q), 1, H_K, D)
-    with pytest.raises(NotImplementedError, match="k with cu_seqlens_q"):
+    k_new = torch.randn(len(LENS_Q) + 1, 1, H_K, D)  # new keys take packed q's path: one per entry
+    before = kc.clone()
+    with pytest.raises(ValueError, match=r"k must have shape \(%d, s_new" % len(LENS_Q)):
         flash3.attention_with_kvcache(q, kc, vc, k_new, k_new, cache_seqlens=used,
                                       page_table=table, cu_seqlens_q=cq, max_seqlen_q=300)
+    assert torch.equal(kc, before)
     with pytest.raises(ValueError, match="max_seqlen_q"):
         flash3.attention_with_kvcache(q, kc, vc, cache_seqlens=used, page_table=table,
                                       cu_seqlens_q=cq)

@@ -45,7 +45,7 @@ import torch
 from .. import _torch_cpu, masking
 from ..decode_plan import split_key_range
 from ..fp8_quant import FP8_MAX
-from ..rotary import kvcache_rotary
+from ..rotary import apply_rotary, kvcache_rotary
 
 # Tile sizes (query positions x keys), tuned on CPU: large tiles amortize the
 # per-tile Python and kernel-launch cost; the score tile stays a few MiB.
@@ -547,6 +547,41 @@ def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None, k_desc
     v_cache[idx0, idx1] = v
 
 
+def kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                          cu_seqlens_k_new, rotary_cos=None, rotary_sin=None,
+                          rotary_interleaved=False, q_per_token=True, rotary_seqlens=None):
+    """The append of new keys in FA3's packed layouts (caches of q's dtype): entry i's new tokens
+    are k[i] (batched (b, s_new, h_k, .)) or k[cu_seqlens_k_new[i]:cu_seqlens_k_new[i+1]]
+    (packed), written (rotated first when rotary tables are given) at cache positions
+    cache_seqlens[i] + t; its queries q[i] or q[cu_seqlens_q[i]:...], rotated at
+    rotary_seqlens[i] (default cache_seqlens[i]) + t (``q_per_token``) or + 0.  Returns q rotated
+    (packed rows of no entry copied as they are), or None without rotary.  Host reads of the
+    metadata (the CPU's, and the CUDA fallback's)."""
+    b = cache_seqlens.shape[0]
+    lens = cache_seqlens.tolist()
+    ro = lens if rotary_seqlens is None else rotary_seqlens.tolist()
+    cq = None if cu_seqlens_q is None else cu_seqlens_q.tolist()
+    ck = None if cu_seqlens_k_new is None else cu_seqlens_k_new.tolist()
+    q_out = None if rotary_cos is None else q.clone()
+    dev = q.device
+    for i in range(b):
+        kn, vn = ((x[i:i + 1] if ck is None else x[None, ck[i]:ck[i + 1]]) for x in (k, v))
+        if rotary_cos is not None:
+            pos = torch.arange(kn.shape[1], device=dev) + ro[i]
+            kn = apply_rotary(kn, rotary_cos, rotary_sin, pos[None], rotary_interleaved)
+            rows = slice(i, i + 1) if cq is None else slice(cq[i], cq[i + 1])
+            qi = q[rows] if cq is None else q[None, rows]
+            t = torch.arange(qi.shape[1], device=dev)
+            qpos = (t + ro[i] if q_per_token else torch.full_like(t, ro[i]))[None]
+            qi = apply_rotary(qi, rotary_cos, rotary_sin, qpos, rotary_interleaved)
+            q_out[rows] = qi if cq is None else qi[0]
+        if page_table is None:  # row i of a contiguous cache
+            kvcache_write(k_cache[i:i + 1], v_cache[i:i + 1], kn, vn, cache_seqlens[i:i + 1])
+        else:
+            kvcache_write(k_cache, v_cache, kn, vn, cache_seqlens[i:i + 1], page_table[i:i + 1])
+    return q_out
+
+
 def kvcache_gather(cache, i, n, page_table=None, descale=None, descale_per_batch=False):
     """The first n keys of batch row i, contiguous (n, h_k, d); fp32 if ``descale`` (FP8): per
     slab (page or contiguous row), or with ``descale_per_batch`` row i's own (FA3's (b, h_k))."""
@@ -681,7 +716,7 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
 
 def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
                          softmax_scale, left, right, softcap=0.0, k_descale=None, v_descale=None,
-                         sinks=None, alibi_slopes=None):
+                         sinks=None, alibi_slopes=None, cache_leftpad=None):
     """q (total_q, h, d) -> out (total_q, h, d_v) in q's dtype, lse (h, total_q) fp32.
 
     Keys of sequence i, by layout:
@@ -691,6 +726,8 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
     * packed (``cu_seqlens_k``): k_cache[cu_seqlens_k[i]:][:n] with n = seqused_k[i] if given,
       else cu_seqlens_k[i+1] - cu_seqlens_k[i].
     FP8 caches (paged or contiguous) are read as x8 * descale (per page or batch row, kv head).
+    ``cache_leftpad`` (b,) (FA3's; paged or contiguous): sequence i's keys start at cache position
+    clamp(cache_leftpad[i], 0, n) of its n, masks and ALiBi counting keys from there.
     Tokens outside every sequence get out 0, lse -inf.  One host read of the metadata.
     """
     total_q, h, _ = q.shape
@@ -699,6 +736,7 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
     cq = cu_seqlens_q.tolist()
     used = None if seqused_k is None else seqused_k.tolist()
     ck = None if cu_seqlens_k is None else cu_seqlens_k.tolist()
+    pads = None if cache_leftpad is None else cache_leftpad.tolist()
     for i in range(len(cq) - 1):
         q0, q1 = cq[i], cq[i + 1]
         if q1 == q0:
@@ -710,6 +748,9 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
         else:
             k_i = kvcache_gather(k_cache, i, used[i], page_table, k_descale)
             v_i = kvcache_gather(v_cache, i, used[i], page_table, v_descale)
+            if pads is not None:
+                lp = min(max(pads[i], 0), used[i])
+                k_i, v_i = k_i[lp:], v_i[lp:]
         o_i, l_i = forward(q[None, q0:q1], k_i[None], v_i[None], softmax_scale, left, right,
                            softcap, sinks=sinks, alibi_slopes=_slopes_of_row(alibi_slopes, i))
         out[q0:q1] = o_i[0].to(q.dtype)

@@ -88,7 +88,10 @@ int run_combine(const CombineParams& c, void*) {
   return 0;
 }
 int run_append_kv(const AppendKvParams& p, void*) {
-  g_rec << "append page_size=" << p.page_size << " max_pages=" << p.max_pages << " rotary_dim=" << p.rotary_dim;
+  g_rec << "append page_size=" << p.page_size << " max_pages=" << p.max_pages << " rotary_dim=" << p.rotary_dim
+        << " batch=" << p.batch << " s_new=" << p.s_new << " s_q=" << p.s_q << " cu_q=" << (p.cu_seqlens_q != nullptr)
+        << " cu_k=" << (p.cu_seqlens_k_new != nullptr) << " k_batch_stride=" << p.k_batch_stride
+        << " q_batch_stride=" << p.q_batch_stride << " k_row_stride=" << p.k_row_stride;
   return 0;
 }
 int run_quantize_fp8(const QuantizeParams& p, void*) {
@@ -231,18 +234,26 @@ static void kvcache(FakeBackend& be, const Args& a) {
                       num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad);
 }
 
+// packed_q=1 / packed_k=1: FA3's packed layouts, q (5, hq, d) / k, v (7, hk, d) with cu_seqlens of
+// `cu` entries (default b + 1).
 static void append(FakeBackend& be, const Args& a) {
-  const int64_t b = 2, hq = 8, hk = 2, d = 128, page = num(a, "page", 0);
-  const h::TensorView& q = make({b, 1, hq, d}, h::DType::bf16);
+  const int64_t b = 2, hq = 8, hk = 2, d = 128, page = num(a, "page", 0), n_cu = num(a, "cu", b + 1);
+  const bool pq = num(a, "packed_q", 0) != 0, pk = num(a, "packed_k", 0) != 0;
+  const auto q_shape = pq ? std::vector<int64_t>{5, hq, d} : std::vector<int64_t>{b, 1, hq, d};
+  const h::TensorView& q = make(q_shape, h::DType::bf16);
   const h::TensorView &kc = make({page ? 16 : b, page ? page : 512, hk, d}, h::DType::bf16),
                       &vc = make({page ? 16 : b, page ? page : 512, hk, d}, h::DType::bf16);
-  const h::TensorView &k = make({b, 1, hk, num(a, "kd", d)}, h::DType::bf16), &v = make({b, 1, hk, d}, h::DType::bf16);
+  const h::TensorView &k = pk ? make({7, hk, num(a, "kd", d)}, h::DType::bf16)
+                              : make({b, 1, hk, num(a, "kd", d)}, h::DType::bf16),
+                      &v = pk ? make({7, hk, d}, h::DType::bf16) : make({b, 1, hk, d}, h::DType::bf16);
   const h::TensorView& lens = make({b}, h::DType::i32);
   const h::TensorView* pt = page ? &make({b, 8}, h::DType::i32) : nullptr;
   const h::TensorView *cos = nullptr, *sin = nullptr;
   if (num(a, "rotary", 0)) cos = &make({64, 32}, h::DType::f32), sin = &make({64, 32}, h::DType::f32);
-  h::append_kv_sm90(be, q, kc, vc, k, v, lens, pt, cos, sin, false, true, cos ? make({b, 1, hq, d}, h::DType::bf16) : q,
-                    nullptr, nullptr, nullptr);
+  const h::TensorView* cu_q = pq ? &make({n_cu}, h::DType::i32) : nullptr;
+  const h::TensorView* cu_k = pk ? &make({n_cu}, h::DType::i32) : nullptr;
+  h::append_kv_sm90(be, q, kc, vc, k, v, lens, pt, cos, sin, false, true, cos ? make(q_shape, h::DType::bf16) : q,
+                    nullptr, nullptr, nullptr, false, cu_q, cu_k);
 }
 
 static void bwd(FakeBackend& be, const Args& a) {

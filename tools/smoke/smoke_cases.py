@@ -57,9 +57,15 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # descales on paged caches (the descales of the batch entry, not of the page: descale_per_batch),
 # q taken exactly as bf16 and its descale folded into K's as flash_attn_interface does; pages of 16
 # causal and of 256 with 3 splits, checked against the fp64 oracle of FA3's unfolded spec.
+# FA3's packed appends (vappend, 16-bit caches only: VAPPEND_PARTS): new keys packed by
+# cu_seqlens_k_new and/or queries packed by cu_seqlens_q (entries of 0 queries, of 0 new keys, one
+# of 70 of both, packed tails of no entry: k/v rows never appended, q rows copied to q_out as they
+# are), rotated with q (per token when causal, else at the entry's position, rotary_seqlens),
+# causal bottom-right on the appended keys, leftpad, paged and contiguous caches, splits; the
+# append checked bit for bit against flash3.reference.kvcache_append_packed.
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc"]
+                "leftpad", "fa3desc", "vappend"]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -150,6 +156,8 @@ def applies(kid: str, feature: str) -> bool:
         return False
     if feature == "fa3desc":  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
+    if feature == "vappend":  # packed appends: 16-bit caches (an FP8 cache refuses them)
+        return not dec_fp8_cache(kid)
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
     if feature == "chunk":
@@ -404,6 +412,13 @@ def _dec_cache(b, cap, h_k, d, dv, page, dtype, g, device):
 # leftpads, num_splits, causal). 37: a TMA box starting mid-block; a leftpad equal to the row's key
 # count (cache_seqlens + 2 new keys with the append): no keys; the paged part's -5 and 10^6: values
 # outside the row, which the kernel clamps (to 0 and to the key count: no keys).
+# vappend's launches: (queries, new keys) per entry (an int: batched, that many per entry; a list:
+# packed), cache_seqlens, leftpad, page size (None: contiguous), splits, causal, rotary
+# (interleaved, rotary_seqlens), tail rows of no entry (q, k).
+VAPPEND_PARTS = [([3, 0, 5, 1, 70], [2, 3, 0, 1, 70], [40, 0, 77, 255, 100], [0, 0, 37, 2, 5], 16, 0,
+                  True, (False, None), (3, 2)),
+                 ([1, 4, 0], 2, [10, 200, 5], [3, 0, 0], None, 3, False, (True, [7, 0, 290]), (2, 0)),
+                 (2, [0, 5, 1], [50, 120, 0], [49, 0, 0], 64, 0, True, None, (0, 3))]
 LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("causal", 400, None, 70, [200, 333, 150], [0, 37, 150], 1, True),
                  ("split", 600, None, 2, [600, 450, 37], [37, 0, 37], 3, False),
@@ -430,6 +445,40 @@ def _fa3desc_part(part, page, splits, causal, d, dv, g, device):
     return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), torch.tensor(
         [1, 129, 300], dtype=torch.int32, device=device), num_splits=splits, causal=causal,
         fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
+
+
+def _vappend_part(part, rnd, i32, cache, h_k, d, dv, device, lq, ln, lens, pads, page, splits, causal, rot,
+                  tail):
+    """One "vappend" launch (VAPPEND_PARTS): GQA g = 2, a cache of 256 keys a row, q and new k/v
+    packed where lq / ln are lists (with tail rows of no entry), batched where ints."""
+    import torch
+    b, h = len(lens), 2 * h_k
+
+    def layout(n, heads, dim, t):  # (packed rows, cu) or batched (b, n, ...)
+        if isinstance(n, int):
+            return rnd(b, n, heads, dim), None
+        cu = [0]
+        for x in n:
+            cu.append(cu[-1] + x)
+        return rnd(cu[-1] + t, heads, dim), i32(cu)
+
+    q, cu_q = layout(lq, h, d, tail[0])
+    k, cu_k = layout(ln, h_k, d, tail[1])
+    v = rnd(*k.shape[:-1], dv)
+    kc, vc, pt, ds = cache(b, 256, h_k, page)
+    cos = sin = None
+    interleaved, ro = False, None
+    if rot is not None:
+        interleaved, ro = rot
+        ang = torch.arange(600, dtype=torch.float32)[:, None] * 10000.0 ** (
+            -torch.arange(0, 64, 2, dtype=torch.float32) / 64)
+        cos, sin = ang.cos().to(device), ang.sin().to(device)
+    app = dict(k=k, v=v, cache_seqlens=i32(lens), cos=cos, sin=sin, interleaved=interleaved,
+               per_token=causal, cu_k=cu_k, rotary_seqlens=None if ro is None else i32(ro))
+    news = [ln] * b if isinstance(ln, int) else ln
+    seqused = i32([n + m for n, m in zip(lens, news)])  # flash3/api.py: cache_seqlens + new keys
+    return part(q, kc, vc, pt, ds, seqused, num_splits=splits, causal=causal, append=app, cu_q=cu_q,
+                max_q=max(lq) if cu_q is not None else 0, leftpad=i32(pads))
 
 
 def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
@@ -459,6 +508,7 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
              append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None):
+        # append["cu_k"]: cu_seqlens_k_new (vappend: FA3's packed new keys), else absent
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
                     unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
@@ -478,6 +528,8 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
             parts.append(part(q, kc, vc, pt, ds, i32(lens_k), num_splits=splits, causal=True, cu_q=i32(cu),
                               max_q=max(lens_q), sinks=sinks))
         return parts
+    if feature == "vappend":
+        return [_vappend_part(part, rnd, i32, cache, h_k, d, dv, device, *spec) for spec in VAPPEND_PARTS]
     if feature == "fa3desc":
         return [_fa3desc_part(part, page, splits, causal, d, dv, g, device)
                 for page, splits, causal in ((16, 1, True), (256, 3, False))]
@@ -563,14 +615,15 @@ def dec_poisoned_outputs(p: dict):
     q_out (NaN, q's shape) when rotary."""
     import torch
     q = p["q"]
+    rot = p["append"] is not None and p["append"]["cos"] is not None
+    q_out = torch.full_like(q, float("nan")) if rot else None
     if p.get("cu_q") is not None:
         return (torch.full((q.shape[0], q.shape[1], p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device),
-                torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device), None)
+                torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device), q_out)
     b, s_q, h, _ = q.shape
     out = torch.full((b, s_q, h, p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, h, s_q), float("nan"), device=q.device)
-    rot = p["append"] is not None and p["append"]["cos"] is not None
-    return out, lse, torch.full_like(q, float("nan")) if rot else None
+    return out, lse, q_out
 
 
 def launch_dec(p: dict) -> dict:
@@ -588,7 +641,9 @@ def launch_dec(p: dict) -> dict:
                                         a["sin"], a["interleaved"], a["per_token"],
                                         q_out if q_out is not None else q, kd, vd,
                                         **({} if a.get("rotary_seqlens") is None
-                                           else {"rotary_seqlens": a["rotary_seqlens"]}))
+                                           else {"rotary_seqlens": a["rotary_seqlens"]}),
+                                        **({} if a.get("cu_k") is None and p.get("cu_q") is None
+                                           else {"cu_seqlens_k_new": a.get("cu_k"), "cu_seqlens_q": p.get("cu_q")}))
         q = q_out if q_out is not None else q
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     if p.get("alibi") is not None:
@@ -624,20 +679,26 @@ def check_dec(p: dict, r: dict) -> dict:
     a = p["append"]
     if a is not None:
         q_ref, k_ref = q, a["k"]
-        if a["cos"] is not None:
-            from flash3.rotary import kvcache_rotary
-            ro = a["cache_seqlens"] if a.get("rotary_seqlens") is None else a["rotary_seqlens"]
-            q_ref, k_ref = kvcache_rotary(q, a["k"], ro, a["cos"], a["sin"], a["interleaved"], a["per_token"])
         kc_ref, vc_ref = p["kc"].clone(), p["vc"].clone()
-        reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, kd, vd)
+        packed = a.get("cu_k") is not None or p.get("cu_q") is not None  # FA3's layouts (vappend)
+        ref_name = "reference.kvcache_append_packed" if packed else "reference.kvcache_write"
+        if packed:
+            q_ref = reference.kvcache_append_packed(q, kc_ref, vc_ref, a["k"], a["v"], a["cache_seqlens"], pt,
+                                                    p.get("cu_q"), a.get("cu_k"), a["cos"], a["sin"],
+                                                    a["interleaved"], a["per_token"], a.get("rotary_seqlens"))
+        else:
+            if a["cos"] is not None:
+                from flash3.rotary import kvcache_rotary
+                ro = a["cache_seqlens"] if a.get("rotary_seqlens") is None else a["rotary_seqlens"]
+                q_ref, k_ref = kvcache_rotary(q, a["k"], ro, a["cos"], a["sin"], a["interleaved"], a["per_token"])
+            reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, kd, vd)
         for name, got, want in (("k_cache", kc, kc_ref), ("v_cache", vc, vc_ref)):
             if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
                 n = int((got.view(torch.uint8) != want.view(torch.uint8)).sum())
-                return {"status": "wrong", "detail": f"append: {name} differs from reference.kvcache_write "
-                                                     f"in {n} bytes"}
+                return {"status": "wrong", "detail": f"append: {name} differs from {ref_name} in {n} bytes"}
         if a["cos"] is not None:
             if not torch.equal(r["q_out"].view(torch.uint8), q_ref.view(torch.uint8)):
-                return {"status": "wrong", "detail": "append: q_out differs from kvcache_rotary's q"}
+                return {"status": "wrong", "detail": "append: q_out differs from the reference's rotated q"}
             q = r["q_out"]
     out, lse = r["out"], r["lse"]
     if torch.isnan(out).any() or torch.isnan(lse).any():

@@ -254,7 +254,7 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     if a is not None:
         tensors.update(k=a["k"], v=a["v"], cache_seqlens=a["cache_seqlens"], rotary_cos=a["cos"],
                        rotary_sin=a["sin"], q_out=q_out if a["cos"] is not None else None,
-                       rotary_seqlens=a.get("rotary_seqlens"))
+                       rotary_seqlens=a.get("rotary_seqlens"), cu_seqlens_k_new=a.get("cu_k"))
         scalars.update(rotary_interleaved=bool(a["interleaved"]), q_per_token=bool(a["per_token"]))
     tensors["cache_leftpad"] = part.get("leftpad")
     if part.get("fa3") is not None:  # FA3's descales: per batch entry (the driver's optional scalar)

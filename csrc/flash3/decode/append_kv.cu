@@ -55,6 +55,28 @@ __device__ __forceinline__ __nv_fp8_storage_t quantize_e4m3(float x, float desca
   return __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
 }
 
+// Batch entry b and token t of token row `row`: batched (cu == nullptr), row = b * s + t; packed,
+// the last entry b with cu[b] <= row, holding it when row < cu[b + 1] (b = -1 otherwise: no entry's
+// row). A binary search reading only cu[0 .. batch], whatever cu holds.
+struct Entry {
+  int b, t;
+};
+
+__device__ __forceinline__ Entry entry_of(const int32_t* cu, int batch, int s, int row) {
+  if (cu == nullptr) {
+    const int b = row / s;
+    return {b, row - b * s};
+  }
+  int lo = -1, hi = batch;  // cu[lo] <= row (lo -1: none found yet); hi == batch or cu[hi] > row
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;  // in [0, batch - 1]
+    if (cu[mid] <= row) lo = mid;
+    else hi = mid;
+  }
+  if (lo < 0 || row >= cu[lo + 1]) return {-1, 0};
+  return {lo, row - cu[lo]};
+}
+
 // Cache slot (dim-0 index, row) of key position pos of batch row b; slab < 0 when outside.
 struct Slot {
   int64_t slab, row;
@@ -78,19 +100,20 @@ template <class T, class C>
 __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParams p) {
   constexpr bool kFp8 = sizeof(C) == 1;
   // 32-bit index arithmetic (the host caps the grid at 2^31 rows): a 64-bit division is a call.
-  const int k_rows = p.batch * p.s_new * p.h_k;
+  // Token rows: batch * s_new (s_q), or the packed rows (s_new / s_q hold their count then).
+  const int k_rows = (p.cu_seqlens_k_new != nullptr ? p.s_new : p.batch * p.s_new) * p.h_k;
   int r = blockIdx.x;
-  if (r < k_rows) {  // one (batch, new token, kv head) row of k and v
+  if (r < k_rows) {  // one (new token, kv head) row of k and v (a cache row)
     const int hk = r % p.h_k;
-    const int t = (r / p.h_k) % p.s_new;
-    const int b = r / (p.h_k * p.s_new);
+    const int tok = r / p.h_k;
+    const auto [b, t] = entry_of(p.cu_seqlens_k_new, p.batch, p.s_new, tok);
+    if (b < 0) return;  // no entry's row: not appended
     const int64_t pos = int64_t(p.cache_seqlens[b]) + t;
     const Slot slot = cache_slot(p, b, pos);
     if (slot.slab < 0) return;
-    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + t * p.k_row_stride +
-                 hk * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + t * p.v_row_stride +
-                 hk * p.v_head_stride;
+    const int row = p.cu_seqlens_k_new != nullptr ? tok : t;  // packed: batch strides 0
+    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + row * p.k_row_stride + hk * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + row * p.v_row_stride + hk * p.v_head_stride;
     C* kc = static_cast<C*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
             hk * p.kc_head_stride;
     C* vc = static_cast<C*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
@@ -108,26 +131,31 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
     }
     return;
   }
-  r -= k_rows;  // one (batch, query token, head) row of q (rotary only)
+  r -= k_rows;  // one (query token, head) row of q (rotary only)
   const int hq = r % p.h;
-  const int t = (r / p.h) % p.s_q;
-  const int b = r / (p.h * p.s_q);
+  const int tok = r / p.h;
+  const auto [b, t] = entry_of(p.cu_seqlens_q, p.batch, p.s_q, tok);
   if (b >= p.batch) return;
+  // Packed: the packed row, batch strides 0 (b is -1 for a row of no entry).
+  const int row = p.cu_seqlens_q != nullptr ? tok : t;
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + row * p.q_row_stride + hq * p.q_head_stride;
+  T* qo = static_cast<T*>(p.q_out) + b * p.qo_batch_stride + row * p.qo_row_stride + hq * p.qo_head_stride;
+  if (b < 0) {  // a packed row of no entry: no position, copied as is
+    for (int c = threadIdx.x; c < p.d; c += kThreads) qo[c] = q[c];
+    return;
+  }
   const int64_t pos = int64_t(p.rotary_seqlens != nullptr ? p.rotary_seqlens[b] : p.cache_seqlens[b]) +
                       (p.q_per_token ? t : 0);
   const int pos_ro = pos > 0x7fffffff ? 0x7fffffff : (pos < 0 ? 0 : int(pos));
-  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + t * p.q_row_stride +
-               hq * p.q_head_stride;
-  T* qo = static_cast<T*>(p.q_out) + b * p.qo_batch_stride + t * p.qo_row_stride +
-          hq * p.qo_head_stride;
   for (int c = threadIdx.x; c < p.d; c += kThreads) qo[c] = rotate(q, c, pos_ro, p);
 }
 
 }  // namespace
 
 int run_append_kv(const AppendKvParams& p, void* stream) {
-  const int64_t rows = int64_t(p.batch) * p.s_new * p.h_k +
-                       (p.rotary_cos != nullptr ? int64_t(p.batch) * p.s_q * p.h : 0);
+  const int64_t k_tokens = p.cu_seqlens_k_new != nullptr ? p.s_new : int64_t(p.batch) * p.s_new;
+  const int64_t q_tokens = p.cu_seqlens_q != nullptr ? p.s_q : int64_t(p.batch) * p.s_q;
+  const int64_t rows = k_tokens * p.h_k + (p.rotary_cos != nullptr ? q_tokens * p.h : 0);
   if (rows == 0) return 0;
   if (rows > 0x7fffffff || int64_t(p.max_pages) * p.page_size > 0x7fffffff)
     return int(cudaErrorInvalidConfiguration);

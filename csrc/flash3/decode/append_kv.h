@@ -3,6 +3,11 @@
 // no host synchronization. Plain C++ (no torch, no CUDA headers): the binding fills AppendKvParams.
 //
 // Semantics are flash3/reference/__init__.py's kvcache_write and flash3/rotary.py's kvcache_rotary:
+//  - batch entry b's new tokens t: k[b, t] (batched), or with cu_seqlens_k_new (FA3's packed new
+//    keys) packed row cu_seqlens_k_new[b] + t, t < cu_seqlens_k_new[b + 1] - cu_seqlens_k_new[b];
+//    its query tokens likewise, q[b, t] or with cu_seqlens_q packed row cu_seqlens_q[b] + t. A
+//    packed row no entry holds (past cu[batch], or any cu that is not non-decreasing) is no entry's:
+//    its k/v are not appended, its q is copied to q_out unrotated;
 //  - key position pos = cache_seqlens[b] + t; contiguous cache: slot (b, pos); paged cache: slot
 //    (page_table[b][pos / page_size], pos % page_size) (decode::page_slot);
 //  - a slot outside the cache (pos < 0, pos >= capacity or max_pages * page_size, a page id
@@ -22,7 +27,8 @@
 namespace flash3 {
 
 struct AppendKvParams {
-  // (b, s_new, h_k, d) new keys, (b, s_new, h_k, d_v) new values; element strides.
+  // (b, s_new, h_k, d) new keys, (b, s_new, h_k, d_v) new values; element strides. Packed
+  // (cu_seqlens_k_new): (total_new, h_k, ·), batch strides 0.
   const void* k;
   const void* v;
   int64_t k_batch_stride, k_row_stride, k_head_stride;
@@ -33,6 +39,7 @@ struct AppendKvParams {
   int64_t kc_batch_stride, kc_row_stride, kc_head_stride;
   int64_t vc_batch_stride, vc_row_stride, vc_head_stride;
   // q (b, s_q, h, d) and its rotated copy q_out (same shape); only read/written with rotary.
+  // Packed (cu_seqlens_q): (total_q, h, d), batch strides 0.
   const void* q;
   void* q_out;
   int64_t q_batch_stride, q_row_stride, q_head_stride;
@@ -52,6 +59,10 @@ struct AppendKvParams {
   bool rotary_interleaved;
   bool q_per_token;
   int batch, s_new, s_q, h, h_k, d, d_v;
+  // FA3's packed layouts, int32 (batch + 1,) each, or nullptr (batched). With one, s_new / s_q is
+  // the packed row count (total_new / total_q).
+  const int32_t* cu_seqlens_k_new;
+  const int32_t* cu_seqlens_q;
   bool is_bf16;
   // FP8 caches: fp32 descales (slabs, h_k), element strides; nullptr: caches of q's dtype.
   const float* k_descale;

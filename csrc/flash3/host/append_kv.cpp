@@ -12,16 +12,28 @@ namespace {
 
 constexpr const char* kOp = "flash3.append_kv_sm90";
 
-// `fp8`: a cache that may be float8_e4m3fn instead of q's dtype.
+// `fp8`: a cache that may be float8_e4m3fn instead of q's dtype. `packed`: FA3's packed layout,
+// 3-D (rows, dim2, dim3) with any row count; else 4-D (dim0 (any when < 0), *, dim2, dim3).
 void check_rows(const TensorView& t, const char* name, const TensorView& q, int64_t dim0, int64_t dim2, int64_t dim3,
-                bool fp8 = false) {
+                bool fp8 = false, bool packed = false) {
   check(t.device == q.device, kOp, ": ", name, " must be on ", q.device, ", got ", t.device);
   const DType dtype = fp8 ? DType::e4m3 : q.dtype;
   check(t.dtype == dtype, kOp, ": ", name, " must have dtype ", fp8 ? dtype_torch_name(DType::e4m3) : q.dtype_name,
         ", got ", t.dtype_name);
-  check(t.dim() == 4 && (dim0 < 0 || t.size(0) == dim0) && t.size(2) == dim2 && t.size(3) == dim3, kOp, ": ", name,
-        " has shape ", t.sizes(), ", expected (", dim0, ", *, ", dim2, ", ", dim3, ")");
-  check(t.stride(3) == 1 || t.size(3) == 1, kOp, ": ", name, " must have a contiguous last dimension");
+  if (packed)
+    check(t.dim() == 3 && t.size(1) == dim2 && t.size(2) == dim3, kOp, ": ", name, " has shape ", t.sizes(),
+          ", expected (*, ", dim2, ", ", dim3, ") (packed rows)");
+  else
+    check(t.dim() == 4 && (dim0 < 0 || t.size(0) == dim0) && t.size(2) == dim2 && t.size(3) == dim3, kOp, ": ", name,
+          " has shape ", t.sizes(), ", expected (", dim0, ", *, ", dim2, ", ", dim3, ")");
+  check(t.stride(-1) == 1 || t.size(-1) == 1, kOp, ": ", name, " must have a contiguous last dimension");
+}
+
+// A batch-sized int32 index vector (n entries: b, or b + 1 for cu_seqlens) the kernel reads.
+void check_index(const TensorView& t, const char* name, const TensorView& q, int64_t n) {
+  check(t.device == q.device && t.dtype == DType::i32 && t.dim() == 1 && t.size(0) == n && t.is_contiguous(), kOp,
+        ": ", name, " must be a contiguous int32 (", n, ",) tensor on ", q.device, ", got ", t.dtype_name, " ",
+        t.sizes());
 }
 
 }  // namespace
@@ -31,14 +43,25 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView* page_table, const TensorView* rotary_cos, const TensorView* rotary_sin,
                     bool rotary_interleaved, bool q_per_token, const TensorView& q_out, const TensorView* k_descale,
                     const TensorView* v_descale, const TensorView* rotary_seqlens,
-                    bool descale_per_batch) {
+                    bool descale_per_batch, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k_new) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor");
   check(q.dtype == DType::bf16 || q.dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
-  const int64_t b = q.size(0), s_q = q.size(1), h = q.size(2), d = q.size(3);
-  const int64_t h_k = k_cache.size(2), d_v = v_cache.size(3), s_new = k.size(1);
-  check_rows(q, "q", q, b, h, d);
-  check_rows(q_out, "q_out", q, b, h, d);
-  check(q_out.size(1) == s_q, kOp, ": q_out must have q's shape");
+  // Packed q (total_q, h, d) / k, v (total_new, h_k, ·): s_q / s_new count their rows.
+  const bool packed_q = cu_seqlens_q != nullptr, packed_k = cu_seqlens_k_new != nullptr;
+  check(q.dim() == (packed_q ? 3 : 4), kOp, ": q must be ", packed_q ? "3-D (total_q, h, d) with cu_seqlens_q" : "4-D",
+        ", got ", q.sizes());
+  check(k.dim() == (packed_k ? 3 : 4), kOp, ": k must be ",
+        packed_k ? "3-D (total_new, h_k, d) with cu_seqlens_k_new" : "4-D", ", got ", k.sizes());
+  check(!packed_q || (cu_seqlens_q->dim() == 1 && cu_seqlens_q->size(0) >= 1), kOp,
+        ": cu_seqlens_q must be a (batch + 1,) vector, got ", packed_q ? cu_seqlens_q->sizes() : q.sizes());
+  const int64_t b = packed_q ? cu_seqlens_q->size(0) - 1 : q.size(0);
+  const int64_t s_q = packed_q ? q.size(0) : q.size(1), h = q.size(-2), d = q.size(-1);
+  const int64_t h_k = k_cache.size(2), d_v = v_cache.size(3), s_new = packed_k ? k.size(0) : k.size(1);
+  if (packed_q) check_index(*cu_seqlens_q, "cu_seqlens_q", q, b + 1);
+  if (packed_k) check_index(*cu_seqlens_k_new, "cu_seqlens_k_new", q, b + 1);
+  check_rows(q, "q", q, b, h, d, false, packed_q);
+  check_rows(q_out, "q_out", q, b, h, d, false, packed_q);
+  check(q_out.size(packed_q ? 0 : 1) == s_q, kOp, ": q_out must have q's shape");
   const bool fp8 = k_cache.dtype == DType::e4m3;
   check_rows(k_cache, "k_cache", q, -1, h_k, d, fp8);
   check_rows(v_cache, "v_cache", q, k_cache.size(0), h_k, d_v, fp8);
@@ -53,12 +76,10 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
             kOp, ": descales must be float32 (", k_cache.size(0), ", ", h_k, ") on ", q.device, ", got ",
             t->dtype_name, " ", t->sizes());
   check(v_cache.size(1) == k_cache.size(1), kOp, ": v_cache must match k_cache");
-  check_rows(k, "k", q, b, h_k, d);
-  check_rows(v, "v", q, b, h_k, d_v);
-  check(v.size(1) == s_new, kOp, ": v must have k's number of tokens");
-  check(cache_seqlens.device == q.device && cache_seqlens.dtype == DType::i32 && cache_seqlens.dim() == 1 &&
-            cache_seqlens.size(0) == b && cache_seqlens.is_contiguous(),
-        kOp, ": cache_seqlens must be a contiguous int32 (", b, ",) tensor on ", q.device);
+  check_rows(k, "k", q, b, h_k, d, false, packed_k);
+  check_rows(v, "v", q, b, h_k, d_v, false, packed_k);
+  check(v.size(packed_k ? 0 : 1) == s_new, kOp, ": v must have k's number of tokens");
+  check_index(cache_seqlens, "cache_seqlens", q, b);
 
   // Written tensors: no element twice (an expanded view), and with rotary no input read by
   // another thread after it is overwritten (q_out is q itself only without rotary: untouched).
@@ -73,17 +94,29 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
 
   AppendKvParams p{};
   p.k = k.data_ptr(), p.v = v.data_ptr();
-  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+  if (packed_k) {  // (total_new, h_k, ·): no batch stride
+    p.k_row_stride = k.stride(0), p.k_head_stride = k.stride(1);
+    p.v_row_stride = v.stride(0), p.v_head_stride = v.stride(1);
+    p.cu_seqlens_k_new = cu_seqlens_k_new->ptr<const int32_t>();
+  } else {
+    p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
+    p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+  }
   p.k_cache = k_cache.data_ptr(), p.v_cache = v_cache.data_ptr();
   p.kc_batch_stride = k_cache.stride(0), p.kc_row_stride = k_cache.stride(1);
   p.kc_head_stride = k_cache.stride(2);
   p.vc_batch_stride = v_cache.stride(0), p.vc_row_stride = v_cache.stride(1);
   p.vc_head_stride = v_cache.stride(2);
   p.q = q.data_ptr(), p.q_out = q_out.data_ptr();
-  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-  p.qo_batch_stride = q_out.stride(0), p.qo_row_stride = q_out.stride(1);
-  p.qo_head_stride = q_out.stride(2);
+  if (packed_q) {  // (total_q, h, d): no batch stride
+    p.q_row_stride = q.stride(0), p.q_head_stride = q.stride(1);
+    p.qo_row_stride = q_out.stride(0), p.qo_head_stride = q_out.stride(1);
+    p.cu_seqlens_q = cu_seqlens_q->ptr<const int32_t>();
+  } else {
+    p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+    p.qo_batch_stride = q_out.stride(0), p.qo_row_stride = q_out.stride(1);
+    p.qo_head_stride = q_out.stride(2);
+  }
   p.cache_seqlens = cache_seqlens.ptr<const int32_t>();
   if (page_table != nullptr) {
     const TensorView& pt = *page_table;
@@ -115,14 +148,13 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
   if (rotary_seqlens != nullptr) {
     const TensorView& r = *rotary_seqlens;
     check(rotary_cos != nullptr, kOp, ": rotary_seqlens needs the rotary tables");
-    check(r.device == q.device && r.dtype == DType::i32 && r.dim() == 1 && r.size(0) == b && r.is_contiguous(), kOp,
-          ": rotary_seqlens must be a contiguous int32 (", b, ",) tensor on ", q.device);
+    check_index(r, "rotary_seqlens", q, b);
     p.rotary_seqlens = r.ptr<const int32_t>();
   }
   p.rotary_interleaved = rotary_interleaved;
   p.q_per_token = q_per_token;
-  p.batch = to_int(b, "batch", kOp), p.s_new = to_int(s_new, "k.size(1)", kOp);
-  p.s_q = to_int(s_q, "q.size(1)", kOp);
+  p.batch = to_int(b, "batch", kOp), p.s_new = to_int(s_new, "new tokens", kOp);
+  p.s_q = to_int(s_q, "query tokens", kOp);
   p.h = to_int(h, "q.size(2)", kOp), p.h_k = to_int(h_k, "k_cache.size(2)", kOp);
   p.d = to_int(d, "q.size(3)", kOp), p.d_v = to_int(d_v, "v_cache.size(3)", kOp);
   p.is_bf16 = q.dtype == DType::bf16;
@@ -136,7 +168,8 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
     os << kOp << " b=" << p.batch << " s_new=" << p.s_new << " s_q=" << p.s_q << " h=" << p.h << " h_k=" << p.h_k
        << " d=" << p.d << " d_v=" << p.d_v << " paged=" << int(p.page_table != nullptr) << " page_size=" << p.page_size
        << " rotary_dim=" << p.rotary_dim << " interleaved=" << int(p.rotary_interleaved)
-       << " per_token=" << int(p.q_per_token) << " fp8=" << int(fp8);
+       << " per_token=" << int(p.q_per_token) << " fp8=" << int(fp8) << " packed_q=" << int(packed_q)
+       << " packed_k=" << int(packed_k);
     be.trace(os.str());
   }
   const int err = run_append_kv(p, be.stream());

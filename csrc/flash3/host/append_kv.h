@@ -3,7 +3,9 @@
 // rotary tables are given) into the cache at cache_seqlens[b] + t, skipping slots outside the cache,
 // and q rotated into q_out; no host synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn
 // caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)); descales per
-// batch entry (FA3's, descale_per_batch) are refused: a store takes its slab's descale.
+// batch entry (FA3's, descale_per_batch) are refused: a store takes its slab's descale. FA3's packed
+// layouts: cu_seqlens_q (b + 1,) with q/q_out (total_q, h, d), cu_seqlens_k_new (b + 1,) with k/v
+// (total_new, h_k, ·); entry i's tokens are its packed rows (csrc/flash3/decode/append_kv.h).
 #pragma once
 #include "flash3/host/backend.h"
 
@@ -14,6 +16,7 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView* page_table, const TensorView* rotary_cos, const TensorView* rotary_sin,
                     bool rotary_interleaved, bool q_per_token, const TensorView& q_out, const TensorView* k_descale,
                     const TensorView* v_descale, const TensorView* rotary_seqlens,
-                    bool descale_per_batch = false);
+                    bool descale_per_batch = false, const TensorView* cu_seqlens_q = nullptr,
+                    const TensorView* cu_seqlens_k_new = nullptr);
 
 }  // namespace flash3::host

@@ -37,7 +37,8 @@
 // window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
 // FA3's; the host's append refuses it: it stores with the slab's descale); the fused append when
 // tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
-// q_out, as flash3/ops.py attention_kvcache does), scalars rotary_interleaved q_per_token.
+// q_out, as flash3/ops.py attention_kvcache does), cu_seqlens_k_new (FA3's packed new keys: k/v (total_new, h_k, .);
+// cu_seqlens_q packs the append's q/q_out too), scalars rotary_interleaved q_per_token.
 // seqused_k is what ops.py computes (cache_seqlens + s_new, clamped to int32). bwd (sim_op_bwd.cu,
 // torch.ops.flash3.bwd_sm90): dout q k v out lse dq dk dv, optional dlse cu_seqlens_q cu_seqlens_k
 // sinks dsinks; scalars max_seqlen_q max_seqlen_k softmax_scale window_left window_right
@@ -91,17 +92,19 @@ void kvcache_step(const Case& c, host::Backend& be) {
              v_descale = view(c.opt("v_descale"));
   const Tensor* q_att = &q;
   const bool per_batch = c.has("descale_per_batch") && c.integer("descale_per_batch") != 0;
+  const auto cu_q = view(c.opt("cu_seqlens_q"));
   if (c.opt("k") != nullptr) {
     const Tensor* q_out = c.opt("q_out");
     const auto cos = view(c.opt("rotary_cos")), sin = view(c.opt("rotary_sin")),
-               ro = view(c.opt("rotary_seqlens"));
+               ro = view(c.opt("rotary_seqlens")), cu_k_new = view(c.opt("cu_seqlens_k_new"));
     host::append_kv_sm90(be, view(q), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("k")), view(c.t("v")),
                          view(c.t("cache_seqlens")), ptr(page_table), ptr(cos), ptr(sin),
                          c.integer("rotary_interleaved") != 0, c.integer("q_per_token") != 0, view(q_out ? *q_out : q),
-                         ptr(k_descale), ptr(v_descale), ptr(ro), per_batch);  // the host refuses per_batch
+                         ptr(k_descale), ptr(v_descale), ptr(ro), per_batch,  // the host refuses per_batch
+                         ptr(cu_q), ptr(cu_k_new));
     if (q_out != nullptr) q_att = q_out;
   }
-  const auto sinks = view(c.opt("sinks")), cu_q = view(c.opt("cu_seqlens_q")), alibi = view(c.opt("alibi_slopes")),
+  const auto sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes")),
              leftpad = view(c.opt("cache_leftpad"));
   host::fwd_kvcache_sm90(be, view(*q_att), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("out")),
                          view(c.t("lse")), view(c.t("seqused_k")), ptr(page_table), c.num("softmax_scale"),

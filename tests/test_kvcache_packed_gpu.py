@@ -1,0 +1,124 @@
+"""FA3's packed appends on an sm_90 GPU: new keys packed by cu_seqlens_k_new and/or queries packed
+by cu_seqlens_q through flash3.attention_with_kvcache (the fused append kernel, then the decode
+kernel), against the same call on the CPU (flash3's reference): the caches and the rotated
+appends bit for bit, out by the FlashAttention rule against an fp32 computation, lse closely;
+CUDA-graph capture and replay. Skipped without an sm_90 device or a bf16 d-128 decode kernel."""
+import json
+
+import pytest
+import torch
+
+import flash3
+from helpers import assert_close_fa
+
+HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = [pytest.mark.requires_sm90,
+              pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")]
+
+H, H_K, D, CAP = 8, 2, 128, 256
+# (queries, new keys) per entry: a list is packed, an int batched; cache_seqlens; leftpad.
+CASES = {"packed_qk": ([3, 0, 5, 1, 70], [2, 3, 0, 1, 70], [40, 0, 77, 255, 100], [0, 0, 37, 2, 5]),
+         "packed_q": ([1, 4, 0], 2, [10, 200, 5], [3, 0, 0]),
+         "packed_k": (2, [0, 5, 1], [50, 120, 0], [49, 0, 0])}
+
+
+def need_kernel():
+    info = json.loads(torch.ops.flash3.kernel_info()) if hasattr(torch.ops.flash3, "kernel_info") else {}
+    if ["bf16", D, D] not in info.get("decode", []):
+        pytest.skip("flash3._C has no bf16 d-128 decode kernel")
+    if not flash3._backend.op_takes("append_kv_sm90", "cu_seqlens_k_new"):
+        pytest.skip("flash3._C's append takes no packed layouts (an older build)")
+
+
+def cu(lens):
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+
+
+def make(case, page, seed=0):
+    """CPU bf16 inputs: q, k, v (packed with 2 tail rows of no entry, or batched), caches (paged in
+    shuffled pages of `page`, or contiguous), and the call's keyword arguments."""
+    lq, ln, lens, pads = CASES[case]
+    b = len(lens)
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(torch.bfloat16)  # noqa: E731
+    kw = dict(cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+              cache_leftpad=torch.tensor(pads, dtype=torch.int32))
+    if isinstance(lq, int):
+        q = rnd(b, lq, H, D)
+    else:
+        q = rnd(sum(lq) + 2, H, D)
+        kw.update(cu_seqlens_q=cu(lq), max_seqlen_q=max(lq))
+    if isinstance(ln, int):
+        k, v = rnd(b, ln, H_K, D), rnd(b, ln, H_K, D)
+    else:
+        k, v = rnd(sum(ln) + 2, H_K, D), rnd(sum(ln) + 2, H_K, D)
+        kw["cu_seqlens_k_new"] = cu(ln)
+    if page is None:
+        kc, vc = rnd(b, CAP, H_K, D), rnd(b, CAP, H_K, D)
+    else:
+        n = b * CAP // page + 3
+        kc, vc = rnd(n, page, H_K, D), rnd(n, page, H_K, D)
+        kw["page_table"] = torch.randperm(n, generator=g)[:b * CAP // page].view(b, -1).to(torch.int32)
+    ang = torch.arange(600, dtype=torch.float32)[:, None] * 10000.0 ** (-torch.arange(0, 64, 2) / 64)
+    kw.update(rotary_cos=ang.cos(), rotary_sin=ang.sin())
+    return q, k, v, kc, vc, kw
+
+
+def call(q, k, v, kc, vc, kw, device, dtype=None):
+    to = lambda x: x if not isinstance(x, torch.Tensor) else x.to(device)  # noqa: E731
+    cast = lambda x: to(x) if dtype is None else to(x).to(dtype)  # noqa: E731
+    kc, vc = cast(kc).clone(), cast(vc).clone()
+    out, lse = flash3.attention_with_kvcache(cast(q), kc, vc, cast(k), cast(v), return_lse=True,
+                                             **{n: to(x) for n, x in kw.items()})
+    return out, lse, kc, vc
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("page", [None, 16, 64])
+@pytest.mark.parametrize("causal,interleaved,num_splits", [(True, False, 0), (False, True, 3)])
+def test_packed_appends_match_the_reference(case, page, causal, interleaved, num_splits):
+    need_kernel()
+    q, k, v, kc, vc, kw = make(case, page)
+    kw.update(causal=causal, rotary_interleaved=interleaved, num_splits=num_splits)
+    out, lse, kc_gpu, vc_gpu = call(q, k, v, kc, vc, kw, "cuda")
+    # the reference on the same bf16 values (scores in fp32: lse's oracle), and on fp32 ones (out's)
+    naive, naive_lse, kc_ref, vc_ref = call(q, k, v, kc, vc, kw, "cpu")
+    ref, _, _, _ = call(q, k, v, kc, vc, kw, "cpu", torch.float32)
+    assert torch.equal(kc_gpu.cpu(), kc_ref) and torch.equal(vc_gpu.cpu(), vc_ref)  # the append, bit for bit
+    rows = slice(0, int(kw["cu_seqlens_q"][-1])) if "cu_seqlens_q" in kw else slice(None)
+    assert_close_fa(out.cpu().float()[rows], naive.float()[rows], ref[rows])
+    got, want = lse.cpu()[..., rows], naive_lse[..., rows]
+    fin = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), fin)
+    assert (got[fin] - want[fin]).abs().max() <= 1e-4 * (1 + want[fin].abs().max())
+    if "cu_seqlens_q" in kw:  # packed rows of no entry
+        assert (out[rows.stop:] == 0).all() and (lse[:, rows.stop:] == float("-inf")).all()
+
+
+def test_packed_append_cuda_graph_replays_like_eager():
+    """No host synchronization: a packed append + attention captures into a CUDA graph; replays on
+    new values (new keys, lengths) match eager calls."""
+    need_kernel()
+    q, k, v, kc, vc, kw = make("packed_qk", 16)
+    kw.update(causal=True)
+    dev = {n: x.cuda() if isinstance(x, torch.Tensor) else x for n, x in kw.items()}
+    sq, sk, sv = q.cuda(), k.cuda(), v.cuda()
+    kc_g, vc_g = kc.cuda(), vc.cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up (allocations, lazy init) off the capture
+        flash3.attention_with_kvcache(sq, kc_g.clone(), vc_g.clone(), sk, sv, **dev)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = flash3.attention_with_kvcache(sq, kc_g, vc_g, sk, sv, **dev)
+    for step in range(2):
+        q2, k2, v2, kc2, vc2, _ = make("packed_qk", 16, seed=step + 1)
+        lens2 = (kw["cache_seqlens"] - 7 * step).clamp(min=0).to(torch.int32)
+        for dst, src in ((sq, q2), (sk, k2), (sv, v2), (kc_g, kc2), (vc_g, vc2),
+                         (dev["cache_seqlens"], lens2)):
+            dst.copy_(src)
+        graph.replay()
+        want, _, kc_e, _ = call(q2, k2, v2, kc2, vc2, dict(kw, cache_seqlens=lens2), "cuda")
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want) and torch.equal(kc_g, kc_e)
