@@ -42,11 +42,13 @@ inline void check_tma(const char* what, const void* base, int elem_bytes, int64_
 
 }  // namespace detail
 
-// A kernel family's part of launch_fwd: its producer, its own checks of the call, its schedule and
+// A kernel family's part of launch_fwd: its producer, consumer and epilogue, its own checks of the call, its schedule and
 // its fields of KernelParams. The plain and FP8 forward's here; the decode kernel's in decode/launch.cuh.
 template <class Tr>
 struct FwdFamily {
   using Producer = FwdProducer<Tr>;
+  using Consumer = FwdConsumer<Tr>;
+  using Epilogue = FwdEpilogue<Tr>;
   static void check(const FwdParams& p) { detail::fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel"); }
   static TileOrder order(const FwdParams& p) { return make_tile_order(p, Tr::kBlockM); }
   static void set_params(typename Tr::KernelParams&, const FwdParams&) {}
@@ -60,6 +62,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   constexpr int kHeadDim = Tr::kHeadDim, kHeadDimV = Tr::kHeadDimV;
   using detail::fwd_check;
 
+  fwd_check(p.qv == nullptr || Tr::kQv, "qv: only the MLA decode kernel (d_v > 256) takes it");
   fwd_check(p.alibi_slopes == nullptr || Tr::kAlibi,
             "ALiBi slopes on a kernel compiled without them (head dims above 128, or FP8)");
   // Head dims below the compiled ones run here too: TMA zero-fills Q/K/V's missing columns (the
@@ -179,7 +182,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   if (num_tiles == 0) return;
   const int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
 
-  auto kernel = &fwd_kernel<Tr, typename Family::Producer>;
+  auto kernel = &fwd_kernel<Tr, typename Family::Producer, typename Family::Consumer, typename Family::Epilogue>;
   detail::fwd_check_cuda(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
