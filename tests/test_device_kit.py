@@ -1031,8 +1031,10 @@ def test_setup_links_prebuilt_objects_and_refuses_stale_ones(tmp_path):
     ext = json.loads(p.stdout.split("EXT=")[1])[0]
     assert not [s for s in ext["sources"] if s.endswith(".cu")]  # only the torch-facing .cpp compile
     assert sorted(Path(o).name for o in ext["extra_objects"]) == sorted(t.stem + ".o" for t in tus)
-    assert ext["depends"] == ext["extra_objects"] and len(tus) == 7
-    assert f"linking 7 prebuilt kernel objects from {pdir}" in p.stderr
+    # d 64 bf16: fwd, bwd, decode (16-bit and FP8 cache), the MLA decode kernel (64x512), and the
+    # append, combine and quantize kernels
+    assert ext["depends"] == ext["extra_objects"] and len(tus) == 8
+    assert f"linking 8 prebuilt kernel objects from {pdir}" in p.stderr
     p = run_setup(dict(env, FLASH3_PREBUILT=str(pdir), FLASH3_NVCC_FLAGS="-lineinfo"))
     assert p.returncode != 0 and "StaleError" in p.stderr and "are stale" in p.stderr
     assert "generated/fwd_bf16_hdim64_sm90.cu" in p.stderr
