@@ -1333,16 +1333,18 @@ def test_device_prep_build_prints_sizes_and_respects_its_budget(tmp_path, monkey
     assert prebuilt.main(["build", "--variant", "hang", "--budget", "-1"] + args) == 0
     man = json.loads((tmp_path / "pre" / "hang" / "manifest.json").read_text())
     assert man["objects"] == {} and set(man["not_built"].values()) == {"not started (out of time)"}
-    assert man["planned"][0] == "generated/bwd_bf16_hdim64_sm90.cu" and len(man["planned"]) == 7
+    # heaviest first by head dims: the MLA decode kernel (64 + 512), then the backward (3 x 128)
+    assert man["planned"][:2] == ["generated/decode_bf16_hdim64x512_sm90.cu", "generated/bwd_bf16_hdim64_sm90.cu"]
+    assert len(man["planned"]) == 8
     capsys.readouterr()
     assert prebuilt.main(["build", "--variant", "release", "--pack"] + args) == 0
     out = capsys.readouterr().out
-    assert re.search(r"prebuilt: release: 7 objects, 1\.3 MiB raw, in .*pre/release", out), out
-    assert re.search(r"carry/release.tar.xz: 1\.3 MiB \(xz; 10\d% of raw\)", out), out  # random bytes: no gain
+    assert re.search(r"prebuilt: release: 8 objects, 1\.5 MiB raw, in .*pre/release", out), out
+    assert re.search(r"carry/release.tar.xz: 1\.5 MiB \(xz; 10\d% of raw\)", out), out  # random bytes: no gain
     man = json.loads((tmp_path / "carry" / "release.json").read_text())
     assert man["knobs"] == {"FLASH3_HDIMS": "64", "FLASH3_DTYPES": "bf16"} and man["nvcc"] == "13.0"
     assert "-Xcompiler=-fPIC" in man["flags"] and not any(f.startswith("-I") for f in man["flags"])
-    assert len(list((tmp_path / "cache").glob("*.o"))) == 7  # the simulator's cache: one compile for both
+    assert len(list((tmp_path / "cache").glob("*.o"))) == 8  # the simulator's cache: one compile for both
     objs, _ = prebuilt.resolve(prebuilt.unpack(tmp_path / "dev", "release", tmp_path / "carry"),
                                prebuilt.tus(), prebuilt.flags("release", str(inc)))
-    assert len(objs) == 7
+    assert len(objs) == 8

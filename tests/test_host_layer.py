@@ -201,7 +201,8 @@ def test_append_and_quantize(driver):
 def test_kernel_lists(driver):
     assert driver(["kernel_info"])[0] == (
         'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]], '
-        '"bwd": [["bf16", 128, 128]], "decode": [["bf16", 128, 128]], "decode_fp8_cache": [["bf16", 128, 128]]')
+        '"bwd": [["bf16", 128, 128]], "decode": [["bf16", 64, 512], ["bf16", 128, 128]], '  # + the MLA stand-in
+        '"decode_fp8_cache": [["bf16", 128, 128]]')
 
 
 # ---- one host layer for both callers -----------------------------------------------------------
