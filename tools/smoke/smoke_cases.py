@@ -58,7 +58,9 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # q taken exactly as bf16 and its descale folded into K's as flash_attn_interface does; pages of 16
 # causal and of 256 with 3 splits, checked against the fp64 oracle of FA3's unfolded spec.
 # "mla" (the MLA decode kernel only, d_v > 256: dec:bf16:64:512): DeepSeek's decode as FA3 serves
-# it, one kv head, scale 1/sqrt(d + d_v), MLA_PARTS: without qv on a contiguous cache; with qv on
+# it, one kv head, scale 1/sqrt(d + d_v), MLA_PARTS: without qv on a contiguous cache (the rows'
+# maxes jumping at the last block visited, _grow_max_late: O's factors, which the second consumer
+# takes from the first, run); with qv on
 # pages of 64 (TMA per block, FA3's page size), 40 heads at s_q 2 (80 packed rows: a second tile
 # that starts mid-token), a row of 0 keys and one ending mid-block; with qv on pages of 16
 # (gathered) and 3 splits (the combine at d_v 512), s_q 1, 16 heads. The oracle takes qv as
@@ -315,7 +317,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
-def _grow_max_late(q, k, d: int, row_dim: int) -> None:
+def _grow_max_late(q, k, d: int, row_dim: int, scale: float | None = None) -> None:
     """"full" (16-bit forward; the backward's case is the forward's) and "contig" (16-bit cache
     decode), in place: the rows' maxes jump when the kernel reaches the first key block, which it
     visits last (blocks run from the end): keys 0-63 (in block 0 for every tile) get a large
@@ -323,8 +325,8 @@ def _grow_max_late(q, k, d: int, row_dim: int) -> None:
     scores there rise by ~12 in log2 units (> the online softmax's lazy-rescale threshold of 8,
     common/softmax.cuh: the rescale path runs) while odd rows (q[..., 0] = 1/4: +1.5) keep every key
     block's weight (a wrong P.V of any block still shows) and are rescaled with their warp's even
-    rows. Every other block takes the lazy skip."""
-    delta = 12.0 / (math.log2(math.e) * 2.0 * d ** -0.5)
+    rows. Every other block takes the lazy skip. scale: the call's softmax_scale (1/sqrt(d))."""
+    delta = 12.0 / (math.log2(math.e) * 2.0 * (d ** -0.5 if scale is None else scale))
     for start, val in ((0, 2.0), (1, 0.25)):
         idx = [slice(None)] * q.dim()
         idx[row_dim], idx[-1] = slice(start, None, 2), 0
@@ -488,7 +490,10 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
             b = len(lens)
             kc, vc, pt, ds = cache(b, cap, 1, page)
             qv = rnd(b, s_q, h, dv) if with_qv else None
-            parts.append(part(rnd(b, s_q, h, d), kc, vc, pt, ds, i32(lens), num_splits=splits, causal=causal,
+            q = rnd(b, s_q, h, d)
+            if page is None:  # the rows' maxes jump at the last block visited: O's factors run
+                _grow_max_late(q, kc, d, row_dim=2, scale=(d + dv) ** -0.5)
+            parts.append(part(q, kc, vc, pt, ds, i32(lens), num_splits=splits, causal=causal,
                               qv=qv, scale=(d + dv) ** -0.5))
         return parts
     h, h_k = 4, 2

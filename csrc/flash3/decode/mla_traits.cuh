@@ -5,11 +5,10 @@
 //
 // A 64 x 512 fp32 O is 256 registers a thread for one warpgroup, so the two consumer warpgroups
 // take the same 64 packed rows and split O's columns: warpgroup c accumulates columns
-// [256 c, 256 c + 256) (TiledMmaO tiles its two 64 x 256 atoms along N). Each warpgroup computes
-// the whole S = Q K^T (+ Qv V^T) and its softmax itself, so P stays in its registers (the RS P.V
-// of the other 16-bit kernels, P rounded to q's dtype the same way) and no warpgroup waits on
-// the other. The price is S computed twice (FA3 computes it once in warpgroup 0 and passes P and
-// the row scales through shared memory, LargeHeadDimV); see mla_mainloop.cuh.
+// [256 c, 256 c + 256) (TiledMmaO tiles its two 64 x 256 atoms along N). Consumer 0 alone computes
+// S = Q K^T (+ Qv V^T) and the softmax; it keeps P in registers for its own P.V (RS, P rounded to
+// q's dtype as in every 16-bit kernel) and stages the same 16-bit P and the rows' O scale in
+// shared memory, from which consumer 1 runs its P.V (SS). See mla_mainloop.cuh.
 //
 // The members are those fwd/launch.cuh, fwd/kernel.cuh, decode/load.cuh and fwd/epilogue.cuh read
 // from a traits type (fwd/traits.cuh documents them); the MLA ones are marked.
@@ -60,8 +59,8 @@ struct MlaTraits {
   static constexpr int kOCols = kHeadDimV / kNumConsumers;  // MLA: O columns per consumer warpgroup
   // The producer also packs qv's rows (decode/load.cuh load_q) and moves 64 chunks a V row: at
   // the decode kernel's 64 it spilled 24 bytes (compile-check), at 80 16 bytes; 88, with the
-  // consumers at 208 (O 128 + S 32 + P 16 and the softmax: at 200 they spilled 112 bytes), fills
-  // the 168 x 384 pool exactly.
+  // consumers at 208 (consumer 0: O 128 + S 32 + P 16 and the softmax; at 200 a consumer that
+  // computed S spilled 112 bytes), fills the 168 x 384 pool exactly.
   static constexpr int kProducerRegs = 88;
   static constexpr int kConsumerRegs = 208;
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
@@ -103,11 +102,18 @@ struct MlaTraits {
   using TiledMmaS = decltype(cute::make_tiled_mma(ss_op<Element, kBlockN, kHeadDim>(), AtomOne{}));
   using TiledMmaQv = decltype(cute::make_tiled_mma(ss_op<Element, kBlockN, kHeadDimV>(), AtomOne{}));
   // O += P V: two 64 x 256 atoms along N, one per consumer warpgroup (thread 128 c + t of the
-  // tiled MMA is thread t of consumer c), P from registers.
+  // tiled MMA is thread t of consumer c). Consumer 0: P from registers (RS); consumer 1: P staged
+  // in shared memory (SS, TiledMmaOSmem). Their accumulators have one layout.
+  using AtomAlongN = cute::Layout<cute::Shape<cute::_1, cute::Int<kNumConsumers>, cute::_1>>;
   using TiledMmaO = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kOCols>, BlkN>,
                                  cute::GMMA::Major::K, kVMajor>(),
-      cute::Layout<cute::Shape<cute::_1, cute::Int<kNumConsumers>, cute::_1>>{}));
+      AtomAlongN{}));
+  using TiledMmaOSmem = decltype(cute::make_tiled_mma(
+      ss_op<Element, kOCols, kBlockN, cute::GMMA::Major::K, kVMajor>(), AtomAlongN{}));
+  // The staged P (block_m, block_n), K-major: the A operand of consumer 1's P.V.
+  using SmemLayoutP = decltype(cute::tile_to_shape(
+      gmma_smem_atom<cute::GMMA::Major::K, Element, kBlockN>(), cute::Shape<BlkM, BlkN>{}));
   FLASH3_WGMMA_N_CHECK(wgmma_basic_n(kBlockN) && wgmma_basic_n(kOCols));
 
   using ShapeRows = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
@@ -160,12 +166,17 @@ struct MlaTraits {
   static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;
   static constexpr uint32_t kTileHandoffThreads = 32 + kNumConsumerThreads;
   static constexpr uint32_t kBarProducer = kNumConsumers + 3;
+  static constexpr uint32_t kBarPFull = kNumConsumers + 4;   // MLA: consumer 0 -> 1, P staged
+  static constexpr uint32_t kBarPEmpty = kNumConsumers + 5;  // MLA: consumer 1 -> 0, P read
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQv>, 1024> qv;  // MLA
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, kVBufferElems, 1024> v;  // V, then O
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutP>, 1024> p;  // MLA: staged P
+    float row_scale[kBlockM];  // MLA: O's factor before the staged P's P.V; at the end 1 / row sum
+    float row_lse[kBlockM];    // MLA: the rows' LSE (with the last 1 / row sum)
     PipeStorage pipe_k;
     PipeStorage pipe_v;
     uint64_t q_full;  // Q and qv of the current tile have landed
