@@ -303,7 +303,7 @@ def test_make_dec_case_and_op_call(kid, feature):
             feature == "leftpad" and p is parts[0]))
         op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
         assert op == "kvcache" and t["cache_leftpad"] is p["leftpad"]
-        if feature == "leftpad":
+        if feature == "leftpad" or (feature == "mla" and p is parts[-1]):
             assert p["leftpad"].dtype == torch.int32 and p["leftpad"].shape == (b,)
         else:
             assert p["leftpad"] is None
@@ -335,8 +335,9 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert min(parts[3]["leftpad"].tolist()) < 0  # clamped by the kernel
     if feature == "mla":  # one kv head; no qv, qv on TMA pages of 64 (two tiles), gathered pages + splits
         assert all(p["kc"].shape[2] == 1 and p["vc"].shape[-1] == 512 for p in parts)
-        assert [p["qv"] is not None for p in parts] == [False, True, True]
-        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [None, 64, 16]
+        assert [p["qv"] is not None for p in parts] == [False, True, True, True]
+        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [None, 64, 16, None]
+        assert parts[3]["softcap"] > 0 and parts[3]["window"] == (100, 0) and 37 in parts[3]["leftpad"].tolist()
         assert parts[1]["q"].shape[1] * parts[1]["q"].shape[2] > 64 and parts[2]["num_splits"] == 3
         assert parts[1]["qv"].shape == (*parts[1]["q"].shape[:-1], 512)
     if feature == "fa3desc":  # FA3's (b, h_k) descales on paged caches: gathered (16) and 256 keys per page

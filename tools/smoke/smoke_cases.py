@@ -63,15 +63,17 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # takes from the first, run); with qv on
 # pages of 64 (TMA per block, FA3's page size), 40 heads at s_q 2 (80 packed rows: a second tile
 # that starts mid-token), a row of 0 keys and one ending mid-block; with qv on pages of 16
-# (gathered) and 3 splits (the combine at d_v 512), s_q 1, 16 heads. The oracle takes qv as
+# (gathered) and 3 splits (the combine at d_v 512), s_q 1, 16 heads; with qv, softcap, a window
+# and FA3's cache_leftpad (37: a TMA box mid-block) on a contiguous cache. The oracle takes qv as
 # q's extra columns against v's: q.k + qv.v = [q, qv].[k, v].
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
                 "leftpad", "fa3desc", "mla"]
-# "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal).
-MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True),
-             (True, 64, 40, 2, 200, [0, 70, 200], 1, True),
-             (True, 16, 16, 1, 160, [160, 33], 3, False)]
+# "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
+MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
+             (True, 64, 40, 2, 200, [0, 70, 200], 1, True, {}),
+             (True, 16, 16, 1, 160, [160, 33], 3, False, {}),
+             (True, None, 16, 2, 200, [200, 90], 1, False, dict(softcap=20.0, window=(100, 0), leftpad=[37, 0]))]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -486,15 +488,17 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
 
     if feature == "mla":
         parts = []
-        for with_qv, page, h, s_q, cap, lens, splits, causal in MLA_PARTS:
+        for with_qv, page, h, s_q, cap, lens, splits, causal, extra in MLA_PARTS:
             b = len(lens)
             kc, vc, pt, ds = cache(b, cap, 1, page)
             qv = rnd(b, s_q, h, dv) if with_qv else None
             q = rnd(b, s_q, h, d)
-            if page is None:  # the rows' maxes jump at the last block visited: O's factors run
+            if page is None and not with_qv:  # the rows' maxes jump at the last block visited
                 _grow_max_late(q, kc, d, row_dim=2, scale=(d + dv) ** -0.5)
+            if "leftpad" in extra:
+                extra = dict(extra, leftpad=i32(extra["leftpad"]))
             parts.append(part(q, kc, vc, pt, ds, i32(lens), num_splits=splits, causal=causal,
-                              qv=qv, scale=(d + dv) ** -0.5))
+                              qv=qv, scale=(d + dv) ** -0.5, **extra))
         return parts
     h, h_k = 4, 2
     if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
