@@ -36,7 +36,8 @@ def fake_kernel(monkeypatch):
 
     def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap,
                            num_splits, qv=None, **extra):
-        calls.append(dict(kind="batched", seqused=seqused_k, page_table=page_table, scale=softmax_scale,
+        calls.append(dict(kind="batched", k_cache=k_cache, v_cache=v_cache, q=q, seqused=seqused_k,
+                          page_table=page_table, scale=softmax_scale,
                           window=(left, right), num_splits=num_splits, qv=qv, extra=extra))
         return spec(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv)
 
@@ -94,6 +95,24 @@ def test_mla_packed_queries_and_cache_batch_idx(fake_kernel):
     want, _ = fa3_forward(q, kc, vc, softmax_scale=0.05, window_left=20, window_right=0, qv=qv,
                           cache_seqlens=torch.full((3,), 50, dtype=torch.int32), cache_batch_idx=idx,
                           cu_seqlens_q=cu)
+    assert torch.equal(out, want)
+
+
+def test_mla_sglang_layout_reaches_the_kernel_as_views(fake_kernel):
+    """SGLang's layout: k_cache / v_cache the rope / latent views of one 576-wide cache, q / qv views
+    of one query; they reach the kernel call as they are (the caches are never copied)."""
+    g = torch.Generator().manual_seed(4)
+    kv = torch.randn(5, 64, 1, DV + D, generator=g)
+    vc, kc = kv[..., :DV], kv[..., DV:]
+    q_all = torch.randn(2, 1, 8, DV + D, generator=g)
+    qv, q = q_all[..., :DV], q_all[..., DV:]
+    table = torch.tensor([[3, 0], [4, 1]], dtype=torch.int32)
+    lens = torch.tensor([100, 64], dtype=torch.int32)
+    out = fai.flash_attn_with_kvcache(q, kc, vc, qv=qv, cache_seqlens=lens, page_table=table, causal=True)
+    (c,) = fake_kernel
+    assert c["qv"] is qv and c["q"] is q and c["k_cache"] is kc and c["v_cache"] is vc
+    want, _ = fa3_forward(q, kc, vc, softmax_scale=(D + DV) ** -0.5, window_left=-1, window_right=0, qv=qv,
+                          cache_seqlens=lens, page_table=table)
     assert torch.equal(out, want)
 
 

@@ -98,3 +98,24 @@ def test_mla_decode_packed_queries_and_no_qv():
         ref, _ = attention_ref64(q[i:i + 1].double(), k.double(), v.double(), softmax_scale=D ** -0.5)
         naive, _ = attention_naive(q[i:i + 1], k, v, softmax_scale=D ** -0.5)
         assert_close_fa(out[i:i + 1], naive, ref, f"out[{i}] (no qv)")
+
+
+def test_mla_decode_sglang_layout():
+    """SGLang's MLA cache: one (pages, 64, 1, 576) buffer whose latent [..., :512] is v_cache and
+    rope part [..., 512:] k_cache (views: row stride 576, read in place), q and qv views of one
+    (b, h, 576) query, cu_seqlens_q on a decode step, 128 heads."""
+    g = torch.Generator().manual_seed(11)
+    lens, h, page = [300, 64, 5], 128, 64
+    pages = -(-320 // page)
+    n = len(lens) * pages + 3
+    kv = torch.randn(n, page, 1, DV + D, generator=g).to("cuda", torch.bfloat16)
+    vc, kc = kv[..., :DV], kv[..., DV:]
+    table = torch.randperm(n, generator=g)[:len(lens) * pages].view(len(lens), pages).to(torch.int32).cuda()
+    q_all = torch.randn(len(lens), h, DV + D, generator=g).to("cuda", torch.bfloat16)
+    qv, q = q_all[..., :DV], q_all[..., DV:]
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    cu = torch.arange(len(lens) + 1, dtype=torch.int32, device="cuda")
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, kc, vc, qv=qv, cache_seqlens=seq, page_table=table,
+                                                cu_seqlens_q=cu, max_seqlen_q=1, causal=True,
+                                                return_softmax_lse=True)
+    check_rows(q[:, None], qv[:, None], kc, vc, table, lens, out[:, None], lse.T[:, :, None], True)
