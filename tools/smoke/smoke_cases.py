@@ -58,20 +58,21 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # q taken exactly as bf16 and its descale folded into K's as flash_attn_interface does; pages of 16
 # causal and of 256 with 3 splits, checked against the fp64 oracle of FA3's unfolded spec.
 # "mla" (the MLA decode kernel only, d_v > 256: dec:bf16:64:512): DeepSeek's decode as FA3 serves
-# it, one kv head, scale 1/sqrt(d + d_v), MLA_PARTS: without qv on a contiguous cache (the rows'
-# maxes jumping at the last block visited, _grow_max_late: O's factors, which the second consumer
-# takes from the first, run); with qv on
-# pages of 64 (TMA per block, FA3's page size), 40 heads at s_q 2 (80 packed rows: a second tile
-# that starts mid-token), a row of 0 keys and one ending mid-block; with qv on pages of 16
-# (gathered) and 3 splits (the combine at d_v 512), s_q 1, 16 heads; with qv, softcap, a window
-# and FA3's cache_leftpad (37: a TMA box mid-block) on a contiguous cache. The oracle takes qv as
-# q's extra columns against v's: q.k + qv.v = [q, qv].[k, v].
+# it, one kv head, scale 1/sqrt(d + d_v), MLA_PARTS: without qv on a contiguous cache, the rows'
+# maxes jumping at the last block visited (_grow_max_late: O's factors, which the second consumer
+# takes from the first, run); with qv on pages of 64 (TMA per block, FA3's page size), 40 heads at
+# s_q 2 (80 packed rows: a second tile that starts mid-token), a row of 0 keys and one ending
+# mid-block, 8 tiles (on simrun's 4 SMs some CTAs run two tiles with keys: the consumers' staging
+# hand-off carries across tiles); with qv on pages of 16 (gathered) and 3 splits (the combine at
+# d_v 512), s_q 1, 16 heads; with qv, softcap, a window and FA3's cache_leftpad (37: a TMA box
+# mid-block) on a contiguous cache. The oracle takes qv as q's extra columns against v's:
+# q.k + qv.v = [q, qv].[k, v].
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
                 "leftpad", "fa3desc", "mla"]
 # "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
 MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
-             (True, 64, 40, 2, 200, [0, 70, 200], 1, True, {}),
+             (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
              (True, 16, 16, 1, 160, [160, 33], 3, False, {}),
              (True, None, 16, 2, 200, [200, 90], 1, False, dict(softcap=20.0, window=(100, 0), leftpad=[37, 0]))]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
