@@ -64,6 +64,7 @@ struct FwdProducer {
     if constexpr (Tr::kHeadDimV > 256) {
       // MLA (d_v 512): a row's chunks, kChunks / 32 to a lane; the flat loop below, unrolled,
       // spilled the producer's registers (compile-check).
+      static_assert(kChunks % 32 == 0, "a V row is whole warps of 16-byte chunks");
 #pragma unroll 1
       for (int r = valid_rows; r < Tr::kBlockN; ++r) {
         CUTE_UNROLL
