@@ -408,12 +408,13 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
                        softcap, num_splits, k_descale=None, v_descale=None, sinks=None,
-                       alibi_slopes=None, cache_leftpad=None, descale_per_batch=False):
+                       alibi_slopes=None, cache_leftpad=None, descale_per_batch=False, qv=None):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
     device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
     (slabs, h_k), or (b, h_k) with ``descale_per_batch`` (FA3's). ``sinks`` (h,) and
     ``alibi_slopes`` as in run_kernel_fwd; ``cache_leftpad`` int32 (b,) (these three passed only
-    when given: builds without them serve calls without)."""
+    when given: builds without them serve calls without). ``qv`` (b, s_q, h, d_v): FA3's MLA query
+    part (the MLA decode kernel, d_v > 256; kernel_mla_reason)."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
@@ -424,6 +425,8 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
         extra["cache_leftpad"] = cache_leftpad.contiguous()
     if descale_per_batch:
         extra["descale_per_batch"] = True
+    if qv is not None:
+        extra["qv"] = _tma_ready(qv)
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), int(left), int(right), float(softcap),
                                       int(num_splits), k_descale, v_descale, **extra)
@@ -448,6 +451,21 @@ def run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_tabl
                                     cu_seqlens_q=i32(cu_seqlens_q),
                                     cu_seqlens_k_new=i32(cu_seqlens_k_new))
     return q_out if rotary else q.new_empty(0)
+
+
+def has_mla_kernel() -> bool:
+    """True when flash3._C's decode op takes FA3's ``qv`` (its schema has it)."""
+    return op_takes("fwd_kvcache_sm90", "qv")
+
+
+def kernel_mla_reason(q, k_cache, v_cache, softmax_scale) -> str | None:
+    """Why the MLA decode kernel (d <= 64, 256 < d_v <= 512, caches of q's dtype, optional qv)
+    cannot run this FA3 call; None if it can (the caller has checked qv's shape and dtype)."""
+    d_v = v_cache.shape[-1]
+    if d_v <= 256:
+        return f"qv needs the MLA decode kernel (256 < d_v <= 512), got d_v={d_v}"
+    return (_device_reason(q, lambda: None if has_mla_kernel() else "this build's decode op takes no qv")
+            or kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale))
 
 
 def run_kernel_bwd(dout, q, k, v, out, lse, dlse, softmax_scale, left, right, softcap,
@@ -572,7 +590,7 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
 def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k,
                               page_table, softmax_scale, left, right, softcap, num_splits=0,
                               k_descale=None, v_descale=None, sinks=None, alibi_slopes=None,
-                              cache_leftpad=None):
+                              cache_leftpad=None, qv=None):
     """Call flash3::fwd_kvcache_sm90 with packed queries (cu_seqlens_q, max_seqlen_q): q
     (total_q, h, d) -> out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0,
     lse -inf (the op fills them). Reads no device value on the host (capturable in a CUDA graph).
@@ -593,6 +611,7 @@ def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, s
                                          else {"alibi_slopes": kernel_alibi(alibi_slopes)}),
                                       **({} if cache_leftpad is None
                                          else {"cache_leftpad": i32(cache_leftpad)}),
+                                      **({} if qv is None else {"qv": _tma_ready(qv)}),
                                       cu_seqlens_q=i32(cu_seqlens_q),
                                       max_seqlen_q=int(max_seqlen_q))
     return out, lse

@@ -59,8 +59,9 @@ def _dtypes(named):
             raise TypeError(f"{n} has dtype {t.dtype} but {n0} has {t0.dtype}; they must match")
 
 
-def heads_and_dims(q, k, v, qn="q", kn="k", vn="v"):
-    """Head counts and head dims of (…, heads, headdim) tensors."""
+def heads_and_dims(q, k, v, qn="q", kn="k", vn="v", max_d_v=MAX_HEADDIM):
+    """Head counts and head dims of (…, heads, headdim) tensors (d_v up to max_d_v: 512 for
+    FA3's MLA decode, flash_attn_interface)."""
     h, d = q.shape[-2], q.shape[-1]
     h_k, d_k, d_v = k.shape[-2], k.shape[-1], v.shape[-1]
     if h == 0 or h_k == 0:
@@ -74,8 +75,8 @@ def heads_and_dims(q, k, v, qn="q", kn="k", vn="v"):
         raise ValueError(f"head dim of {qn} must be in 1..{MAX_HEADDIM}, got {d}")
     if d_k != d:
         raise ValueError(f"head dim of {kn} ({d_k}) must equal that of {qn} ({d})")
-    if not 1 <= d_v <= MAX_HEADDIM:
-        raise ValueError(f"head dim of {vn} must be in 1..{MAX_HEADDIM}, got {d_v}")
+    if not 1 <= d_v <= max_d_v:
+        raise ValueError(f"head dim of {vn} must be in 1..{max_d_v}, got {d_v}")
 
 
 def options(q, causal, softmax_scale, window_size, softcap):
@@ -212,7 +213,7 @@ def varlen_values(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q, ma
             raise ValueError(f"{mn} ({mx}) is smaller than the longest sequence ({max(lens)})")
 
 
-def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
+def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits, max_d_v=MAX_HEADDIM):
     """Static checks for attention_with_kvcache. Returns cache_seqlens as a tensor.
 
     The caches share q's dtype, or are both float8_e4m3fn (an FP8 cache; q and the new k/v
@@ -242,7 +243,7 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits):
         _dtypes([("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + new)
     for n, t in [("k_cache", k_cache), ("v_cache", v_cache)] + new:
         _same_device("q", q, n, t)
-    heads_and_dims(q, k_cache, v_cache, "q", "k_cache", "v_cache")
+    heads_and_dims(q, k_cache, v_cache, "q", "k_cache", "v_cache", max_d_v)
     if k_cache.shape[:2] != v_cache.shape[:2]:
         raise ValueError(f"v_cache shape {tuple(v_cache.shape)} does not match k_cache "
                          f"{tuple(k_cache.shape)} in its first two dims")
@@ -646,7 +647,8 @@ def seqused_q(q, t, b):
 
 
 def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
-                 cu_seqlens_k, k_descale, v_descale, lens_name="seqused_k", kn="k", vn="v"):
+                 cu_seqlens_k, k_descale, v_descale, lens_name="seqused_k", kn="k", vn="v",
+                 max_d_v=MAX_HEADDIM):
     """Static checks of packed queries against a cache: paged (page_table), contiguous
     (b, capacity, ·) (neither page_table nor cu_seqlens_k) or packed (cu_seqlens_k)."""
     tensor("q", q, 3, "(total_q, heads, headdim)")
@@ -683,7 +685,7 @@ def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, pag
         _dtypes([("q", q)])
     else:
         _dtypes([("q", q), (kn, k_cache), (vn, v_cache)])
-    heads_and_dims(q, k_cache, v_cache, "q", kn, vn)
+    heads_and_dims(q, k_cache, v_cache, "q", kn, vn, max_d_v)
     if k_cache.shape[:-1] != v_cache.shape[:-1]:
         raise ValueError(f"{vn} shape {tuple(v_cache.shape)} does not match {kn} "
                          f"{tuple(k_cache.shape)} but in its last dim")

@@ -45,7 +45,8 @@ below that run the FA3 spec (NotImplementedError).
 FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the direct spec of
 FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
-when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
+when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)) but in ``flash_attn_with_kvcache``
+where the MLA decode kernel takes it (below), ``attention_chunk`` (chunked local attention,
 intersected with causal/windows) with FP8 inputs, keys from a cache (``seqused_k``) or in
 ``flash_attn_with_kvcache`` (16-bit ``flash_attn_func``/``flash_attn_varlen_func`` run it on
 flash3's kernels, forward and backward), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
@@ -54,6 +55,12 @@ with an FP8 cache: ``cache_leftpad`` with ``cu_seqlens_q``, ``cu_seqlens_k_new``
 (without them it is unused, as in FA3) and new k/v or rotary with packed queries (16-bit caches
 take all three on flash3's kernels), ``seqused_k`` with autograd, an FP8 paged cache with new
 keys or cu_seqlens_q, and rotary tables of any float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
+
+MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
+d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
+build, q and caches of one 16-bit dtype, batched or packed q, paged or contiguous cache,
+num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) when there are no new
+keys (k/v), rotary tables or ALiBi; otherwise on the spec (qv with d_v <= 256 always).
 """
 
 from __future__ import annotations
@@ -290,6 +297,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         _checks.tensor("scheduler_metadata", scheduler_metadata, 1)
     for n, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _checks.tensor(n, t)
+    _check_qv(qv, q, v_cache)
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
@@ -303,11 +311,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         cu_seqlens_k_new = None
     if rotary_cos is None:
         rotary_seqlens = None
-    # Packed new keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad
-    # with packed queries run on flash3's kernels (the fused append, then the decode kernel); with
-    # an FP8 cache they stay on the spec.
+    # MLA (qv, or d_v > 256): the MLA decode kernel, unless mla_reason says why not. Packed new
+    # keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad with packed
+    # queries run on flash3's kernels (the fused append, then the decode kernel); with an FP8 cache
+    # they stay on the spec.
+    mla = qv is not None or v_cache.shape[-1] > 256
+    mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, rotary_cos, alibi_slopes,
+                                    softmax_scale) if mla else None
     reason = _reference_reason(
-        qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256,
+        qv=qv if mla_reason is not None else None,
+        head_dim_v_over_256=v_cache.shape[-1] > 256 and mla_reason is not None,
         cache_leftpad_with_cu_seqlens_q=fp8_cache and varlen and cache_leftpad is not None,
         cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache else None, attention_chunk=attention_chunk,
         fp8_paged_cache_with_new_kv_or_cu_seqlens_q=(fp8_cache and not fa3_fp8
@@ -360,6 +373,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             raise ValueError("cache_seqlens is required with new keys k/v (where to append them)")
         full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
         cache_seqlens = full
+    if mla:
+        out, lse = _mla_on_kernel(q, k_cache, v_cache, qv, cache_seqlens, page_table, cu_seqlens_q,
+                                  max_seqlen_q, cache_leftpad, softmax_scale, causal,
+                                  _window(window_size), softcap, num_splits)
+        if not return_softmax_lse:
+            return out
+        empty = torch.empty(0, device=out.device)
+        return out, lse, empty, empty
     kd = vd = None
     h_k = k_cache.shape[2]
     if fa3_fp8:  # descales (b, h_k) of the batch entry, whatever slab holds its keys
@@ -392,6 +413,68 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         return out
     empty = torch.empty(0, device=out.device)
     return out, lse, empty, empty
+
+
+def _check_qv(qv, q, v):
+    """FA3's qv: q's rows with v's head dim, q's dtype and device (any route)."""
+    if qv is None:
+        return
+    _checks.tensor("qv", qv, q.dim())
+    want = (*q.shape[:-1], v.shape[-1])
+    if tuple(qv.shape) != want or qv.dtype != q.dtype or qv.device != q.device:
+        raise ValueError(f"qv must be {want} {q.dtype} on {q.device} (q's rows, v's head dim), got "
+                         f"{tuple(qv.shape)} {qv.dtype} on {qv.device}")
+
+
+def _mla_kernel_reason(q, k_cache, v_cache, qv, k, rotary_cos, alibi_slopes, softmax_scale):
+    """Why the MLA decode kernel cannot run this MLA call (qv or d_v > 256); None if it can."""
+    if k is not None or rotary_cos is not None:
+        return "new keys or rotary with MLA (the append is not fused for d_v > 256)"
+    if alibi_slopes is not None:
+        return "alibi_slopes with MLA (the MLA kernel has no ALiBi term)"
+    if softmax_scale is None:
+        softmax_scale = (q.shape[-1] + (0 if qv is None else qv.shape[-1])) ** -0.5
+    return _backend.kernel_mla_reason(q, k_cache, v_cache, float(softmax_scale))
+
+
+def _mla_on_kernel(q, k_cache, v_cache, qv, cache_seqlens, page_table, cu_seqlens_q, max_seqlen_q,
+                   cache_leftpad, softmax_scale, causal, window, softcap, num_splits):
+    """FA3's MLA decode on the MLA decode kernel, with attention_with_kvcache's checks (d_v up to
+    512): (out, lse), lse (b, h, s_q) or packed (h, total_q)."""
+    if softmax_scale is None:  # FA3: qv's head dim joins the scale
+        softmax_scale = (q.shape[-1] + (0 if qv is None else qv.shape[-1])) ** -0.5
+    scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window, softcap)
+    left, right = normalize_window(causal, (left, right))
+    if cu_seqlens_q is None:
+        cache_seqlens = _checks.kvcache(q, k_cache, v_cache, None, None, cache_seqlens, page_table,
+                                        num_splits, max_d_v=512)
+        _checks.kvcache_extras(q, k_cache, None, page_table, None, None, False, None, None,
+                               cache_leftpad=cache_leftpad)
+        if validation.validation_enabled(q, cache_seqlens, page_table):
+            _checks.kvcache_values(k_cache, cache_seqlens, 0, page_table, q.shape[1],
+                                   cache_leftpad=cache_leftpad)
+        pt = None if page_table is None else page_table.contiguous()
+        lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad}
+        with torch.no_grad():
+            return _backend.run_kernel_kvcache(q, k_cache, v_cache, cache_seqlens.to(torch.int32), pt,
+                                               scale, left, right, softcap, int(num_splits), qv=qv, **lp)
+    if max_seqlen_q is None:
+        raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
+    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        if cache_seqlens < 0:
+            raise ValueError(f"cache_seqlens must be >= 0, got {cache_seqlens}")
+        _checks.tensor("cu_seqlens_q", cu_seqlens_q, 1)
+        cache_seqlens = torch.full((cu_seqlens_q.shape[0] - 1,), int(cache_seqlens),
+                                   dtype=torch.int32, device=q.device)
+    _checks.varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens, page_table,
+                         None, None, None, "cache_seqlens", "k_cache", "v_cache", max_d_v=512)
+    if validation.validation_enabled(q, cu_seqlens_q, cache_seqlens, page_table):
+        _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, cache_seqlens, page_table, None,
+                                    int(max_seqlen_q), None, None, "cache_seqlens")
+    with torch.no_grad():
+        return _backend.run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, int(max_seqlen_q),
+                                                  cache_seqlens, page_table, scale, left, right,
+                                                  softcap, int(num_splits), qv=qv)
 
 
 def _gather_page_rows(page_table, idx):

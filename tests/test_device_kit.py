@@ -1031,8 +1031,10 @@ def test_setup_links_prebuilt_objects_and_refuses_stale_ones(tmp_path):
     ext = json.loads(p.stdout.split("EXT=")[1])[0]
     assert not [s for s in ext["sources"] if s.endswith(".cu")]  # only the torch-facing .cpp compile
     assert sorted(Path(o).name for o in ext["extra_objects"]) == sorted(t.stem + ".o" for t in tus)
-    assert ext["depends"] == ext["extra_objects"] and len(tus) == 7
-    assert f"linking 7 prebuilt kernel objects from {pdir}" in p.stderr
+    # d 64 bf16: fwd, bwd, decode (16-bit and FP8 cache), the MLA decode kernel (64x512), and the
+    # append, combine and quantize kernels
+    assert ext["depends"] == ext["extra_objects"] and len(tus) == 8
+    assert f"linking 8 prebuilt kernel objects from {pdir}" in p.stderr
     p = run_setup(dict(env, FLASH3_PREBUILT=str(pdir), FLASH3_NVCC_FLAGS="-lineinfo"))
     assert p.returncode != 0 and "StaleError" in p.stderr and "are stale" in p.stderr
     assert "generated/fwd_bf16_hdim64_sm90.cu" in p.stderr
@@ -1331,16 +1333,18 @@ def test_device_prep_build_prints_sizes_and_respects_its_budget(tmp_path, monkey
     assert prebuilt.main(["build", "--variant", "hang", "--budget", "-1"] + args) == 0
     man = json.loads((tmp_path / "pre" / "hang" / "manifest.json").read_text())
     assert man["objects"] == {} and set(man["not_built"].values()) == {"not started (out of time)"}
-    assert man["planned"][0] == "generated/bwd_bf16_hdim64_sm90.cu" and len(man["planned"]) == 7
+    # heaviest first by head dims: the MLA decode kernel (64 + 512), then the backward (3 x 128)
+    assert man["planned"][:2] == ["generated/decode_bf16_hdim64x512_sm90.cu", "generated/bwd_bf16_hdim64_sm90.cu"]
+    assert len(man["planned"]) == 8
     capsys.readouterr()
     assert prebuilt.main(["build", "--variant", "release", "--pack"] + args) == 0
     out = capsys.readouterr().out
-    assert re.search(r"prebuilt: release: 7 objects, 1\.3 MiB raw, in .*pre/release", out), out
-    assert re.search(r"carry/release.tar.xz: 1\.3 MiB \(xz; 10\d% of raw\)", out), out  # random bytes: no gain
+    assert re.search(r"prebuilt: release: 8 objects, 1\.5 MiB raw, in .*pre/release", out), out
+    assert re.search(r"carry/release.tar.xz: 1\.5 MiB \(xz; 10\d% of raw\)", out), out  # random bytes: no gain
     man = json.loads((tmp_path / "carry" / "release.json").read_text())
     assert man["knobs"] == {"FLASH3_HDIMS": "64", "FLASH3_DTYPES": "bf16"} and man["nvcc"] == "13.0"
     assert "-Xcompiler=-fPIC" in man["flags"] and not any(f.startswith("-I") for f in man["flags"])
-    assert len(list((tmp_path / "cache").glob("*.o"))) == 7  # the simulator's cache: one compile for both
+    assert len(list((tmp_path / "cache").glob("*.o"))) == 8  # the simulator's cache: one compile for both
     objs, _ = prebuilt.resolve(prebuilt.unpack(tmp_path / "dev", "release", tmp_path / "carry"),
                                prebuilt.tus(), prebuilt.flags("release", str(inc)))
-    assert len(objs) == 7
+    assert len(objs) == 8

@@ -154,6 +154,20 @@ def test_call_reason_without_the_extension():
     assert _backend.pick_kernel_config(torch.bfloat16, 64, 64) is None
 
 
+def test_mla_decode_pick(cpp_pick):
+    """The MLA decode kernel (the stand-in build registers bf16 (64, 512)) takes d <= 64 with
+    256 < d_v <= 512 and a cache of q's dtype; other shapes are refused with the reason."""
+    assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 64, 512, 0.04) is None
+    assert _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 32, 264, 0.04) is None
+    assert "which takes d <= 64" in _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 128, 512, 0.04)
+    assert "d_v up to 512 with d <= 64" in _backend.call_kvcache_reason(torch.bfloat16, torch.bfloat16, 64, 520, 0.04)
+    assert "d_v up to 512 with d <= 64" in _backend.call_kvcache_reason(torch.bfloat16, torch.float8_e4m3fn, 64,
+                                                                         512, 0.04)
+    assert "no fp16 MLA decode kernel" in _backend.call_kvcache_reason(torch.float16, torch.float16, 64, 512, 0.04)
+    assert _backend.kernel_pick("decode", torch.bfloat16, 64, 512, 0.04) == {"kernel": [64, 512, False]}
+    assert _backend.kernel_pick("fwd", torch.bfloat16, 64, 512, 0.04)["reason"].startswith("head dims must be")
+
+
 def test_kernel_kvcache_reason_on_cpu_tensors():
     q = torch.randn(1, 1, 2, 64, dtype=torch.bfloat16)
     assert _backend.kernel_kvcache_reason(q, q, q, 0.125) == "inputs are not CUDA tensors"

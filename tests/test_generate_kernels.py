@@ -35,8 +35,8 @@ def test_backward_tus_per_16bit_dtype_and_head_dim():
 def test_decode_tus_per_16bit_dtype_head_dim_and_cache():
     dec = [k for k in gk.all_kernels() if k.kind == "decode"]
     assert sorted(k.filename for k in dec) == sorted(
-        f"decode_{dt}{c}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS
-        for c in ("", "_kve4m3"))
+        [f"decode_{dt}{c}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS
+         for c in ("", "_kve4m3")] + ["decode_bf16_hdim64x512_sm90.cu"])  # + the MLA kernel
     k = gk.Kernel("fp16", 192, 128, kind="decode")
     assert "template void flash3::run_decode<false, 192, 128, false>" in k.source()
     assert "DecodeKernelRegistration reg(false, 192, 128, false," in k.source()
@@ -48,6 +48,21 @@ def test_decode_tus_per_16bit_dtype_head_dim_and_cache():
     assert "DecodeKernelRegistration reg(true, 128, 128, true," in k8.source()
     assert compile_check.kernel_checks(k8) == (
         ("HGMMA", "SYNCS", "USETMAXREG", "LDGSTS", "F2FP.E4M3"), True)
+
+
+def test_mla_decode_tu():
+    """The MLA decode kernel: bf16 (64, 512), a 16-bit cache, its own launcher (run_decode_mla)
+    in the decode registry; held to the decode kernels' checks; FLASH3_HDIMS 64 or 64x512 selects it."""
+    (k,) = [k for k in gk.all_kernels() if k.head_dim_v > 256]
+    assert (k.kind, k.dtype, k.head_dim, k.cache, k.filename) == (
+        "decode", "bf16", 64, "", "decode_bf16_hdim64x512_sm90.cu") and k.head_dim_v == 512
+    assert '#include "flash3/decode/mla_launch.cuh"' in k.source()
+    assert "template void flash3::run_decode_mla<true>(const flash3::FwdParams&, void*);" in k.source()
+    assert "DecodeKernelRegistration reg(true, 64, 512, false, &flash3::run_decode_mla<true>);" in k.source()
+    assert compile_check.kernel_checks(k) == (compile_check.REQUIRED + ("LDGSTS",), True)
+    for knob in ("64", "64x512"):
+        assert k in gk.selected_kernels(knob, "bf16", env={})
+    assert k not in gk.selected_kernels("64x64", "bf16", env={}) and k not in gk.selected_kernels("64", "fp16", env={})
 
 
 def test_backward_tu_source():
@@ -76,10 +91,11 @@ def test_backward_follows_the_knobs(hdims, dtypes):
     kernels: same dtypes, same head-dim pairs; e4m3 alone selects no backward."""
     sel = gk.selected_kernels(hdims, dtypes, env={})
     fwd16 = {(k.dtype, k.head_dim, k.head_dim_v) for k in sel
-             if not k.is_bwd and not k.is_fp8 and not k.wide}
+             if not k.is_bwd and not k.is_fp8 and not k.wide and k.head_dim_v <= 256}
     bwd = {(k.dtype, k.head_dim, k.head_dim_v) for k in sel if k.is_bwd}
     assert bwd == fwd16
-    assert {(k.dtype, k.head_dim, k.head_dim_v) for k in sel if k.kind == "decode"} == fwd16
+    # (the MLA decode kernel, bf16 64x512, has no forward or backward twin)
+    assert {(k.dtype, k.head_dim, k.head_dim_v) for k in sel if k.kind == "decode"} - {("bf16", 64, 512)} == fwd16
     if dtypes in ("e4m3", "fp8"):
         assert not bwd
     if hdims == "192x128":

@@ -157,6 +157,32 @@ def test_decode_cache_leftpad(driver):
     assert shape == "error: flash3: cache_leftpad must have shape (2), got [3]"
 
 
+def test_decode_mla_kernel_and_qv(driver):
+    """d_v in (256, 512] with d <= 64 takes the MLA decode kernel (with or without qv, batched or
+    packed q; qv's strides reach its parameters); a smaller d_v keeps the plain decode kernels;
+    qv without the MLA kernel, a qv of the wrong width, a larger d and d_v past 512 are refused,
+    each with its reason, before anything is launched."""
+    mla, plain_mla, packed, small, uncovered, no_mla, width, big_d, big_dv = driver([
+        "kvcache d=64 dv=512 h=16 hk=1 qv=1", "kvcache d=64 dv=512 h=16 hk=1",
+        "kvcache d=64 dv=512 varlen=1 sq=7 page=64 total_q=9 qv=1 splits=3", "kvcache d=64 dv=128",
+        "kvcache d=64 dv=200",
+        "kvcache d=128 qv=1", "kvcache d=64 dv=512 qv=2", "kvcache d=128 dv=512", "kvcache d=64 dv=520"])
+    f = fields(mla)
+    assert f["kernel"] == "decode:64:512" and f["qv"] == "1" and f["qv_strides"] == f"{16 * 512},{16 * 512},512"
+    assert fields(plain_mla)["kernel"] == "decode:64:512" and fields(plain_mla)["qv"] == "0"
+    p = fields(packed)
+    assert p["kernel"] == "decode:64:512" and p["qv_strides"] == f"0,{8 * 512},512" and p["combine"] == "3"
+    assert fields(small)["kernel"] == "decode:128:128"  # not the MLA kernel: d_v <= 256
+    # The stand-in build's plain decode kernels stop at d_v 128: the MLA kernel does not cover the rest.
+    assert uncovered.startswith("error: flash3.fwd_kvcache_sm90: no bf16 decode kernel for head dim (64, 200)")
+    assert no_mla.startswith("error: flash3.fwd_kvcache_sm90: qv runs on the MLA decode kernel only")
+    assert width == "error: flash3: qv has shape [2, 1, 8, 520], expected [2, 1, 8, 512]"
+    assert big_d.startswith("error: flash3.fwd_kvcache_sm90: d_v above 256 runs on the MLA decode kernel, "
+                            "which takes d <= 64")
+    assert big_dv.startswith("error: flash3.fwd_kvcache_sm90: head dims must be multiples of 8 in [8, 256]")
+    assert "(d_v up to 512 with d <= 64: the MLA decode kernel, 16-bit caches)" in big_dv
+
+
 def test_backward_workspace_and_checks(driver):
     det, plain, bad = driver(["bwd deterministic=1", "bwd", "bwd dv_sk=7"])
     assert fields(det)["semaphore"] == "1" and det.endswith("alloc=133120f32 alloc=16i32")
@@ -197,7 +223,8 @@ def test_append_packed_layouts(driver):
 def test_kernel_lists(driver):
     assert driver(["kernel_info"])[0] == (
         'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]], '
-        '"bwd": [["bf16", 128, 128]], "decode": [["bf16", 128, 128]], "decode_fp8_cache": [["bf16", 128, 128]]')
+        '"bwd": [["bf16", 128, 128]], "decode": [["bf16", 64, 512], ["bf16", 128, 128]], '  # + the MLA stand-in
+        '"decode_fp8_cache": [["bf16", 128, 128]]')
 
 
 # ---- one host layer for both callers -----------------------------------------------------------

@@ -328,6 +328,15 @@ def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
         assert len(runs) == len(set(runs))
 
 
+def test_mla_decode_tile(driver):
+    """The MLA decode kernel (d_v > 256): 64 packed rows, 64 keys (FA3's MLA page size: a TMA box
+    per key block), 2 stages, 2 consumers (each half of O's columns; decode/mla_traits.cuh)."""
+    block_m, block_n, stages, consumers, _ = map(int, driver(["decode_tile_shape 64 512 0"])[0].split())
+    assert (block_m, block_n, stages, consumers) == (64, 64, 2, 2)
+    # its shared memory: Q, qv (64 x 512), 2 stages of K and V, all bf16, under the 227 KB limit
+    assert 2 * (64 * 64 + 64 * 512 + 2 * 64 * (64 + 512)) + 2048 <= SMEM_LIMIT
+
+
 @pytest.mark.parametrize("d,dv,n16,n8", [(64, 64, 128, 128), (96, 96, 96, 96), (128, 128, 128, 112),
                                          (192, 192, 112, 64), (192, 128, 128, 80), (256, 256, 80, 48)])
 def test_decode_tile_shapes_fit_the_hardware(driver, d, dv, n16, n8):
@@ -462,7 +471,8 @@ def test_extra_wgmma_n_matches_the_tiles(driver):
             block_m, _, _, _, split_d, _ = map(int, driver([f"bwd_tile_shape {d} {dv}"])[0].split())
             assert {block_m, dv // 2 if split_d else dv, d // 2 if split_d else d} <= basic, k.name
             used.add(d // 2)  # dQ: ss_op
-        assert dv in basic, k.name  # P.V (RS): CuTe's atoms
+        # P.V (RS): CuTe's atoms; the MLA kernel's two consumers take d_v / 2 each (mla_traits.cuh)
+        assert (dv // 2 if dv > 256 else dv) in basic, k.name
     assert used - basic == set(gk.EXTRA_WGMMA_N)
 
 

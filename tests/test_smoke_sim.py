@@ -246,21 +246,29 @@ def test_decode_kernel_ids_labels_and_features():
     # "fa3desc" (FA3's per-batch FP8-cache descales) applies to the FP8-cache decode kernels only:
     # a 16-bit cache has no descales; "vappend" (FA3's packed appends) to the 16-bit ones only: an
     # FP8 cache refuses packed appends.
-    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f != "fa3desc"]
-    assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f != "vappend"]
+    # "mla" is the MLA decode kernel's (d_v > 256) only, and the only feature it runs: its case
+    # shapes (one kv head, 16-40 query heads, qv) are its own.
+    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f not in ("fa3desc", "mla")]
+    assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES
+                                                                if f not in ("vappend", "mla")]
+    assert smoke.kernel_features("dec:bf16:64:512") == ["mla"] and smoke.is_mla("dec:bf16:64:512")
+    assert smoke.kernel_label("dec:bf16:64:512") == "dec bf16 64x512" and not smoke.is_mla("dec:bf16:256:256")
     assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
     assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
     with pytest.raises(ValueError, match="does not apply"):
         smoke.make_dec_case("full", "dec:bf16:128:128", device="cpu")
 
 
-@pytest.mark.parametrize("kid", ["dec:bf16:128:128", "dec:kve4m3:bf16:128:128"])
+@pytest.mark.parametrize("kid", ["dec:bf16:128:128", "dec:kve4m3:bf16:128:128", "dec:bf16:64:512"])
 @pytest.mark.parametrize("feature", smoke.DEC_FEATURES)
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    if not smoke.applies(kid, feature):  # fa3desc: FP8-cache kernels only; vappend: 16-bit caches only
-        assert (feature, smoke.dec_fp8_cache(kid)) in (("fa3desc", False), ("vappend", True))
+    # fa3desc: FP8-cache kernels only; vappend: 16-bit caches only; mla: the MLA kernel's only
+    if not smoke.applies(kid, feature):
+        assert ((feature == "fa3desc" and not smoke.dec_fp8_cache(kid))
+                or (feature == "vappend" and smoke.dec_fp8_cache(kid))
+                or (feature == "mla") != smoke.is_mla(kid))
         with pytest.raises(ValueError, match="does not apply"):
             smoke.make_dec_case(feature, kid, device="cpu")
         return
@@ -311,7 +319,7 @@ def test_make_dec_case_and_op_call(kid, feature):
             feature == "leftpad" and p is parts[0]))
         op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
         assert op == "kvcache" and t["cache_leftpad"] is p["leftpad"]
-        if feature == "leftpad":
+        if feature == "leftpad" or (feature == "mla" and p is parts[-1]):
             assert p["leftpad"].dtype == torch.int32 and p["leftpad"].shape == (b,)
         else:
             assert p["leftpad"] is None
@@ -321,6 +329,8 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert (sc["window_left"], sc["window_right"]) == ((-1, 0) if p["causal"] else tuple(p["window"]))
         assert ("k" in t) == (feature in ("append", "rotary") or (feature == "leftpad" and p is parts[0]))
         assert t["sinks"] is p["sinks"] and (p["sinks"] is None) == (feature != "sinks")
+        assert t["qv"] is p["qv"] and (p["qv"] is None or feature == "mla")
+        assert sc["softmax_scale"] == (d + vc.shape[-1] if feature == "mla" else d) ** -0.5
     if feature == "sinks":  # packed GQA, a row of 0 keys; the epilogue (no split) and the combine (3)
         assert [p["num_splits"] for p in parts] == [1, 3] and all(0 in p["seqused"].tolist() for p in parts)
         assert all(p["q"].shape[1:3] == (5, 4 * p["kc"].shape[2]) for p in parts)
@@ -348,6 +358,13 @@ def test_make_dec_case_and_op_call(kid, feature):
             parts[0]["append"]["cu_k"][-1]
         assert [p["append"]["cos"] is not None for p in parts] == [True, True, False]
         assert parts[1]["append"]["interleaved"] and parts[1]["append"]["rotary_seqlens"] is not None
+    if feature == "mla":  # one kv head; no qv, qv on TMA pages of 64 (two tiles), gathered pages + splits
+        assert all(p["kc"].shape[2] == 1 and p["vc"].shape[-1] == 512 for p in parts)
+        assert [p["qv"] is not None for p in parts] == [False, True, True, True]
+        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [None, 64, 16, None]
+        assert parts[3]["softcap"] > 0 and parts[3]["window"] == (100, 0) and 37 in parts[3]["leftpad"].tolist()
+        assert parts[1]["q"].shape[1] * parts[1]["q"].shape[2] > 64 and parts[2]["num_splits"] == 3
+        assert parts[1]["qv"].shape == (*parts[1]["q"].shape[:-1], 512)
     if feature == "fa3desc":  # FA3's (b, h_k) descales on paged caches: gathered (16) and 256 keys per page
         assert [(p["kc"].shape[1], p["num_splits"], p["causal"]) for p in parts] == [(16, 1, True), (256, 3, False)]
         for p in parts:
@@ -896,8 +913,10 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi", "chunk"]
     for f in smoke.CI_ONCE:
         assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
-    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only)
-    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES if f not in smoke.CI_ONCE | {"vappend"}]
+    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only, "mla" the
+    # MLA kernel's only)
+    assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES
+                                              if f not in smoke.CI_ONCE | {"vappend", "mla"}]
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
@@ -910,6 +929,19 @@ def test_ci_cases_cover_every_kernel_and_feature():
         assert {"full", "causal"} <= set(got[k]), k
     assert "causal" not in got["bf16:64:64"] and "full" not in got["bwd:bf16:128:128"]
     assert smoke.ci_cases(["fp16:64:64"]) == [("fp16:64:64", smoke.kernel_features("fp16:64:64"))]
+
+
+def test_ci_cases_run_the_mla_kernel_on_its_feature():
+    """The MLA decode kernel (dec:bf16:64:512) joins the 16-bit decode group: it runs "mla" (its
+    only feature) and nothing else, and no other kernel runs "mla"; --ci-extra adds nothing to it."""
+    info = dict(CI_INFO, decode=CI_INFO["decode"] + [["bf16", 64, 512]])
+    ids = smoke.kernel_ids(info)
+    assert "dec:bf16:64:512" in ids
+    got = dict(smoke.ci_cases(ids))
+    assert got["dec:bf16:64:512"] == ["mla"]
+    assert [k for k, fs in got.items() if "mla" in fs] == ["dec:bf16:64:512"]
+    assert set(got["dec:bf16:128:128"]) | set(got["dec:fp16:64:64"]) == set(smoke.kernel_features("dec:bf16:128:128"))
+    assert dict(smoke.ci_extra_cases(ids))["dec:bf16:64:512"] == []
 
 
 def test_ci_extra_cases_give_every_tu_three_features():

@@ -66,6 +66,11 @@ void fake_fp8(const flash3::FwdParams& p, void*) {
 }
 template <bool kFp8Cache>
 void fake_decode(const flash3::FwdParams& p, void*) { rec_fwd(kFp8Cache ? "decode_e4m3" : "decode", 128, 128, false, p); }
+void fake_decode_mla(const flash3::FwdParams& p, void*) {
+  rec_fwd("decode", 64, 512, false, p);
+  g_rec << " qv=" << int(p.qv != nullptr) << " qv_strides=" << p.qv_batch_stride << "," << p.qv_row_stride << ","
+        << p.qv_head_stride;
+}
 void fake_bwd(const flash3::BwdParams& p, void*) {
   g_rec << "kernel=bwd:128:128 total_q=" << p.total_q << " total_k=" << p.total_k << " window=" << p.window_left << ","
         << p.window_right << " chunk=" << p.attention_chunk << " deterministic=" << int(p.deterministic) << " semaphore=" << int(p.dq_semaphore != nullptr)
@@ -81,6 +86,7 @@ static const flash3::Fp8KernelRegistration r5(128, 128, fake_fp8<128>);
 static const flash3::DecodeKernelRegistration r6(true, 128, 128, false, fake_decode<false>);
 static const flash3::DecodeKernelRegistration r7(true, 128, 128, true, fake_decode<true>);
 static const flash3::BwdKernelRegistration r8(true, 128, 128, fake_bwd);
+static const flash3::DecodeKernelRegistration r9(true, 64, 512, false, fake_decode_mla);  // MLA
 
 namespace flash3 {
 int run_combine(const CombineParams& c, void*) {
@@ -213,17 +219,22 @@ static void fwd_fp8(FakeBackend& be, const Args& a) {
 
 static void kvcache(FakeBackend& be, const Args& a) {
   const int64_t b = num(a, "b", 2), sq = num(a, "sq", 1), hq = num(a, "h", 8), hk = num(a, "hk", 2),
-                d = num(a, "d", 128), page = num(a, "page", 0), cap = num(a, "cap", 1000);
+                d = num(a, "d", 128), dv = num(a, "dv", d), page = num(a, "page", 0), cap = num(a, "cap", 1000);
   const bool fp8 = num(a, "fp8", 0) != 0, varlen = num(a, "varlen", 0) != 0;
   const h::DType ct = fp8 ? h::DType::e4m3 : h::DType::bf16;
   const int64_t slabs = page ? num(a, "pages", 64) : b, rows = page ? page : cap;
-  const h::TensorView &kc = make({slabs, rows, hk, d}, ct), &vc = make({slabs, rows, hk, d}, ct);
+  const h::TensorView &kc = make({slabs, rows, hk, d}, ct), &vc = make({slabs, rows, hk, dv}, ct);
   const h::TensorView* pt = page ? &make({b, num(a, "max_pages", 8)}, h::DType::i32) : nullptr;
   const h::TensorView *kd = nullptr, *vd = nullptr;
   if (fp8) kd = &make({slabs, hk}, h::DType::f32), vd = &make({slabs, hk}, h::DType::f32);
   const h::TensorView* cu = varlen ? &make({b + 1}, h::DType::i32) : nullptr;
   const h::TensorView& q = varlen ? make({num(a, "total_q", 9), hq, d}, h::DType::bf16) : make({b, sq, hq, d}, h::DType::bf16);
-  const h::TensorView& out = varlen ? make({q.size(0), hq, d}, h::DType::bf16) : make({b, sq, hq, d}, h::DType::bf16);
+  const h::TensorView& out = varlen ? make({q.size(0), hq, dv}, h::DType::bf16) : make({b, sq, hq, dv}, h::DType::bf16);
+  // qv (MLA): 0 none, 1 q's rows with d_v columns, 2 the wrong width
+  const int64_t qv_kind = num(a, "qv", 0), qv_cols = qv_kind == 2 ? dv + 8 : dv;
+  const h::TensorView* qv = qv_kind == 0 ? nullptr
+                            : varlen     ? &make({q.size(0), hq, qv_cols}, h::DType::bf16)
+                                         : &make({b, sq, hq, qv_cols}, h::DType::bf16);
   const h::TensorView& lse = varlen ? make({hq, q.size(0)}, h::DType::f32) : make({b, hq, sq}, h::DType::f32);
   const h::TensorView& used = make({b}, h::DType::i32);
   // leftpad: 0 none, 1 int32 (b,), 2 float32 (b,), 3 int32 (b + 1,)
@@ -231,7 +242,7 @@ static void kvcache(FakeBackend& be, const Args& a) {
   const h::TensorView* leftpad =
       lp == 0 ? nullptr : &make({lp == 3 ? b + 1 : b}, lp == 2 ? h::DType::f32 : h::DType::i32);
   h::fwd_kvcache_sm90(be, q, kc, vc, out, lse, used, pt, 0.1, -1, num(a, "wr", 0), 0.0,
-                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad);
+                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad, false, qv);
 }
 
 // packed_q=1 / packed_k=1: FA3's packed layouts, q (5, hq, d) / k, v (7, hk, d) with cu_seqlens of

@@ -235,7 +235,7 @@ check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache
                               "int window_left, int window_right, float softcap, int num_splits, "
                               "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None, "
                               "Tensor? cu_seqlens_q=None, int max_seqlen_q=0, Tensor? alibi_slopes=None, "
-                              "Tensor? cache_leftpad=None, bool descale_per_batch=False) -> ()"))
+                              "Tensor? cache_leftpad=None, bool descale_per_batch=False, Tensor? qv=None) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
 assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")

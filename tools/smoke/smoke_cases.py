@@ -63,9 +63,24 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # are), rotated with q (per token when causal, else at the entry's position, rotary_seqlens),
 # causal bottom-right on the appended keys, leftpad, paged and contiguous caches, splits; the
 # append checked bit for bit against flash3.reference.kvcache_append_packed.
+# "mla" (the MLA decode kernel only, d_v > 256: dec:bf16:64:512): DeepSeek's decode as FA3 serves
+# it, one kv head, scale 1/sqrt(d + d_v), MLA_PARTS: without qv on a contiguous cache, the rows'
+# maxes jumping at the last block visited (_grow_max_late: O's factors, which the second consumer
+# takes from the first, run); with qv on pages of 64 (TMA per block, FA3's page size), 40 heads at
+# s_q 2 (80 packed rows: a second tile that starts mid-token), a row of 0 keys and one ending
+# mid-block, 8 tiles (on simrun's 4 SMs some CTAs run two tiles with keys: the consumers' staging
+# hand-off carries across tiles); with qv on pages of 16 (gathered) and 3 splits (the combine at
+# d_v 512), s_q 1, 16 heads; with qv, softcap, a window and FA3's cache_leftpad (37: a TMA box
+# mid-block) on a contiguous cache. The oracle takes qv as q's extra columns against v's:
+# q.k + qv.v = [q, qv].[k, v].
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "vappend"]
+                "leftpad", "fa3desc", "vappend", "mla"]
+# "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
+MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
+             (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
+             (True, 16, 16, 1, 160, [160, 33], 3, False, {}),
+             (True, None, 16, 2, 200, [200, 90], 1, False, dict(softcap=20.0, window=(100, 0), leftpad=[37, 0]))]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -151,9 +166,16 @@ ALIBI_MAX_HEAD_DIM = 128
 CHUNK_MAX_HEAD_DIM = 192
 
 
+def is_mla(kid: str) -> bool:
+    """The MLA decode kernel (d_v > 256; csrc/flash3/decode/mla_*.cuh)."""
+    return family(kid) == "dec" and parse_kernel(kid)[2] > 256
+
+
 def applies(kid: str, feature: str) -> bool:
     if feature not in family_features(kid) or feature in NOT_APPLICABLE.get(family(kid), ()):
         return False
+    if feature == "mla" or is_mla(kid):  # the MLA kernel has its own feature (its case shapes)
+        return feature == "mla" and is_mla(kid)
     if feature == "fa3desc":  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
     if feature == "vappend":  # packed appends: 16-bit caches (an FP8 cache refuses them)
@@ -306,7 +328,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
-def _grow_max_late(q, k, d: int, row_dim: int) -> None:
+def _grow_max_late(q, k, d: int, row_dim: int, scale: float | None = None) -> None:
     """"full" (16-bit forward; the backward's case is the forward's) and "contig" (16-bit cache
     decode), in place: the rows' maxes jump when the kernel reaches the first key block, which it
     visits last (blocks run from the end): keys 0-63 (in block 0 for every tile) get a large
@@ -314,8 +336,8 @@ def _grow_max_late(q, k, d: int, row_dim: int) -> None:
     scores there rise by ~12 in log2 units (> the online softmax's lazy-rescale threshold of 8,
     common/softmax.cuh: the rescale path runs) while odd rows (q[..., 0] = 1/4: +1.5) keep every key
     block's weight (a wrong P.V of any block still shows) and are rescaled with their warp's even
-    rows. Every other block takes the lazy skip."""
-    delta = 12.0 / (math.log2(math.e) * 2.0 * d ** -0.5)
+    rows. Every other block takes the lazy skip. scale: the call's softmax_scale (1/sqrt(d))."""
+    delta = 12.0 / (math.log2(math.e) * 2.0 * (d ** -0.5 if scale is None else scale))
     for start, val in ((0, 2.0), (1, 0.25)):
         idx = [slice(None)] * q.dim()
         idx[row_dim], idx[-1] = slice(start, None, 2), 0
@@ -507,13 +529,28 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None):
+             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None,
+             qv=None, scale=None):
         # append["cu_k"]: cu_seqlens_k_new (vappend: FA3's packed new keys), else absent
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
                     unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
-                    leftpad=leftpad, fa3=fa3)
+                    leftpad=leftpad, fa3=fa3, qv=qv, scale=scale)
 
+    if feature == "mla":
+        parts = []
+        for with_qv, page, h, s_q, cap, lens, splits, causal, extra in MLA_PARTS:
+            b = len(lens)
+            kc, vc, pt, ds = cache(b, cap, 1, page)
+            qv = rnd(b, s_q, h, dv) if with_qv else None
+            q = rnd(b, s_q, h, d)
+            if page is None and not with_qv:  # the rows' maxes jump at the last block visited
+                _grow_max_late(q, kc, d, row_dim=2, scale=(d + dv) ** -0.5)
+            if "leftpad" in extra:
+                extra = dict(extra, leftpad=i32(extra["leftpad"]))
+            parts.append(part(q, kc, vc, pt, ds, i32(lens), num_splits=splits, causal=causal,
+                              qv=qv, scale=(d + dv) ** -0.5, **extra))
+        return parts
     h, h_k = 4, 2
     if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
         lens_q, lens_k = VPAGED_LENS
@@ -626,6 +663,11 @@ def dec_poisoned_outputs(p: dict):
     return out, lse, q_out
 
 
+def dec_scale(p: dict) -> float:
+    """The part's softmax_scale: its own (MLA: 1/sqrt(d + d_v)), else 1/sqrt(d)."""
+    return float(p["scale"]) if p.get("scale") is not None else float(p["q"].shape[-1] ** -0.5)
+
+
 def launch_dec(p: dict) -> dict:
     """One synchronized decode step on copies of the part's caches: append_kv_sm90 (when the part
     appends) then fwd_kvcache_sm90, as flash3/ops.py attention_kvcache runs them. Returns out, lse,
@@ -652,7 +694,9 @@ def launch_dec(p: dict) -> dict:
         extra["cache_leftpad"] = p["leftpad"]
     if p.get("fa3") is not None:  # FA3's descales: per batch entry
         extra["descale_per_batch"] = True
-    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
+    if p.get("qv") is not None:
+        extra["qv"] = p["qv"]
+    torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], dec_scale(p),
                                       *op_window(p), p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
                                       max_seqlen_q=int(p.get("max_q") or 0))
@@ -705,7 +749,7 @@ def check_dec(p: dict, r: dict) -> dict:
         return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
     cap = kc.shape[1] * (pt.shape[1] if pt is not None else 1)
-    kw = dict(causal=p["causal"], window_size=p["window"], softcap=p["softcap"], softmax_scale=q.shape[-1] ** -0.5)
+    kw = dict(causal=p["causal"], window_size=p["window"], softcap=p["softcap"], softmax_scale=dec_scale(p))
     sinks = p.get("sinks")
     if sinks is not None:
         kw["sinks"] = sinks.double()
@@ -748,6 +792,9 @@ def check_dec(p: dict, r: dict) -> dict:
         v_i = reference.kvcache_gather(vc, i, n, pt, vd, descale_per_batch=per_batch)[None, lp:]
         if p.get("alibi") is not None:  # row i's slopes, distances over its n keys
             kw["alibi_slopes"] = p["alibi"][i].double() if p["alibi"].dim() == 2 else p["alibi"].double()
+        if p.get("qv") is not None:  # MLA (batched q): q.k + qv.v = [q, qv].[k, v]
+            q_i = torch.cat([q_i, p["qv"][i:i + 1]], -1)
+            k_i = torch.cat([k_i, v_i], -1)
         ref, ref_lse = attention_ref64(*(x.double() for x in (q_i, k_i, v_i)), **kw)
         if per_batch:  # FA3's spec: (q8 * q_descale) . (k8 * k_descale), p . (v8 * v_descale)
             f = p["fa3"]

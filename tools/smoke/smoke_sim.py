@@ -242,10 +242,10 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     kd, vd = part["descales"] or (None, None)
     tensors = dict(q=part["q"], k_cache=part["kc"], v_cache=part["vc"], out=out, lse=lse,
                    seqused_k=part["seqused"], page_table=part["pt"], k_descale=kd, v_descale=vd,
-                   sinks=part.get("sinks"), alibi_slopes=part.get("alibi"))
+                   sinks=part.get("sinks"), alibi_slopes=part.get("alibi"), qv=part.get("qv"))
     import smoke_cases
     left, right = smoke_cases.op_window(part)
-    scalars = dict(softmax_scale=float(part["q"].shape[-1] ** -0.5), window_left=left, window_right=right,
+    scalars = dict(softmax_scale=smoke_cases.dec_scale(part), window_left=left, window_right=right,
                    softcap=float(part["softcap"]), num_splits=int(part["num_splits"]))
     if part.get("cu_q") is not None:  # packed (varlen) queries: q/out (total_q, h, .), lse (h, total_q)
         tensors["cu_seqlens_q"] = part["cu_q"]

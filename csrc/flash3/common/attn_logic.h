@@ -260,7 +260,12 @@ FLASH3_HD constexpr int decode_smem_bytes(int head_dim, int head_dim_v, int bloc
   const int v = 2 * block_n * head_dim_v > 128 * head_dim_v ? 2 * block_n * head_dim_v : 128 * head_dim_v;
   return raw + 2 * (128 * head_dim + 2 * block_n * head_dim + v) + 2048;
 }
+// MLA (d_v > 256, d <= 64; decode/mla_traits.cuh): 64 packed rows by 64 keys, both consumer
+// warpgroups on the same rows, each with half of O's d_v columns (a 64 x 512 fp32 O is 256
+// registers a thread for one warpgroup); smem: Q, qv (64 x d_v), 2 stages of K and V = 216 KB at
+// d_v 512. block_n 64 is also FA3's page size for MLA caches (TMA per block).
 FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bool fp8_cache = false) {
+  if (head_dim_v > 256) return TileShape{64, 64, 2, 2};
   TileShape t{128, fwd_tile_shape(head_dim, head_dim_v).block_n, 2, 2};
   while (fp8_cache && t.block_n > 16 && decode_smem_bytes(head_dim, head_dim_v, t.block_n, fp8_cache) > 227 * 1024)
     t.block_n -= 16;

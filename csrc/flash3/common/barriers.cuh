@@ -40,6 +40,9 @@ enum class Wait : int {
   Gather,      // producer warpgroup: every thread's gathered K/V rows have landed
   // Backward again (appended: the values above keep their numbers).
   RowTail,     // producer: its own load of a tile with rows past the sequence end landed (zeroing)
+  // MLA decode (decode/mla_mainloop.cuh; appended).
+  PFull,       // consumer 1: consumer 0 staged P (or the final row sums) in shared memory
+  PEmpty,      // consumer 0: consumer 1's P.V finished reading the staged P
 };
 
 }  // namespace flash3

@@ -66,6 +66,8 @@ __device__ __forceinline__ const char* wait_name(int w) {
     case Wait::DqEmpty: return "DqEmpty";
     case Wait::Gather: return "Gather";
     case Wait::RowTail: return "RowTail";
+    case Wait::PFull: return "PFull";
+    case Wait::PEmpty: return "PEmpty";
   }
   return "named barrier id >= 16 (debug_hang.cuh kMaxIds)";
 }

@@ -23,4 +23,8 @@ struct DecodeKernelRegistration {
 template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kFp8Cache>
 void run_decode(const FwdParams& params, void* cuda_stream);
 
+// The MLA decode kernel (d 64, d_v 512, optional qv): decode/mla_launch.cuh, one generated TU.
+template <bool kIsBf16>
+void run_decode_mla(const FwdParams& params, void* cuda_stream);
+
 }  // namespace flash3

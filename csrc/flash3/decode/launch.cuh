@@ -25,6 +25,8 @@ template <class Tr>
 struct DecodeFamily {
   static_assert(Tr::kDecode, "decode traits");
   using Producer = DecodeProducer<Tr>;
+  using Consumer = FwdConsumer<Tr>;
+  using Epilogue = FwdEpilogue<Tr>;
 
   static void check(const FwdParams& p) {
     using detail::fwd_check;

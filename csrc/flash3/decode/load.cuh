@@ -154,6 +154,34 @@ struct DecodeProducer {
       }
       st_shared_128(&sQ(r, c), val);
     }
+    if constexpr (Tr::kQv) {  // MLA: qv's rows the same way (null qv: the consumers skip Qv V^T)
+      if (p.qv != nullptr) {
+        Tensor sQv = make_tensor(make_smem_ptr(smem.qv.data()), typename Tr::SmemLayoutQv{});
+        const Element* qv = static_cast<const Element*>(p.qv) +
+                            (p.cu_seqlens_q != nullptr ? int64_t(offset_q) * p.qv_row_stride
+                                                       : int64_t(w.coord.batch) * p.qv_batch_stride);
+        // A row's kHeadDimV / 8 chunks, kPerLane to a lane: one division per row (unrolled by
+        // chunk, per chunk, the loop's addresses spilled the producer's registers).
+        constexpr int kPerLane = Tr::kHeadDimV / 8 / 32;
+        static_assert(kPerLane * 32 * 8 == Tr::kHeadDimV, "qv rows are whole warps of 16-byte chunks");
+#pragma unroll 1
+        for (int r = 0; r < Tr::kBlockM; ++r) {
+          const int packed = row0 + r;
+          const Element* src = nullptr;
+          if (packed < rows) {
+            const int t = packed / g, head = w.head_k * g + (packed - t * g);
+            src = qv + int64_t(t) * p.qv_row_stride + int64_t(head) * p.qv_head_stride;
+          }
+          CUTE_UNROLL
+          for (int j = 0; j < kPerLane; ++j) {
+            const int c = (lane + 32 * j) * 8;
+            uint4 val = make_uint4(0, 0, 0, 0);
+            if (src != nullptr && c < p.head_dim_v) val = *reinterpret_cast<const uint4*>(src + c);
+            st_shared_128(&sQv(r, c), val);
+          }
+        }
+      }
+    }
     cutlass::arch::fence_view_async_shared();  // generic stores -> the consumers' WGMMA
     __syncwarp();
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem.q_full);

@@ -19,7 +19,9 @@
 
 namespace flash3 {
 
-template <class Tr, class Producer>
+// Consumer / Epilogue: FwdConsumer / FwdEpilogue, or a family's own (the MLA decode kernel's,
+// decode/mla_mainloop.cuh), with the same entry points.
+template <class Tr, class Producer, class Consumer = FwdConsumer<Tr>, class Epilogue = FwdEpilogue<Tr>>
 __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     fwd_kernel(CUTE_GRID_CONSTANT typename Tr::KernelParams const params) {
   using namespace cute;
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_alloc<Tr::kConsumerRegs>();
     const int consumer = warpgroup - 1;
     PipelineState state_k, state_v;
-    FwdConsumer<Tr>::pingpong_start(consumer);
+    Consumer::pingpong_start(consumer);
 
     Tensor tOrO = make_tensor<float>(typename Tr::LayoutO{});
     float lse[Tr::kRowsPerThread];
@@ -103,11 +105,11 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
       const WorkTile w = sched.tile(idx);
       if (w.has_rows) {  // varlen: a query block past this sequence's end has nothing to write
         if (w.blocks.empty()) {
-          FwdEpilogue<Tr>::store_empty(params.p, w);
+          Epilogue::store_empty(params.p, w);
         } else {
-          FwdConsumer<Tr>::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
+          Consumer::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
           // Recomputed (not kept live through the mainloop) to spare registers.
-          FwdEpilogue<Tr>::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
+          Epilogue::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
           ++tile_count;
         }
       }

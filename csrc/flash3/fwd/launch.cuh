@@ -42,11 +42,13 @@ inline void check_tma(const char* what, const void* base, int elem_bytes, int64_
 
 }  // namespace detail
 
-// A kernel family's part of launch_fwd: its producer, its own checks of the call, its schedule and
+// A kernel family's part of launch_fwd: its producer, consumer and epilogue, its own checks of the call, its schedule and
 // its fields of KernelParams. The plain and FP8 forward's here; the decode kernel's in decode/launch.cuh.
 template <class Tr>
 struct FwdFamily {
   using Producer = FwdProducer<Tr>;
+  using Consumer = FwdConsumer<Tr>;
+  using Epilogue = FwdEpilogue<Tr>;
   static void check(const FwdParams& p) { detail::fwd_check(p.slab_rows == 0, "a KV-cache call needs the decode kernel"); }
   static TileOrder order(const FwdParams& p) { return make_tile_order(p, Tr::kBlockM); }
   static void set_params(typename Tr::KernelParams&, const FwdParams&) {}
@@ -60,6 +62,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   constexpr int kHeadDim = Tr::kHeadDim, kHeadDimV = Tr::kHeadDimV;
   using detail::fwd_check;
 
+  fwd_check(p.qv == nullptr || Tr::kQv, "qv: only the MLA decode kernel (d_v > 256) takes it");
   fwd_check(p.alibi_slopes == nullptr || Tr::kAlibi,
             "ALiBi slopes on a kernel compiled without them (head dims above 128, or FP8)");
   // Head dims below the compiled ones run here too: TMA zero-fills Q/K/V's missing columns (the
@@ -100,6 +103,9 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");
   }
   const int eb = int(sizeof(Element)), eb_out = int(sizeof(ElementOut));
+  // d_v past TMA's 256-element box (MLA's 512): CuTe issues one box per 128-byte swizzle atom
+  // (64 16-bit columns), the tile's d_v / 64 slices (mla_traits.cuh's Vt and O layouts).
+  constexpr int kBoxV = kHeadDimV <= 256 ? kHeadDimV : 64;
   const int64_t bs_q = bstride(varlen_q, p.q_batch_stride, p.q_row_stride, rows_q);
   const int64_t bs_k = bstride(varlen_k, p.k_batch_stride, p.k_row_stride, rows_k);
   // FP8 Vt is (b, h_k, d_v, tokens): its packed (varlen) form is one batch of all heads.
@@ -126,9 +132,9 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
                       bs_v, Tr::kBlockN, kHeadDimV);
   else if (kKvMaps)
     detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
-                      bs_v, kHeadDimV, Tr::kBlockN);
+                      bs_v, kBoxV, Tr::kBlockN);
   detail::check_tma("out", p.o, eb_out, p.head_dim_v, rows_q, p.num_heads, batch_q, p.o_row_stride, p.o_head_stride,
-                    bs_o, kHeadDimV, Tr::kBlockM);
+                    bs_o, kBoxV, Tr::kBlockM);
 
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)),
                           make_shape(rows_q, p.head_dim, p.num_heads, batch_q),
@@ -179,7 +185,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   if (num_tiles == 0) return;
   const int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
 
-  auto kernel = &fwd_kernel<Tr, typename Family::Producer>;
+  auto kernel = &fwd_kernel<Tr, typename Family::Producer, typename Family::Consumer, typename Family::Epilogue>;
   detail::fwd_check_cuda(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");

@@ -61,9 +61,21 @@ struct FwdProducer {
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
     constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks: the swizzle never splits one
     const int lane = threadIdx.x % 32;
-    for (int i = lane; i < (Tr::kBlockN - valid_rows) * kChunks; i += 32) {
-      const int r = valid_rows + i / kChunks, c = (i % kChunks) * 8;
-      *reinterpret_cast<uint4*>(&sV(c, r, s.index())) = make_uint4(0, 0, 0, 0);
+    if constexpr (Tr::kHeadDimV > 256) {
+      // MLA (d_v 512): a row's chunks, kChunks / 32 to a lane; the flat loop below, unrolled,
+      // spilled the producer's registers (compile-check).
+      static_assert(kChunks % 32 == 0, "a V row is whole warps of 16-byte chunks");
+#pragma unroll 1
+      for (int r = valid_rows; r < Tr::kBlockN; ++r) {
+        CUTE_UNROLL
+        for (int j = 0; j < kChunks / 32; ++j)
+          *reinterpret_cast<uint4*>(&sV((lane + 32 * j) * 8, r, s.index())) = make_uint4(0, 0, 0, 0);
+      }
+    } else {
+      for (int i = lane; i < (Tr::kBlockN - valid_rows) * kChunks; i += 32) {
+        const int r = valid_rows + i / kChunks, c = (i % kChunks) * 8;
+        *reinterpret_cast<uint4*>(&sV(c, r, s.index())) = make_uint4(0, 0, 0, 0);
+      }
     }
     cutlass::arch::fence_view_async_shared();  // generic writes -> the consumers' WGMMA (async proxy)
     __syncwarp();

@@ -109,6 +109,11 @@ struct FwdParams {
   // dtype in shared memory: fp32 per (slab, kv head) (batch_stride 0), or per (batch entry, kv head)
   // (index_stride 0; FA3's descales, a page shared by rows read with each row's own).
   Descale k_cache_descale, v_cache_descale;
+  // MLA (FA3's qv; the decode kernel for d_v > 256, decode/mla_*.cuh only): qv (b, s_q, h, d_v), or
+  // (total_q, h, d_v) with cu_seqlens_q, in q's dtype; null = none. Scores are
+  // softmax_scale * (q.k + qv.v): v's rows are both the values and qv's keys.
+  const void* qv = nullptr;
+  int64_t qv_batch_stride = 0, qv_row_stride = 0, qv_head_stride = 0;
 
   // Launch resources filled by the binding.
   int num_sms = 132;

@@ -32,6 +32,8 @@ template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false, boo
           class Cache_ = Element_>
 struct FwdTraits {
   static constexpr bool kDecode = kDecode_;
+  static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
+  static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
   using Element = Element_;
   using CacheElement = Cache_;
   static constexpr bool kFp8 = sizeof(Element) == 1;

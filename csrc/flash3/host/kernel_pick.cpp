@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 namespace flash3::host {
 
@@ -23,8 +24,15 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
   if (!(softmax_scale > 0.0 && std::isfinite(softmax_scale)))
     return refuse("softmax_scale must be finite and > 0, got ", softmax_scale);
   const int64_t m = fp8 ? 16 : 8;
-  if (d % m || d_v % m || d <= 0 || d_v <= 0 || d > 256 || d_v > 256)
-    return refuse("head dims must be multiples of ", m, " in [", m, ", 256], got d=", d, " d_v=", d_v);
+  // MLA: d_v in (256, 512] runs on the MLA decode kernel (d <= 64, a 16-bit cache) only.
+  const bool mla = family == KernelFamily::decode && d_v > 256;
+  if (d % m || d_v % m || d <= 0 || d_v <= 0 || d > 256 || d_v > (mla ? 512 : 256))
+    return refuse("head dims must be multiples of ", m, " in [", m, ", 256], got d=", d, " d_v=", d_v,
+                  family == KernelFamily::decode || family == KernelFamily::decode_fp8_cache
+                      ? " (d_v up to 512 with d <= 64: the MLA decode kernel, 16-bit caches)"
+                      : "");
+  if (mla && d > 64)
+    return refuse("d_v above 256 runs on the MLA decode kernel, which takes d <= 64, got d=", d, " d_v=", d_v);
   const bool is_bf16 = dtype != DType::fp16;
   const int di = static_cast<int>(d), dvi = static_cast<int>(d_v);
   // The chunked mask is compiled into the forward kernels up to d 192 (FwdTraits::kChunk).
@@ -37,9 +45,19 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
       break;
     case KernelFamily::fwd_fp8: k.fwd = pick_fwd_kernel(fwd_fp8_kernels(), true, di, dvi, false); break;
     case KernelFamily::decode:
-    case KernelFamily::decode_fp8_cache:
-      k.fwd = pick_fwd_kernel(fwd_decode_kernels(family == KernelFamily::decode_fp8_cache), is_bf16, di, dvi, false);
+    case KernelFamily::decode_fp8_cache: {
+      // The MLA kernel (d_v > 256) serves only calls with d_v > 256: a smaller d_v keeps the
+      // plain decode tiles even where the MLA kernel's head dims are the smallest that cover it.
+      std::vector<FwdKernelEntry> entries;
+      for (const FwdKernelEntry& e : fwd_decode_kernels(family == KernelFamily::decode_fp8_cache))
+        if ((e.head_dim_v > 256) == mla) entries.push_back(e);
+      const FwdKernelEntry* e = pick_fwd_kernel(entries, is_bf16, di, dvi, false);
+      // The registry's own entry (entries is a local copy).
+      if (e != nullptr)
+        for (const FwdKernelEntry& r : fwd_decode_kernels(family == KernelFamily::decode_fp8_cache))
+          if (r.launch == e->launch) k.fwd = &r;
       break;
+    }
     case KernelFamily::bwd: k.bwd = find_bwd_kernel(is_bf16, di, dvi); break;
   }
   if (k.fwd == nullptr && k.bwd == nullptr) {
@@ -49,8 +67,8 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
                        : family == KernelFamily::decode           ? " decode"
                        : family == KernelFamily::bwd              ? " backward"
                                                                   : "";
-    return refuse("no ", fp8 ? "" : (is_bf16 ? "bf16" : "fp16"), what, " kernel for head dim (", d, ", ", d_v,
-                  ") or larger in this build");
+    return refuse("no ", fp8 ? "" : (is_bf16 ? "bf16" : "fp16"), mla ? " MLA" : "", what, " kernel for head dim (",
+                  d, ", ", d_v, ") or larger in this build", mla ? " (MLA: bf16, d 64, d_v 512)" : "");
   }
   return k;
 }

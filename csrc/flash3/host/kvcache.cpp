@@ -18,7 +18,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes, const TensorView* cache_leftpad,
-                      bool descale_per_batch) {
+                      bool descale_per_batch, const TensorView* qv) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
@@ -66,6 +66,14 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   } else {
     check_shape(out, "out", {b, s_q, h, d_v});
     check_shape(lse, "lse", {b, h, s_q});
+  }
+  if (qv != nullptr) {  // MLA: the query's latent part, q's rows with d_v columns
+    check(qv->device == q.device && qv->dtype == dtype, kOp, ": qv must have q's dtype ", q.dtype_name,
+          " and device ", q.device, ", got ", qv->dtype_name, " on ", qv->device);
+    check(d_v > 256 && !fp8_cache, kOp,
+          ": qv runs on the MLA decode kernel only (d <= 64, 256 < d_v <= 512, caches of q's dtype), got d_v=", d_v);
+    if (varlen_q) check_shape(*qv, "qv", {total_q, h, d_v});
+    else check_shape(*qv, "qv", {b, s_q, h, d_v});
   }
   check_seqlens(&seqused_k, "seqused_k", b, q);
   check_seqlens(cache_leftpad, "cache_leftpad", b, q);
@@ -124,6 +132,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   check_tma_layout(k_cache, "k_cache", kOp);
   check_tma_layout(v_cache, "v_cache", kOp);
   check_tma_layout(out, "out", kOp);
+  if (qv != nullptr) check_tma_layout(*qv, "qv", kOp);  // 16-byte rows (the producer's loads)
   check(lse.stride(-1) == 1 || lse.size(-1) <= 1, kOp, ": lse must have a contiguous last dimension");
 
   FwdParams p;
@@ -139,6 +148,12 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   p.v_batch_stride = tma_stride(v_cache, 0);
   p.v_row_stride = tma_stride(v_cache, 1);
   p.v_head_stride = tma_stride(v_cache, 2);
+  if (qv != nullptr) {
+    p.qv = qv->data_ptr();
+    p.qv_batch_stride = varlen_q ? 0 : tma_stride(*qv, 0);
+    p.qv_row_stride = tma_stride(*qv, varlen_q ? 0 : 1);
+    p.qv_head_stride = tma_stride(*qv, varlen_q ? 1 : 2);
+  }
   p.seqused_k = seqused_k.ptr<const int>();
   if (cache_leftpad != nullptr) p.cache_leftpad = cache_leftpad->ptr<const int>();
   p.slab_rows = to_int(slab_rows, "slab_rows");

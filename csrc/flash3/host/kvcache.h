@@ -11,7 +11,10 @@
 //   (total_q, h, d), out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0, lse
 //   -inf. cache_leftpad: int32 (b,), FA3's left padding: row i's keys are cache positions
 //   [cache_leftpad[i], seqused_k[i]) (clamped into the row's keys by the kernel), masks counting
-//   keys from there. No host synchronization.
+//   keys from there. qv: FA3's MLA query part (b, s_q, h, d_v) (packed: (total_q, h, d_v)) in q's
+//   dtype, scores softmax_scale * (q.k + qv.v); only with the MLA decode kernel (d <= 64,
+//   256 < d_v <= 512, caches of q's dtype), which also runs such calls without qv. No host
+//   synchronization.
 #pragma once
 #include <cstdint>
 
@@ -25,6 +28,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes,
-                      const TensorView* cache_leftpad = nullptr, bool descale_per_batch = false);
+                      const TensorView* cache_leftpad = nullptr, bool descale_per_batch = false,
+                      const TensorView* qv = nullptr);
 
 }  // namespace flash3::host

@@ -32,7 +32,7 @@
 // cu_seqlens_q cu_seqlens_k seqused_k seqused_q sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
 // (float32 (h,) or (b, h); fwd, kvcache, bwd); fwd_fp8:
 // q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
-// seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, cu_seqlens_q (varlen q:
+// seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, qv (MLA), cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
 // window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
 // FA3's; the host's append refuses it: it stores with the slab's descale); the fused append when
@@ -105,13 +105,13 @@ void kvcache_step(const Case& c, host::Backend& be) {
     if (q_out != nullptr) q_att = q_out;
   }
   const auto sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes")),
-             leftpad = view(c.opt("cache_leftpad"));
+             leftpad = view(c.opt("cache_leftpad")), qv = view(c.opt("qv"));
   host::fwd_kvcache_sm90(be, view(*q_att), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("out")),
                          view(c.t("lse")), view(c.t("seqused_k")), ptr(page_table), c.num("softmax_scale"),
                          c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("num_splits"), ptr(k_descale), ptr(v_descale), ptr(sinks),
                          ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi), ptr(leftpad),
-                         per_batch);
+                         per_batch, ptr(qv));
 }
 
 // The kernel lists of kernel_info() (every registry the driver links: forward, FP8, backward, decode).
