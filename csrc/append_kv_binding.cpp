@@ -2,11 +2,13 @@
 //
 //   flash3::append_kv_sm90(q, k_cache!, v_cache!, k, v, cache_seqlens, page_table?, rotary_cos?,
 //                          rotary_sin?, rotary_interleaved, q_per_token, q_out!, k_descale?,
-//                          v_descale?, rotary_seqlens?) -> ()
+//                          v_descale?, rotary_seqlens?, descale_per_batch=False) -> ()
 //       CUDA: writes k/v (rotated when rotary tables are given, at rotary_seqlens[b] + t when
 //       given) into the cache at cache_seqlens[b] + t, skipping slots outside the cache, and q rotated into q_out; no host
 //       synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn caches take float32
-//       descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)). Meta: nothing.
+//       descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)); with descale_per_batch
+//       (FA3's descales per batch entry) float8_e4m3fn k/v are copied unchanged (no descales, no
+//       rotary). Meta: nothing.
 // flash3/ops.py validates first; the host layer's checks are a defence of the kernel's memory
 // accesses: csrc/flash3/host/append_kv.cpp checks the arguments and launches; this file adapts it to
 // at::Tensor.
@@ -28,13 +30,13 @@ void append_kv_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor& v
                          bool q_per_token, const Tensor& q_out,
                          const std::optional<Tensor>& k_descale,
                          const std::optional<Tensor>& v_descale,
-                         const std::optional<Tensor>& rotary_seqlens) {
+                         const std::optional<Tensor>& rotary_seqlens, bool descale_per_batch) {
   const auto pt = view(page_table), cos = view(rotary_cos), sin = view(rotary_sin), kd = view(k_descale),
              vd = view(v_descale), ro = view(rotary_seqlens);
   run_host_op(q, [&](host::Backend& be) {
     host::append_kv_sm90(be, view(q), view(k_cache), view(v_cache), view(k), view(v), view(cache_seqlens), ptr(pt),
                          ptr(cos), ptr(sin), rotary_interleaved, q_per_token, view(q_out), ptr(kd), ptr(vd),
-                         ptr(ro));
+                         ptr(ro), descale_per_batch);
   });
 }
 
@@ -42,7 +44,7 @@ void append_kv_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tens
                          const Tensor&, const Tensor&, const std::optional<Tensor>&,
                          const std::optional<Tensor>&, const std::optional<Tensor>&, bool, bool,
                          const Tensor&, const std::optional<Tensor>&, const std::optional<Tensor>&,
-                         const std::optional<Tensor>&) {}
+                         const std::optional<Tensor>&, bool) {}
 
 }  // namespace
 }  // namespace flash3
@@ -52,7 +54,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       "append_kv_sm90(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k, Tensor v, "
       "Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, Tensor? rotary_sin, "
       "bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out, Tensor? k_descale=None, "
-      "Tensor? v_descale=None, Tensor? rotary_seqlens=None) -> ()");
+      "Tensor? v_descale=None, Tensor? rotary_seqlens=None, bool descale_per_batch=False) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flash3, CUDA, m) { m.impl("append_kv_sm90", &flash3::append_kv_sm90_cuda); }

@@ -208,8 +208,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     quantizes and the decode kernel reads the e4m3 bytes, computing with x8 * descale rounded
     once to q's dtype.  ``descale_per_batch=True`` (FA3's layout): k_descale/v_descale are
     (b, h_k) and row i reads every key with its own descales, whatever page holds it (a page
-    shared by rows is read with each row's); no new k/v or cu_seqlens_q with it
-    (NotImplementedError: an append stores with the slab's descale).
+    shared by rows is read with each row's); new k/v are then float8_e4m3fn bytes under those
+    descales (FA3's), copied into the cache unchanged (TypeError for other dtypes; rotary with
+    them and cu_seqlens_q raise NotImplementedError).
 
     Value contract (no host synchronization).  Shapes, dtypes and devices are always
     checked.  The *values* of cache_seqlens, page_table (and descales, rotary range) are

@@ -22,9 +22,11 @@ conventions, and map onto flash3's public API:
   -1, read as zeros, never written; an error in validation mode); ``cu_seqlens_q``/
   ``max_seqlen_q`` by flash3's packed-query path (the decode kernel on CUDA); ``cache_leftpad``
   by flash3's (the decode kernel on CUDA; paged caches and cache_batch_idx included).  An FP8 cache
-  takes FA3's per-(batch, kv head) descales: without new keys or cu_seqlens_q, paged or not, on
-  flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
-  into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
+  takes FA3's per-(batch, kv head) descales: without cu_seqlens_q, paged or not, on flash3's
+  decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded into k's;
+  bf16 output); e4m3 new k/v (FA3's: they have q's dtype) are copied into the cache unchanged by
+  the fused append (they share their entry's descales), then attended.  With cu_seqlens_q, or new
+  keys with rotary (or new keys not e4m3), a contiguous cache as before (q dequantized to bf16).
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -49,7 +51,8 @@ takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
 ``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
 ``seqused_k`` with autograd, new k/v or rotary with packed
-queries, an FP8 paged cache with new keys or cu_seqlens_q, and rotary tables of any
+queries, an FP8 paged cache with cu_seqlens_q or with new keys and rotary (or new keys not
+float8_e4m3fn), and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
@@ -290,9 +293,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
-    # FA3's FP8 decode (no new keys, batched q): the decode kernel reads the cache with FA3's
-    # (batch, kv head) descales, paged or not (flash3's descale_per_batch).
-    fa3_fp8 = fp8_cache and k is None and not varlen
+    # FA3's FP8 decode (batched q; new keys, if any, e4m3 without rotary): the fused append copies
+    # the e4m3 keys unchanged and the decode kernel reads the cache with FA3's (batch, kv head)
+    # descales, paged or not (flash3's descale_per_batch).
+    fa3_fp8 = (fp8_cache and not varlen
+               and (k is None or (_checks.is_fp8(k) and _checks.is_fp8(v) and rotary_cos is None)))
     # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
     # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
     # every call), so unused they send no call to the reference.

@@ -306,8 +306,14 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         qk = q
         pt = None if page_table is None else page_table.to(torch.int32).contiguous()
         kd, vd = (None if t is None else t.to(torch.float32) for t in (k_descale, v_descale))
+        # descale_per_batch: e4m3 new keys, copied unchanged (_checks.kvcache_extras); the append
+        # then takes no descales (the decode kernel applies the batch entry's).
+        new_dtype = torch.float8_e4m3fn if descale_per_batch else q.dtype
         fused = (k is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
-                 and k.dtype == q.dtype and v.dtype == q.dtype and _backend.has_append_kernel())
+                 and k.dtype == new_dtype and v.dtype == new_dtype
+                 and (_backend.has_append_e4m3_kernel() if descale_per_batch
+                      else _backend.has_append_kernel()))
+        wd = (None, None) if descale_per_batch else (kd, vd)  # the append's descales
         if fused:
             cos = sin = None
             if rotary_cos is not None:
@@ -317,20 +323,22 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
             # Without rotary q_out is q itself, which the kernel then never touches.
             torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv,
                                             cache_seqlens.contiguous(), pt, cos, sin,
-                                            rotary_interleaved, local, qk, kd, vd,
-                                            rotary_seqlens)
+                                            rotary_interleaved, local, qk, *wd,
+                                            rotary_seqlens,
+                                            **({"descale_per_batch": True}
+                                               if descale_per_batch else {}))
         elif k is not None:
             kk = k
             if rotary_cos is not None:
                 qk, kk = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None
                                         else rotary_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
-            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, kd, vd)
+            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, *wd)
         # Each row's key count (no host read); the kernel clamps it into [0, capacity] (and
         # cache_leftpad into [0, that]).
         seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
         lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad.to(torch.int32)}
-        if descale_per_batch:  # FA3's (b, h_k) descales (api: never with new keys)
+        if descale_per_batch:  # FA3's (b, h_k) descales, new keys included
             lp["descale_per_batch"] = True
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
                                            kd, vd, sinks, **_alibi_kw(alibi_slopes), **lp)

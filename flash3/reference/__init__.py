@@ -535,7 +535,8 @@ def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None, k_desc
                   v_descale=None):
     """Write k/v (b, s_new, h_k, ·) into the caches right after cache_seqlens[i].
 
-    FP8 caches take their slab's descale (k_descale/v_descale (k_cache.shape[0], h_k)).
+    FP8 caches take their slab's descale (k_descale/v_descale (k_cache.shape[0], h_k)); without
+    descales k/v are stored in the cache's dtype (float8_e4m3fn k/v into an FP8 cache: unchanged).
     """
     if k is None or k.shape[1] == 0:
         return
@@ -626,7 +627,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     (from position cache_leftpad[i] on, when given).
 
     ``descale_per_batch``: FP8-cache descales (b, h_k), FA3's: row i reads its keys with its own
-    descales, whatever slab holds them (no new keys with it: an append stores per slab).
+    descales, whatever slab holds them; new keys are then float8_e4m3fn, stored unchanged (they
+    share their entry's descales).
 
     ``rotary_seqlens`` (b,): the rotary position of row i's first new token (default
     cache_seqlens[i], its key position).
@@ -641,9 +643,10 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     if rotary_cos is not None and k is not None:
         q, k = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None else rotary_seqlens,
                               rotary_cos, rotary_sin, rotary_interleaved, left >= 0 or right >= 0)
-    if descale_per_batch and k is not None:
-        raise NotImplementedError("new keys k/v with descale_per_batch (appends store per slab)")
-    kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
+    if descale_per_batch:  # e4m3 new keys under their entry's descales: stored as they are
+        kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table)
+    else:
+        kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
     b, s_q, h, _ = q.shape
     s_new = 0 if k is None else k.shape[1]
     out = torch.zeros(b, s_q, h, v_cache.shape[-1], dtype=q.dtype, device=q.device)

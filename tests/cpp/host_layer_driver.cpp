@@ -88,7 +88,8 @@ int run_combine(const CombineParams& c, void*) {
   return 0;
 }
 int run_append_kv(const AppendKvParams& p, void*) {
-  g_rec << "append page_size=" << p.page_size << " max_pages=" << p.max_pages << " rotary_dim=" << p.rotary_dim;
+  g_rec << "append page_size=" << p.page_size << " max_pages=" << p.max_pages << " rotary_dim=" << p.rotary_dim
+        << " kv_e4m3=" << int(p.kv_e4m3) << " descales=" << int(p.k_descale != nullptr);
   return 0;
 }
 int run_quantize_fp8(const QuantizeParams& p, void*) {
@@ -231,18 +232,25 @@ static void kvcache(FakeBackend& be, const Args& a) {
                       num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad);
 }
 
+// fa3=1: FA3's FP8 append (descale_per_batch: e4m3 caches and k/v; knew=bf16 makes k/v bf16, ds=1
+// passes descales).
 static void append(FakeBackend& be, const Args& a) {
   const int64_t b = 2, hq = 8, hk = 2, d = 128, page = num(a, "page", 0);
+  const bool fa3 = num(a, "fa3", 0) != 0;
+  const h::DType ct = fa3 ? h::DType::e4m3 : h::DType::bf16;
+  const h::DType nt = fa3 && num(a, "knew_bf16", 0) == 0 ? h::DType::e4m3 : h::DType::bf16;
   const h::TensorView& q = make({b, 1, hq, d}, h::DType::bf16);
-  const h::TensorView &kc = make({page ? 16 : b, page ? page : 512, hk, d}, h::DType::bf16),
-                      &vc = make({page ? 16 : b, page ? page : 512, hk, d}, h::DType::bf16);
-  const h::TensorView &k = make({b, 1, hk, num(a, "kd", d)}, h::DType::bf16), &v = make({b, 1, hk, d}, h::DType::bf16);
+  const h::TensorView &kc = make({page ? 16 : b, page ? page : 512, hk, d}, ct),
+                      &vc = make({page ? 16 : b, page ? page : 512, hk, d}, ct);
+  const h::TensorView &k = make({b, 1, hk, num(a, "kd", d)}, nt), &v = make({b, 1, hk, d}, nt);
   const h::TensorView& lens = make({b}, h::DType::i32);
   const h::TensorView* pt = page ? &make({b, 8}, h::DType::i32) : nullptr;
   const h::TensorView *cos = nullptr, *sin = nullptr;
   if (num(a, "rotary", 0)) cos = &make({64, 32}, h::DType::f32), sin = &make({64, 32}, h::DType::f32);
+  const h::TensorView *kd = nullptr, *vd = nullptr;
+  if (num(a, "ds", 0)) kd = &make({b, hk}, h::DType::f32), vd = &make({b, hk}, h::DType::f32);
   h::append_kv_sm90(be, q, kc, vc, k, v, lens, pt, cos, sin, false, true, cos ? make({b, 1, hq, d}, h::DType::bf16) : q,
-                    nullptr, nullptr, nullptr);
+                    kd, vd, nullptr, fa3);
 }
 
 static void bwd(FakeBackend& be, const Args& a) {
