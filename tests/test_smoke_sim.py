@@ -243,9 +243,10 @@ def test_decode_kernel_ids_labels_and_features():
     assert not smoke.dec_fp8_cache("dec:bf16:128:128")
     assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
     assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
-    # "fa3desc" (FA3's per-batch FP8-cache descales) applies to the FP8-cache decode kernels only:
-    # a 16-bit cache has no descales.
-    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f != "fa3desc"]
+    # "fa3desc" and "fa3app" (FA3's per-batch FP8-cache descales, without and with new keys) apply
+    # to the FP8-cache decode kernels only: a 16-bit cache has no descales.
+    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES
+                                                         if f not in ("fa3desc", "fa3app")]
     assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == smoke.DEC_FEATURES
     assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
     assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
@@ -258,8 +259,8 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    if not smoke.applies(kid, feature):  # fa3desc: FP8-cache kernels only
-        assert feature == "fa3desc" and not smoke.dec_fp8_cache(kid)
+    if not smoke.applies(kid, feature):  # fa3desc, fa3app: FP8-cache kernels only
+        assert feature in ("fa3desc", "fa3app") and not smoke.dec_fp8_cache(kid)
         with pytest.raises(ValueError, match="does not apply"):
             smoke.make_dec_case(feature, kid, device="cpu")
         return
@@ -306,7 +307,8 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert t["page_table"] is pt and (t["k_descale"] is not None) == fp8
         assert sc["num_splits"] == p["num_splits"] and "causal" not in sc
         assert (sc["window_left"], sc["window_right"]) == ((-1, 0) if p["causal"] else tuple(p["window"]))
-        assert ("k" in t) == (feature in ("append", "rotary") or (feature == "leftpad" and p is parts[0]))
+        assert ("k" in t) == (feature in ("append", "rotary", "fa3app")
+                                  or (feature == "leftpad" and p is parts[0]))
         assert t["sinks"] is p["sinks"] and (p["sinks"] is None) == (feature != "sinks")
     if feature == "sinks":  # packed GQA, a row of 0 keys; the epilogue (no split) and the combine (3)
         assert [p["num_splits"] for p in parts] == [1, 3] and all(0 in p["seqused"].tolist() for p in parts)
@@ -338,6 +340,19 @@ def test_make_dec_case_and_op_call(kid, feature):
                 assert ds.unique().numel() == b * h_k and 0.01 <= ds.min() and ds.max() < 0.11
             _, _, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
             assert sc["descale_per_batch"] == 1
+    if feature == "fa3app":  # FA3's FP8 cache with e4m3 new keys: paged (16) and contiguous with 3 splits
+        assert [(p["pt"] is not None, p["num_splits"], p["causal"]) for p in parts] == [(True, 1, True),
+                                                                                       (False, 3, False)]
+        for p in parts:
+            a, (kd, vd), f = p["append"], p["descales"], p["fa3"]
+            assert a["k"].dtype == a["v"].dtype == torch.float8_e4m3fn and a["cos"] is None
+            assert kd.shape == (p["q"].shape[0], p["kc"].shape[2]) and torch.equal(kd, f["q_descale"] * f["k_descale"])
+            lens, cap = a["cache_seqlens"].tolist(), p["kc"].shape[1] * (1 if p["pt"] is None else p["pt"].shape[1])
+            assert lens[0] == 0 and torch.equal(p["seqused"], a["cache_seqlens"] + a["k"].shape[1])
+            assert p["seqused"].tolist()[2] == 300 <= cap  # filled to the row's 300 keys
+            assert 448.0 in a["k"].float().flatten().tolist()  # an extreme byte, copied as it is
+            _, t, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
+            assert sc["descale_per_batch"] == 1 and t["k"] is a["k"] and t["rotary_cos"] is None
     elif feature != "fa3desc":
         assert all(p.get("fa3") is None for p in parts)
     if feature == "page48":

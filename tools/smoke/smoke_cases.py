@@ -57,9 +57,14 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # descales on paged caches (the descales of the batch entry, not of the page: descale_per_batch),
 # q taken exactly as bf16 and its descale folded into K's as flash_attn_interface does; pages of 16
 # causal and of 256 with 3 splits, checked against the fp64 oracle of FA3's unfolded spec.
+# FA3's FP8 cache with new keys (fa3app, FP8-cache kernels only): fa3desc's launch after the fused
+# append of e4m3 new k/v (FA3APP_PARTS: s_new 2, a row of no cached keys, one filled to the
+# capacity; paged, and contiguous with 3 splits), copied bit for bit (they share the entry's
+# descales: descale_per_batch), then attended; the caches checked byte for byte.
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc"]
+                "leftpad", "fa3desc", "fa3app"]
+FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -148,7 +153,7 @@ CHUNK_MAX_HEAD_DIM = 192
 def applies(kid: str, feature: str) -> bool:
     if feature not in family_features(kid) or feature in NOT_APPLICABLE.get(family(kid), ()):
         return False
-    if feature == "fa3desc":  # FA3's FP8 descales: the FP8-cache decode kernels only
+    if feature in ("fa3desc", "fa3app"):  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
@@ -410,26 +415,41 @@ LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
 
 
-def _fa3desc_part(part, page, splits, causal, d, dv, g, device):
+def _fa3desc_part(part, page, splits, causal, d, dv, g, device, append=False):
     """One "fa3desc" launch: FA3's FP8 decode as flash_attn_interface runs it on the kernel. q8, and
     the caches' e4m3 bytes, from N(0, 1) values over FA3 descales (b, h_k) in [0.01, 0.11), one per
     batch entry and kv head (each page quantized with its row's); the op gets q8 as bf16 (exact),
     k_descale = q_descale * k_descale, v_descale, descale_per_batch. part["fa3"] keeps the spec's
-    q8 and unfolded descales for the oracle."""
+    q8 and unfolded descales for the oracle. `append` ("fa3app"): 2 new e4m3 k/v per row (each
+    row's quantized with its descales, an extreme byte or two among them) appended by the fused
+    append at cache_seqlens [0, 129, 298] of a 300-key row (no cached keys; filled to capacity)."""
     import torch
     from flash3 import reference
     b, h_k, h = 3, 2, 4
     kc, vc, pt = _dec_cache(b, 300, h_k, d, dv, page, torch.float32, g, device)
     qd, kd, vd = ((torch.rand(b, h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(3))
-    owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
-    owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
+    if pt is None:  # contiguous: row i is batch entry i's
+        owner = torch.arange(b, device=device)
+    else:
+        owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
+        owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
     k8, v8 = (reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
     s_q = 2
     q = torch.randn(b, s_q, h, d, generator=g).to(device)
     q8 = reference.quantize_fp8_cache(q, qd.repeat_interleave(h // h_k, dim=1)[:, None, :])
-    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), torch.tensor(
-        [1, 129, 300], dtype=torch.int32, device=device), num_splits=splits, causal=causal,
-        fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
+    app, seqused = None, i32([1, 129, 300])
+    if append:
+        s_new = s_q
+        kn8, vn8 = (reference.quantize_fp8_cache(torch.randn(b, s_new, h_k, n, generator=g).to(device),
+                                                 ds[:, None, :]) for n, ds in ((d, kd), (dv, vd)))
+        kn8[0, 0, 0, :3] = torch.tensor([448.0, -2.0 ** -9, -0.0]).to(kn8.dtype)  # max, min subnormal, -0
+        lens = [0, 129, 300 - s_new]
+        app = dict(k=kn8, v=vn8, cache_seqlens=i32(lens), cos=None, sin=None, interleaved=False,
+                   per_token=True)
+        seqused = i32([n + s_new for n in lens])
+    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), seqused, num_splits=splits,
+                causal=causal, append=app, fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
 
 
 def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
@@ -481,6 +501,9 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     if feature == "fa3desc":
         return [_fa3desc_part(part, page, splits, causal, d, dv, g, device)
                 for page, splits, causal in ((16, 1, True), (256, 3, False))]
+    if feature == "fa3app":
+        return [_fa3desc_part(part, page, splits, causal, d, dv, g, device, append=True)
+                for page, splits, causal in FA3APP_PARTS]
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
@@ -584,11 +607,14 @@ def launch_dec(p: dict) -> dict:
     q = p["q"]
     a = p["append"]
     if a is not None:
+        per_batch = p.get("fa3") is not None  # FA3's descales: e4m3 k/v copied, no descales here
+        extra = {} if a.get("rotary_seqlens") is None else {"rotary_seqlens": a["rotary_seqlens"]}
+        if per_batch:
+            extra["descale_per_batch"] = True
         torch.ops.flash3.append_kv_sm90(q, kc, vc, a["k"], a["v"], a["cache_seqlens"], p["pt"], a["cos"],
                                         a["sin"], a["interleaved"], a["per_token"],
-                                        q_out if q_out is not None else q, kd, vd,
-                                        **({} if a.get("rotary_seqlens") is None
-                                           else {"rotary_seqlens": a["rotary_seqlens"]}))
+                                        q_out if q_out is not None else q, *((None, None) if per_batch else (kd, vd)),
+                                        **extra)
         q = q_out if q_out is not None else q
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     if p.get("alibi") is not None:
@@ -629,7 +655,9 @@ def check_dec(p: dict, r: dict) -> dict:
             ro = a["cache_seqlens"] if a.get("rotary_seqlens") is None else a["rotary_seqlens"]
             q_ref, k_ref = kvcache_rotary(q, a["k"], ro, a["cos"], a["sin"], a["interleaved"], a["per_token"])
         kc_ref, vc_ref = p["kc"].clone(), p["vc"].clone()
-        reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, kd, vd)
+        # FA3's descales (per batch entry): the e4m3 keys are stored as they are
+        wd = (None, None) if p.get("fa3") is not None else (kd, vd)
+        reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, *wd)
         for name, got, want in (("k_cache", kc, kc_ref), ("v_cache", vc, vc_ref)):
             if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
                 n = int((got.view(torch.uint8) != want.view(torch.uint8)).sum())
