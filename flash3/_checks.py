@@ -614,9 +614,10 @@ def _int32_vector(name, t, q, n=None, what="(batch,)"):
         raise ValueError(f"{name} must have shape {what}, got {tuple(t.shape)}")
 
 
-def seqused_q(q, t, b):
-    """FA3's seqused_q: int32 (b,) on q's device (its values are clamped, never rejected)."""
-    _int32_vector("seqused_q", t, q, b, f"({b},)")
+def seqused_q(q, t, b, name="seqused_q"):
+    """FA3's seqused_q (or seqused_k on packed keys): int32 (b,) on q's device (its values are
+    clamped, never rejected)."""
+    _int32_vector(name, t, q, b, f"({b},)")
 
 
 def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,

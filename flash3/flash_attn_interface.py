@@ -44,13 +44,14 @@ FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the d
 FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows) with FP8 inputs, keys from a cache (``seqused_k``) or in
-``flash_attn_with_kvcache`` (16-bit ``flash_attn_func``/``flash_attn_varlen_func`` run it on
-flash3's kernels, forward and backward), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
-takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
+intersected with causal/windows) with FP8 inputs or in ``flash_attn_with_kvcache`` (16-bit
+``flash_attn_func``/``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward,
+``seqused_k`` included), ``seqused_q`` or ``seqused_k`` with FP8 inputs (16-bit: flash3's kernels,
+alone or together, forward and backward: query rows past seqused_q get out 0, lse -inf; keys past
+seqused_k are not seen and get dk/dv 0),
 ``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
-``seqused_k`` with autograd, new k/v or rotary with packed
+new k/v or rotary with packed
 queries, an FP8 paged cache with cu_seqlens_q or with new keys and rotary (or new keys not
 float8_e4m3fn), and rotary tables of any
 float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
@@ -212,22 +213,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            pack_gqa=None, deterministic=False, sm_margin=0,
                            return_attn_probs=False, *, alibi_slopes=None):
     """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
-    or (out, softmax_lse (h, total_q)).  ``seqused_k`` (the first seqused_k[i] keys of
-    sequence i) runs flash3's forward-only, CPU-only cache path for now.  ``seqused_q`` alone
-    runs attention_varlen(seqused_q=) (the kernels on CUDA, with autograd)."""
+    or (out, softmax_lse (h, total_q)).  ``seqused_q`` and ``seqused_k`` (the first seqused[i]
+    queries/keys of sequence i), alone or together, run attention_varlen(seqused_q=, seqused_k=)
+    (16-bit: the kernels on CUDA, with autograd; FP8 inputs: the spec)."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
-    needs_grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, qv))
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # flash3's 16-bit varlen path takes seqused_q and the chunk; keys from a cache (seqused_k) or
-    # FP8 inputs take them on the reference spec.
-    on_spec = _checks.is_fp8(q) or seqused_k is not None
-    reason = _reference_reason(seqused_q=seqused_q if on_spec else None, qv=qv,
-                               attention_chunk=chunk if on_spec else 0,
-                               head_dim_v_over_256=v.shape[-1] > 256,
-                               seqused_k_with_grad=seqused_k is not None and needs_grad)
+    # flash3's 16-bit varlen path takes seqused_q, seqused_k (together too) and the chunk, with
+    # autograd; FP8 inputs take them on the reference spec.
+    fp8 = _checks.is_fp8(q)
+    reason = _reference_reason(seqused_q=seqused_q if fp8 else None,
+                               seqused_k_with_fp8=seqused_k if fp8 else None, qv=qv,
+                               attention_chunk=chunk if fp8 else 0,
+                               head_dim_v_over_256=v.shape[-1] > 256)
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 3, "(total, heads, headdim)")
