@@ -1,6 +1,7 @@
 """tools/smoke/smoke.py's simulator backend (tools/smoke/smoke_sim.py) without the simulator: the case-file
 format, the case -> op-argument mapping, exit-status classification, the kernel selection and the
 build cache key. The launches themselves run under `python tools/smoke/smoke.py --backend sim`."""
+import itertools
 import json
 import math
 import sys
@@ -120,6 +121,16 @@ def test_op_call_fwd(feature):
         pad = smoke.past_seqused_q(c)
         assert int(pad.sum()) == sum(lq) - 247 and torch.isfinite(t["q"][~pad]).all()
         assert not torch.isfinite(t["q"][pad]).any() and torch.isnan(t["q"][pad]).any()  # NaN/+-Inf past the cut
+        # FA3's seqused_k with it: cut mid-block, clamped, 0 (queries that see nothing), below the
+        # used queries (causal: rows without keys); the keys past the cut poisoned in k and v
+        uk = t["seqused_k"]
+        assert uk.dtype == torch.int32 and uk.tolist() == smoke.SEQUSEDQ_USED_K
+        assert smoke.used_k_counts(c) == [200, 50, 0, 37] and 200 % 128 and 37 < 70
+        keep = torch.zeros(sum(lk), dtype=torch.bool)
+        for start, n in zip([0] + list(itertools.accumulate(lk))[:-1], smoke.used_k_counts(c)):
+            keep[start:start + n] = True
+        for x in (t["k"], t["v"]):
+            assert torch.isfinite(x[keep]).all() and not torch.isfinite(x[~keep]).any()
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
         s_q, s_k = (smoke.SK, smoke.SQ) if feature == "sq_gt_sk" else (smoke.SQ, smoke.SK)
         assert lse.shape == (2, c["q"].shape[2], s_q) and t["k"].shape[1] == s_k

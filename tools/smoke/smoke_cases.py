@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # mid-tile whose second tile lies wholly past its used queries, one cut to 0 queries, one not cut
 # (a value past its length: clamped), one cut mid-tile with a second tile of 2 rows past it; the
 # packed rows past seqused_q hold NaN/+-Inf in q (and dout), and must come out as out 0, lse -inf
-# (the NaN poison overwritten), dq 0, nothing in dk/dv; masks align on the used count.
+# (the NaN poison overwritten), dq 0, nothing in dk/dv; masks align on the used count. The forward
+# case takes FA3's seqused_k too (SEQUSEDQ_USED_K, the backward kernel has none): keys cut mid-block,
+# past the length (clamped), to 0 (a sequence whose queries see nothing), and cut below the used
+# queries (causal: its first rows see no key); the packed keys past seqused_k hold NaN/+-Inf in k
+# and v, and masks align on both used counts.
 # "chunk": FA3's attention_chunk (Llama 4's chunked local attention), two launches (CHUNK_PARTS) of
 # GQA varlen batches with s_k - s_q of both signs, a sequence of 0 queries and one of 0 keys: chunk
 # 48 (no block's multiple: chunk starts inside tiles) with causal, and chunk 160 (wider than a
@@ -78,6 +82,7 @@ SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the backwar
 ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s_q > 0, < 0, = 0
 SEQUSEDQ_LENS = ([SQ, 40, 77, 130], [SK, 50, 64, 100])  # "sequsedq": packed (q, k) lengths
 SEQUSEDQ_USED = [100, 0, 1000, 70]  # its seqused_q: used queries 100, 0, 77 (clamped), 70
+SEQUSEDQ_USED_K = [200, 1000, 0, 37]  # its forward's seqused_k: used keys 200, 50 (clamped), 0, 37
 # "chunk"'s launches: (attention_chunk, causal, window, (q lengths, k lengths)).
 CHUNK_PARTS = [(48, True, (-1, -1), ([SQ, 77, 150, 1, 5], [SK, 40, 97, 64, 0])),
                (160, False, (200, 150), ([SQ, 150, 97, 0], [SK, 170, 40, 20]))]
@@ -300,6 +305,13 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
                 if n in c:
                     _poison_tail(c[n][start + used:start + lq])  # a view: poisoned in place
             start += lq
+        if not bwd:  # and seqused_k (the forward kernel's): keys that are no keys, poisoned too
+            c["seqused_k"] = torch.tensor(SEQUSEDQ_USED_K, device=device, dtype=torch.int32)
+            start = 0
+            for lk, used in zip(c["lens_k"], used_k_counts(c)):
+                for n in ("k", "v"):
+                    _poison_tail(c[n][start + used:start + lk])
+                start += lk
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
@@ -332,6 +344,13 @@ def used_q_counts(c: dict) -> list[int]:
     if c.get("seqused_q") is None:
         return list(c["lens_q"])
     return [min(max(int(n), 0), lq) for n, lq in zip(c["seqused_q"].tolist(), c["lens_q"])]
+
+
+def used_k_counts(c: dict) -> list[int]:
+    """Keys per sequence of a varlen case: its lengths, cut by seqused_k (clamped, as the kernels do)."""
+    if c.get("seqused_k") is None:
+        return list(c["lens_k"])
+    return [min(max(int(n), 0), lk) for n, lk in zip(c["seqused_k"].tolist(), c["lens_k"])]
 
 
 def past_seqused_q(c: dict):
@@ -809,9 +828,10 @@ def _pieces(c, out, lse):
     q, k, v = c["q"], c["k"], c["v"]
     if c["cu_q"] is not None:
         oq = ok = 0
-        for lq, n, lk in zip(c["lens_q"], used_q_counts(c), c["lens_k"]):  # n: the used queries
+        # n, nk: the used queries and keys (seqused_q, seqused_k)
+        for lq, n, lk, nk in zip(c["lens_q"], used_q_counts(c), c["lens_k"], used_k_counts(c)):
             yield (out[oq:oq + n][None], lse[:, oq:oq + n][None], q[oq:oq + n][None],
-                   k[ok:ok + lk][None], v[ok:ok + lk][None])
+                   k[ok:ok + nk][None], v[ok:ok + nk][None])
             oq, ok = oq + lq, ok + lk
     elif c["seqused_k"] is not None:
         for i, n in enumerate(c["lens_k"]):
