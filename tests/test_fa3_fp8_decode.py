@@ -179,6 +179,28 @@ def test_fp8_new_keys_kernel_branch_copies_and_decodes_per_batch(monkeypatch):
     assert torch.equal(c["k_descale"], kd) and torch.equal(c["v_descale"], vd)
 
 
+@pytest.mark.parametrize("bad", ["k_descale", "k_shape", "overflow"])
+def test_fp8_new_keys_rejected_call_writes_nothing(bad):
+    """A call refused (a descale that does not broadcast to (b, h_k), new keys of the wrong shape, a
+    cache overflow in validation mode) raises naming the argument and leaves the caches as they were."""
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=12)
+    kn8, vn8 = fp8_new_keys(kd, vd, 2, seed=4)
+    kw = dict(cache_seqlens=lens.clamp(max=38), page_table=table, q_descale=qd, k_descale=kd,
+              v_descale=vd)
+    if bad == "k_descale":
+        kw["k_descale"], match = torch.ones(3), "k_descale"
+    elif bad == "k_shape":
+        kn8, match = kn8[:, :, :1], "k must have shape"
+    else:
+        kw["cache_seqlens"] = torch.tensor([5, 39, 0], dtype=torch.int32)  # 39 + 2 new > 40 keys
+        match = "page_table has too few pages"
+    kc, vc = k8.clone(), v8.clone()
+    with pytest.raises(ValueError, match=match):
+        fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, **kw)
+    assert torch.equal(kc.view(torch.uint8), k8.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), v8.view(torch.uint8))
+
+
 def test_fp8_new_keys_with_rotary_stay_on_spec(monkeypatch):
     """Rotary with e4m3 new keys (FA3 rotates the e4m3 keys): not on flash3's append; the spec."""
     q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=4)
