@@ -106,6 +106,12 @@ def kernel_packed_append_reason(q, k_cache, v_cache, k, v) -> str | None:
     return None
 
 
+def has_append_e4m3_kernel() -> bool:
+    """True when the fused append copies e4m3 new keys into an e4m3 cache under descales per
+    batch entry (its schema has ``descale_per_batch``)."""
+    return has_append_kernel() and op_takes("append_kv_sm90", "descale_per_batch")
+
+
 def has_leftpad_kernel() -> bool:
     """True when flash3._C's decode op takes FA3's ``cache_leftpad`` (its schema has it)."""
     return op_takes("fwd_kvcache_sm90", "cache_leftpad")

@@ -216,8 +216,9 @@ def varlen_values(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q, ma
 def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits, max_d_v=MAX_HEADDIM):
     """Static checks for attention_with_kvcache. Returns cache_seqlens as a tensor.
 
-    The caches share q's dtype, or are both float8_e4m3fn (an FP8 cache; q and the new k/v
-    are then fp16/bf16/fp32; the descales are checked by :func:`kvcache_extras`).
+    The caches share q's dtype, or are both float8_e4m3fn (an FP8 cache; q is then
+    fp16/bf16/fp32 and the new k/v have q's dtype, or are both float8_e4m3fn, which
+    :func:`kvcache_extras` accepts with descale_per_batch only; it checks the descales too).
     """
     what = "(batch, seqlen, heads, headdim)"
     tensor("q", q, 4, what)
@@ -238,7 +239,10 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits, ma
         if not (is_fp8(k_cache) and is_fp8(v_cache)):
             raise TypeError(f"k_cache ({k_cache.dtype}) and v_cache ({v_cache.dtype}) must both "
                             f"be float8_e4m3fn for an FP8 cache")
-        _dtypes([("q", q)] + new)
+        if new and is_fp8(k):  # e4m3 new keys, copied unchanged (kvcache_extras)
+            _dtypes(new)
+        else:
+            _dtypes([("q", q)] + new)
     else:
         _dtypes([("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + new)
     for n, t in [("k_cache", k_cache), ("v_cache", v_cache)] + new:
@@ -293,10 +297,18 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
         if not is_fp8(k_cache):
             raise ValueError(f"descale_per_batch goes with a float8_e4m3fn cache (k_cache is "
                              f"{k_cache.dtype})")
-        if k is not None:  # the fused append stores with the descale of the slab it writes
-            raise NotImplementedError("attention_with_kvcache: new keys k/v with "
-                                      "descale_per_batch are not implemented (descales per slab "
-                                      "are: the append quantizes with the slab's descale)")
+        if k is not None:  # appended as they are: a slab may hold keys of several entries
+            if not is_fp8(k):
+                raise TypeError(f"attention_with_kvcache: with descale_per_batch the new keys k/v "
+                                f"must be float8_e4m3fn (FA3's: copied into the cache unchanged, "
+                                f"read with their batch entry's descales), got {k.dtype}")
+            if rotary_cos is not None:
+                raise NotImplementedError("attention_with_kvcache: rotary (rotary_cos/rotary_sin) "
+                                          "with descale_per_batch new keys is not implemented")
+    elif k is not None and is_fp8(k):
+        raise TypeError("attention_with_kvcache: float8_e4m3fn new keys k/v go with "
+                        "descale_per_batch=True (FA3's descales per batch entry: the bytes are "
+                        "copied unchanged); with descales per slab pass k/v in q's dtype")
     if cache_leftpad is not None:
         tensor("cache_leftpad", cache_leftpad, 1, "(batch,)")
         _same_device("q", q, "cache_leftpad", cache_leftpad)
@@ -641,9 +653,10 @@ def _int32_vector(name, t, q, n=None, what="(batch,)"):
         raise ValueError(f"{name} must have shape {what}, got {tuple(t.shape)}")
 
 
-def seqused_q(q, t, b):
-    """FA3's seqused_q: int32 (b,) on q's device (its values are clamped, never rejected)."""
-    _int32_vector("seqused_q", t, q, b, f"({b},)")
+def seqused_q(q, t, b, name="seqused_q"):
+    """FA3's seqused_q (or seqused_k on packed keys): int32 (b,) on q's device (its values are
+    clamped, never rejected)."""
+    _int32_vector(name, t, q, b, f"({b},)")
 
 
 def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,

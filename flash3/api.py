@@ -89,26 +89,39 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     rows (any value is clamped into [0, its length]); masks and ALiBi align on that count, its
     other rows get out 0, lse -inf, and in the backward dq 0 (they add nothing to dk/dv).  16-bit
     inputs only (kernel on CUDA, forward and backward); not with FP8 inputs, sinks, page_table or
-    seqused_k (NotImplementedError).
+    seqused_k on a cache (NotImplementedError).
+
+    ``seqused_k`` int32 (b,) with packed 16-bit (or fp32) k/v (``cu_seqlens_k``, no page_table,
+    no sinks): sequence i sees only its first seqused_k[i] packed keys (any value clamped into
+    [0, its length]; FA3's), masks aligned on that count; with seqused_q and attention_chunk too,
+    and autograd (dk/dv 0 for the unused keys).  On CUDA the varlen forward kernel takes it, and
+    the backward kernel runs on the used keys gathered into packed k/v of their own (a copy of
+    them; no host reads).
 
     Keys from a cache (chunked prefill, prefix caching, mixed prefill/decode batches), forward
     only; on CUDA the decode kernel runs paged and contiguous caches (16-bit q, a cache of q's
     dtype or float8_e4m3fn; sinks too; no host reads), other CUDA calls (a packed cache with
-    cu_seqlens_k, fp32 q) raise NotImplementedError; CPU tensors run the reference:
-    ``seqused_k`` int32 (b,) uses the first seqused_k[i] keys of sequence i (from
-    cu_seqlens_k[i] in the packed k/v); with ``page_table`` int32 (b, max_pages), k/v are a
+    cu_seqlens_k and sinks or FP8, fp32 q) raise NotImplementedError; CPU tensors run the
+    reference: ``seqused_k`` as above (a packed cache with sinks or FP8); with ``page_table``
+    int32 (b, max_pages), k/v are a
     paged cache (num_pages, page_size, h_k, d|d_v) (any page size), cu_seqlens_k must be None
     and seqused_k gives each sequence's key count.  Masks are bottom-right aligned per
     sequence.  A float8_e4m3fn paged cache takes fp16/bf16/fp32 q and ``k_descale``/
     ``v_descale`` (num_pages, h_k), as :func:`attention_with_kvcache`'s FP8 cache.
     """
+    # seqused_k on packed 16-bit/fp32 k/v (FA3's varlen seqused_k): the varlen kernels (the forward
+    # takes it, the backward runs on the used keys gathered), with seqused_q, chunk and autograd.
+    # Other key layouts (paged, contiguous cache), FP8 and sinks: the cache path (forward only).
+    on_cache = page_table is not None or (seqused_k is not None and (
+        cu_seqlens_k is None or sinks is not None or _checks.is_fp8(q) or _checks.is_fp8(k)
+        or k_descale is not None or v_descale is not None))
     if seqused_q is not None:
-        for n, t in (("sinks", sinks), ("page_table", page_table), ("seqused_k", seqused_k)):
+        for n, t in (("sinks", sinks), ("page_table", page_table),
+                     ("seqused_k", seqused_k if on_cache else None)):
             if t is not None:
                 raise NotImplementedError(f"attention_varlen: seqused_q with {n} is not implemented")
-    _checks.attention_chunk(q, attention_chunk, **{"page_table/seqused_k": page_table is not None
-                                                   or seqused_k is not None})
-    if page_table is not None or seqused_k is not None:
+    _checks.attention_chunk(q, attention_chunk, **{"page_table/seqused_k": on_cache})
+    if on_cache:
         for n, t in (("q_descale", q_descale), ("v_channel_descale", v_channel_descale)):
             if t is not None:
                 raise ValueError(f"{n} is not used with page_table/seqused_k (an FP8 cache takes "
@@ -121,6 +134,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is required without page_table")
     _checks.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if seqused_k is not None:
+        _checks.seqused_q(q, seqused_k, cu_seqlens_q.shape[0] - 1, "seqused_k")
     if seqused_q is not None:
         _checks.seqused_q(q, seqused_q, cu_seqlens_q.shape[0] - 1)
         if _checks.is_fp8(q):
@@ -149,7 +164,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     else:
         out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), scale, left, right, softcap,
-                                            deterministic, alibi_slopes, seqused_q, chunk)
+                                            deterministic, alibi_slopes, seqused_q, chunk,
+                                            seqused_k)
     return (out, lse) if return_lse else out
 
 
@@ -221,8 +237,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     quantizes and the decode kernel reads the e4m3 bytes, computing with x8 * descale rounded
     once to q's dtype.  ``descale_per_batch=True`` (FA3's layout): k_descale/v_descale are
     (b, h_k) and row i reads every key with its own descales, whatever page holds it (a page
-    shared by rows is read with each row's); no new k/v or cu_seqlens_q with it
-    (NotImplementedError: an append stores with the slab's descale).
+    shared by rows is read with each row's); new k/v are then float8_e4m3fn bytes under those
+    descales (FA3's), copied into the cache unchanged (TypeError for other dtypes; rotary with
+    them and cu_seqlens_q raise NotImplementedError).
 
     Value contract (no host synchronization).  Shapes, dtypes and devices are always
     checked.  The *values* of cache_seqlens, page_table (and descales, rotary range) are

@@ -26,9 +26,11 @@ conventions, and map onto flash3's public API:
   by flash3's packed append (the fused append kernel, then the decode kernel, on CUDA; packed
   query t of entry i at rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal or
   local, as FA3).  An FP8 cache
-  takes FA3's per-(batch, kv head) descales: without new keys or cu_seqlens_q, paged or not, on
-  flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
-  into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
+  takes FA3's per-(batch, kv head) descales: without cu_seqlens_q, paged or not, on flash3's
+  decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded into k's;
+  bf16 output); e4m3 new k/v (FA3's: they have q's dtype) are copied into the cache unchanged by
+  the fused append (they share their entry's descales), then attended.  With cu_seqlens_q, or new
+  keys with rotary (or new keys not e4m3), a contiguous cache as before (q dequantized to bf16).
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -47,14 +49,16 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)) but in ``flash_attn_with_kvcache``
 where the MLA decode kernel takes it (below), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows) with FP8 inputs, keys from a cache (``seqused_k``) or in
-``flash_attn_with_kvcache`` (16-bit ``flash_attn_func``/``flash_attn_varlen_func`` run it on
-flash3's kernels, forward and backward), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
-takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
+intersected with causal/windows) with FP8 inputs or in ``flash_attn_with_kvcache`` (16-bit
+``flash_attn_func``/``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward,
+``seqused_k`` included), ``seqused_q`` or ``seqused_k`` with FP8 inputs (16-bit: flash3's kernels,
+alone or together, forward and backward: query rows past seqused_q get out 0, lse -inf; keys past
+seqused_k are not seen and get dk/dv 0),
 with an FP8 cache: ``cache_leftpad`` with ``cu_seqlens_q``, ``cu_seqlens_k_new`` with new keys
 (without them it is unused, as in FA3) and new k/v or rotary with packed queries (16-bit caches
-take all three on flash3's kernels), ``seqused_k`` with autograd, an FP8 paged cache with new
-keys or cu_seqlens_q, and rotary tables of any float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
+take all three on flash3's kernels), an FP8 paged cache with cu_seqlens_q or with new keys and
+rotary (or new keys not float8_e4m3fn), and rotary tables of any float dtype (fp8 included).
+``window_size`` may be any pair that converts to ints (a tensor).
 
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
 d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
@@ -219,22 +223,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            pack_gqa=None, deterministic=False, sm_margin=0,
                            return_attn_probs=False, *, alibi_slopes=None):
     """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
-    or (out, softmax_lse (h, total_q)).  ``seqused_k`` (the first seqused_k[i] keys of
-    sequence i) runs flash3's forward-only, CPU-only cache path for now.  ``seqused_q`` alone
-    runs attention_varlen(seqused_q=) (the kernels on CUDA, with autograd)."""
+    or (out, softmax_lse (h, total_q)).  ``seqused_q`` and ``seqused_k`` (the first seqused[i]
+    queries/keys of sequence i), alone or together, run attention_varlen(seqused_q=, seqused_k=)
+    (16-bit: the kernels on CUDA, with autograd; FP8 inputs: the spec)."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
-    needs_grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, qv))
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # flash3's 16-bit varlen path takes seqused_q and the chunk; keys from a cache (seqused_k) or
-    # FP8 inputs take them on the reference spec.
-    on_spec = _checks.is_fp8(q) or seqused_k is not None
-    reason = _reference_reason(seqused_q=seqused_q if on_spec else None, qv=qv,
-                               attention_chunk=chunk if on_spec else 0,
-                               head_dim_v_over_256=v.shape[-1] > 256,
-                               seqused_k_with_grad=seqused_k is not None and needs_grad)
+    # flash3's 16-bit varlen path takes seqused_q, seqused_k (together too) and the chunk, with
+    # autograd; FP8 inputs take them on the reference spec.
+    fp8 = _checks.is_fp8(q)
+    reason = _reference_reason(seqused_q=seqused_q if fp8 else None,
+                               seqused_k_with_fp8=seqused_k if fp8 else None, qv=qv,
+                               attention_chunk=chunk if fp8 else 0,
+                               head_dim_v_over_256=v.shape[-1] > 256)
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 3, "(total, heads, headdim)")
@@ -301,9 +303,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
-    # FA3's FP8 decode (no new keys, batched q): the decode kernel reads the cache with FA3's
-    # (batch, kv head) descales, paged or not (flash3's descale_per_batch).
-    fa3_fp8 = fp8_cache and k is None and not varlen
+    # FA3's FP8 decode (batched q; new keys, if any, e4m3 without rotary): the fused append copies
+    # the e4m3 keys unchanged and the decode kernel reads the cache with FA3's (batch, kv head)
+    # descales, paged or not (flash3's descale_per_batch).
+    fa3_fp8 = (fp8_cache and not varlen
+               and (k is None or (_checks.is_fp8(k) and _checks.is_fp8(v) and rotary_cos is None)))
     # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
     # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
     # every call), so unused they send no call to the reference.

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _backend, _checks, reference, validation
+from . import _backend, _checks, _used_keys, reference, validation
 from .reference.fp8 import fp8_attention_reference, fp8_attention_varlen_reference
 from .rotary import kvcache_rotary
 
@@ -189,8 +189,10 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          softcap: float, deterministic: bool = False,
                          alibi_slopes: Optional[Tensor] = None,
                          seqused_q: Optional[Tensor] = None,
-                         attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
-    # seqused_q (FA3's): any value is clamped into [0, the sequence's length], kernel and reference.
+                         attention_chunk: int = 0,
+                         seqused_k: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    # seqused_q/seqused_k (FA3's): any value is clamped into [0, the sequence's length], kernel and
+    # reference; masks align on the used counts.
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
@@ -200,17 +202,18 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         lambda: _backend.run_kernel_fwd(q, k, v, *args, cu_seqlens_q=cu_seqlens_q,
                                         cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                                         max_seqlen_k=max_seqlen_k, seqused_q=seqused_q,
+                                        seqused_k=None if seqused_k is None else seqused_k.contiguous(),
                                         **_alibi_kw(alibi_slopes), **_chunk_kw(attention_chunk)),
         lambda: reference.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *args,
                                          alibi_slopes=alibi_slopes, seqused_q=seqused_q,
-                                         chunk=attention_chunk),
+                                         chunk=attention_chunk, seqused_k=seqused_k),
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
       window_left, window_right, softcap, deterministic=False, alibi_slopes=None, seqused_q=None,
-      attention_chunk=0):
+      attention_chunk=0, seqused_k=None):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
     return out, _lse_varlen(q)
 
@@ -223,33 +226,45 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
                          softcap: float, deterministic: bool = False,
                          alibi_slopes: Optional[Tensor] = None,
                          seqused_q: Optional[Tensor] = None,
-                         attention_chunk: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+                         attention_chunk: int = 0,
+                         seqused_k: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
     args = (softmax_scale, window_left, window_right, softcap)
+
+    def kernel():
+        # The backward kernel has no seqused_k: it runs on each sequence's used keys gathered
+        # (their own cu_seqlens_k; max_seqlen_k still bounds them), dk/dv scattered back.
+        kk, vv, cu_k, back = k, v, cu_seqlens_k, None
+        if seqused_k is not None:
+            kk, vv, cu_k, back = _used_keys.compact(k, v, cu_seqlens_k, seqused_k)
+        dq, dk, dv = _backend.run_kernel_bwd(dout, q, kk, vv, out, lse, dlse, *args, deterministic,
+                                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_k,
+                                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                             seqused_q=seqused_q, **_alibi_kw(alibi_slopes),
+                                             **_chunk_kw(attention_chunk))
+        return (dq, dk, dv) if back is None else (dq, back(dk), back(dv))
+
     return _bwd_dispatch(
-        q, k, v, softmax_scale,
-        lambda: _backend.run_kernel_bwd(dout, q, k, v, out, lse, dlse, *args, deterministic,
-                                        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                        seqused_q=seqused_q, **_alibi_kw(alibi_slopes),
-                                        **_chunk_kw(attention_chunk)),
+        q, k, v, softmax_scale, kernel,
         lambda: reference.varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                           *args, dlse=dlse, alibi_slopes=alibi_slopes,
-                                          seqused_q=seqused_q, chunk=attention_chunk),
+                                          seqused_q=seqused_q, chunk=attention_chunk,
+                                          seqused_k=seqused_k),
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
 @attention_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, window_left, window_right, softcap, deterministic=False, alibi_slopes=None,
-      seqused_q=None, attention_chunk=0):
+      seqused_q=None, attention_chunk=0, seqused_k=None):
     return _like(q), _like(k), _like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
-    # inputs[12:14]: alibi_slopes, seqused_q (tensors or None, handed back; no gradient)
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, *inputs[12:14], *output)
+    # inputs[12:14]: alibi_slopes, seqused_q; inputs[15]: seqused_k (tensors or None, handed
+    # back; no gradient)
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *inputs[12:14], inputs[15], *output)
     # max_seqlen_q, max_seqlen_k, scale, left, right, softcap, deterministic
     ctx.extra = inputs[5:12]
     ctx.chunk = inputs[14]
@@ -258,10 +273,10 @@ def _varlen_setup(ctx, inputs, output):
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, cu_q, cu_k, alibi, used_q, out, lse = ctx.saved_tensors
+    q, k, v, cu_q, cu_k, alibi, used_q, used_k, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
     dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra,
-                                      alibi, used_q, ctx.chunk)
+                                      alibi, used_q, ctx.chunk, used_k)
     return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
 
@@ -306,8 +321,14 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         qk = q
         pt = None if page_table is None else page_table.to(torch.int32).contiguous()
         kd, vd = (None if t is None else t.to(torch.float32) for t in (k_descale, v_descale))
+        # descale_per_batch: e4m3 new keys, copied unchanged (_checks.kvcache_extras); the append
+        # then takes no descales (the decode kernel applies the batch entry's).
+        new_dtype = torch.float8_e4m3fn if descale_per_batch else q.dtype
         fused = (k is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
-                 and k.dtype == q.dtype and v.dtype == q.dtype and _backend.has_append_kernel())
+                 and k.dtype == new_dtype and v.dtype == new_dtype
+                 and (_backend.has_append_e4m3_kernel() if descale_per_batch
+                      else _backend.has_append_kernel()))
+        wd = (None, None) if descale_per_batch else (kd, vd)  # the append's descales
         if fused:
             cos = sin = None
             if rotary_cos is not None:
@@ -317,20 +338,22 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
             # Without rotary q_out is q itself, which the kernel then never touches.
             torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, kk, vv,
                                             cache_seqlens.contiguous(), pt, cos, sin,
-                                            rotary_interleaved, local, qk, kd, vd,
-                                            rotary_seqlens)
+                                            rotary_interleaved, local, qk, *wd,
+                                            rotary_seqlens,
+                                            **({"descale_per_batch": True}
+                                               if descale_per_batch else {}))
         elif k is not None:
             kk = k
             if rotary_cos is not None:
                 qk, kk = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None
                                         else rotary_seqlens, rotary_cos, rotary_sin,
                                         rotary_interleaved, local)
-            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, kd, vd)
+            reference.kvcache_write(k_cache, v_cache, kk, v, cache_seqlens, page_table, *wd)
         # Each row's key count (no host read); the kernel clamps it into [0, capacity] (and
         # cache_leftpad into [0, that]).
         seqused = (cache_seqlens.to(torch.int64) + s_new).clamp(0, 2**31 - 1).to(torch.int32)
         lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad.to(torch.int32)}
-        if descale_per_batch:  # FA3's (b, h_k) descales (api: never with new keys)
+        if descale_per_batch:  # FA3's (b, h_k) descales, new keys included
             lp["descale_per_batch"] = True
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
                                            kd, vd, sinks, **_alibi_kw(alibi_slopes), **lp)

@@ -128,7 +128,9 @@ def test_paths_without_chunks_refuse_it():
                          v_descale=ones)
     qp = q[0]
     with pytest.raises(NotImplementedError, match="attention_chunk .* page_table/seqused_k"):
-        flash3.attention_varlen(qp, qp, qp, cu([8]), cu([8]), 8, 8, attention_chunk=4,
+        kc = qp.view(8, 1, 2, 16)  # keys from a paged cache (seqused_k on packed keys takes it)
+        flash3.attention_varlen(qp, kc, kc, cu([8]), None, 8, 0, attention_chunk=4,
+                                page_table=torch.arange(8, dtype=torch.int32).view(1, 8),
                                 seqused_k=torch.tensor([8], dtype=torch.int32))
 
 

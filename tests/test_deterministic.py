@@ -12,11 +12,13 @@ def test_ops_carry_the_keyword():
         args = {a.name: a for a in op.default._schema.arguments}
         assert args["deterministic"].default_value is False, op
         # after it only optional arguments that default to off: alibi_slopes, on the varlen ops
-        # seqused_q (None), and attention_chunk (0)
+        # seqused_q (None), attention_chunk (0), and on the varlen ops seqused_k (None)
         names = [a.name for a in op.default._schema.arguments]
-        tail = ["alibi_slopes"] + (["seqused_q"] if "varlen" in str(op) else [])
-        assert names[names.index("deterministic") + 1:] == tail + ["attention_chunk"], op
-        assert all(args[n].default_value is None for n in tail), op
+        varlen = "varlen" in str(op)
+        tail = ["alibi_slopes"] + (["seqused_q"] if varlen else [])
+        after = ["seqused_k"] if varlen else []
+        assert names[names.index("deterministic") + 1:] == tail + ["attention_chunk"] + after, op
+        assert all(args[n].default_value is None for n in tail + after), op
         assert args["attention_chunk"].default_value == 0, op
 
 

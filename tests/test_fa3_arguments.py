@@ -309,8 +309,8 @@ def test_get_scheduler_metadata_round_trip():
 
 
 def test_seqused_k_with_grad():
-    """seqused_k with tensors that need grad: the spec, differentiable (flash3's own seqused_k
-    path is forward only)."""
+    """seqused_k with tensors that need grad: flash3's varlen path, differentiable (the backward
+    on the used keys gathered), against the fp64 spec."""
     torch.manual_seed(6)
     lq, lk, used = [4, 6], [9, 7], [5, 7]
     h, d = 2, 16

@@ -1,7 +1,8 @@
 """FA3's FP8 decode as vLLM calls it: flash_attn_interface.flash_attn_with_kvcache with e4m3 q and
 cache and FA3's (batch, kv head) descales runs flash3's decode path (descale_per_batch: the kernel
 on CUDA, reference.kvcache_forward on the CPU) instead of the FA3 spec, with q8 taken exactly as
-bf16 and q's descale folded into K's. CPU tests: the route, the argument checks and the result
+bf16 and q's descale folded into K's; new e4m3 keys are appended unchanged (the fused append's
+copy) and attended the same way. CPU tests: the route, the argument checks and the result
 against flash3/reference/fa3.py; a GPU test (sm_90) of the kernel against the spec."""
 
 import pytest
@@ -107,14 +108,110 @@ def test_fp8_descales_none_and_broadcast(monkeypatch):
     torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
 
 
-def test_fp8_paged_with_new_keys_stays_on_spec(monkeypatch):
+def fp8_new_keys(kd, vd, s_new, seed, h_k=2, d=64):
+    """e4m3 new k/v (b, s_new, h_k, d), each batch entry's quantized with its own descales."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(reference.quantize_fp8_cache(torch.randn(kd.shape[0], s_new, h_k, d, generator=g),
+                                              ds[:, None, :]) for ds in (kd, vd))
+
+
+@pytest.mark.parametrize("paged,causal,s_new", [(True, True, 2), (True, False, 1),
+                                                (False, True, 3)])
+def test_fp8_new_keys_appended_unchanged_and_match_spec(monkeypatch, paged, causal, s_new):
+    """FA3 (vLLM): e4m3 new keys are copied into the e4m3 cache bit for bit (sharing the batch
+    entry's descales) and attended, on flash3's path (descale_per_batch), paged or contiguous."""
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(s_q=s_new, seed=6 + s_new)
+    lens = lens.clamp(max=40 - s_new)
+    if not paged:  # a contiguous cache (b, 40, h_k, d) of each entry's descales
+        g = torch.Generator().manual_seed(9)
+        k8, v8 = (reference.quantize_fp8_cache(torch.randn(3, 40, 2, 64, generator=g),
+                                               ds[:, None, :]) for ds in (kd, vd))
+        table = None
+    kn8, vn8 = fp8_new_keys(kd, vd, s_new, seed=s_new)
+    seen = {}
+    real = fai.attention_with_kvcache
+
+    def spy(*a, **k):
+        seen.update(k, k_new=a[3])
+        return real(*a, **k)
+    monkeypatch.setattr(fai, "attention_with_kvcache", spy)
+    no_spec(monkeypatch)
+    kc, vc = k8.clone(), v8.clone()
+    out, lse, *_ = fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, cache_seqlens=lens,
+                                               page_table=table, q_descale=qd, k_descale=kd,
+                                               v_descale=vd, causal=causal,
+                                               return_softmax_lse=True)
+    assert seen["descale_per_batch"] is True and seen["k_new"].dtype == F8  # handed on as e4m3
+    kc_s, vc_s = k8.clone(), v8.clone()
+    ref, ref_lse = spec(q8, kc_s, vc_s, table, lens, qd, kd, vd, causal, k_new=kn8, v_new=vn8)
+    for got, want in ((kc, kc_s), (vc, vc_s)):  # the append: FA3's bytes exactly
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert not torch.equal(kc.view(torch.uint8), k8.view(torch.uint8))  # something was appended
+    torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4)
+
+
+def test_fp8_new_keys_kernel_branch_copies_and_decodes_per_batch(monkeypatch):
+    """The kernel branch of ops.attention_kvcache (forced on CPU tensors: the torch-op append, then
+    a recorded decode call): the e4m3 keys land unchanged, the decode gets descale_per_batch and
+    each row's count cache_seqlens + s_new, with no host read."""
+    from flash3 import _backend, ops
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(s_q=2, seed=11)
+    lens = lens.clamp(max=38)
+    kn8, vn8 = fp8_new_keys(kd, vd, 2, seed=3)
+    calls = []
+
+    def fake(q, k_cache, v_cache, seqused_k, page_table, *a, **kw):
+        calls.append(dict(seqused_k=seqused_k, **kw, k_descale=a[5], v_descale=a[6]))
+        return q.new_zeros(*q.shape[:-1], v_cache.shape[-1]), torch.zeros(3, q.shape[2], q.shape[1])
+    monkeypatch.setattr(ops, "_kvcache_dispatch", lambda q, k, v, s, run_kernel, *more: run_kernel())
+    monkeypatch.setattr(_backend, "run_kernel_kvcache", fake)
+    kc, vc = k8.clone(), v8.clone()
+    flash3.attention_with_kvcache(q8.to(torch.bfloat16), kc, vc, kn8, vn8, cache_seqlens=lens,
+                                  page_table=table, k_descale=kd, v_descale=vd,
+                                  descale_per_batch=True)
+    want_k, want_v = k8.clone(), v8.clone()
+    reference.kvcache_write(want_k, want_v, kn8, vn8, lens, table)  # no descales: a copy
+    assert torch.equal(kc.view(torch.uint8), want_k.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), want_v.view(torch.uint8))
+    (c,) = calls
+    assert c["descale_per_batch"] is True and torch.equal(c["seqused_k"], lens + 2)
+    assert torch.equal(c["k_descale"], kd) and torch.equal(c["v_descale"], vd)
+
+
+@pytest.mark.parametrize("bad", ["k_descale", "k_shape", "overflow"])
+def test_fp8_new_keys_rejected_call_writes_nothing(bad):
+    """A call refused (a descale that does not broadcast to (b, h_k), new keys of the wrong shape, a
+    cache overflow in validation mode) raises naming the argument and leaves the caches as they were."""
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=12)
+    kn8, vn8 = fp8_new_keys(kd, vd, 2, seed=4)
+    kw = dict(cache_seqlens=lens.clamp(max=38), page_table=table, q_descale=qd, k_descale=kd,
+              v_descale=vd)
+    if bad == "k_descale":
+        kw["k_descale"], match = torch.ones(3), "k_descale"
+    elif bad == "k_shape":
+        kn8, match = kn8[:, :, :1], "k must have shape"
+    else:
+        kw["cache_seqlens"] = torch.tensor([5, 39, 0], dtype=torch.int32)  # 39 + 2 new > 40 keys
+        match = "page_table has too few pages"
+    kc, vc = k8.clone(), v8.clone()
+    with pytest.raises(ValueError, match=match):
+        fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, **kw)
+    assert torch.equal(kc.view(torch.uint8), k8.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), v8.view(torch.uint8))
+
+
+def test_fp8_new_keys_with_rotary_stay_on_spec(monkeypatch):
+    """Rotary with e4m3 new keys (FA3 rotates the e4m3 keys): not on flash3's append; the spec."""
     q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=4)
     called = []
     real = fai._on_reference
     monkeypatch.setattr(fai, "_on_reference", lambda *a, **k: called.append(a[2]) or real(*a, **k))
     kn = torch.randn(3, 1, 2, 64).to(F8)
-    fai.flash_attn_with_kvcache(q8, k8, v8, kn, kn, cache_seqlens=lens.clamp(max=30),
-                                page_table=table, q_descale=qd, k_descale=kd, v_descale=vd)
+    cos = torch.ones(64, 16)
+    fai.flash_attn_with_kvcache(q8, k8, v8, kn, kn, rotary_cos=cos, rotary_sin=cos * 0,
+                                cache_seqlens=lens.clamp(max=30), page_table=table, q_descale=qd,
+                                k_descale=kd, v_descale=vd)
     assert called and "fp8_paged_cache" in called[0]
 
 
@@ -133,10 +230,21 @@ def test_descale_per_batch_argument_checks():
         flash3.attention_with_kvcache(q, k8, v8, k_descale=kd, v_descale=vd,
                                       **dict(kw, descale_per_batch=1))
     kn = torch.randn(3, 1, 2, 64, dtype=torch.bfloat16)
+    kn8 = kn.to(F8)
     before = k8.clone()
-    with pytest.raises(NotImplementedError, match="descale_per_batch"):  # the append is per slab
-        flash3.attention_with_kvcache(q, k8, v8, kn, kn, k_descale=kd, v_descale=vd,
-                                      **dict(kw, cache_seqlens=lens.clamp(max=30)))
+    kw30 = dict(kw, cache_seqlens=lens.clamp(max=30))
+    with pytest.raises(TypeError, match="float8_e4m3fn"):  # per batch: e4m3 new keys only
+        flash3.attention_with_kvcache(q, k8, v8, kn, kn, k_descale=kd, v_descale=vd, **kw30)
+    with pytest.raises(NotImplementedError, match="rotary"):
+        flash3.attention_with_kvcache(q, k8, v8, kn8, kn8, k_descale=kd, v_descale=vd,
+                                      rotary_cos=torch.ones(64, 16),
+                                      rotary_sin=torch.zeros(64, 16), **kw30)
+    with pytest.raises(TypeError, match="descale_per_batch"):  # e4m3 keys with per-slab descales
+        flash3.attention_with_kvcache(q, k8, v8, kn8, kn8, k_descale=torch.ones(k8.shape[0], 2),
+                                      v_descale=torch.ones(k8.shape[0], 2),
+                                      **dict(kw30, descale_per_batch=False))
+    with pytest.raises(TypeError, match="v has dtype"):  # k e4m3, v not
+        flash3.attention_with_kvcache(q, k8, v8, kn8, kn, k_descale=kd, v_descale=vd, **kw30)
     assert torch.equal(before.view(torch.uint8), k8.view(torch.uint8))  # nothing written
     with pytest.raises(NotImplementedError, match="descale_per_batch"):
         flash3.attention_with_kvcache(q.view(3, 4, 64), k8, v8, k_descale=kd, v_descale=vd,
@@ -161,4 +269,34 @@ def test_fp8_paged_kernel_matches_spec_gpu(page, causal, num_splits):
                                           causal=causal, num_splits=num_splits)
     ref, _ = spec(q8, k8, v8, table, lens, qd, kd, vd, causal)
     # the kernel rounds x8 * descale once to bf16 (the 16-bit cache's precision), output bf16
+    torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")
+@pytest.mark.parametrize("page,causal,s_new", [(16, True, 2), (None, False, 1), (256, True, 3)])
+def test_fp8_new_keys_kernel_matches_spec_gpu(page, causal, s_new):
+    """The fused append (e4m3 keys copied) then the decode kernel, against the spec: the caches
+    byte for byte, the output as the decode test's; no fallback."""
+    from flash3 import _backend
+    if not _backend.has_append_e4m3_kernel():
+        pytest.skip("flash3._C's append without descale_per_batch")
+    q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(b=3, cap=600, h=8, h_k=2, d=128,
+                                                    page=page or 600, s_q=s_new, device="cuda",
+                                                    seed=s_new)
+    if page is None:  # one page of the whole row per entry: a contiguous cache
+        k8, v8, table = k8[table[:, 0].long()], v8[table[:, 0].long()], None
+    lens = lens.clamp(max=600 - s_new)
+    kn8, vn8 = (x.cuda() for x in fp8_new_keys(kd.cpu(), vd.cpu(), s_new, seed=7, d=128))
+    kc, vc = k8.clone(), v8.clone()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warning would fail the test
+        out = fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, cache_seqlens=lens,
+                                          page_table=table, q_descale=qd, k_descale=kd,
+                                          v_descale=vd, causal=causal)
+    kc_s, vc_s = k8.cpu(), v8.cpu()
+    ref, _ = spec(q8, kc_s, vc_s, table, lens, qd, kd, vd, causal, k_new=kn8.cpu(),
+                  v_new=vn8.cpu())
+    assert torch.equal(kc.cpu().view(torch.uint8), kc_s.view(torch.uint8))
+    assert torch.equal(vc.cpu().view(torch.uint8), vc_s.view(torch.uint8))
     torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)

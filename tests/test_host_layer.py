@@ -220,6 +220,24 @@ def test_append_packed_layouts(driver):
     assert bad_k == "error: flash3.append_kv_sm90: k has shape [7, 2, 64], expected (*, 2, 128) (packed rows)"
 
 
+def test_append_fa3_fp8_copies_e4m3_keys(driver):
+    """descale_per_batch (FA3's FP8 cache): e4m3 k/v copied (kv_e4m3, no descales); bf16 keys,
+    descales or rotary refused before anything is launched."""
+    paged, contig, bf16, ds, rot = driver(["append fa3=1 page=16", "append fa3=1", "append fa3=1 knew_bf16=1",
+                                           "append fa3=1 ds=1", "append fa3=1 rotary=1"])
+    assert paged.startswith("ok append page_size=16 max_pages=8 rotary_dim=0 kv_e4m3=1 descales=0")
+    assert contig.startswith("ok append page_size=512 max_pages=0 rotary_dim=0 kv_e4m3=1 descales=0")
+    assert bf16 == ("error: flash3.append_kv_sm90: with descale_per_batch the new k and v must be "
+                    "float8_e4m3fn (copied unchanged), got BFloat16 and BFloat16")
+    assert ds.startswith("error: flash3.append_kv_sm90: with descale_per_batch the append takes no k_descale")
+    assert rot == ("error: flash3.append_kv_sm90: rotary with descale_per_batch (e4m3 new keys) is not "
+                   "implemented")
+    assert " kv_e4m3=0 descales=0" in driver(["append"])[0]
+    # FA3's packed new keys under descales per batch entry: the same copy, rows found by cu_seqlens_k_new
+    f = dict(kv.split("=", 1) for kv in driver(["append fa3=1 packed_k=1 page=16"])[0].split() if "=" in kv)
+    assert (f["kv_e4m3"], f["cu_k"], f["s_new"], f["k_batch_stride"]) == ("1", "1", "7", "0")
+
+
 def test_kernel_lists(driver):
     assert driver(["kernel_info"])[0] == (
         'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]], '

@@ -98,18 +98,6 @@ def test_interface_takes_flash3_path(monkeypatch):
     assert torch.equal(out, want) and torch.equal(lse, want_lse)
 
 
-def test_interface_with_seqused_k_still_runs_the_spec(monkeypatch):
-    """seqused_q with seqused_k: flash3's cache path has no seqused_q, so the FA3 spec runs it."""
-    called = []
-    real = fai.fa3_forward
-    monkeypatch.setattr(fai, "fa3_forward", lambda *a, **k: called.append(1) or real(*a, **k))
-    q, k, v = inputs()
-    used_k = torch.tensor(LK, dtype=torch.int32)
-    fai.flash_attn_varlen_func(q, k, v, cu(LQ), cu(LK), max(LQ), max(LK),
-                               seqused_q=torch.tensor(CLAMPED, dtype=torch.int32), seqused_k=used_k)
-    assert called
-
-
 def test_clamped_values_equal_explicit_ones():
     q, k, v = inputs()
     a = flash3.attention_varlen(q, k, v, cu(LQ), cu(LK), max(LQ), max(LK), causal=True,
@@ -141,8 +129,11 @@ def test_bad_seqused_q():
         flash3.attention_varlen(*args, seqused_q=USED)
     with pytest.raises(NotImplementedError, match="seqused_q"):
         flash3.attention_varlen(*args, seqused_q=used, sinks=torch.zeros(q.shape[1]))
-    with pytest.raises(NotImplementedError, match="seqused_q"):
-        flash3.attention_varlen(*args, seqused_q=used, seqused_k=torch.tensor(LK, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="seqused_q"):  # keys from a cache (page_table)
+        kc = k.view(-1, 1, *k.shape[1:])
+        table = torch.arange(kc.shape[0], dtype=torch.int32).view(-1, 1)[:len(LQ)]
+        flash3.attention_varlen(q, kc, kc, cu(LQ), None, max(LQ), 1, seqused_q=used,
+                                seqused_k=torch.ones(len(LQ), dtype=torch.int32), page_table=table)
 
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="no float8_e4m3fn")

@@ -125,3 +125,55 @@ def test_flash_attn_interface_runs_the_kernel():
     want = flash3.attention_varlen(q, k, v, cu(LQ), cu(LK), max(LQ), max(LK), causal=True,
                                    seqused_q=used)
     assert torch.equal(out, want)
+
+
+USED_K = [200, 1000, 0, 37, 3]  # FA3's seqused_k with it: mid-block, clamped to 50, 0, below the queries
+
+
+def past_used_k():
+    mask = torch.zeros(sum(LK), dtype=torch.bool, device="cuda")
+    start = 0
+    for n, u in zip(LK, USED_K):
+        mask[start + min(max(u, 0), n):start + n] = True
+        start += n
+    return mask
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_with_seqused_k_forward_kernel_and_backward(causal):
+    """seqused_q and seqused_k together: the forward kernel takes both (masks on both used counts;
+    the keys past seqused_k, NaN/Inf here, are never seen), the backward kernel runs on the used
+    keys gathered (dk/dv 0 past them), against the reference; no fallback."""
+    needs_kernels()
+    q, k, v = inputs()
+    k[past_used_k()], v[past_used_k()] = float("nan"), float("inf")
+    used_q = torch.tensor(USED, dtype=torch.int32, device="cuda")
+    used_k = torch.tensor(USED_K, dtype=torch.int32, device="cuda")
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback to the reference warns
+        out, lse = flash3.attention_varlen(qg, kg, vg, cu(LQ), cu(LK), max(LQ), max(LK), causal=causal,
+                                           seqused_q=used_q, seqused_k=used_k, return_lse=True)
+        dout = torch.randn_like(out)
+        out.backward(dout)
+    pad = past_used()
+    assert torch.equal(out[pad], torch.zeros_like(out[pad])) and (lse[:, pad] == -math.inf).all()
+    qz, kz, vz = (torch.nan_to_num(x.float(), nan=0.0, posinf=0.0, neginf=0.0) for x in (q, k, v))
+    ref_out, ref_lse = reference.varlen_forward(qz.double(), kz.double(), vz.double(), cu(LQ), cu(LK),
+                                                D ** -0.5, -1, 0 if causal else -1, seqused_q=used_q,
+                                                seqused_k=used_k)
+    assert (out.double() - ref_out).abs().max().item() <= 2e-2
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    fin = torch.isfinite(ref_lse)
+    assert (lse[fin].double() - ref_lse[fin]).abs().max().item() <= 1e-3
+    ref = reference.varlen_backward(dout.float(), qz, kz, vz, out.float(), lse, cu(LQ), cu(LK),
+                                    D ** -0.5, -1, 0 if causal else -1, seqused_q=used_q,
+                                    seqused_k=used_k)
+    eps = torch.finfo(torch.bfloat16).eps
+    unused = past_used_k()
+    for name, x, r in zip("qkv", (qg.grad, kg.grad, vg.grad), ref):
+        assert not torch.isnan(x).any(), name
+        if name != "q":
+            assert torch.equal(x[unused], torch.zeros_like(x[unused])), name
+        err = (x.double() - r.double()).abs().max().item()
+        assert err <= 4 * eps * r.abs().max().item() + 1e-5, (name, err)

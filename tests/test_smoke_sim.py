@@ -1,6 +1,7 @@
 """tools/smoke/smoke.py's simulator backend (tools/smoke/smoke_sim.py) without the simulator: the case-file
 format, the case -> op-argument mapping, exit-status classification, the kernel selection and the
 build cache key. The launches themselves run under `python tools/smoke/smoke.py --backend sim`."""
+import itertools
 import json
 import math
 import sys
@@ -120,6 +121,16 @@ def test_op_call_fwd(feature):
         pad = smoke.past_seqused_q(c)
         assert int(pad.sum()) == sum(lq) - 247 and torch.isfinite(t["q"][~pad]).all()
         assert not torch.isfinite(t["q"][pad]).any() and torch.isnan(t["q"][pad]).any()  # NaN/+-Inf past the cut
+        # FA3's seqused_k with it: cut mid-block, clamped, 0 (queries that see nothing), below the
+        # used queries (causal: rows without keys); the keys past the cut poisoned in k and v
+        uk = t["seqused_k"]
+        assert uk.dtype == torch.int32 and uk.tolist() == smoke.SEQUSEDQ_USED_K
+        assert smoke.used_k_counts(c) == [200, 50, 0, 37] and 200 % 128 and 37 < 70
+        keep = torch.zeros(sum(lk), dtype=torch.bool)
+        for start, n in zip([0] + list(itertools.accumulate(lk))[:-1], smoke.used_k_counts(c)):
+            keep[start:start + n] = True
+        for x in (t["k"], t["v"]):
+            assert torch.isfinite(x[keep]).all() and not torch.isfinite(x[~keep]).any()
     else:  # sq_gt_sk: more queries than keys (SK queries over SQ keys)
         s_q, s_k = (smoke.SK, smoke.SQ) if feature == "sq_gt_sk" else (smoke.SQ, smoke.SK)
         assert lse.shape == (2, c["q"].shape[2], s_q) and t["k"].shape[1] == s_k
@@ -243,12 +254,13 @@ def test_decode_kernel_ids_labels_and_features():
     assert not smoke.dec_fp8_cache("dec:bf16:128:128")
     assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
     assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
-    # "fa3desc" (FA3's per-batch FP8-cache descales) applies to the FP8-cache decode kernels only:
-    # a 16-bit cache has no descales; "vappend" (FA3's packed appends) to the 16-bit ones only: an
-    # FP8 cache refuses packed appends.
+    # "fa3desc" and "fa3app" (FA3's per-batch FP8-cache descales, without and with new keys) apply
+    # to the FP8-cache decode kernels only: a 16-bit cache has no descales; "vappend" (FA3's packed
+    # appends) to the 16-bit ones only: an FP8 cache refuses packed appends.
     # "mla" is the MLA decode kernel's (d_v > 256) only, and the only feature it runs: its case
     # shapes (one kv head, 16-40 query heads, qv) are its own.
-    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES if f not in ("fa3desc", "mla")]
+    assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES
+                                                         if f not in ("fa3desc", "fa3app", "mla")]
     assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES
                                                                 if f not in ("vappend", "mla")]
     assert smoke.kernel_features("dec:bf16:64:512") == ["mla"] and smoke.is_mla("dec:bf16:64:512")
@@ -264,9 +276,9 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    # fa3desc: FP8-cache kernels only; vappend: 16-bit caches only; mla: the MLA kernel's only
+    # fa3desc, fa3app: FP8-cache kernels only; vappend: 16-bit caches only; mla: the MLA kernel's only
     if not smoke.applies(kid, feature):
-        assert ((feature == "fa3desc" and not smoke.dec_fp8_cache(kid))
+        assert ((feature in ("fa3desc", "fa3app") and not smoke.dec_fp8_cache(kid))
                 or (feature == "vappend" and smoke.dec_fp8_cache(kid))
                 or (feature == "mla") != smoke.is_mla(kid))
         with pytest.raises(ValueError, match="does not apply"):
@@ -327,7 +339,8 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert t["page_table"] is pt and (t["k_descale"] is not None) == fp8
         assert sc["num_splits"] == p["num_splits"] and "causal" not in sc
         assert (sc["window_left"], sc["window_right"]) == ((-1, 0) if p["causal"] else tuple(p["window"]))
-        assert ("k" in t) == (feature in ("append", "rotary") or (feature == "leftpad" and p is parts[0]))
+        assert ("k" in t) == (feature in ("append", "rotary", "fa3app")
+                                  or (feature == "leftpad" and p is parts[0]))
         assert t["sinks"] is p["sinks"] and (p["sinks"] is None) == (feature != "sinks")
         assert t["qv"] is p["qv"] and (p["qv"] is None or feature == "mla")
         assert sc["softmax_scale"] == (d + vc.shape[-1] if feature == "mla" else d) ** -0.5
@@ -377,6 +390,19 @@ def test_make_dec_case_and_op_call(kid, feature):
                 assert ds.unique().numel() == b * h_k and 0.01 <= ds.min() and ds.max() < 0.11
             _, _, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
             assert sc["descale_per_batch"] == 1
+    if feature == "fa3app":  # FA3's FP8 cache with e4m3 new keys: paged (16) and contiguous with 3 splits
+        assert [(p["pt"] is not None, p["num_splits"], p["causal"]) for p in parts] == [(True, 1, True),
+                                                                                       (False, 3, False)]
+        for p in parts:
+            a, (kd, vd), f = p["append"], p["descales"], p["fa3"]
+            assert a["k"].dtype == a["v"].dtype == torch.float8_e4m3fn and a["cos"] is None
+            assert kd.shape == (p["q"].shape[0], p["kc"].shape[2]) and torch.equal(kd, f["q_descale"] * f["k_descale"])
+            lens, cap = a["cache_seqlens"].tolist(), p["kc"].shape[1] * (1 if p["pt"] is None else p["pt"].shape[1])
+            assert lens[0] == 0 and torch.equal(p["seqused"], a["cache_seqlens"] + a["k"].shape[1])
+            assert p["seqused"].tolist()[2] == 300 <= cap  # filled to the row's 300 keys
+            assert 448.0 in a["k"].float().flatten().tolist()  # an extreme byte, copied as it is
+            _, t, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
+            assert sc["descale_per_batch"] == 1 and t["k"] is a["k"] and t["rotary_cos"] is None
     elif feature != "fa3desc":
         assert all(p.get("fa3") is None for p in parts)
     if feature == "page48":

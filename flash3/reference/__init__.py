@@ -417,9 +417,9 @@ def _seq_bounds(cu_seqlens_q, cu_seqlens_k):
 
 
 def _used_ends(cq, seqused_q):
-    """End of sequence i's queries: cq[i] + seqused_q[i] clamped into [0, its length] (FA3's
-    seqused_q: the first seqused_q[i] packed rows are queries; any value is clamped, as the kernels
-    do), or cq[i + 1] without seqused_q."""
+    """End of sequence i's queries (or keys): cq[i] + seqused_q[i] clamped into [0, its length]
+    (FA3's seqused_q/seqused_k: the first seqused[i] packed rows are used; any value is clamped, as
+    the kernels do), or cq[i + 1] without it."""
     if seqused_q is None:
         return cq[1:]
     return [q0 + min(max(int(n), 0), max(q1 - q0, 0))
@@ -427,20 +427,23 @@ def _used_ends(cq, seqused_q):
 
 
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, right,
-                   softcap=0.0, sinks=None, alibi_slopes=None, seqused_q=None, chunk=0):
+                   softcap=0.0, sinks=None, alibi_slopes=None, seqused_q=None, chunk=0,
+                   seqused_k=None):
     """q (total_q, h, d), k/v (total_k, h_k, d|d_v) -> out (total_q, h, d_v), lse (h, total_q).
 
     Tokens outside every sequence get out 0, lse -inf.  ALiBi distances are per sequence
     (``alibi_slopes`` (h,) or (b, h): row i of a (b, h) tensor is sequence i's).
     ``seqused_q`` int32 (b,) (FA3's): sequence i's queries are its first seqused_q[i] packed rows
-    (clamped into [0, its length]); masks align on that count, its other rows get out 0, lse -inf."""
+    (clamped into [0, its length]); masks align on that count, its other rows get out 0, lse -inf.
+    ``seqused_k`` likewise for keys: sequence i sees its first seqused_k[i] packed keys (clamped),
+    masks aligned on that count."""
     total_q, h, _ = q.shape
     out = torch.zeros(total_q, h, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((h, total_q), -math.inf, dtype=torch.float32, device=q.device)
     cq, ck = _seq_bounds(cu_seqlens_q, cu_seqlens_k)
-    ends = _used_ends(cq, seqused_q)
+    ends, k_ends = _used_ends(cq, seqused_q), _used_ends(ck, seqused_k)
     for i in range(len(cq) - 1):
-        q0, q1, k0, k1 = cq[i], ends[i], ck[i], ck[i + 1]
+        q0, q1, k0, k1 = cq[i], ends[i], ck[i], k_ends[i]
         if q1 == q0:
             continue
         o_i, l_i = forward(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
@@ -453,17 +456,17 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, left, rig
 
 def varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
                     left, right, softcap=0.0, dlse=None, sinks=None, alibi_slopes=None,
-                    seqused_q=None, chunk=0):
+                    seqused_q=None, chunk=0, seqused_k=None):
     """Gradients of :func:`varlen_forward`; tokens outside every sequence (and rows past
-    ``seqused_q``) get 0.  With ``sinks``, d_sinks (h,) fp32 is returned last (a sum over every
-    sequence's rows)."""
+    ``seqused_q``, keys past ``seqused_k``) get 0.  With ``sinks``, d_sinks (h,) fp32 is returned
+    last (a sum over every sequence's rows)."""
     dq, dk, dv = (torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     dsinks = None if sinks is None else torch.zeros(q.shape[1], dtype=torch.float32,
                                                     device=q.device)
     cq, ck = _seq_bounds(cu_seqlens_q, cu_seqlens_k)
-    ends = _used_ends(cq, seqused_q)
+    ends, k_ends = _used_ends(cq, seqused_q), _used_ends(ck, seqused_k)
     for i in range(len(cq) - 1):
-        q0, q1, k0, k1 = cq[i], ends[i], ck[i], ck[i + 1]
+        q0, q1, k0, k1 = cq[i], ends[i], ck[i], k_ends[i]
         if q1 == q0:
             continue
         dlse_i = None if dlse is None else dlse[None, :, q0:q1]
@@ -535,7 +538,8 @@ def kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table=None, k_desc
                   v_descale=None):
     """Write k/v (b, s_new, h_k, ·) into the caches right after cache_seqlens[i].
 
-    FP8 caches take their slab's descale (k_descale/v_descale (k_cache.shape[0], h_k)).
+    FP8 caches take their slab's descale (k_descale/v_descale (k_cache.shape[0], h_k)); without
+    descales k/v are stored in the cache's dtype (float8_e4m3fn k/v into an FP8 cache: unchanged).
     """
     if k is None or k.shape[1] == 0:
         return
@@ -661,7 +665,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     (from position cache_leftpad[i] on, when given).
 
     ``descale_per_batch``: FP8-cache descales (b, h_k), FA3's: row i reads its keys with its own
-    descales, whatever slab holds them (no new keys with it: an append stores per slab).
+    descales, whatever slab holds them; new keys are then float8_e4m3fn, stored unchanged (they
+    share their entry's descales).
 
     ``rotary_seqlens`` (b,): the rotary position of row i's first new token (default
     cache_seqlens[i], its key position).
@@ -676,9 +681,10 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     if rotary_cos is not None and k is not None:
         q, k = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None else rotary_seqlens,
                               rotary_cos, rotary_sin, rotary_interleaved, left >= 0 or right >= 0)
-    if descale_per_batch and k is not None:
-        raise NotImplementedError("new keys k/v with descale_per_batch (appends store per slab)")
-    kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
+    if descale_per_batch:  # e4m3 new keys under their entry's descales: stored as they are
+        kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table)
+    else:
+        kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table, k_descale, v_descale)
     b, s_q, h, _ = q.shape
     s_new = 0 if k is None else k.shape[1]
     out = torch.zeros(b, s_q, h, v_cache.shape[-1], dtype=q.dtype, device=q.device)

@@ -167,7 +167,7 @@ check_op("append_kv_sm90", ("flash3::append_kv_sm90(Tensor q, Tensor(a!) k_cache
             "Tensor v, Tensor cache_seqlens, Tensor? page_table, Tensor? rotary_cos, "
             "Tensor? rotary_sin, bool rotary_interleaved, bool q_per_token, Tensor(c!) q_out, "
             "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? rotary_seqlens=None, "
-            "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k_new=None) -> ()"))
+            "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k_new=None, bool descale_per_batch=False) -> ()"))
 kc = torch.empty(b, 256, 2, d, dtype=torch.bfloat16, device="meta")
 kn = torch.empty(b, 1, 2, d, dtype=torch.bfloat16, device="meta")
 lens = torch.empty(b, dtype=torch.int32, device="meta")
@@ -178,6 +178,9 @@ torch.ops.flash3.append_kv_sm90(q, kc8, kc8.clone(), kn, kn, lens, None, None, N
 cu1 = torch.empty(b + 1, dtype=torch.int32, device="meta")  # FA3's packed q and new keys
 torch.ops.flash3.append_kv_sm90(q[:, 0], kc, kc.clone(), kn[:, 0], kn[:, 0], lens, None, None, None, False, True,
                                 q[:, 0], cu_seqlens_q=cu1, cu_seqlens_k_new=cu1)
+kn8 = torch.empty(b, 1, 2, d, dtype=torch.float8_e4m3fn, device="meta")  # FA3's: e4m3 keys copied
+torch.ops.flash3.append_kv_sm90(q, kc8, kc8.clone(), kn8, kn8, lens, None, None, None, False, True, q,
+                                descale_per_batch=True)
 
 # The fused FP8 rotate-and-quantize: schema, CUDA and Meta kernels, a Meta call per layout.
 check_op("quantize_fp8_sm90", ("flash3::quantize_fp8_sm90(Tensor x, Tensor? signs, Tensor? mean, "

@@ -21,7 +21,8 @@ the same inputs (check_bwd); their "determ" feature is the gqa case with determi
 twice (bitwise equal), "dlse" the causal case with a random gradient flowing into lse (bwd_sm90's
 dlse, given to the reference too), "onekey" a varlen batch whose rows see one key (their dq exactly 0,
 and out/lse by the forward's rule), "sinks" attention sinks (bwd_sm90's sinks/dsinks: d_sink too),
-"sequsedq" FA3's seqused_q (fwd_sm90's and bwd_sm90's seqused_q: out 0, lse -inf, dq 0 past it).
+"sequsedq" FA3's seqused_q (fwd_sm90's and bwd_sm90's seqused_q: out 0, lse -inf, dq 0 past it;
+the forward with FA3's seqused_k too).
 A feature with several launches (make_cases: "chunk", FA3's attention_chunk, one launch per
 CHUNK_PARTS entry, forward and backward) reports its worst part. Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,

@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # mid-tile whose second tile lies wholly past its used queries, one cut to 0 queries, one not cut
 # (a value past its length: clamped), one cut mid-tile with a second tile of 2 rows past it; the
 # packed rows past seqused_q hold NaN/+-Inf in q (and dout), and must come out as out 0, lse -inf
-# (the NaN poison overwritten), dq 0, nothing in dk/dv; masks align on the used count.
+# (the NaN poison overwritten), dq 0, nothing in dk/dv; masks align on the used count. The forward
+# case takes FA3's seqused_k too (SEQUSEDQ_USED_K, the backward kernel has none): keys cut mid-block,
+# past the length (clamped), to 0 (a sequence whose queries see nothing), and cut below the used
+# queries (causal: its first rows see no key); the packed keys past seqused_k hold NaN/+-Inf in k
+# and v, and masks align on both used counts.
 # "chunk": FA3's attention_chunk (Llama 4's chunked local attention), two launches (CHUNK_PARTS) of
 # GQA varlen batches with s_k - s_q of both signs, a sequence of 0 queries and one of 0 keys: chunk
 # 48 (no block's multiple: chunk starts inside tiles) with causal, and chunk 160 (wider than a
@@ -73,9 +77,14 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # d_v 512), s_q 1, 16 heads; with qv, softcap, a window and FA3's cache_leftpad (37: a TMA box
 # mid-block) on a contiguous cache. The oracle takes qv as q's extra columns against v's:
 # q.k + qv.v = [q, qv].[k, v].
+# FA3's FP8 cache with new keys (fa3app, FP8-cache kernels only): fa3desc's launch after the fused
+# append of e4m3 new k/v (FA3APP_PARTS: s_new 2, a row of no cached keys, one filled to the
+# capacity; paged, and contiguous with 3 splits), copied bit for bit (they share the entry's
+# descales: descale_per_batch), then attended; the caches checked byte for byte.
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "vappend", "mla"]
+                "leftpad", "fa3desc", "fa3app", "vappend", "mla"]
+FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
 # "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
 MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
              (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
@@ -94,6 +103,7 @@ SINKS_LENS = ([SQ, 0, 77, 90], [SK, 40, 0, 61])  # (q, k) lengths of the backwar
 ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s_q > 0, < 0, = 0
 SEQUSEDQ_LENS = ([SQ, 40, 77, 130], [SK, 50, 64, 100])  # "sequsedq": packed (q, k) lengths
 SEQUSEDQ_USED = [100, 0, 1000, 70]  # its seqused_q: used queries 100, 0, 77 (clamped), 70
+SEQUSEDQ_USED_K = [200, 1000, 0, 37]  # its forward's seqused_k: used keys 200, 50 (clamped), 0, 37
 # "chunk"'s launches: (attention_chunk, causal, window, (q lengths, k lengths)).
 CHUNK_PARTS = [(48, True, (-1, -1), ([SQ, 77, 150, 1, 5], [SK, 40, 97, 64, 0])),
                (160, False, (200, 150), ([SQ, 150, 97, 0], [SK, 170, 40, 20]))]
@@ -176,7 +186,7 @@ def applies(kid: str, feature: str) -> bool:
         return False
     if feature == "mla" or is_mla(kid):  # the MLA kernel has its own feature (its case shapes)
         return feature == "mla" and is_mla(kid)
-    if feature == "fa3desc":  # FA3's FP8 descales: the FP8-cache decode kernels only
+    if feature in ("fa3desc", "fa3app"):  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
     if feature == "vappend":  # packed appends: 16-bit caches (an FP8 cache refuses them)
         return not dec_fp8_cache(kid)
@@ -325,6 +335,13 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
                 if n in c:
                     _poison_tail(c[n][start + used:start + lq])  # a view: poisoned in place
             start += lq
+        if not bwd:  # and seqused_k (the forward kernel's): keys that are no keys, poisoned too
+            c["seqused_k"] = torch.tensor(SEQUSEDQ_USED_K, device=device, dtype=torch.int32)
+            start = 0
+            for lk, used in zip(c["lens_k"], used_k_counts(c)):
+                for n in ("k", "v"):
+                    _poison_tail(c[n][start + used:start + lk])
+                start += lk
     return _quantize_case(c, g) if dtype_name == "e4m3" else c
 
 
@@ -357,6 +374,13 @@ def used_q_counts(c: dict) -> list[int]:
     if c.get("seqused_q") is None:
         return list(c["lens_q"])
     return [min(max(int(n), 0), lq) for n, lq in zip(c["seqused_q"].tolist(), c["lens_q"])]
+
+
+def used_k_counts(c: dict) -> list[int]:
+    """Keys per sequence of a varlen case: its lengths, cut by seqused_k (clamped, as the kernels do)."""
+    if c.get("seqused_k") is None:
+        return list(c["lens_k"])
+    return [min(max(int(n), 0), lk) for n, lk in zip(c["seqused_k"].tolist(), c["lens_k"])]
 
 
 def past_seqused_q(c: dict):
@@ -447,26 +471,41 @@ LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
 
 
-def _fa3desc_part(part, page, splits, causal, d, dv, g, device):
+def _fa3desc_part(part, page, splits, causal, d, dv, g, device, append=False):
     """One "fa3desc" launch: FA3's FP8 decode as flash_attn_interface runs it on the kernel. q8, and
     the caches' e4m3 bytes, from N(0, 1) values over FA3 descales (b, h_k) in [0.01, 0.11), one per
     batch entry and kv head (each page quantized with its row's); the op gets q8 as bf16 (exact),
     k_descale = q_descale * k_descale, v_descale, descale_per_batch. part["fa3"] keeps the spec's
-    q8 and unfolded descales for the oracle."""
+    q8 and unfolded descales for the oracle. `append` ("fa3app"): 2 new e4m3 k/v per row (each
+    row's quantized with its descales, an extreme byte or two among them) appended by the fused
+    append at cache_seqlens [0, 129, 298] of a 300-key row (no cached keys; filled to capacity)."""
     import torch
     from flash3 import reference
     b, h_k, h = 3, 2, 4
     kc, vc, pt = _dec_cache(b, 300, h_k, d, dv, page, torch.float32, g, device)
     qd, kd, vd = ((torch.rand(b, h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(3))
-    owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
-    owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
+    if pt is None:  # contiguous: row i is batch entry i's
+        owner = torch.arange(b, device=device)
+    else:
+        owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
+        owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
     k8, v8 = (reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
     s_q = 2
     q = torch.randn(b, s_q, h, d, generator=g).to(device)
     q8 = reference.quantize_fp8_cache(q, qd.repeat_interleave(h // h_k, dim=1)[:, None, :])
-    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), torch.tensor(
-        [1, 129, 300], dtype=torch.int32, device=device), num_splits=splits, causal=causal,
-        fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
+    app, seqused = None, i32([1, 129, 300])
+    if append:
+        s_new = s_q
+        kn8, vn8 = (reference.quantize_fp8_cache(torch.randn(b, s_new, h_k, n, generator=g).to(device),
+                                                 ds[:, None, :]) for n, ds in ((d, kd), (dv, vd)))
+        kn8[0, 0, 0, :3] = torch.tensor([448.0, -2.0 ** -9, -0.0]).to(kn8.dtype)  # max, min subnormal, -0
+        lens = [0, 129, 300 - s_new]
+        app = dict(k=kn8, v=vn8, cache_seqlens=i32(lens), cos=None, sin=None, interleaved=False,
+                   per_token=True)
+        seqused = i32([n + s_new for n in lens])
+    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), seqused, num_splits=splits,
+                causal=causal, append=app, fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
 
 
 def _vappend_part(part, rnd, i32, cache, h_k, d, dv, device, lq, ln, lens, pads, page, splits, causal, rot,
@@ -570,6 +609,9 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     if feature == "fa3desc":
         return [_fa3desc_part(part, page, splits, causal, d, dv, g, device)
                 for page, splits, causal in ((16, 1, True), (256, 3, False))]
+    if feature == "fa3app":
+        return [_fa3desc_part(part, page, splits, causal, d, dv, g, device, append=True)
+                for page, splits, causal in FA3APP_PARTS]
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
@@ -679,11 +721,14 @@ def launch_dec(p: dict) -> dict:
     q = p["q"]
     a = p["append"]
     if a is not None:
+        per_batch = p.get("fa3") is not None  # FA3's descales: e4m3 k/v copied, no descales here
+        extra = {} if a.get("rotary_seqlens") is None else {"rotary_seqlens": a["rotary_seqlens"]}
+        if per_batch:
+            extra["descale_per_batch"] = True
         torch.ops.flash3.append_kv_sm90(q, kc, vc, a["k"], a["v"], a["cache_seqlens"], p["pt"], a["cos"],
                                         a["sin"], a["interleaved"], a["per_token"],
-                                        q_out if q_out is not None else q, kd, vd,
-                                        **({} if a.get("rotary_seqlens") is None
-                                           else {"rotary_seqlens": a["rotary_seqlens"]}),
+                                        q_out if q_out is not None else q, *((None, None) if per_batch else (kd, vd)),
+                                        **extra,
                                         **({} if a.get("cu_k") is None and p.get("cu_q") is None
                                            else {"cu_seqlens_k_new": a.get("cu_k"), "cu_seqlens_q": p.get("cu_q")}))
         q = q_out if q_out is not None else q
@@ -735,7 +780,9 @@ def check_dec(p: dict, r: dict) -> dict:
                 from flash3.rotary import kvcache_rotary
                 ro = a["cache_seqlens"] if a.get("rotary_seqlens") is None else a["rotary_seqlens"]
                 q_ref, k_ref = kvcache_rotary(q, a["k"], ro, a["cos"], a["sin"], a["interleaved"], a["per_token"])
-            reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, kd, vd)
+            # FA3's descales (per batch entry): the e4m3 keys are stored as they are
+            wd = (None, None) if p.get("fa3") is not None else (kd, vd)
+            reference.kvcache_write(kc_ref, vc_ref, k_ref, a["v"], a["cache_seqlens"], pt, *wd)
         for name, got, want in (("k_cache", kc, kc_ref), ("v_cache", vc, vc_ref)):
             if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
                 n = int((got.view(torch.uint8) != want.view(torch.uint8)).sum())
@@ -889,9 +936,10 @@ def _pieces(c, out, lse):
     q, k, v = c["q"], c["k"], c["v"]
     if c["cu_q"] is not None:
         oq = ok = 0
-        for lq, n, lk in zip(c["lens_q"], used_q_counts(c), c["lens_k"]):  # n: the used queries
+        # n, nk: the used queries and keys (seqused_q, seqused_k)
+        for lq, n, lk, nk in zip(c["lens_q"], used_q_counts(c), c["lens_k"], used_k_counts(c)):
             yield (out[oq:oq + n][None], lse[:, oq:oq + n][None], q[oq:oq + n][None],
-                   k[ok:ok + lk][None], v[ok:ok + lk][None])
+                   k[ok:ok + nk][None], v[ok:ok + nk][None])
             oq, ok = oq + lq, ok + lk
     elif c["seqused_k"] is not None:
         for i, n in enumerate(c["lens_k"]):

@@ -150,6 +150,28 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
   for (int c = threadIdx.x; c < p.d; c += kThreads) qo[c] = rotate(q, c, pos_ro, p);
 }
 
+// e4m3 new keys into an e4m3 cache with descales per batch entry (FA3's): the bytes are copied
+// unchanged (they share their entry's descales, which the decode kernel applies); no rotary.
+__global__ void __launch_bounds__(kThreads) append_kv_e4m3_copy_kernel(const AppendKvParams p) {
+  const int r = blockIdx.x;  // one (new token, kv head) row of k and v, found as append_kv_kernel does
+  const int hk = r % p.h_k;
+  const int tok = r / p.h_k;
+  const auto [b, t] = entry_of(p.cu_seqlens_k_new, p.batch, p.s_new, tok);
+  if (b < 0) return;  // no entry's row: not appended
+  const Slot slot = cache_slot(p, b, int64_t(p.cache_seqlens[b]) + t);
+  if (slot.slab < 0) return;
+  const int row = p.cu_seqlens_k_new != nullptr ? tok : t;  // packed: batch strides 0
+  using B = __nv_fp8_storage_t;
+  const B* k = static_cast<const B*>(p.k) + b * p.k_batch_stride + row * p.k_row_stride + hk * p.k_head_stride;
+  const B* v = static_cast<const B*>(p.v) + b * p.v_batch_stride + row * p.v_row_stride + hk * p.v_head_stride;
+  B* kc = static_cast<B*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
+          hk * p.kc_head_stride;
+  B* vc = static_cast<B*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
+          hk * p.vc_head_stride;
+  for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = k[c];
+  for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = v[c];
+}
+
 }  // namespace
 
 int run_append_kv(const AppendKvParams& p, void* stream) {
@@ -161,6 +183,11 @@ int run_append_kv(const AppendKvParams& p, void* stream) {
     return int(cudaErrorInvalidConfiguration);
   const dim3 grid(static_cast<unsigned>(rows));
   auto s = static_cast<cudaStream_t>(stream);
+  if (p.kv_e4m3) {  // the host refuses rotary here: k/v rows only
+    if (p.rotary_cos != nullptr || p.k_descale != nullptr) return int(cudaErrorInvalidValue);
+    append_kv_e4m3_copy_kernel<<<grid, kThreads, 0, s>>>(p);
+    return int(cudaGetLastError());
+  }
   const bool fp8 = p.k_descale != nullptr;
   if (p.is_bf16) {
     if (fp8) append_kv_kernel<__nv_bfloat16, __nv_fp8_storage_t><<<grid, kThreads, 0, s>>>(p);

@@ -19,7 +19,10 @@
 //    else cache_seqlens[b] (the key position);
 //  - FP8 (e4m3) caches (k_descale set): the (rotated) value x, rounded to q's dtype, is stored as
 //    e4m3(clamp(x / descale, -448, 448)) (IEEE division, nearest even, NaN kept) with the descale of
-//    its slab and kv head (flash3.reference quantize_fp8_cache).
+//    its slab and kv head (flash3.reference quantize_fp8_cache);
+//  - e4m3 new k/v (kv_e4m3, FA3's FP8 cache with descales per batch entry): copied into the e4m3
+//    cache byte for byte (they share their entry's descales, applied by the decode kernel); no
+//    rotary, no descales here.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +71,7 @@ struct AppendKvParams {
   const float* k_descale;
   const float* v_descale;
   int64_t kd_slab_stride, kd_head_stride, vd_slab_stride, vd_head_stride;
+  bool kv_e4m3;  // k/v and the caches float8_e4m3fn: copied unchanged (k_descale unset)
 };
 
 // Launches the append (and the q rotation when rotary) on `stream` (a cudaStream_t).

@@ -65,19 +65,31 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
   const bool fp8 = k_cache.dtype == DType::e4m3;
   check_rows(k_cache, "k_cache", q, -1, h_k, d, fp8);
   check_rows(v_cache, "v_cache", q, k_cache.size(0), h_k, d_v, fp8);
-  check(!descale_per_batch, kOp,
-        ": descales per batch entry (descale_per_batch) cannot be appended with: a store takes its slab's");
-  check((k_descale != nullptr) == fp8 && (v_descale != nullptr) == fp8, kOp,
-        ": k_descale and v_descale go with (and only with) a float8_e4m3fn cache");
-  if (fp8)
+  // Descales per batch entry (FA3's): the new keys are e4m3 bytes under their entry's descales,
+  // copied unchanged (a slab may hold keys of several entries, so no per-slab quantization).
+  if (descale_per_batch) {
+    check(fp8, kOp, ": descale_per_batch goes with a float8_e4m3fn cache only");
+    check(k.dtype == DType::e4m3 && v.dtype == DType::e4m3, kOp,
+          ": with descale_per_batch the new k and v must be float8_e4m3fn (copied unchanged), got ", k.dtype_name,
+          " and ", v.dtype_name);
+    check(k_descale == nullptr && v_descale == nullptr, kOp,
+          ": with descale_per_batch the append takes no k_descale/v_descale (the e4m3 bytes are copied; the "
+          "decode kernel applies the batch entry's)");
+    check(rotary_cos == nullptr && rotary_sin == nullptr, kOp,
+          ": rotary with descale_per_batch (e4m3 new keys) is not implemented");
+  } else {
+    check((k_descale != nullptr) == fp8 && (v_descale != nullptr) == fp8, kOp,
+          ": k_descale and v_descale go with (and only with) a float8_e4m3fn cache");
+  }
+  if (fp8 && !descale_per_batch)
     for (const TensorView* t : {k_descale, v_descale})
       check(t->device == q.device && t->dtype == DType::f32 && t->dim() == 2 && t->size(0) == k_cache.size(0) &&
                 t->size(1) == h_k,
             kOp, ": descales must be float32 (", k_cache.size(0), ", ", h_k, ") on ", q.device, ", got ",
             t->dtype_name, " ", t->sizes());
   check(v_cache.size(1) == k_cache.size(1), kOp, ": v_cache must match k_cache");
-  check_rows(k, "k", q, b, h_k, d, false, packed_k);
-  check_rows(v, "v", q, b, h_k, d_v, false, packed_k);
+  check_rows(k, "k", q, b, h_k, d, descale_per_batch, packed_k);
+  check_rows(v, "v", q, b, h_k, d_v, descale_per_batch, packed_k);
   check(v.size(packed_k ? 0 : 1) == s_new, kOp, ": v must have k's number of tokens");
   check_index(cache_seqlens, "cache_seqlens", q, b);
 
@@ -158,7 +170,8 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
   p.h = to_int(h, "q.size(2)", kOp), p.h_k = to_int(h_k, "k_cache.size(2)", kOp);
   p.d = to_int(d, "q.size(3)", kOp), p.d_v = to_int(d_v, "v_cache.size(3)", kOp);
   p.is_bf16 = q.dtype == DType::bf16;
-  if (fp8) {
+  p.kv_e4m3 = descale_per_batch;
+  if (fp8 && !descale_per_batch) {
     p.k_descale = k_descale->ptr<const float>(), p.v_descale = v_descale->ptr<const float>();
     p.kd_slab_stride = k_descale->stride(0), p.kd_head_stride = k_descale->stride(1);
     p.vd_slab_stride = v_descale->stride(0), p.vd_head_stride = v_descale->stride(1);
@@ -168,8 +181,8 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
     os << kOp << " b=" << p.batch << " s_new=" << p.s_new << " s_q=" << p.s_q << " h=" << p.h << " h_k=" << p.h_k
        << " d=" << p.d << " d_v=" << p.d_v << " paged=" << int(p.page_table != nullptr) << " page_size=" << p.page_size
        << " rotary_dim=" << p.rotary_dim << " interleaved=" << int(p.rotary_interleaved)
-       << " per_token=" << int(p.q_per_token) << " fp8=" << int(fp8) << " packed_q=" << int(packed_q)
-       << " packed_k=" << int(packed_k);
+       << " per_token=" << int(p.q_per_token) << " fp8=" << int(fp8) << " kv_e4m3=" << int(p.kv_e4m3)
+       << " packed_q=" << int(packed_q) << " packed_k=" << int(packed_k);
     be.trace(os.str());
   }
   const int err = run_append_kv(p, be.stream());

@@ -2,10 +2,11 @@
 // (csrc/append_kv_binding.cpp adapts it; the simulator driver calls it). Writes k/v (rotated when
 // rotary tables are given) into the cache at cache_seqlens[b] + t, skipping slots outside the cache,
 // and q rotated into q_out; no host synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn
-// caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)); descales per
-// batch entry (FA3's, descale_per_batch) are refused: a store takes its slab's descale. FA3's packed
-// layouts: cu_seqlens_q (b + 1,) with q/q_out (total_q, h, d), cu_seqlens_k_new (b + 1,) with k/v
-// (total_new, h_k, ·); entry i's tokens are its packed rows (csrc/flash3/decode/append_kv.h).
+// caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)); with
+// descales per batch entry (FA3's, descale_per_batch) the new k/v are float8_e4m3fn, copied
+// unchanged (no descales passed, no rotary: they share their entry's descales at attention). FA3's
+// packed layouts: cu_seqlens_q (b + 1,) with q/q_out (total_q, h, d), cu_seqlens_k_new (b + 1,)
+// with k/v (total_new, h_k, ·); entry i's tokens are its packed rows (csrc/flash3/decode/append_kv.h).
 #pragma once
 #include "flash3/host/backend.h"
 

@@ -35,7 +35,7 @@
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, qv (MLA), cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
 // window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
-// FA3's; the host's append refuses it: it stores with the slab's descale); the fused append when
+// FA3's; the append then copies e4m3 k/v unchanged and takes no descales); the fused append when
 // tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
 // q_out, as flash3/ops.py attention_kvcache does), cu_seqlens_k_new (FA3's packed new keys: k/v (total_new, h_k, .);
 // cu_seqlens_q packs the append's q/q_out too), scalars rotary_interleaved q_per_token.
@@ -100,7 +100,8 @@ void kvcache_step(const Case& c, host::Backend& be) {
     host::append_kv_sm90(be, view(q), view(c.t("k_cache")), view(c.t("v_cache")), view(c.t("k")), view(c.t("v")),
                          view(c.t("cache_seqlens")), ptr(page_table), ptr(cos), ptr(sin),
                          c.integer("rotary_interleaved") != 0, c.integer("q_per_token") != 0, view(q_out ? *q_out : q),
-                         ptr(k_descale), ptr(v_descale), ptr(ro), per_batch,  // the host refuses per_batch
+                         per_batch ? nullptr : ptr(k_descale), per_batch ? nullptr : ptr(v_descale), ptr(ro),
+                         per_batch,  // per batch: e4m3 k/v copied, the descales are the attention's
                          ptr(cu_q), ptr(cu_k_new));
     if (q_out != nullptr) q_att = q_out;
   }
