@@ -57,9 +57,23 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # descales on paged caches (the descales of the batch entry, not of the page: descale_per_batch),
 # q taken exactly as bf16 and its descale folded into K's as flash_attn_interface does; pages of 16
 # causal and of 256 with 3 splits, checked against the fp64 oracle of FA3's unfolded spec.
+# FA3's attention_chunk on the decode kernels (dchunk, DCHUNK_PARTS, packed GQA g = 4 in every part:
+# the rows of a tile are tokens at different positions, so chunk starts fall inside tiles and
+# blocks): causal with more packed rows than a tile and rows that see no key; a window with 3 splits
+# on a paged cache; a chunk without other masks wide enough for unmasked blocks, with cache_leftpad
+# (positions count from it) and 2 splits; packed (varlen) queries, causal.
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc"]
+                "leftpad", "fa3desc", "dchunk"]
+# "dchunk" parts: (attention_chunk, causal, window, page size, s_q (packed: per-sequence query
+# counts), seqused, leftpads, num_splits). Chunk 48 divides no block (128, FP8 cache 112); s_q 37
+# packs 148 rows (two tiles, the second of 20 rows); seqused 20 < s_q leaves the first 17 tokens of
+# that row without keys (causal). 256 holds a whole block of either size, so its tiles have
+# unmasked blocks; leftpad 37 moves the chunk starts off the cache's block grid.
+DCHUNK_PARTS = [(48, True, (-1, -1), None, 37, [20, 100, 333], None, 1),
+                (160, False, (100, 7), 16, 5, [150, 333, 400], None, 3),
+                (256, False, (-1, -1), None, 3, [700, 600, 255], [37, 0, 5], 2),
+                (64, True, (-1, -1), 16, [5, 0, 40], [30, 77, 200], None, 2)]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -143,6 +157,8 @@ ALIBI_MAX_HEAD_DIM = 128
 # chunked mask spilled d 256's registers). The backward kernels take it at every head dim, but a
 # backward case runs the forward kernel first (its out and lse), so "chunk" stops there too.
 CHUNK_MAX_HEAD_DIM = 192
+# The decode kernels' (16-bit and FP8 caches): flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM.
+DECODE_CHUNK_MAX_HEAD_DIM = 128
 
 
 def applies(kid: str, feature: str) -> bool:
@@ -154,6 +170,8 @@ def applies(kid: str, feature: str) -> bool:
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
     if feature == "chunk":
         return max(parse_kernel(kid)[1:]) <= CHUNK_MAX_HEAD_DIM
+    if feature == "dchunk":
+        return max(parse_kernel(kid)[1:]) <= DECODE_CHUNK_MAX_HEAD_DIM
     return True
 
 
@@ -458,11 +476,12 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 pt, (kd, vd))
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
-             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None):
+             append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None,
+             chunk=0):
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
                     unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
-                    leftpad=leftpad, fa3=fa3)
+                    leftpad=leftpad, fa3=fa3, chunk=chunk)
 
     h, h_k = 4, 2
     if feature == "vpaged":  # packed queries (cu_seqlens_q) against paged caches, GQA g = 4
@@ -477,6 +496,21 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
             sinks = sink_logits(4 * h_k, g, device) if with_sinks else None  # the combine's / epilogue's
             parts.append(part(q, kc, vc, pt, ds, i32(lens_k), num_splits=splits, causal=True, cu_q=i32(cu),
                               max_q=max(lens_q), sinks=sinks))
+        return parts
+    if feature == "dchunk":  # g = 4
+        parts = []
+        for chunk, causal, window, page, s_q, lens, pads, splits in DCHUNK_PARTS:
+            kc, vc, pt, ds = cache(3, max(lens) + 100, h_k, page)
+            mask = dict(num_splits=splits, causal=causal, window=window, chunk=chunk,
+                        leftpad=None if pads is None else i32(pads))
+            if isinstance(s_q, list):  # packed queries
+                cu = [0]
+                for n in s_q:
+                    cu.append(cu[-1] + n)
+                parts.append(part(rnd(cu[-1], 4 * h_k, d), kc, vc, pt, ds, i32(lens), cu_q=i32(cu),
+                                  max_q=max(s_q), **mask))
+            else:
+                parts.append(part(rnd(3, s_q, 4 * h_k, d), kc, vc, pt, ds, i32(lens), **mask))
         return parts
     if feature == "fa3desc":
         return [_fa3desc_part(part, page, splits, causal, d, dv, g, device)
@@ -597,6 +631,8 @@ def launch_dec(p: dict) -> dict:
         extra["cache_leftpad"] = p["leftpad"]
     if p.get("fa3") is not None:  # FA3's descales: per batch entry
         extra["descale_per_batch"] = True
+    if p.get("chunk"):  # builds without attention_chunk: no argument
+        extra["attention_chunk"] = p["chunk"]
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], q.shape[-1] ** -0.5,
                                       *op_window(p), p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
@@ -645,6 +681,8 @@ def check_dec(p: dict, r: dict) -> dict:
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
     cap = kc.shape[1] * (pt.shape[1] if pt is not None else 1)
     kw = dict(causal=p["causal"], window_size=p["window"], softcap=p["softcap"], softmax_scale=q.shape[-1] ** -0.5)
+    if p.get("chunk"):  # FA3's attention_chunk, on the row's keys (from its leftpad on)
+        kw["attention_chunk"] = p["chunk"]
     sinks = p.get("sinks")
     if sinks is not None:
         kw["sinks"] = sinks.double()

@@ -267,6 +267,15 @@ FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bo
   return t;
 }
 
+// FA3's attention_chunk in the decode kernels (16-bit and FP8 caches; FwdTraits::kChunk): compiled
+// for head dims up to this, where the chunked mask (a floored division per packed row in the masked
+// blocks) leaves the consumers without spills (compile-check); host/kernel_pick.cpp refuses a chunk
+// above it, flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM sends such calls to the reference.
+constexpr int kDecodeChunkMaxHeadDim = 128;
+FLASH3_HD constexpr bool decode_takes_chunk(int head_dim, int head_dim_v) {
+  return head_dim <= kDecodeChunkMaxHeadDim && head_dim_v <= kDecodeChunkMaxHeadDim;
+}
+
 // A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose
 // rows start at `first_row` in the unpadded packing, starts at padded_seq_offset(first_row, batch,
 // align), computed from (first_row, batch) alone (no prefix sum, no host sync) and at least

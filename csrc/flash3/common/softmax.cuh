@@ -248,8 +248,8 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int token = row / rows_per_token;
       const int tc = col0 + tcol;  // per block: a hoisted per-row term costs registers the decode lacks
-      // first_key/last_key: the chunk-aware bounds (the decode kernels build their Mask without
-      // a chunk, so its branches fold away there).
+      // first_key/last_key: the chunk-aware bounds, per token (decode kernels compiled without
+      // the chunk, FwdTraits::kChunk, build their Mask with chunk 0: its branches fold away).
       fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
                                  thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
     } else {

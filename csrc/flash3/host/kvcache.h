@@ -11,7 +11,9 @@
 //   (total_q, h, d), out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0, lse
 //   -inf. cache_leftpad: int32 (b,), FA3's left padding: row i's keys are cache positions
 //   [cache_leftpad[i], seqused_k[i]) (clamped into the row's keys by the kernel), masks counting
-//   keys from there. No host synchronization.
+//   keys from there. attention_chunk: FA3's chunked local attention (0 = off; attn_logic.h Mask) on
+//   the tokens' positions (bottom-right aligned on each row's keys), intersecting the window; the
+//   decode kernels take it up to kDecodeChunkMaxHeadDim (kernel_pick). No host synchronization.
 #pragma once
 #include <cstdint>
 
@@ -25,6 +27,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes,
-                      const TensorView* cache_leftpad = nullptr, bool descale_per_batch = false);
+                      const TensorView* cache_leftpad = nullptr, bool descale_per_batch = false,
+                      int64_t attention_chunk = 0);
 
 }  // namespace flash3::host
