@@ -159,7 +159,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
                            max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None,
-                           cache_leftpad=None, descale_per_batch=False):
+                           cache_leftpad=None, descale_per_batch=False, attention_chunk=0):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -185,6 +185,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     kernel then gathers rows).  Validation mode checks 0 <= cache_leftpad[i] <=
     cache_seqlens[i] + s_new; otherwise the kernel and the reference clamp it into that range.
 
+    ``attention_chunk`` (int >= 0, FA3's chunked local attention, 0 = off) as in
+    :func:`attention`, on row i's keys (positions from cache_leftpad[i]) and the queries aligned at
+    their end; with rotary, q is then rotated per token (as for causal/local).  The decode
+    kernels take it for head dims up to 128 (larger ones run on the reference with a one-time
+    warning; with packed queries NotImplementedError on CUDA).
+
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
     to its cache_seqlens[i] cached keys, masks bottom-right aligned per sequence; returns out
@@ -195,8 +201,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
     (``rotary_interleaved=False``) or GPT-J pairs (True).  New k token t of row i is at
-    position cache_seqlens[i] + t; q token t too when causal or local (window_size !=
-    (-1, -1)), otherwise every q token of row i is at cache_seqlens[i] (flash-attn's rule).
+    position cache_seqlens[i] + t; q token t too when causal, local (window_size !=
+    (-1, -1)) or chunked, otherwise every q token of row i is at cache_seqlens[i] (flash-attn's rule).
     ``rotary_seqlens`` (int32 (b,), FA3's argument) moves those positions: rotary_seqlens[i]
     takes cache_seqlens[i]'s place in them (the keys are still stored at cache_seqlens[i] + t).
 
@@ -231,6 +237,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     capacity) keys; a key behind a bad page id reads as zero.  Rotary positions are clamped
     to [0, seqlen_ro - 1] everywhere.
     """
+    chunk = _checks.attention_chunk(q, attention_chunk)
     if cu_seqlens_q is not None or max_seqlen_q is not None:
         if descale_per_batch:
             raise NotImplementedError("attention_with_kvcache: descale_per_batch with "
@@ -241,7 +248,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         return _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
-                               max_seqlen_q, alibi_slopes, rotary_seqlens)
+                               max_seqlen_q, alibi_slopes, rotary_seqlens, chunk)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
@@ -255,14 +262,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
                                      sinks, alibi_slopes, rotary_seqlens, cache_leftpad,
-                                     bool(descale_per_batch))
+                                     bool(descale_per_batch), chunk)
     return (out, lse) if return_lse else out
 
 
 def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal, softmax_scale,
                     window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
                     k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None,
-                    rotary_seqlens=None):
+                    rotary_seqlens=None, chunk=0):
     """attention_with_kvcache with packed queries (cu_seqlens_q)."""
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
@@ -283,12 +290,12 @@ def _kvcache_varlen(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal
     return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
                             page_table, None, causal, softmax_scale, window_size, softcap,
                             k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
-                            "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes)
+                            "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes, chunk)
 
 
 def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
                      causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
-                     return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None):
+                     return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None, chunk=0):
     """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                          cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
@@ -299,8 +306,9 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
     if q.is_cuda:  # the decode kernel; the reference (host reads of the metadata) is CPU-only
-        reason = _backend.kernel_varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
-                                                       alibi_slopes)
+        reason = (_backend.kernel_varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
+                                                        alibi_slopes)
+                  or _backend.kernel_chunk_reason(q, "decode", chunk, v.shape[-1]))
         if reason is not None:
             raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot "
                                       f"run the CUDA kernel: {reason}; the reference runs on CPU "
@@ -312,5 +320,5 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
                                                   cu_seqlens_k, int(max_seqlen_q), scale, left,
                                                   right, softcap, k_descale, v_descale, sinks,
-                                                  int(num_splits), alibi_slopes)
+                                                  int(num_splits), alibi_slopes, chunk)
     return (out, lse) if return_lse else out

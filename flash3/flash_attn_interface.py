@@ -25,6 +25,9 @@ conventions, and map onto flash3's public API:
   takes FA3's per-(batch, kv head) descales: without new keys or cu_seqlens_q, paged or not, on
   flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
   into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
+  ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
+  128; above, the reference, for packed queries FA3's spec).  FP8 (e4m3) rotary tables are
+  converted to float32 (exact) and take the same path as other tables.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -42,15 +45,14 @@ FA3 arguments flash3's kernels do not take run on flash3/reference/fa3.py, the d
 FA3's forward (on CUDA tensors with the package's one-time fallback warning; forward and, for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows) with FP8 inputs, keys from a cache (``seqused_k``) or in
-``flash_attn_with_kvcache`` (16-bit ``flash_attn_func``/``flash_attn_varlen_func`` run it on
-flash3's kernels, forward and backward), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
+intersected with causal/windows) with FP8 inputs or keys from a cache (``seqused_k``) (16-bit
+``flash_attn_func``/``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward;
+``flash_attn_with_kvcache`` on the decode kernels), ``seqused_q`` with ``seqused_k`` or FP8 inputs (alone it
 takes flash3's kernels, forward and backward: rows past it get out 0, lse -inf),
 ``cache_leftpad`` with ``cu_seqlens_q``,
 ``cu_seqlens_k_new`` with new keys (packed new keys; without them it is unused, as in FA3),
 ``seqused_k`` with autograd, new k/v or rotary with packed
-queries, an FP8 paged cache with new keys or cu_seqlens_q, and rotary tables of any
-float dtype (fp8 included).  ``window_size`` may be any pair that converts to ints (a tensor).
+queries, and an FP8 paged cache with new keys or cu_seqlens_q.  ``window_size`` may be any pair that converts to ints (a tensor).
 """
 
 from __future__ import annotations
@@ -300,13 +302,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         cu_seqlens_k_new = None
     if rotary_cos is None:
         rotary_seqlens = None
+    # FP8 (e4m3) rotary tables, as FA3's FP8 tests pass them: float32 holds every e4m3 value, so
+    # the conversion is exact (the kernel path reads the tables as float32 anyway).
+    rotary_cos, rotary_sin = (t.to(torch.float32) if t is not None and _checks.is_fp8(t) else t
+                              for t in (rotary_cos, rotary_sin))
+    chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
     reason = _reference_reason(
         qv=qv, head_dim_v_over_256=v_cache.shape[-1] > 256,
         cache_leftpad_with_cu_seqlens_q=varlen and cache_leftpad is not None,
-        cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=attention_chunk,
+        cu_seqlens_k_new=cu_seqlens_k_new,
+        # the decode kernels take the chunk (batched q falls back inside flash3 where they cannot;
+        # packed q has no fallback there, so such calls take the spec here)
+        attention_chunk=chunk if varlen and q.is_cuda and _backend.kernel_chunk_reason(
+            q, "decode", chunk, v_cache.shape[-1]) is not None else 0,
         fp8_paged_cache_with_new_kv_or_cu_seqlens_q=(fp8_cache and not fa3_fp8
                                                      and page_table is not None),
-        fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
         cu_seqlens_q_with_new_kv=varlen and (k is not None or rotary_cos is not None))
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
@@ -327,7 +337,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             out, lse = _on_reference(
                 fn, q, reason, k=k_cache, v=v_cache, k_new=k, v_new=v, qv=qv, causal=causal,
                 softmax_scale=softmax_scale, window=_window(window_size),
-                attention_chunk=int(attention_chunk), softcap=float(softcap),
+                attention_chunk=chunk, softcap=float(softcap),
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
                 cache_seqlens=cache_seqlens, page_table=page_table,
                 cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
@@ -380,7 +390,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
         alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad,
-        **({"descale_per_batch": True} if fa3_fp8 else {}))
+        attention_chunk=chunk, **({"descale_per_batch": True} if fa3_fp8 else {}))
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

@@ -51,6 +51,13 @@ int main() {
                       r.unmasked.begin, r.unmasked.end);
         }
       std::printf("\n");
+    } else if (cmd == "row_keys") {  // seqlen_q seqlen_k causal left right -> per row: Mask::row_keys
+      const Mask mask = read_mask(in);
+      for (int i = 0; i < mask.seqlen_q; ++i) {
+        const KeyRun run = mask.row_keys(i);
+        std::printf("%s%d %d", i ? ";" : "", run.lo, run.hi);
+      }
+      std::printf("\n");
     } else if (cmd == "qranges") {  // seqlen_q seqlen_k causal left right block_m block_n
       const Mask mask = read_mask(in);
       int bm, bn;

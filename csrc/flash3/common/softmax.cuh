@@ -248,10 +248,11 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int token = row / rows_per_token;
       const int tc = col0 + tcol;  // per block: a hoisted per-row term costs registers the decode lacks
-      // first_key/last_key: the chunk-aware bounds, per token (decode kernels compiled without
-      // the chunk, FwdTraits::kChunk, build their Mask with chunk 0: its branches fold away).
-      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
-                                 thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
+      // The token's run (Mask::row_keys, chunk-aware; decode kernels compiled without the chunk,
+      // FwdTraits::kChunk, build their Mask with chunk 0: its branch folds away).
+      const KeyRun run = mask.row_keys(token);
+      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(run.lo - tc), thread_cols_before(run.hi - tc),
+                                 -INFINITY);
     } else {
       const int dr = row - first_row;  // a constant multiple of 8
       fill_outside_run<kCutLeft>(s_rc, mi, kCutLeft ? cnt_lo + dr / 4 : 0, min(cnt_end, cnt_hi + dr / 4), -INFINITY);
