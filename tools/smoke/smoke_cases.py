@@ -61,7 +61,8 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # the rows of a tile are tokens at different positions, so chunk starts fall inside tiles and
 # blocks): causal with more packed rows than a tile and rows that see no key; a window with 3 splits
 # on a paged cache; a chunk without other masks wide enough for unmasked blocks, with cache_leftpad
-# (positions count from it) and 2 splits; packed (varlen) queries, causal.
+# (positions count from it) and 2 splits; packed (varlen) queries, causal, with vpaged's packed rows
+# of no sequence at the end (out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
                 "leftpad", "fa3desc", "dchunk"]
@@ -507,8 +508,8 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 cu = [0]
                 for n in s_q:
                     cu.append(cu[-1] + n)
-                parts.append(part(rnd(cu[-1], 4 * h_k, d), kc, vc, pt, ds, i32(lens), cu_q=i32(cu),
-                                  max_q=max(s_q), **mask))
+                parts.append(part(rnd(cu[-1] + VPAGED_TAIL, 4 * h_k, d), kc, vc, pt, ds, i32(lens),
+                                  cu_q=i32(cu), max_q=max(s_q), **mask))
             else:
                 parts.append(part(rnd(3, s_q, 4 * h_k, d), kc, vc, pt, ds, i32(lens), **mask))
         return parts
