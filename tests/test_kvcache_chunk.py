@@ -190,6 +190,26 @@ def test_fp8_rotary_tables_take_flash3s_path(monkeypatch, fp8):
     assert (out.float() - ref.float()).abs().max().item() <= 2e-2 * max(1.0, ref.abs().max().item())
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_sinks_with_a_chunk(splits):
+    """Attention sinks join each row's softmax after the chunk's mask (the kernel's epilogue, or
+    the split combine): against the fp64 oracle with both (FA3's spec has no sinks)."""
+    from helpers import attention_ref64
+    torch.manual_seed(16)
+    q, kc, vc = torch.randn(2, 3, 4, 16), torch.randn(2, 40, 2, 16), torch.randn(2, 40, 2, 16)
+    lens = torch.tensor([2, 37], dtype=torch.int32)
+    sinks = torch.tensor([0.5, -1.0, float("-inf"), 3.0])
+    out, lse = flash3.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True,
+                                             attention_chunk=9, sinks=sinks, num_splits=splits,
+                                             return_lse=True)
+    for i, n in enumerate(lens.tolist()):
+        ref, ref_lse = attention_ref64(q[i:i + 1].double(), kc[i:i + 1, :n].double(),
+                                       vc[i:i + 1, :n].double(), causal=True, attention_chunk=9,
+                                       sinks=sinks.double())
+        assert_close(out[i:i + 1], ref, 2e-6)
+        assert_close(lse[i], ref_lse[0], 2e-6)  # a row before its chunk's keys, sink -inf: -inf
+
+
 def test_errors_name_the_argument():
     q, kc = torch.randn(1, 1, 2, 16), torch.randn(1, 8, 2, 16)
     lens = torch.tensor([4], dtype=torch.int32)
