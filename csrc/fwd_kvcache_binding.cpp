@@ -23,7 +23,7 @@
 //       [cache_leftpad[i], seqused_k[i]), masks counting keys from there (the kernel clamps it
 //       into the row's keys; a paged cache is then gathered, not loaded by TMA).
 //       attention_chunk: FA3's chunked local attention (0 = off), on the tokens' positions
-//       (bottom-right aligned on each row's keys), intersecting the window; head dims up to 128.
+//       (bottom-right aligned on each row's keys), intersecting the window; head dims up to 192.
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
 // flash3/ops.py validates first; the host layer's checks are a defence of the kernels' memory
 // accesses: csrc/flash3/host/kvcache.cpp checks the arguments, picks the kernel and launches it (and the

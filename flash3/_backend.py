@@ -138,7 +138,7 @@ def has_chunk_kernel(kind: str) -> bool:
 # csrc/flash3/fwd/traits.cuh: at d 256 it spilled registers); the backward's covers all.
 CHUNK_MAX_HEAD_DIM = 192
 # The decode kernels' (16-bit and FP8 caches; csrc/flash3/common/attn_logic.h kDecodeChunkMaxHeadDim).
-DECODE_CHUNK_MAX_HEAD_DIM = 128
+DECODE_CHUNK_MAX_HEAD_DIM = 192
 
 
 def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = None) -> str | None:

@@ -26,7 +26,7 @@ conventions, and map onto flash3's public API:
   flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded
   into k's; bf16 output); with them, a contiguous cache as before (q dequantized to bf16).
   ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
-  128; above, the reference, for packed queries FA3's spec).  FP8 (e4m3) rotary tables are
+  192; above, the reference, for packed queries FA3's spec).  FP8 (e4m3) rotary tables are
   converted to float32 (exact) and take the same path as other tables.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).

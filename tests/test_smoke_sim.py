@@ -1085,14 +1085,15 @@ def test_chunk_runs_where_the_forward_kernels_take_it():
 
 
 def test_dchunk_runs_where_the_decode_kernels_take_it():
-    """`dchunk` on decode kernels (16-bit and FP8 caches) up to d 128: one limit in attn_logic.h
+    """`dchunk` on decode kernels (16-bit and FP8 caches) up to d 192: one limit in attn_logic.h
     (kDecodeChunkMaxHeadDim, FwdTraits::kChunk and kernel_pick), flash3/_backend.py and the smoke."""
     import re
     from flash3 import _backend
     src = (ROOT / "csrc/flash3/common/attn_logic.h").read_text()
     limit = int(re.search(r"constexpr int kDecodeChunkMaxHeadDim = (\d+);", src).group(1))
-    assert smoke.DECODE_CHUNK_MAX_HEAD_DIM == _backend.DECODE_CHUNK_MAX_HEAD_DIM == limit == 128
-    for kid in ("dec:bf16:128:128", "dec:fp16:64:64", "dec:kve4m3:bf16:96:96"):
+    assert smoke.DECODE_CHUNK_MAX_HEAD_DIM == _backend.DECODE_CHUNK_MAX_HEAD_DIM == limit == 192
+    for kid in ("dec:bf16:128:128", "dec:fp16:64:64", "dec:kve4m3:bf16:96:96", "dec:bf16:192:128",
+                "dec:kve4m3:fp16:192:192"):
         assert smoke.applies(kid, "dchunk"), kid
-    for kid in ("dec:bf16:192:128", "dec:kve4m3:bf16:256:256", "bf16:128:128", "bwd:bf16:128:128"):
+    for kid in ("dec:bf16:256:256", "dec:kve4m3:bf16:256:256", "bf16:128:128", "bwd:bf16:128:128"):
         assert not smoke.applies(kid, "dchunk"), kid

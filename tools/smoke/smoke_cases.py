@@ -159,7 +159,7 @@ ALIBI_MAX_HEAD_DIM = 128
 # backward case runs the forward kernel first (its out and lse), so "chunk" stops there too.
 CHUNK_MAX_HEAD_DIM = 192
 # The decode kernels' (16-bit and FP8 caches): flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM.
-DECODE_CHUNK_MAX_HEAD_DIM = 128
+DECODE_CHUNK_MAX_HEAD_DIM = 192
 
 
 def applies(kid: str, feature: str) -> bool:

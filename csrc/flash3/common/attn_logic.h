@@ -183,24 +183,34 @@ struct DecodeRanges {
   BlockRange tokens, blocks, unmasked;
 };
 
-// key_block_range_rows / unmasked_key_block_range_rows of the tokens, from the first and last
-// token's runs (Mask::row_keys: the chunk's clamp from one unsigned division per end token).
+// kRowRuns (the decode kernels with an attention chunk, FwdTraits::kChunk): key_block_range_rows /
+// unmasked_key_block_range_rows of the tokens from the first and last token's runs (Mask::row_keys:
+// the chunk's clamp from one unsigned division per end token); else through those functions (the
+// kernels without a chunk keep their code). The same ranges (tests/test_host_logic.py).
+template <bool kRowRuns = true>
 FLASH3_HD DecodeRanges decode_block_ranges(const Mask& mask, int m_block, int block_m, int block_n, int g,
                                            int split, int num_splits) {
   DecodeRanges r;
   r.tokens = packed_token_range(m_block, block_m, g, mask.seqlen_q);
-  BlockRange outer{0, 0}, inner{0, 0};
-  if (!r.tokens.empty() && mask.seqlen_k > 0) {
-    const KeyRun first = mask.row_keys(r.tokens.begin), last = mask.row_keys(r.tokens.end - 1);
-    if (first.lo < last.hi) {
-      outer = {first.lo / block_n, ceil_div(last.hi, block_n)};
-      // The latest-starting token bounds the left edge, the earliest-ending one the right edge.
-      inner = {imax(ceil_div(last.lo, block_n), outer.begin), imin(floor_div(first.hi, block_n), outer.end)};
+  const BlockRange share = split_block_range(split, num_splits, ceil_div(imax(mask.seqlen_k, 0), block_n));
+  if constexpr (kRowRuns) {
+    BlockRange outer{0, 0}, inner{0, 0};
+    if (!r.tokens.empty() && mask.seqlen_k > 0) {
+      const KeyRun first = mask.row_keys(r.tokens.begin), last = mask.row_keys(r.tokens.end - 1);
+      if (first.lo < last.hi) {
+        outer = {first.lo / block_n, ceil_div(last.hi, block_n)};
+        // The latest-starting token bounds the left edge, the earliest-ending one the right edge.
+        inner = {imax(ceil_div(last.lo, block_n), outer.begin), imin(floor_div(first.hi, block_n), outer.end)};
+      }
     }
+    r.blocks = intersect(outer, share);
+    if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
+    r.unmasked = intersect(inner, r.blocks);
+  } else {
+    r.blocks = intersect(key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n), share);
+    if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
+    r.unmasked = intersect(unmasked_key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n), r.blocks);
   }
-  r.blocks = intersect(outer, split_block_range(split, num_splits, ceil_div(imax(mask.seqlen_k, 0), block_n)));
-  if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
-  r.unmasked = intersect(inner, r.blocks);
   if (r.unmasked.empty()) r.unmasked = BlockRange{r.blocks.end, r.blocks.end};
   return r;
 }
@@ -302,10 +312,11 @@ FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bo
 }
 
 // FA3's attention_chunk in the decode kernels (16-bit and FP8 caches; FwdTraits::kChunk): compiled
-// for head dims up to this, where the chunked mask (a floored division per packed row in the masked
-// blocks) leaves the consumers without spills (compile-check); host/kernel_pick.cpp refuses a chunk
+// for head dims up to this, where the chunked mask (Mask::row_keys per packed row in the masked
+// blocks) leaves the consumers without spills (compile-check, nvcc 13.0: at d 256 the 16-bit-cache
+// kernel spilled 16 bytes and took an 8-byte stack frame); host/kernel_pick.cpp refuses a chunk
 // above it, flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM sends such calls to the reference.
-constexpr int kDecodeChunkMaxHeadDim = 128;
+constexpr int kDecodeChunkMaxHeadDim = 192;
 FLASH3_HD constexpr bool decode_takes_chunk(int head_dim, int head_dim_v) {
   return head_dim <= kDecodeChunkMaxHeadDim && head_dim_v <= kDecodeChunkMaxHeadDim;
 }

@@ -215,8 +215,9 @@ enum class Masking { none, right, both };
 // (rows_per_token > 1) take both per row. kCutLeft = false: the caller knows there is no left
 // bound (Masking::right), nor a chunk. With an attention chunk (mask.chunk > 0, a runtime branch
 // only masked blocks take) the bounds are not linear in the row: each row takes its own
-// (key_floor, last_key), a floored division per row.
-template <bool kPackedRows = false, bool kCutLeft = true, class TensorS, class TensorC>
+// (key_floor, last_key), a floored division per row; packed rows with kRowRuns (the decode kernels
+// with a chunk, FwdTraits::kChunk) their token's Mask::row_keys, one unsigned division.
+template <bool kPackedRows = false, bool kCutLeft = true, bool kRowRuns = false, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
@@ -248,11 +249,14 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int token = row / rows_per_token;
       const int tc = col0 + tcol;  // per block: a hoisted per-row term costs registers the decode lacks
-      // The token's run (Mask::row_keys, chunk-aware; decode kernels compiled without the chunk,
-      // FwdTraits::kChunk, build their Mask with chunk 0: its branch folds away).
-      const KeyRun run = mask.row_keys(token);
-      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(run.lo - tc), thread_cols_before(run.hi - tc),
-                                 -INFINITY);
+      if constexpr (kRowRuns) {  // the token's run, chunk-aware
+        const KeyRun run = mask.row_keys(token);
+        fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(run.lo - tc), thread_cols_before(run.hi - tc),
+                                   -INFINITY);
+      } else {  // kernels without a chunk build their Mask with chunk 0
+        fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
+                                   thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
+      }
     } else {
       const int dr = row - first_row;  // a constant multiple of 8
       fill_outside_run<kCutLeft>(s_rc, mi, kCutLeft ? cnt_lo + dr / 4 : 0, min(cnt_end, cnt_hi + dr / 4), -INFINITY);

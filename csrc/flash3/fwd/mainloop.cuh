@@ -229,7 +229,7 @@ struct FwdConsumer {
     }
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask<true, true>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
+      apply_mask<true, true, Tr::kChunk>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
     else if constexpr (kMasked)
       apply_mask<false, kMask == Masking::both>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past

@@ -141,7 +141,7 @@ struct TileScheduler {
     w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right,
                         kChunk ? p.attention_chunk : 0);
     const DecodeRanges r =
-        decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
+        decode_block_ranges<kChunk>(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
     w.has_rows = !r.tokens.empty();
     w.blocks = r.blocks;
     w.unmasked = r.unmasked;
