@@ -70,10 +70,12 @@ DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "spl
 # counts), seqused, leftpads, num_splits). Chunk 48 divides no block (128, FP8 cache 112); s_q 37
 # packs 148 rows (two tiles, the second of 20 rows); seqused 20 < s_q leaves the first 17 tokens of
 # that row without keys (causal). 256 holds a whole block of either size, so its tiles have
-# unmasked blocks; leftpad 37 moves the chunk starts off the cache's block grid.
+# unmasked blocks; leftpad 37 moves the chunk starts off the cache's block grid; its last row has
+# one key (6 - leftpad 5) for 3 queries: without causal, the two before it see none (their chunk
+# ends at key 0).
 DCHUNK_PARTS = [(48, True, (-1, -1), None, 37, [20, 100, 333], None, 1),
                 (160, False, (100, 7), 16, 5, [150, 333, 400], None, 3),
-                (256, False, (-1, -1), None, 3, [700, 600, 255], [37, 0, 5], 2),
+                (256, False, (-1, -1), None, 3, [700, 600, 6], [37, 0, 5], 2),
                 (64, True, (-1, -1), 16, [5, 0, 40], [30, 77, 200], None, 2)]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
