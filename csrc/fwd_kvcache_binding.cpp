@@ -4,7 +4,7 @@
 //   flash3::fwd_kvcache_sm90(q, k_cache, v_cache, out!, lse!, seqused_k, page_table?, softmax_scale,
 //                            window_left, window_right, softcap, num_splits, k_descale?,
 //                            v_descale?, sinks?, cu_seqlens_q?, max_seqlen_q, alibi_slopes?,
-//                            cache_leftpad?, descale_per_batch, qv?) -> ()
+//                            cache_leftpad?, descale_per_batch, qv?, attention_chunk) -> ()
 //       CUDA: q (b, s_q, h, d) against caches (b, capacity, h_k, d|d_v), or paged
 //       (num_pages, page_size, h_k, d|d_v) with int32 page_table (b, max_pages); row i sees its
 //       first seqused_k[i] keys (clamped to the cache). Packed GQA, split-KV (num_splits 0: the
@@ -24,6 +24,8 @@
 //       into the row's keys; a paged cache is then gathered, not loaded by TMA).
 //       qv: FA3's MLA query part (b, s_q, h, d_v) (packed: (total_q, h, d_v)), q's dtype: scores
 //       softmax_scale * (q.k + qv.v), on the MLA decode kernel (d <= 64, 256 < d_v <= 512).
+//       attention_chunk: FA3's chunked local attention (0 = off), on the tokens' positions
+//       (bottom-right aligned on each row's keys), intersecting the window; head dims up to 192.
 //       No host synchronization: capturable in a CUDA graph. Meta: nothing.
 // flash3/ops.py validates first; the host layer's checks are a defence of the kernels' memory
 // accesses: csrc/flash3/host/kvcache.cpp checks the arguments, picks the kernel and launches it (and the
@@ -47,14 +49,15 @@ void fwd_kvcache_sm90_cuda(const Tensor& q, const Tensor& k_cache, const Tensor&
                            // ---- varlen (packed) queries: appended last, defaults keep old callers valid
                            const std::optional<Tensor>& cu_seqlens_q, int64_t max_seqlen_q,
                            const std::optional<Tensor>& alibi_slopes, const std::optional<Tensor>& cache_leftpad,
-                           bool descale_per_batch, const std::optional<Tensor>& qv) {
+                           bool descale_per_batch, const std::optional<Tensor>& qv, int64_t attention_chunk) {
   const auto pt = view(page_table), kd = view(k_descale), vd = view(v_descale), sk = view(sinks),
              cu_q = view(cu_seqlens_q), al = view(alibi_slopes), lp = view(cache_leftpad),
              qv_v = view(qv);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_kvcache_sm90(be, view(q), view(k_cache), view(v_cache), view(out), view(lse), view(seqused_k), ptr(pt),
                            softmax_scale, window_left, window_right, softcap, num_splits, ptr(kd), ptr(vd),
-                           ptr(sk), ptr(cu_q), max_seqlen_q, ptr(al), ptr(lp), descale_per_batch, ptr(qv_v));
+                           ptr(sk), ptr(cu_q), max_seqlen_q, ptr(al), ptr(lp), descale_per_batch, ptr(qv_v),
+                           attention_chunk);
   });
 }
 
@@ -63,7 +66,7 @@ void fwd_kvcache_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Te
                            const std::optional<Tensor>&, const std::optional<Tensor>&,
                            const std::optional<Tensor>&, const std::optional<Tensor>&, int64_t,
                            const std::optional<Tensor>&, const std::optional<Tensor>&, bool,
-                           const std::optional<Tensor>&) {}
+                           const std::optional<Tensor>&, int64_t) {}
 
 }  // namespace
 }  // namespace flash3
@@ -79,7 +82,7 @@ TORCH_LIBRARY_FRAGMENT(flash3, m) {
       ", Tensor? alibi_slopes=None"
       ", Tensor? cache_leftpad=None"
       ", bool descale_per_batch=False"
-      ", Tensor? qv=None"
+      ", Tensor? qv=None, int attention_chunk=0"
       ") -> ()");
 }
 

@@ -148,11 +148,11 @@ def has_alibi_kernel(kind: str) -> bool:
     return op_takes(_ALIBI_OPS[kind], "alibi_slopes")
 
 
-_CHUNK_OPS = {"fwd": "fwd_sm90", "bwd": "bwd_sm90"}
+_CHUNK_OPS = {"fwd": "fwd_sm90", "decode": "fwd_kvcache_sm90", "bwd": "bwd_sm90"}
 
 
 def has_chunk_kernel(kind: str) -> bool:
-    """True when flash3._C's `kind` op ("fwd", "bwd") takes FA3's attention_chunk (an
+    """True when flash3._C's `kind` op ("fwd", "decode", "bwd") takes FA3's attention_chunk (an
     ``attention_chunk`` argument in its schema)."""
     return op_takes(_CHUNK_OPS[kind], "attention_chunk")
 
@@ -160,11 +160,14 @@ def has_chunk_kernel(kind: str) -> bool:
 # The forward kernels compile the chunked mask for head dims up to this (FwdTraits::kChunk,
 # csrc/flash3/fwd/traits.cuh: at d 256 it spilled registers); the backward's covers all.
 CHUNK_MAX_HEAD_DIM = 192
+# The decode kernels' (16-bit and FP8 caches; csrc/flash3/common/attn_logic.h kDecodeChunkMaxHeadDim).
+DECODE_CHUNK_MAX_HEAD_DIM = 192
 
 
 def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = None) -> str | None:
-    """Why the `kind` kernel ("fwd", "bwd") cannot take this attention_chunk for head dims (q's,
-    d_v) (checked after the kernel's own reason); None if it can (or there is no chunk)."""
+    """Why the `kind` kernel ("fwd", "decode", "bwd") cannot take this attention_chunk for head
+    dims (q's, d_v) (checked after the kernel's own reason); None if it can (or there is no
+    chunk)."""
     if attention_chunk <= 0 or not q.is_cuda:
         return None
     if not has_chunk_kernel(kind):
@@ -173,6 +176,9 @@ def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = No
     if kind == "fwd" and max(dims) > CHUNK_MAX_HEAD_DIM:
         return (f"the fwd kernels take attention_chunk for head dims up to {CHUNK_MAX_HEAD_DIM}, got "
                 f"(d, d_v) = {dims}")
+    if kind == "decode" and max(dims) > DECODE_CHUNK_MAX_HEAD_DIM:
+        return (f"the decode kernels take attention_chunk for head dims up to "
+                f"{DECODE_CHUNK_MAX_HEAD_DIM}, got (d, d_v) = {dims}")
     return None
 
 
@@ -414,13 +420,14 @@ def run_kernel_fwd(q, k, v, softmax_scale, left, right, softcap, *, cu_seqlens_q
 
 def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right,
                        softcap, num_splits, k_descale=None, v_descale=None, sinks=None,
-                       alibi_slopes=None, cache_leftpad=None, descale_per_batch=False, qv=None):
+                       alibi_slopes=None, cache_leftpad=None, descale_per_batch=False, qv=None,
+                       attention_chunk=0):
     """Call flash3::fwd_kvcache_sm90; returns (out (b, s_q, h, d_v), lse (b, h, s_q)). Reads no
     device value on the host (capturable in a CUDA graph). FP8 caches take float32 descales
     (slabs, h_k), or (b, h_k) with ``descale_per_batch`` (FA3's). ``sinks`` (h,) and
-    ``alibi_slopes`` as in run_kernel_fwd; ``cache_leftpad`` int32 (b,) (these three passed only
-    when given: builds without them serve calls without). ``qv`` (b, s_q, h, d_v): FA3's MLA query
-    part (the MLA decode kernel, d_v > 256; kernel_mla_reason)."""
+    ``alibi_slopes`` as in run_kernel_fwd; ``cache_leftpad`` int32 (b,); ``attention_chunk``
+    (these four passed only when given: builds without them serve calls without). ``qv``
+    (b, s_q, h, d_v): FA3's MLA query part (the MLA decode kernel, d_v > 256; kernel_mla_reason)."""
     q = _tma_ready(q)
     out = q.new_empty(*q.shape[:-1], v_cache.shape[-1])
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
@@ -433,6 +440,8 @@ def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale
         extra["descale_per_batch"] = True
     if qv is not None:
         extra["qv"] = _tma_ready(qv)
+    if attention_chunk:
+        extra["attention_chunk"] = int(attention_chunk)
     torch.ops.flash3.fwd_kvcache_sm90(q, k_cache, v_cache, out, lse, seqused_k, page_table,
                                       float(softmax_scale), int(left), int(right), float(softcap),
                                       int(num_splits), k_descale, v_descale, **extra)
@@ -596,13 +605,13 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
 def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k,
                               page_table, softmax_scale, left, right, softcap, num_splits=0,
                               k_descale=None, v_descale=None, sinks=None, alibi_slopes=None,
-                              cache_leftpad=None, qv=None):
+                              cache_leftpad=None, qv=None, attention_chunk=0):
     """Call flash3::fwd_kvcache_sm90 with packed queries (cu_seqlens_q, max_seqlen_q): q
     (total_q, h, d) -> out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0,
     lse -inf (the op fills them). Reads no device value on the host (capturable in a CUDA graph).
     Split-KV as in run_kernel_kvcache (partials by packed row). FP8 caches take float32
-    descales (slabs, h_k). ``sinks`` (h,) as in run_kernel_fwd; ``cache_leftpad`` int32 (b,) as
-    in run_kernel_kvcache (passed only when given)."""
+    descales (slabs, h_k). ``sinks`` (h,) as in run_kernel_fwd; ``cache_leftpad`` int32 (b,) and
+    ``attention_chunk`` as in run_kernel_kvcache (passed only when given)."""
     q = _tma_ready(q)
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
@@ -618,6 +627,8 @@ def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, s
                                       **({} if cache_leftpad is None
                                          else {"cache_leftpad": i32(cache_leftpad)}),
                                       **({} if qv is None else {"qv": _tma_ready(qv)}),
+                                      **({"attention_chunk": int(attention_chunk)}
+                                         if attention_chunk else {}),
                                       cu_seqlens_q=i32(cu_seqlens_q),
                                       max_seqlen_q=int(max_seqlen_q))
     return out, lse

@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from . import _checks, masking, ops, ops_serve, validation
+from . import _backend, _checks, masking, ops, ops_serve, validation
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
@@ -175,7 +175,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                            rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
                            k_descale=None, v_descale=None, sinks=None, cu_seqlens_q=None,
                            max_seqlen_q=None, alibi_slopes=None, rotary_seqlens=None,
-                           cache_leftpad=None, descale_per_batch=False, cu_seqlens_k_new=None):
+                           cache_leftpad=None, descale_per_batch=False, cu_seqlens_k_new=None,
+                           attention_chunk=0):
     """Decoding attention against a KV cache (forward only).
 
     k_cache/v_cache are (b, capacity, h_k, d|d_v), or paged
@@ -201,6 +202,12 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     kernel then gathers rows).  Validation mode checks 0 <= cache_leftpad[i] <=
     cache_seqlens[i] + s_new; otherwise the kernel and the reference clamp it into that range.
 
+    ``attention_chunk`` (int >= 0, FA3's chunked local attention, 0 = off) as in
+    :func:`attention`, on row i's keys (positions from cache_leftpad[i]) and the queries aligned at
+    their end; with rotary, q is then rotated per token (as for causal/local).  The decode
+    kernels take it for head dims up to 192 (larger ones run on the reference with a one-time
+    warning; with packed queries NotImplementedError on CUDA).
+
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend
     to its cache_seqlens[i] cached keys (+ its new ones), masks bottom-right aligned per
@@ -224,8 +231,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     Rotary (``rotary_cos``/``rotary_sin`` (seqlen_ro, rotary_dim / 2), needs k/v): the first
     rotary_dim channels of q and of the new k are rotated before the append, GPT-NeoX halves
     (``rotary_interleaved=False``) or GPT-J pairs (True).  New k token t of row i is at
-    position cache_seqlens[i] + t; q token t too when causal or local (window_size !=
-    (-1, -1)), otherwise every q token of row i is at cache_seqlens[i] (flash-attn's rule).
+    position cache_seqlens[i] + t; q token t too when causal, local (window_size !=
+    (-1, -1)) or chunked, otherwise every q token of row i is at cache_seqlens[i] (flash-attn's rule).
     ``rotary_seqlens`` (int32 (b,), FA3's argument) moves those positions: rotary_seqlens[i]
     takes cache_seqlens[i]'s place in them (the keys are still stored at cache_seqlens[i] + t).
 
@@ -261,6 +268,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     capacity) keys; a key behind a bad page id reads as zero.  Rotary positions are clamped
     to [0, seqlen_ro - 1] everywhere.
     """
+    chunk = _checks.attention_chunk(q, attention_chunk)
     varlen = cu_seqlens_q is not None or max_seqlen_q is not None
     if cu_seqlens_k_new is not None or (varlen and (k is not None or v is not None)):
         return _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
@@ -268,7 +276,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                                       num_splits, rotary_cos, rotary_sin, rotary_interleaved,
                                       k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q,
                                       alibi_slopes, rotary_seqlens, cache_leftpad,
-                                      cu_seqlens_k_new, descale_per_batch)
+                                      cu_seqlens_k_new, descale_per_batch, chunk)
     if varlen:
         if descale_per_batch:
             raise NotImplementedError("attention_with_kvcache: descale_per_batch with "
@@ -276,7 +284,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         return _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
-                               max_seqlen_q, alibi_slopes, rotary_seqlens, cache_leftpad)
+                               max_seqlen_q, alibi_slopes, rotary_seqlens, cache_leftpad, chunk)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
@@ -290,14 +298,14 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                                      scale, left, right, softcap, rotary_cos, rotary_sin,
                                      rotary_interleaved, k_descale, v_descale, int(num_splits),
                                      sinks, alibi_slopes, rotary_seqlens, cache_leftpad,
-                                     bool(descale_per_batch))
+                                     bool(descale_per_batch), chunk)
     return (out, lse) if return_lse else out
 
 
 def _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal, softmax_scale,
                     window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
                     k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None,
-                    rotary_seqlens=None, cache_leftpad=None):
+                    rotary_seqlens=None, cache_leftpad=None, chunk=0):
     """attention_with_kvcache with packed queries (cu_seqlens_q) and no new keys."""
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
@@ -315,7 +323,7 @@ def _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal, soft
                             page_table, None, causal, softmax_scale, window_size, softcap,
                             k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
                             "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes,
-                            cache_leftpad)
+                            cache_leftpad, chunk)
 
 
 def _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q):
@@ -333,7 +341,7 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                            softmax_scale, window_size, softcap, return_lse, num_splits,
                            rotary_cos, rotary_sin, rotary_interleaved, k_descale, v_descale,
                            sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes, rotary_seqlens,
-                           cache_leftpad, cu_seqlens_k_new, descale_per_batch):
+                           cache_leftpad, cu_seqlens_k_new, descale_per_batch, chunk=0):
     """attention_with_kvcache with new keys in FA3's packed layouts (k/v packed by
     cu_seqlens_k_new, and/or q by cu_seqlens_q): every check first (nothing is written by a
     rejected call), then the append (ops_serve.kvcache_append_packed, rotating q with the keys),
@@ -368,10 +376,11 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, b)
-    local = left >= 0 or right >= 0  # causal or local: q rotated per token
+    local = left >= 0 or right >= 0 or chunk > 0  # causal, local or chunked: q rotated per token
     if varlen and q.is_cuda:  # the decode kernel, or no call at all (checked before the append)
-        reason = ops_serve.varlen_kvcache_reason(q, k_cache, v_cache, scale, None, sinks,
-                                                 alibi_slopes, cache_leftpad)
+        reason = (ops_serve.varlen_kvcache_reason(q, k_cache, v_cache, scale, None, sinks,
+                                                  alibi_slopes, cache_leftpad)
+                  or _backend.kernel_chunk_reason(q, "decode", chunk, v_cache.shape[-1]))
         if reason is not None:
             raise NotImplementedError(f"{who}: cu_seqlens_q (packed queries against a KV cache) "
                                       f"cannot run the CUDA kernel: {reason}; the reference runs "
@@ -404,19 +413,19 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                                       page_table, None, int(max_seqlen_q), scale,
                                                       left, right, softcap, None, None, sinks,
                                                       int(num_splits), alibi_slopes,
-                                                      cache_leftpad)
+                                                      cache_leftpad, chunk)
     else:
         out, lse = ops.attention_kvcache(q, k_cache, v_cache, None, None, seqused, page_table,
                                          scale, left, right, softcap, None, None, False, None,
                                          None, int(num_splits), sinks, alibi_slopes, None,
-                                         cache_leftpad, False)
+                                         cache_leftpad, False, chunk)
     return (out, lse) if return_lse else out
 
 
 def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
                      causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
                      return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None,
-                     cache_leftpad=None):
+                     cache_leftpad=None, chunk=0):
     """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                          cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
@@ -430,8 +439,9 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
     if q.is_cuda:  # the decode kernel; the reference (host reads of the metadata) is CPU-only
-        reason = ops_serve.varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
-                                                 alibi_slopes, cache_leftpad)
+        reason = (ops_serve.varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
+                                                  alibi_slopes, cache_leftpad)
+                  or _backend.kernel_chunk_reason(q, "decode", chunk, v.shape[-1]))
         if reason is not None:
             raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot "
                                       f"run the CUDA kernel: {reason}; the reference runs on CPU "
@@ -443,5 +453,5 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
                                                   cu_seqlens_k, int(max_seqlen_q), scale, left,
                                                   right, softcap, k_descale, v_descale, sinks,
-                                                  int(num_splits), alibi_slopes, cache_leftpad)
+                                                  int(num_splits), alibi_slopes, cache_leftpad, chunk)
     return (out, lse) if return_lse else out

@@ -24,13 +24,16 @@ conventions, and map onto flash3's public API:
   by flash3's (the decode kernel on CUDA; paged caches, cache_batch_idx and packed queries
   included); ``cu_seqlens_k_new`` (packed new keys) and new keys or rotary with packed queries
   by flash3's packed append (the fused append kernel, then the decode kernel, on CUDA; packed
-  query t of entry i at rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal or
-  local, as FA3).  An FP8 cache
+  query t of entry i at rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal,
+  local or chunked, as FA3).  An FP8 cache
   takes FA3's per-(batch, kv head) descales: without cu_seqlens_q, paged or not, on flash3's
   decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded into k's;
   bf16 output); e4m3 new k/v (FA3's: they have q's dtype) are copied into the cache unchanged by
   the fused append (they share their entry's descales), then attended.  With cu_seqlens_q, or new
   keys with rotary (or new keys not e4m3), a contiguous cache as before (q dequantized to bf16).
+  ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
+  192; above, the reference, for packed queries FA3's spec; MLA calls: the spec).  FP8 (e4m3)
+  rotary tables are converted to float32 (exact) and take the same path as other tables.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -49,22 +52,23 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)) but in ``flash_attn_with_kvcache``
 where the MLA decode kernel takes it (below), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows) with FP8 inputs or in ``flash_attn_with_kvcache`` (16-bit
-``flash_attn_func``/``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward,
-``seqused_k`` included), ``seqused_q`` or ``seqused_k`` with FP8 inputs (16-bit: flash3's kernels,
-alone or together, forward and backward: query rows past seqused_q get out 0, lse -inf; keys past
-seqused_k are not seen and get dk/dv 0),
+intersected with causal/windows) with FP8 inputs or MLA (16-bit ``flash_attn_func``/
+``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward, ``seqused_k``
+included; ``flash_attn_with_kvcache`` on the decode kernels), ``seqused_q`` or ``seqused_k`` with
+FP8 inputs (16-bit: flash3's kernels, alone or together, forward and backward: query rows past
+seqused_q get out 0, lse -inf; keys past seqused_k are not seen and get dk/dv 0),
 with an FP8 cache: ``cache_leftpad`` with ``cu_seqlens_q``, ``cu_seqlens_k_new`` with new keys
 (without them it is unused, as in FA3) and new k/v or rotary with packed queries (16-bit caches
-take all three on flash3's kernels), an FP8 paged cache with cu_seqlens_q or with new keys and
-rotary (or new keys not float8_e4m3fn), and rotary tables of any float dtype (fp8 included).
-``window_size`` may be any pair that converts to ints (a tensor).
+take all three on flash3's kernels), and an FP8 paged cache with cu_seqlens_q or with new keys
+and rotary (or new keys not float8_e4m3fn).  ``window_size`` may be any pair that converts to
+ints (a tensor).
 
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
 d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
 build, q and caches of one 16-bit dtype, batched or packed q, paged or contiguous cache,
 num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) when there are no new
-keys (k/v), rotary tables or ALiBi; otherwise on the spec (qv with d_v <= 256 always).
+keys (k/v), rotary tables, ALiBi or attention_chunk; otherwise on the spec (qv with d_v <= 256
+always).
 """
 
 from __future__ import annotations
@@ -315,6 +319,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         cu_seqlens_k_new = None
     if rotary_cos is None:
         rotary_seqlens = None
+    # FP8 (e4m3) rotary tables, as FA3's FP8 tests pass them: float32 holds every e4m3 value, so
+    # the conversion is exact (the kernel path reads the tables as float32 anyway).
+    rotary_cos, rotary_sin = (t.to(torch.float32) if t is not None and _checks.is_fp8(t) else t
+                              for t in (rotary_cos, rotary_sin))
+    chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
     # MLA (qv, or d_v > 256): the MLA decode kernel, unless mla_reason says why not. Packed new
     # keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad with packed
     # queries run on flash3's kernels (the fused append, then the decode kernel); with an FP8 cache
@@ -326,10 +335,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         qv=qv if mla_reason is not None else None,
         head_dim_v_over_256=v_cache.shape[-1] > 256 and mla_reason is not None,
         cache_leftpad_with_cu_seqlens_q=fp8_cache and varlen and cache_leftpad is not None,
-        cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache else None, attention_chunk=attention_chunk,
+        cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache else None,
+        # the decode kernels take the chunk (batched q falls back inside flash3 where they cannot;
+        # packed q has no fallback there, so such calls take the spec here); the MLA kernel not
+        attention_chunk=chunk if mla or (varlen and q.is_cuda and _backend.kernel_chunk_reason(
+            q, "decode", chunk, v_cache.shape[-1]) is not None) else 0,
         fp8_paged_cache_with_new_kv_or_cu_seqlens_q=(fp8_cache and not fa3_fp8
                                                      and page_table is not None),
-        fp8_rotary=rotary_cos is not None and _checks.is_fp8(rotary_cos),
         cu_seqlens_q_with_new_kv=fp8_cache and varlen and (k is not None
                                                            or rotary_cos is not None))
     _no_alibi_on_reference(reason, alibi_slopes)
@@ -351,7 +363,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             out, lse = _on_reference(
                 fn, q, reason, k=k_cache, v=v_cache, k_new=k, v_new=v, qv=qv, causal=causal,
                 softmax_scale=softmax_scale, window=_window(window_size),
-                attention_chunk=int(attention_chunk), softcap=float(softcap),
+                attention_chunk=chunk, softcap=float(softcap),
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
                 cache_seqlens=cache_seqlens, page_table=page_table,
                 cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
@@ -412,7 +424,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, k_descale=kd,
         v_descale=vd, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
         alibi_slopes=alibi_slopes, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad,
-        cu_seqlens_k_new=cu_seqlens_k_new, **({"descale_per_batch": True} if fa3_fp8 else {}))
+        cu_seqlens_k_new=cu_seqlens_k_new, attention_chunk=chunk,
+        **({"descale_per_batch": True} if fa3_fp8 else {}))
     if not return_softmax_lse:
         return out
     empty = torch.empty(0, device=out.device)

@@ -81,10 +81,12 @@ def _kvcache_reason(q, k_cache, v_cache, softmax_scale, cache_leftpad=None,
 
 
 def _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, run_kernel, run_reference,
-                      alibi_slopes=None, cache_leftpad=None, descale_per_batch=False):
-    return _dispatch(q, _with_alibi(lambda: _kvcache_reason(q, k_cache, v_cache, softmax_scale,
-                                                            cache_leftpad, descale_per_batch),
-                                    q, alibi_slopes, "decode", v_cache.shape[-1]),
+                      alibi_slopes=None, cache_leftpad=None, descale_per_batch=False,
+                      attention_chunk=0):
+    why = _with_alibi(lambda: _kvcache_reason(q, k_cache, v_cache, softmax_scale, cache_leftpad,
+                                              descale_per_batch),
+                      q, alibi_slopes, "decode", v_cache.shape[-1])
+    return _dispatch(q, _with_chunk(why, q, attention_chunk, "decode", v_cache.shape[-1]),
                      "attention_with_kvcache", run_kernel, run_reference)
 
 
@@ -295,9 +297,11 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                       alibi_slopes: Optional[Tensor] = None,
                       rotary_seqlens: Optional[Tensor] = None,
                       cache_leftpad: Optional[Tensor] = None,
-                      descale_per_batch: bool = False) -> tuple[Tensor, Tensor]:
+                      descale_per_batch: bool = False,
+                      attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
-    local = window_left >= 0 or window_right >= 0  # causal or local: q rotated per token
+    # causal, local or chunked (FA3's rule): q rotated per token
+    local = window_left >= 0 or window_right >= 0 or attention_chunk > 0
     # Value checks (host reads) only in validation mode; everything is validated before the
     # caches are touched. With validation off this path reads no device value on the host.
     if validation.validation_enabled(q, cache_seqlens, page_table):
@@ -311,7 +315,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                                          *args, rotary_cos, rotary_sin, rotary_interleaved,
                                          k_descale, v_descale, max(num_splits, 1), sinks,
                                          alibi_slopes, rotary_seqlens, cache_leftpad,
-                                         descale_per_batch)
+                                         descale_per_batch, attention_chunk)
 
     def kernel():
         # Rotate and append (the fused kernel: one launch, no host reads, slots outside the
@@ -356,23 +360,25 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         if descale_per_batch:  # FA3's (b, h_k) descales, new keys included
             lp["descale_per_batch"] = True
         return _backend.run_kernel_kvcache(qk, k_cache, v_cache, seqused, pt, *args, num_splits,
-                                           kd, vd, sinks, **_alibi_kw(alibi_slopes), **lp)
+                                           kd, vd, sinks, **_alibi_kw(alibi_slopes), **lp,
+                                           **_chunk_kw(attention_chunk))
 
     if sinks is not None:  # the decode kernel adds them (its epilogue, or the split combine)
         why_not = _with_alibi(lambda: (_kvcache_reason(q, k_cache, v_cache, softmax_scale,
                                                        cache_leftpad, descale_per_batch)
                                        or _backend.kernel_sinks_reason(q)),
                               q, alibi_slopes, "decode", v_cache.shape[-1])
-        return _dispatch(q, why_not, "attention_with_kvcache", kernel, run_reference)
+        return _dispatch(q, _with_chunk(why_not, q, attention_chunk, "decode", v_cache.shape[-1]),
+                         "attention_with_kvcache", kernel, run_reference)
     return _kvcache_dispatch(q, k_cache, v_cache, softmax_scale, kernel, run_reference,
-                             alibi_slopes, cache_leftpad, descale_per_batch)
+                             alibi_slopes, cache_leftpad, descale_per_batch, attention_chunk)
 
 
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
       window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
       k_descale=None, v_descale=None, num_splits=0, sinks=None, alibi_slopes=None,
-      rotary_seqlens=None, cache_leftpad=None, descale_per_batch=False):
+      rotary_seqlens=None, cache_leftpad=None, descale_per_batch=False, attention_chunk=0):
     return q.new_empty(*q.shape[:-1], v_cache.shape[-1]), _lse_batched(q)
 
 

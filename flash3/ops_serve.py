@@ -177,16 +177,18 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                              v_descale: Optional[Tensor] = None,
                              sinks: Optional[Tensor] = None, num_splits: int = 0,
                              alibi_slopes: Optional[Tensor] = None,
-                             cache_leftpad: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                             cache_leftpad: Optional[Tensor] = None,
+                             attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     # Forward only.  CUDA: the decode kernel (packed GQA, split-KV by packed row), or
-    # NotImplementedError (varlen_kvcache_reason); CPU: the reference.
+    # NotImplementedError (varlen_kvcache_reason, kernel_chunk_reason); CPU: the reference.
     if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table, cache_leftpad):
         _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table,
                                     cu_seqlens_k, max_seqlen_q, k_descale, v_descale,
                                     cache_leftpad=cache_leftpad)
     if q.is_cuda:
-        reason = varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k, sinks,
-                                       alibi_slopes, cache_leftpad)
+        reason = (varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k, sinks,
+                                        alibi_slopes, cache_leftpad)
+                  or _backend.kernel_chunk_reason(q, "decode", attention_chunk, v_cache.shape[-1]))
         if reason is not None:
             raise NotImplementedError(f"packed queries against a KV cache on CUDA: {reason} "
                                       "(the reference runs on CPU tensors)")
@@ -195,17 +197,18 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                                                   window_left, window_right, softcap, num_splits,
                                                   k_descale, v_descale, sinks,
                                                   **ops._alibi_kw(alibi_slopes),
-                                                  cache_leftpad=cache_leftpad)
+                                                  cache_leftpad=cache_leftpad,
+                                                  **ops._chunk_kw(attention_chunk))
     return reference.varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                           page_table, cu_seqlens_k, softmax_scale, window_left,
                                           window_right, softcap, k_descale, v_descale, sinks,
-                                          alibi_slopes, cache_leftpad)
+                                          alibi_slopes, cache_leftpad, attention_chunk)
 
 
 @attention_varlen_kvcache.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, max_seqlen_q,
       softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
-      sinks=None, num_splits=0, alibi_slopes=None, cache_leftpad=None):
+      sinks=None, num_splits=0, alibi_slopes=None, cache_leftpad=None, attention_chunk=0):
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     return out, ops._lse_varlen(q)
 

@@ -135,6 +135,23 @@ def test_compile_kvcache_packed_append_aot_eager():
     torch.testing.assert_close(out, want)
 
 
+def test_compile_kvcache_chunk_aot_eager():
+    """attention_chunk through the custom op under torch.compile: with chunk 4 the one query of
+    row 0 (at key position 5 of 6, bottom-right) sees keys 4 and 5 only, row 1's (position 3)
+    keys 0..3."""
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def step(q, kc, vc, n):
+        return flash3.attention_with_kvcache(q, kc, vc, cache_seqlens=n, causal=True,
+                                             attention_chunk=4)
+
+    q, kc, vc = torch.randn(2, 1, 2, 8), torch.randn(2, 6, 2, 8), torch.randn(2, 6, 2, 8)
+    n = torch.tensor([6, 4], dtype=torch.int32)
+    out = step(q, kc, vc, n)
+    for i, (a, b) in enumerate(((4, 6), (0, 4))):
+        ref = attention_ref64(q[i:i + 1].double(), kc[i:i + 1, a:b].double(), vc[i:i + 1, a:b].double())[0]
+        assert (out[i:i + 1].double() - ref).abs().max() < 1e-5
+
+
 def test_compile_inductor_small():
     @torch.compile(backend="inductor", fullgraph=True)
     def f(q, k, v):

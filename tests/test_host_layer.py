@@ -183,6 +183,23 @@ def test_decode_mla_kernel_and_qv(driver):
     assert "(d_v up to 512 with d <= 64: the MLA decode kernel, 16-bit caches)" in big_dv
 
 
+def test_decode_attention_chunk(driver):
+    """attention_chunk reaches the decode kernels' parameters (16-bit and FP8 caches, with splits
+    and packed queries; the decode schedule stays static); a negative chunk and head dims above the decode
+    kernels' chunk limit (attn_logic.h kDecodeChunkMaxHeadDim) are refused by name."""
+    plain, split, fp8, varlen, neg, big = driver([
+        "kvcache chunk=48", "kvcache chunk=48 splits=3", "kvcache chunk=48 fp8=1",
+        "kvcache chunk=48 varlen=1 sq=7 page=16 total_q=9", "kvcache chunk=-1", "kvcache chunk=48 d=256"])
+    assert fields(plain)["chunk"] == "48" and fields(plain)["dynamic"] == "0"
+    assert fields(split)["num_splits"] == "3" and fields(split)["chunk"] == "48"
+    assert fields(fp8)["kernel"] == "decode_e4m3:128:128" and fields(fp8)["chunk"] == "48"
+    assert fields(varlen)["chunk"] == "48" and fields(varlen)["paged"] == "1"
+    assert fields(driver(["kvcache"])[0])["chunk"] == "0"
+    assert neg.startswith("error: flash3.fwd_kvcache_sm90: attention_chunk must be >= 0"), neg
+    assert big == ("error: flash3.fwd_kvcache_sm90: attention_chunk: the decode kernels take it for head "
+                   "dims up to 192, got d=256 d_v=256"), big
+
+
 def test_backward_workspace_and_checks(driver):
     det, plain, bad = driver(["bwd deterministic=1", "bwd", "bwd dv_sk=7"])
     assert fields(det)["semaphore"] == "1" and det.endswith("alloc=133120f32 alloc=16i32")

@@ -83,18 +83,49 @@ def test_block_ranges_exact(driver, block_m, block_n):
             assert set(range(pub, pue)) == full
 
 
-@pytest.mark.parametrize("block_m,block_n,g,splits", [(128, 128, 8, 3), (192, 96, 4, 1), (128, 80, 16, 5),
-                                                      (128, 112, 1, 2), (64, 48, 3, 7)])
+DECODE_TILES = [(128, 128, 8, 3), (192, 96, 4, 1), (128, 80, 16, 5), (128, 112, 1, 2), (64, 48, 3, 7)]
+
+
+@pytest.mark.parametrize("block_m,block_n,g,splits", DECODE_TILES)
 def test_decode_tile_ranges_exact(driver, block_m, block_n, g, splits):
     """Packed GQA tiles (row R = token * g + head) and split-KV: the visited key blocks are exactly
     those a tile's tokens see within its split's share (decode_plan.split_key_range, in blocks);
     every visible (row, key) pair lands in exactly one split."""
-    from flash3.decode_plan import split_key_range
     cases = [c for c in random_masks(60, seed=block_m + g * 7 + splits) if c[0] * g <= 1200]
     answers = driver([f"decode_ranges {sq} {sk} {int(c)} {l} {r} {block_m} {block_n} {g} {splits}"
                       for sq, sk, c, l, r in cases])
-    for (sq, sk, causal, left, right), line in zip(cases, answers):
-        vis = brute_visible(sq, sk, causal, left, right)
+    check_decode_ranges([(c, brute_visible(*c)) for c in cases], answers, block_m, block_n, g, splits)
+
+
+@pytest.mark.parametrize("block_m,block_n,g,splits", DECODE_TILES)
+def test_decode_tile_ranges_exact_with_chunk(driver, block_m, block_n, g, splits):
+    """The same with an attention chunk (the decode kernels' ranges from Mask::row_keys of the
+    tile's first and last token: one unsigned division each)."""
+    cases = [c for c in random_chunk_masks(60, seed=3 + block_m + g * 7 + splits) if c[0] * g <= 1200]
+    answers = driver([_line("decode_ranges", c, block_m, block_n, g, splits) for c in cases])
+    check_decode_ranges([(c, brute_chunk_visible(*c)) for c in cases], answers, block_m, block_n, g,
+                        splits)
+
+
+def test_row_keys_are_the_visible_runs(driver):
+    """Mask::row_keys (the decode kernels' per-row run, with or without a chunk): each row's
+    visible keys are exactly [lo, hi) (empty rows: lo >= hi), and lo, hi never decrease."""
+    cases = (random_chunk_masks(60, seed=31) + [(10, 4, False, -1, -1, 8), (4, 10, True, -1, -1, 3),
+                                                 (300, 65, True, 5, -1, 48)]
+             + [c + (0,) for c in random_masks(30, seed=32)])
+    for case, line in zip(cases, driver([_line("row_keys", c) for c in cases])):
+        vis = brute_chunk_visible(*case)
+        runs = [tuple(map(int, x.split())) for x in line.split(";")]
+        for i, (lo, hi) in enumerate(runs):
+            assert vis[i] == [lo <= j < hi for j in range(case[1])], (case, i)
+        assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(runs, runs[1:])), case
+
+
+def check_decode_ranges(cases, answers, block_m, block_n, g, splits):
+    """decode_ranges answers against brute force: cases are (mask case, visible[i][j])."""
+    from flash3.decode_plan import split_key_range
+    for (case, vis), line in zip(cases, answers):
+        sq, sk = case[:2]
         parts = [tuple(map(int, part.split())) for part in line.split(";") if part]
         m_blocks = -(-sq * g // block_m)
         assert len(parts) == m_blocks * splits
@@ -106,12 +137,12 @@ def test_decode_tile_ranges_exact(driver, block_m, block_n, g, splits):
             assert (t0, t1) == ((tokens[0], tokens[-1] + 1) if tokens else (0, 0))
             k0, k1 = split_key_range(s, splits, sk, block_n)
             share = set(range(k0 // block_n, -(-k1 // block_n))) if k0 < k1 else set()
-            keys = lambda n: range(n * block_n, min((n + 1) * block_n, sk))
+            keys = lambda n: range(n * block_n, min((n + 1) * block_n, sk))  # noqa: E731
             touched = {n for n in share if any(vis[i][j] for i in tokens for j in keys(n))}
             full = {n for n in touched if (n + 1) * block_n <= sk
                     and all(vis[i][j] for i in tokens for j in keys(n))}
-            assert set(range(b, e)) == touched, (sq, sk, causal, left, right, m, s)
-            assert set(range(ub, ue)) == full, (sq, sk, causal, left, right, m, s)
+            assert set(range(b, e)) == touched, (case, m, s)
+            assert set(range(ub, ue)) == full, (case, m, s)
             for i in tokens:
                 for n in range(b, e):
                     for j in keys(n):

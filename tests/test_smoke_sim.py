@@ -301,8 +301,8 @@ def test_make_dec_case_and_op_call(kid, feature):
             news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
             assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
             continue
-        if p["cu_q"] is not None:  # packed queries (vpaged): q (total_q, h, d)
-            assert feature == "vpaged" and q.dim() == 3 and p["cu_q"].dtype == torch.int32
+        if p["cu_q"] is not None:  # packed queries (vpaged, dchunk's last part): q (total_q, h, d)
+            assert feature in ("vpaged", "dchunk") and q.dim() == 3 and p["cu_q"].dtype == torch.int32
             b, h = p["cu_q"].shape[0] - 1, q.shape[1]
             lens = p["cu_q"].diff().tolist()
             assert p["max_q"] == max(lens) and p["cu_q"][-1] < q.shape[0]  # rows of no sequence
@@ -311,6 +311,7 @@ def test_make_dec_case_and_op_call(kid, feature):
             op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
             assert t["cu_seqlens_q"] is p["cu_q"] and sc["max_seqlen_q"] == p["max_q"]
             assert pt.shape[0] == b and p["seqused"].shape == (b,) and p["causal"]
+            assert sc.get("attention_chunk", 0) == p.get("chunk", 0)
             continue
         assert p["cu_q"] is None and p["max_q"] == 0
         b, s_q, h, d = q.shape
@@ -331,10 +332,12 @@ def test_make_dec_case_and_op_call(kid, feature):
             feature == "leftpad" and p is parts[0]))
         op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
         assert op == "kvcache" and t["cache_leftpad"] is p["leftpad"]
-        if feature == "leftpad" or (feature == "mla" and p is parts[-1]):
+        if feature == "leftpad" or (feature == "mla" and p is parts[-1]) or (feature == "dchunk" and p is parts[2]):
             assert p["leftpad"].dtype == torch.int32 and p["leftpad"].shape == (b,)
         else:
             assert p["leftpad"] is None
+        # the driver's optional attention_chunk scalar: dchunk's parts only
+        assert sc.get("attention_chunk", 0) == p.get("chunk", 0) and (p.get("chunk", 0) > 0) == (feature == "dchunk")
         assert t["q"] is q and t["k_cache"] is kc and t["seqused_k"] is p["seqused"]
         assert t["page_table"] is pt and (t["k_descale"] is not None) == fp8
         assert sc["num_splits"] == p["num_splits"] and "causal" not in sc
@@ -378,6 +381,12 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert parts[3]["softcap"] > 0 and parts[3]["window"] == (100, 0) and 37 in parts[3]["leftpad"].tolist()
         assert parts[1]["q"].shape[1] * parts[1]["q"].shape[2] > 64 and parts[2]["num_splits"] == 3
         assert parts[1]["qv"].shape == (*parts[1]["q"].shape[:-1], 512)
+    if feature == "dchunk":  # packed GQA g 4; causal over two tiles, window + 3 splits paged, unmasked
+        # blocks with leftpad and 2 splits, packed queries (DCHUNK_PARTS)
+        assert [(p["chunk"], p["causal"], p["num_splits"]) for p in parts] == [
+            (48, True, 1), (160, False, 3), (256, False, 2), (64, True, 2)]
+        assert parts[0]["q"].shape[1] * 4 > 128 and parts[1]["window"] == (100, 7) and parts[1]["pt"] is not None
+        assert all(p["q"].shape[-2] == 4 * p["kc"].shape[2] for p in parts)
     if feature == "fa3desc":  # FA3's (b, h_k) descales on paged caches: gathered (16) and 256 keys per page
         assert [(p["kc"].shape[1], p["num_splits"], p["causal"]) for p in parts] == [(16, 1, True), (256, 3, False)]
         for p in parts:
@@ -1199,3 +1208,18 @@ def test_chunk_runs_where_the_forward_kernels_take_it():
     assert smoke.applies("bf16:192:192", "chunk") and smoke.applies("fp16:192:128", "chunk")
     assert smoke.applies("bwd:bf16:192:192", "chunk")
     assert not smoke.applies("bf16:256:256", "chunk") and not smoke.applies("bwd:bf16:256:256", "chunk")
+
+
+def test_dchunk_runs_where_the_decode_kernels_take_it():
+    """`dchunk` on decode kernels (16-bit and FP8 caches) up to d 192: one limit in attn_logic.h
+    (kDecodeChunkMaxHeadDim, FwdTraits::kChunk and kernel_pick), flash3/_backend.py and the smoke."""
+    import re
+    from flash3 import _backend
+    src = (ROOT / "csrc/flash3/common/attn_logic.h").read_text()
+    limit = int(re.search(r"constexpr int kDecodeChunkMaxHeadDim = (\d+);", src).group(1))
+    assert smoke.DECODE_CHUNK_MAX_HEAD_DIM == _backend.DECODE_CHUNK_MAX_HEAD_DIM == limit == 192
+    for kid in ("dec:bf16:128:128", "dec:fp16:64:64", "dec:kve4m3:bf16:96:96", "dec:bf16:192:128",
+                "dec:kve4m3:fp16:192:192"):
+        assert smoke.applies(kid, "dchunk"), kid
+    for kid in ("dec:bf16:256:256", "dec:kve4m3:bf16:256:256", "bf16:128:128", "bwd:bf16:128:128"):
+        assert not smoke.applies(kid, "dchunk"), kid

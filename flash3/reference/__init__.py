@@ -600,13 +600,15 @@ def kvcache_gather(cache, i, n, page_table=None, descale=None, descale_per_batch
     return dequantize_fp8_cache(x, descale[i] if descale_per_batch else descale[pages])
 
 
-def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges, alibi_slopes=None):
+def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges, alibi_slopes=None,
+                   chunk=0):
     """Partial attention of q (1, s_q, h, d) over each key range [a, b) of k/v (1, n, h_k, ·).
 
     The mask is that of the whole row (bottom-right aligned on n keys), applied at absolute
     key positions.  Returns o (S, 1, s_q, h, d_v) fp32, each normalized over its own range,
     and lse (S, 1, h, s_q) fp32; a range with no visible key gives o = 0, lse = -inf.
-    ``alibi_slopes`` (h,): the row's ALiBi slopes (distances on the whole row's n keys).
+    ``alibi_slopes`` (h,): the row's ALiBi slopes (distances on the whole row's n keys); ``chunk``:
+    FA3's attention_chunk on the whole row (masking.py), 0 = none.
     """
     _, s_q, h, _ = q.shape
     n, h_k, d_v = k.shape[1], k.shape[2], v.shape[-1]
@@ -627,7 +629,8 @@ def split_partials(q, k, v, softmax_scale, left, right, softcap, ranges, alibi_s
         if alibi_slopes is not None:
             dist = _alibi_dist(0, s_q, a, b, s_q, n, dev).squeeze(1)  # (s_q, b - a)
             s = s - alibi_slopes.to(torch.float32).view(1, h, 1, 1) * dist
-        keep = masking.visible_mask(0, s_q, a, b, s_q, n, False, left, right, device=dev)
+        keep = masking.visible_mask(0, s_q, a, b, s_q, n, False, left, right, device=dev,
+                                    chunk=chunk)
         s = s.masked_fill(~keep, -math.inf)
         lse = torch.logsumexp(s, dim=-1)  # (1, h, s_q); -inf where nothing is visible
         p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0.0).unsqueeze(-1))
@@ -660,9 +663,12 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
                     left, right, softcap=0.0, rotary_cos=None, rotary_sin=None,
                     rotary_interleaved=False, k_descale=None, v_descale=None, num_splits=1,
                     sinks=None, alibi_slopes=None, rotary_seqlens=None, cache_leftpad=None,
-                    descale_per_batch=False):
+                    descale_per_batch=False, chunk=0):
     """Rotate (optional), append k/v to the caches (in place), then attend over cache + new keys
     (from position cache_leftpad[i] on, when given).
+
+    ``chunk``: FA3's attention_chunk (masking.py; 0 = none) on the row's keys, positions counted
+    from cache_leftpad; with it (as with a window) q is rotated per token.
 
     ``descale_per_batch``: FP8-cache descales (b, h_k), FA3's: row i reads its keys with its own
     descales, whatever slab holds them; new keys are then float8_e4m3fn, stored unchanged (they
@@ -680,7 +686,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
     """
     if rotary_cos is not None and k is not None:
         q, k = kvcache_rotary(q, k, cache_seqlens if rotary_seqlens is None else rotary_seqlens,
-                              rotary_cos, rotary_sin, rotary_interleaved, left >= 0 or right >= 0)
+                              rotary_cos, rotary_sin, rotary_interleaved,
+                              left >= 0 or right >= 0 or chunk > 0)
     if descale_per_batch:  # e4m3 new keys under their entry's descales: stored as they are
         kvcache_write(k_cache, v_cache, k, v, cache_seqlens, page_table)
     else:
@@ -700,7 +707,7 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
         if num_splits > 1:
             ranges = [split_key_range(j, num_splits, n, SPLIT_BLOCK_N) for j in range(num_splits)]
             o_p, l_p = split_partials(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left,
-                                      right, softcap, ranges, sl_i)
+                                      right, softcap, ranges, sl_i, chunk)
             if sinks is not None:
                 o_p = torch.cat([o_p, torch.zeros_like(o_p[:1])])
                 sink = sinks.to(torch.float32).view(1, 1, h, 1).expand(1, 1, h, s_q)
@@ -708,7 +715,7 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
             o_i, l_i = combine_splits(o_p, l_p)
         else:
             o_i, l_i = forward(q[i:i + 1], k_i[None], v_i[None], softmax_scale, left, right,
-                               softcap, sinks=sinks, alibi_slopes=sl_i)
+                               softcap, sinks=sinks, alibi_slopes=sl_i, chunk=chunk)
         out[i] = o_i[0].to(q.dtype)
         lse[i] = l_i[0]
     return out, lse
@@ -722,7 +729,7 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
 
 def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
                          softmax_scale, left, right, softcap=0.0, k_descale=None, v_descale=None,
-                         sinks=None, alibi_slopes=None, cache_leftpad=None):
+                         sinks=None, alibi_slopes=None, cache_leftpad=None, chunk=0):
     """q (total_q, h, d) -> out (total_q, h, d_v) in q's dtype, lse (h, total_q) fp32.
 
     Keys of sequence i, by layout:
@@ -734,6 +741,7 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
     FP8 caches (paged or contiguous) are read as x8 * descale (per page or batch row, kv head).
     ``cache_leftpad`` (b,) (FA3's; paged or contiguous): sequence i's keys start at cache position
     clamp(cache_leftpad[i], 0, n) of its n, masks and ALiBi counting keys from there.
+    ``chunk``: FA3's attention_chunk (masking.py), 0 = none.
     Tokens outside every sequence get out 0, lse -inf.  One host read of the metadata.
     """
     total_q, h, _ = q.shape
@@ -758,7 +766,8 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
                 lp = min(max(pads[i], 0), used[i])
                 k_i, v_i = k_i[lp:], v_i[lp:]
         o_i, l_i = forward(q[None, q0:q1], k_i[None], v_i[None], softmax_scale, left, right,
-                           softcap, sinks=sinks, alibi_slopes=_slopes_of_row(alibi_slopes, i))
+                           softcap, sinks=sinks, alibi_slopes=_slopes_of_row(alibi_slopes, i),
+                           chunk=chunk)
         out[q0:q1] = o_i[0].to(q.dtype)
         lse[:, q0:q1] = l_i[0]
     return out, lse

@@ -243,7 +243,8 @@ static void kvcache(FakeBackend& be, const Args& a) {
   const h::TensorView* leftpad =
       lp == 0 ? nullptr : &make({lp == 3 ? b + 1 : b}, lp == 2 ? h::DType::f32 : h::DType::i32);
   h::fwd_kvcache_sm90(be, q, kc, vc, out, lse, used, pt, 0.1, -1, num(a, "wr", 0), 0.0,
-                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad, false, qv);
+                      num(a, "splits", 0), kd, vd, nullptr, cu, varlen ? sq : 0, nullptr, leftpad, false, qv,
+                      num(a, "chunk", 0));
 }
 
 // packed_q=1 / packed_k=1: FA3's packed layouts, q (5, hq, d) / k, v (7, hk, d) with cu_seqlens of

@@ -47,9 +47,21 @@ int main() {
       for (int m = 0; m < ceil_div(mask.seqlen_q * g, bm); ++m)
         for (int s = 0; s < splits; ++s) {
           const DecodeRanges r = decode_block_ranges(mask, m, bm, bn, g, s, splits);
-          std::printf("%d %d %d %d %d %d;", r.tokens.begin, r.tokens.end, r.blocks.begin, r.blocks.end,
-                      r.unmasked.begin, r.unmasked.end);
+          // the chunk-free kernels' form (first_key/last_key) must give the same ranges
+          const DecodeRanges o = decode_block_ranges<false>(mask, m, bm, bn, g, s, splits);
+          const bool same = o.tokens.begin == r.tokens.begin && o.tokens.end == r.tokens.end &&
+                            o.blocks.begin == r.blocks.begin && o.blocks.end == r.blocks.end &&
+                            o.unmasked.begin == r.unmasked.begin && o.unmasked.end == r.unmasked.end;
+          std::printf("%d %d %d %d %d %d%s;", r.tokens.begin, r.tokens.end, r.blocks.begin, r.blocks.end,
+                      r.unmasked.begin, r.unmasked.end, same ? "" : " 999");
         }
+      std::printf("\n");
+    } else if (cmd == "row_keys") {  // seqlen_q seqlen_k causal left right -> per row: Mask::row_keys
+      const Mask mask = read_mask(in);
+      for (int i = 0; i < mask.seqlen_q; ++i) {
+        const KeyRun run = mask.row_keys(i);
+        std::printf("%s%d %d", i ? ";" : "", run.lo, run.hi);
+      }
       std::printf("\n");
     } else if (cmd == "qranges") {  // seqlen_q seqlen_k causal left right block_m block_n
       const Mask mask = read_mask(in);

@@ -238,7 +238,8 @@ check_op("fwd_kvcache_sm90", ("flash3::fwd_kvcache_sm90(Tensor q, Tensor k_cache
                               "int window_left, int window_right, float softcap, int num_splits, "
                               "Tensor? k_descale=None, Tensor? v_descale=None, Tensor? sinks=None, "
                               "Tensor? cu_seqlens_q=None, int max_seqlen_q=0, Tensor? alibi_slopes=None, "
-                              "Tensor? cache_leftpad=None, bool descale_per_batch=False, Tensor? qv=None) -> ()"))
+                              "Tensor? cache_leftpad=None, bool descale_per_batch=False, Tensor? qv=None, "
+                              "int attention_chunk=0) -> ()"))
 assert ["bf16", 128, 128] in info["decode"], info
 assert ["bf16", 128, 128] in info["decode_fp8_cache"], info
 qd = torch.empty(b, 1, 4, d, dtype=torch.bfloat16, device="meta")
@@ -262,6 +263,8 @@ torch.ops.flash3.fwd_kvcache_sm90(qd, pages, pages, od, ld, used, table, d ** -0
                                   alibi_slopes=torch.empty(4, dtype=torch.float32, device="meta"))
 torch.ops.flash3.fwd_kvcache_sm90(qd, cache, cache, od, ld, used, None, d ** -0.5, -1, 0, 0.0, 0,
                                   cache_leftpad=torch.empty(b, dtype=torch.int32, device="meta"))
+torch.ops.flash3.fwd_kvcache_sm90(qd, cache, cache, od, ld, used, None, d ** -0.5, -1, 0, 0.0, 2,
+                                  attention_chunk=64)
 # Packed (varlen) queries on the paged cache: q/out (total_q, h, d), lse (h, total_q).
 qv = torch.empty(9, 4, d, dtype=torch.bfloat16, device="meta")
 cuq = torch.empty(b + 1, dtype=torch.int32, device="meta")

@@ -81,15 +81,32 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # append of e4m3 new k/v (FA3APP_PARTS: s_new 2, a row of no cached keys, one filled to the
 # capacity; paged, and contiguous with 3 splits), copied bit for bit (they share the entry's
 # descales: descale_per_batch), then attended; the caches checked byte for byte.
+# FA3's attention_chunk on the decode kernels (dchunk, DCHUNK_PARTS, packed GQA g = 4 in every part:
+# the rows of a tile are tokens at different positions, so chunk starts fall inside tiles and
+# blocks): causal with more packed rows than a tile and rows that see no key; a window with 3 splits
+# on a paged cache; a chunk without other masks wide enough for unmasked blocks, with cache_leftpad
+# (positions count from it) and 2 splits; packed (varlen) queries, causal, with vpaged's packed rows
+# of no sequence at the end (out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "fa3app", "vappend", "mla"]
+                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla"]
 FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
 # "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
 MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
              (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
              (True, 16, 16, 1, 160, [160, 33], 3, False, {}),
              (True, None, 16, 2, 200, [200, 90], 1, False, dict(softcap=20.0, window=(100, 0), leftpad=[37, 0]))]
+# "dchunk" parts: (attention_chunk, causal, window, page size, s_q (packed: per-sequence query
+# counts), seqused, leftpads, num_splits). Chunk 48 divides no block (128, FP8 cache 112); s_q 37
+# packs 148 rows (two tiles, the second of 20 rows); seqused 20 < s_q leaves the first 17 tokens of
+# that row without keys (causal). 256 holds a whole block of either size, so its tiles have
+# unmasked blocks; leftpad 37 moves the chunk starts off the cache's block grid; its last row has
+# one key (6 - leftpad 5) for 3 queries: without causal, the two before it see none (their chunk
+# ends at key 0).
+DCHUNK_PARTS = [(48, True, (-1, -1), None, 37, [20, 100, 333], None, 1),
+                (160, False, (100, 7), 16, 5, [150, 333, 400], None, 3),
+                (256, False, (-1, -1), None, 3, [700, 600, 6], [37, 0, 5], 2),
+                (64, True, (-1, -1), 16, [5, 0, 40], [30, 77, 200], None, 2)]
 # vpaged's (queries, keys) per sequence: a sequence without queries, one without keys, one of more
 # packed rows (70 * g = 280) than a 128-row tile; causal is bottom-right per sequence.
 VPAGED_LENS = ([1, 7, 0, 5, 70], [30, 0, 77, 16, 200])
@@ -174,6 +191,8 @@ ALIBI_MAX_HEAD_DIM = 128
 # chunked mask spilled d 256's registers). The backward kernels take it at every head dim, but a
 # backward case runs the forward kernel first (its out and lse), so "chunk" stops there too.
 CHUNK_MAX_HEAD_DIM = 192
+# The decode kernels' (16-bit and FP8 caches): flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM.
+DECODE_CHUNK_MAX_HEAD_DIM = 192
 
 
 def is_mla(kid: str) -> bool:
@@ -194,6 +213,8 @@ def applies(kid: str, feature: str) -> bool:
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
     if feature == "chunk":
         return max(parse_kernel(kid)[1:]) <= CHUNK_MAX_HEAD_DIM
+    if feature == "dchunk":
+        return max(parse_kernel(kid)[1:]) <= DECODE_CHUNK_MAX_HEAD_DIM
     return True
 
 
@@ -569,12 +590,12 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
              append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None,
-             qv=None, scale=None):
+             qv=None, scale=None, chunk=0):
         # append["cu_k"]: cu_seqlens_k_new (vappend: FA3's packed new keys), else absent
         return dict(feature=feature, q=q, kc=kc, vc=vc, pt=pt, descales=descales, seqused=seqused,
                     num_splits=num_splits, causal=causal, window=window, softcap=softcap, append=append,
                     unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
-                    leftpad=leftpad, fa3=fa3, qv=qv, scale=scale)
+                    leftpad=leftpad, fa3=fa3, qv=qv, scale=scale, chunk=chunk)
 
     if feature == "mla":
         parts = []
@@ -606,6 +627,21 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
         return parts
     if feature == "vappend":
         return [_vappend_part(part, rnd, i32, cache, h_k, d, dv, device, *spec) for spec in VAPPEND_PARTS]
+    if feature == "dchunk":  # g = 4
+        parts = []
+        for chunk, causal, window, page, s_q, lens, pads, splits in DCHUNK_PARTS:
+            kc, vc, pt, ds = cache(3, max(lens) + 100, h_k, page)
+            mask = dict(num_splits=splits, causal=causal, window=window, chunk=chunk,
+                        leftpad=None if pads is None else i32(pads))
+            if isinstance(s_q, list):  # packed queries
+                cu = [0]
+                for n in s_q:
+                    cu.append(cu[-1] + n)
+                parts.append(part(rnd(cu[-1] + VPAGED_TAIL, 4 * h_k, d), kc, vc, pt, ds, i32(lens),
+                                  cu_q=i32(cu), max_q=max(s_q), **mask))
+            else:
+                parts.append(part(rnd(3, s_q, 4 * h_k, d), kc, vc, pt, ds, i32(lens), **mask))
+        return parts
     if feature == "fa3desc":
         return [_fa3desc_part(part, page, splits, causal, d, dv, g, device)
                 for page, splits, causal in ((16, 1, True), (256, 3, False))]
@@ -741,6 +777,8 @@ def launch_dec(p: dict) -> dict:
         extra["descale_per_batch"] = True
     if p.get("qv") is not None:
         extra["qv"] = p["qv"]
+    if p.get("chunk"):  # builds without attention_chunk: no argument
+        extra["attention_chunk"] = p["chunk"]
     torch.ops.flash3.fwd_kvcache_sm90(q, kc, vc, out, lse, p["seqused"], p["pt"], dec_scale(p),
                                       *op_window(p), p["softcap"],
                                       p["num_splits"], kd, vd, **extra, cu_seqlens_q=p.get("cu_q"),
@@ -797,6 +835,8 @@ def check_dec(p: dict, r: dict) -> dict:
                                            f"{int(torch.isnan(lse).sum())} in lse (unwritten?)"}
     cap = kc.shape[1] * (pt.shape[1] if pt is not None else 1)
     kw = dict(causal=p["causal"], window_size=p["window"], softcap=p["softcap"], softmax_scale=dec_scale(p))
+    if p.get("chunk"):  # FA3's attention_chunk, on the row's keys (from its leftpad on)
+        kw["attention_chunk"] = p["chunk"]
     sinks = p.get("sinks")
     if sinks is not None:
         kw["sinks"] = sinks.double()

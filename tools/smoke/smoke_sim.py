@@ -259,6 +259,8 @@ def dec_op_call(part: dict, out, lse, q_out=None) -> tuple[str, dict, dict]:
     tensors["cache_leftpad"] = part.get("leftpad")
     if part.get("fa3") is not None:  # FA3's descales: per batch entry (the driver's optional scalar)
         scalars["descale_per_batch"] = 1
+    if part.get("chunk"):
+        scalars["attention_chunk"] = int(part["chunk"])
     return "kvcache", tensors, scalars
 
 

@@ -28,6 +28,11 @@ FLASH3_HD constexpr int imax(int a, int b) { return a > b ? a : b; }
 // at or before key 0). The window bounds are linear in the row (window_floor, window_last_key: the
 // kernels' fast masks rely on it); the chunk bounds are not, so the full bounds (key_floor,
 // last_key) take them only when chunk > 0.
+// A run of keys [lo, hi) (empty when lo >= hi).
+struct KeyRun {
+  int lo, hi;
+};
+
 struct Mask {
   int seqlen_q, seqlen_k, left, right;
   int chunk = 0;
@@ -40,6 +45,12 @@ struct Mask {
   FLASH3_HD int offset() const { return seqlen_k - seqlen_q; }
   // First key of the chunk holding key (or diagonal) position `pos` (chunk > 0).
   FLASH3_HD int chunk_start(int pos) const { return floor_div(pos, chunk) * chunk; }
+  // The same from one unsigned division, for the decode kernels' per-row bounds (row_keys): a row
+  // with pos < 0 sees no key either way (its chunk ends at or before key 0), so it gets the chunk
+  // [-chunk, 0) instead of its own (chunk > 0).
+  FLASH3_HD int row_chunk_start(int pos) const {
+    return pos < 0 ? -chunk : int(unsigned(pos) / unsigned(chunk)) * chunk;
+  }
   FLASH3_HD bool visible(int i, int j) const {
     return j >= 0 && j < seqlen_k && j >= key_floor(i) && j < last_key(i + 1);
   }
@@ -66,6 +77,19 @@ struct Mask {
   // Keys row `row` sees (<= 0: none). Without chunks concave in the row (min of lines minus max of
   // lines); with chunks it drops at every chunk start.
   FLASH3_HD int key_count(int row) const { return last_key(row + 1) - first_key(row); }
+  // The keys row `row` sees as one run [lo, hi): [first_key(row), last_key(row + 1)) for a row
+  // that sees a key, an empty run (lo >= hi) for one that sees none; lo and hi are nondecreasing in
+  // the row as those are. The decode kernels' form (their mask and tile ranges): the chunk's
+  // clamp takes one unsigned division (row_chunk_start), not two floored ones.
+  FLASH3_HD KeyRun row_keys(int row) const {
+    int lo = window_floor(row), hi = window_last_key(row + 1);
+    if (chunk > 0) {
+      const int start = row_chunk_start(row + offset());
+      lo = imax(lo, start);
+      hi = imin(hi, start + chunk);
+    }
+    return {imax(lo, 0), hi};
+  }
   // The transpose, for the backward's (key, query) tiles: key `key` is seen by the queries in
   // [first_query(key), last_query(key)) (empty for a key outside [0, seqlen_k)). The chunk relation
   // is symmetric (same chunk), so its clamp is the key's chunk, moved to rows by the offset. Both
@@ -159,14 +183,34 @@ struct DecodeRanges {
   BlockRange tokens, blocks, unmasked;
 };
 
+// kRowRuns (the decode kernels with an attention chunk, FwdTraits::kChunk): key_block_range_rows /
+// unmasked_key_block_range_rows of the tokens from the first and last token's runs (Mask::row_keys:
+// the chunk's clamp from one unsigned division per end token); else through those functions (the
+// kernels without a chunk keep their code). The same ranges (tests/test_host_logic.py).
+template <bool kRowRuns = true>
 FLASH3_HD DecodeRanges decode_block_ranges(const Mask& mask, int m_block, int block_m, int block_n, int g,
                                            int split, int num_splits) {
   DecodeRanges r;
   r.tokens = packed_token_range(m_block, block_m, g, mask.seqlen_q);
-  r.blocks = intersect(key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n),
-                       split_block_range(split, num_splits, ceil_div(imax(mask.seqlen_k, 0), block_n)));
-  if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
-  r.unmasked = intersect(unmasked_key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n), r.blocks);
+  const BlockRange share = split_block_range(split, num_splits, ceil_div(imax(mask.seqlen_k, 0), block_n));
+  if constexpr (kRowRuns) {
+    BlockRange outer{0, 0}, inner{0, 0};
+    if (!r.tokens.empty() && mask.seqlen_k > 0) {
+      const KeyRun first = mask.row_keys(r.tokens.begin), last = mask.row_keys(r.tokens.end - 1);
+      if (first.lo < last.hi) {
+        outer = {first.lo / block_n, ceil_div(last.hi, block_n)};
+        // The latest-starting token bounds the left edge, the earliest-ending one the right edge.
+        inner = {imax(ceil_div(last.lo, block_n), outer.begin), imin(floor_div(first.hi, block_n), outer.end)};
+      }
+    }
+    r.blocks = intersect(outer, share);
+    if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
+    r.unmasked = intersect(inner, r.blocks);
+  } else {
+    r.blocks = intersect(key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n), share);
+    if (r.blocks.empty()) r.blocks = BlockRange{0, 0};
+    r.unmasked = intersect(unmasked_key_block_range_rows(mask, r.tokens.begin, r.tokens.end, block_n), r.blocks);
+  }
   if (r.unmasked.empty()) r.unmasked = BlockRange{r.blocks.end, r.blocks.end};
   return r;
 }
@@ -270,6 +314,16 @@ FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bo
   while (fp8_cache && t.block_n > 16 && decode_smem_bytes(head_dim, head_dim_v, t.block_n, fp8_cache) > 227 * 1024)
     t.block_n -= 16;
   return t;
+}
+
+// FA3's attention_chunk in the decode kernels (16-bit and FP8 caches; FwdTraits::kChunk): compiled
+// for head dims up to this, where the chunked mask (Mask::row_keys per packed row in the masked
+// blocks) leaves the consumers without spills (compile-check, nvcc 13.0: at d 256 the 16-bit-cache
+// kernel spilled 16 bytes and took an 8-byte stack frame); host/kernel_pick.cpp refuses a chunk
+// above it, flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM sends such calls to the reference.
+constexpr int kDecodeChunkMaxHeadDim = 192;
+FLASH3_HD constexpr bool decode_takes_chunk(int head_dim, int head_dim_v) {
+  return head_dim <= kDecodeChunkMaxHeadDim && head_dim_v <= kDecodeChunkMaxHeadDim;
 }
 
 // A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose

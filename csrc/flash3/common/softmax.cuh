@@ -218,8 +218,10 @@ enum class Masking { none, right, window, chunk, both };
 // (rows_per_token > 1) take both per row. kMask (not none) says which bounds may cut: right (no
 // left bound, nor a chunk), window (no chunk), chunk, or both (a runtime test of mask.chunk). With
 // an attention chunk the bounds are not linear in the row: each row takes its own (key_floor,
-// last_key), a floored division per row.
-template <bool kPackedRows = false, Masking kMask = Masking::both, class TensorS, class TensorC>
+// last_key), a floored division per row; packed rows with kRowRuns (the decode kernels with a
+// chunk, FwdTraits::kChunk) their token's Mask::row_keys, one unsigned division, whatever kMask.
+template <bool kPackedRows = false, Masking kMask = Masking::both, bool kRowRuns = false, class TensorS,
+          class TensorC>
 __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_rc, const Mask& mask,
                                            int row0, int col0, int rows_per_token = 1) {
   using namespace cute;
@@ -253,10 +255,14 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
     if constexpr (kPackedRows) {  // packed GQA: the mask acts on the row's token
       const int token = row / rows_per_token;
       const int tc = col0 + tcol;  // per block: a hoisted per-row term costs registers the decode lacks
-      // first_key/last_key: the chunk-aware bounds (the decode kernels build their Mask without
-      // a chunk, so its branches fold away there).
-      fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
-                                 thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
+      if constexpr (kRowRuns) {  // the token's run, chunk-aware
+        const KeyRun run = mask.row_keys(token);
+        fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(run.lo - tc), thread_cols_before(run.hi - tc),
+                                   -INFINITY);
+      } else {  // kernels without a chunk build their Mask with chunk 0
+        fill_outside_run<kCutLeft>(s_rc, mi, thread_cols_before(mask.first_key(token) - tc),
+                                   thread_cols_before(mask.last_key(token + 1) - tc), -INFINITY);
+      }
     } else {
       const int dr = row - first_row;  // a constant multiple of 8
       fill_outside_run<kCutLeft>(s_rc, mi, kCutLeft ? cnt_lo + dr / 4 : 0, min(cnt_end, cnt_hi + dr / 4), -INFINITY);

@@ -17,7 +17,7 @@ inline TileOrder make_decode_tile_order(const FwdParams& p, int block_m) {
   const int g = p.num_heads / p.num_heads_k;
   const int num_m_blocks = ceil_div(p.seqlen_q * g, block_m);
   const int heads = p.num_heads_k * p.num_splits;
-  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0;
+  const bool causal_or_local = p.is_causal || p.window_left >= 0 || p.window_right >= 0 || p.attention_chunk > 0;
   return TileOrder{num_m_blocks, heads, p.batch, heads, causal_or_local};
 }
 

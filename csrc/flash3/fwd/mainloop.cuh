@@ -241,7 +241,7 @@ struct FwdConsumer {
     }
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
-      apply_mask<true, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
+      apply_mask<true, kMask, Tr::kChunk>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
     else if constexpr (kMasked)
       apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
@@ -404,10 +404,11 @@ struct FwdConsumer {
     // blocks' mask has one bound per row: its own loop (FA3 makes that a separate kernel). Not in
     // the decode kernel: packed GQA rows take each row's bounds anyway, and a third masked loop
     // spilled its d 192 / 256 registers. An attention chunk (kernels with Tr::kChunk; the others'
-    // masks have chunk 0) is a left bound too, with per-row bounds: masked loops of its own, so the
-    // sliding window's carry no chunk branch.
+    // masks have chunk 0) is a left bound too, with per-row bounds: in the forward, masked loops of
+    // its own, so the sliding window's carry no chunk branch; the decode's packed rows take each
+    // token's bounds anyway (apply_mask's kRowRuns).
     int n = w.blocks.end - 2;
-    const bool chunked = Tr::kChunk && w.mask.chunk > 0;
+    const bool chunked = Tr::kChunk && !Tr::kDecode && w.mask.chunk > 0;
     if (!Tr::kDecode && w.mask.left < 0 && w.mask.chunk == 0) {
 #pragma unroll 1
       for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)

@@ -65,7 +65,8 @@ struct FwdParams {
   int window_left = -1, window_right = -1;
   // Chunked local attention (FA3's attention_chunk, Llama 4): 0 = off, else query row i (diagonal
   // p = i + seqlen_k - seqlen_q) also sees only keys in [p - p mod c, p - p mod c + c), p mod c
-  // floored (attn_logic.h Mask). The 16-bit forward kernels only (not FP8, not decode).
+  // floored (attn_logic.h Mask). The 16-bit forward kernels and the decode kernels (16-bit and
+  // FP8 caches; tokens' positions, keys counted from cache_leftpad), not FP8 (FwdTraits::kChunk).
   int attention_chunk = 0;
 
   // Attention sinks (gpt-oss): one fp32 logit per query head, in the space of softmax_scale * q.k

@@ -135,10 +135,13 @@ struct TileScheduler {
     w.split = w.coord.head - w.head_k * p.num_splits;
     w.seq = seq_info(p, w.coord.batch);
     apply_cache_leftpad(p, w.coord.batch, w.seq);
-    // No attention chunk here (the host refuses it for the decode ops): chunk 0 folds its branches.
-    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right);
+    // The chunk acts on tokens as the window does (key positions count from cache_leftpad); the
+    // split's share of the row is cut from the whole row's blocks, so a chunk only narrows what a
+    // split visits. Kernels without it (kChunk false) fold its branches away.
+    w.mask = Mask::make(w.seq.seqlen_q, w.seq.seqlen_k, p.is_causal, p.window_left, p.window_right,
+                        kChunk ? p.attention_chunk : 0);
     const DecodeRanges r =
-        decode_block_ranges(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
+        decode_block_ranges<kChunk>(w.mask, w.coord.m_block, kBlockM, kBlockN, group(), w.split, p.num_splits);
     w.has_rows = !r.tokens.empty();
     w.blocks = r.blocks;
     w.unmasked = r.unmasked;

@@ -43,11 +43,14 @@ struct FwdTraits {
   // to the reference, ALIBI_MAX_HEAD_DIM).
   static constexpr bool kAlibi = !kFp8 && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
-  // FA3's attention_chunk: only the narrow 16-bit forward tiles up to d 192 take it (the host
-  // picks them for chunked calls and refuses a chunk above d 192: host/kernel_pick.cpp; launch_fwd
+  // FA3's attention_chunk: the narrow 16-bit forward tiles up to d 192 and the decode kernels
+  // (16-bit and FP8 caches) up to attn_logic.h's kDecodeChunkMaxHeadDim take it (the host picks
+  // them for chunked calls and refuses a chunk above those: host/kernel_pick.cpp; launch_fwd
   // checks); the others build their mask with chunk 0, which folds its branches away (the wide
   // tile had no registers for them: an 8-byte spill; d 256 a 40-byte one).
-  static constexpr bool kChunk = !kFp8 && !kWide && !kDecode_ && kHeadDim_ <= 192 && kHeadDimV_ <= 192;
+  static constexpr bool kChunk = !kFp8 && !kWide &&
+                                 (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
+                                           : kHeadDim_ <= 192 && kHeadDimV_ <= 192);
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 

@@ -18,7 +18,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       int64_t window_right, double softcap, int64_t num_splits, const TensorView* k_descale,
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes, const TensorView* cache_leftpad,
-                      bool descale_per_batch, const TensorView* qv) {
+                      bool descale_per_batch, const TensorView* qv, int64_t attention_chunk) {
   constexpr const char* kOp = "flash3.fwd_kvcache_sm90";
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k_cache, &v_cache, &out, &lse, &seqused_k})
@@ -79,6 +79,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   check_seqlens(cache_leftpad, "cache_leftpad", b, q);
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
+  check_attention_chunk(kOp, attention_chunk);
   check(num_splits >= 0, kOp, ": num_splits must be >= 0 (0 = automatic)");
   const float* sinks_ptr = check_sinks(sinks, h, q, kOp);
   int64_t alibi_stride = 0;
@@ -108,7 +109,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
             " on ", q.device, ", got ", t->dtype_name, " ", t->sizes());
   const FwdKernelEntry* entry =
       checked_pick(kOp, be.build_name(), fp8_cache ? KernelFamily::decode_fp8_cache : KernelFamily::decode, q, d, d_v,
-                   softmax_scale, window_left, window_right)
+                   softmax_scale, window_left, window_right, attention_chunk)
           .fwd;
   if (be.tracing()) {
     std::ostringstream os;
@@ -198,7 +199,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
     be.trace(os.str());
   }
   set_mask_and_launch(p, entry->launch, be, dev, softmax_scale, softcap, window_left, window_right, kOp,
-                      dtype_name(is_bf16));
+                      dtype_name(is_bf16), attention_chunk);
   if (p.num_splits > 1) {
     CombineParams c{};
     c.o_partial = p.o_partial;

@@ -13,8 +13,10 @@
 //   [cache_leftpad[i], seqused_k[i]) (clamped into the row's keys by the kernel), masks counting
 //   keys from there. qv: FA3's MLA query part (b, s_q, h, d_v) (packed: (total_q, h, d_v)) in q's
 //   dtype, scores softmax_scale * (q.k + qv.v); only with the MLA decode kernel (d <= 64,
-//   256 < d_v <= 512, caches of q's dtype), which also runs such calls without qv. No host
-//   synchronization.
+//   256 < d_v <= 512, caches of q's dtype), which also runs such calls without qv.
+//   attention_chunk: FA3's chunked local attention (0 = off; attn_logic.h Mask) on the tokens'
+//   positions (bottom-right aligned on each row's keys), intersecting the window; the decode
+//   kernels take it up to kDecodeChunkMaxHeadDim (kernel_pick). No host synchronization.
 #pragma once
 #include <cstdint>
 
@@ -29,6 +31,6 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
                       const TensorView* v_descale, const TensorView* sinks, const TensorView* cu_seqlens_q,
                       int64_t max_seqlen_q, const TensorView* alibi_slopes,
                       const TensorView* cache_leftpad = nullptr, bool descale_per_batch = false,
-                      const TensorView* qv = nullptr);
+                      const TensorView* qv = nullptr, int64_t attention_chunk = 0);
 
 }  // namespace flash3::host

@@ -26,7 +26,8 @@
 //                                                driver: N(0,1) values / NaN (large timing cases)
 //   NAME VALUE                                   scalars: max_seqlen_q max_seqlen_k softmax_scale
 //                                                window_left window_right softcap q_block
-//                                                kv_block, optional attention_chunk (fwd, bwd)
+//                                                kv_block, optional attention_chunk (fwd, bwd,
+//                                                kvcache)
 //                                                (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
 // cu_seqlens_q cu_seqlens_k seqused_k seqused_q sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
@@ -112,7 +113,7 @@ void kvcache_step(const Case& c, host::Backend& be) {
                          c.integer("window_left"), c.integer("window_right"),
                          c.num("softcap"), c.integer("num_splits"), ptr(k_descale), ptr(v_descale), ptr(sinks),
                          ptr(cu_q), c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0, ptr(alibi), ptr(leftpad),
-                         per_batch, ptr(qv));
+                         per_batch, ptr(qv), c.has("attention_chunk") ? c.integer("attention_chunk") : 0);
 }
 
 // The kernel lists of kernel_info() (every registry the driver links: forward, FP8, backward, decode).
