@@ -191,7 +191,7 @@ def test_kernel_path_reads_nothing_on_the_host(monkeypatch):
         return q.clone() if cos is not None else q.new_empty(0)
 
     def fake_attention(q, kc, vc, cu_q, seqused, pt, cu_k, max_q, *args):
-        calls["attention"] = dict(seqused=seqused, leftpad=args[-1], max_q=max_q)
+        calls["attention"] = dict(seqused=seqused, leftpad=args[-2], chunk=args[-1], max_q=max_q)
         return q.new_zeros(*q.shape[:-1], vc.shape[-1]), torch.zeros(q.shape[1], q.shape[0])
 
     monkeypatch.setattr(_backend, "kernel_packed_append_reason", lambda *a: None)
@@ -215,7 +215,7 @@ def test_kernel_path_reads_nothing_on_the_host(monkeypatch):
     a, t = calls["append"], calls["attention"]
     assert torch.equal(a["cu_k"], cu(LN)) and torch.equal(a["cu_q"], cu(LQ)) and a["q_per_token"]
     assert torch.equal(t["seqused"], i32([n + m for n, m in zip(LENS, LN)]))
-    assert torch.equal(t["leftpad"], kw["cache_leftpad"]) and t["max_q"] == 4
+    assert torch.equal(t["leftpad"], kw["cache_leftpad"]) and t["max_q"] == 4 and t["chunk"] == 0
 
 
 def test_batched_queries_with_packed_new_keys_read_nothing_on_the_host(monkeypatch, kernel_path):
