@@ -1259,7 +1259,10 @@ def test_device_stage2_pytest_with_stage1s_deselection(device):
     p, out, calls = run(2)
     table = summary_table(p)
     assert p.returncode == 0, table
-    assert "-k not (bf16 and d128_128) tests/test_kernel_gpu.py" in calls and "smoke" not in calls
+    # every GPU test file (tests/*_gpu.py, in name order) and the quantize kernel's
+    assert "-k not (bf16 and d128_128) tests/test_bwd_gpu.py" in calls and "smoke" not in calls
+    assert all(f"tests/{f}" in calls for f in ("test_kernel_gpu.py", "test_mla_gpu.py", "test_seqused_q_gpu.py",
+                                               "test_quantize_kernel.py"))
     assert "pytest (GPU tests): 1 passed, 0 failed, 0 errors, 3 skipped" in table
     assert sorted(x.name for x in out.iterdir()) == ["device_check.log", "pytest.log", "results.json", "summary.txt"]
 
