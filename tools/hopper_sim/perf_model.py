@@ -113,6 +113,23 @@ MEASURED = [
     ("fwd bf16 d 128 causal", "b 1 s 16384 h 16", 754, 889, "1.18", 603, 844),
     ("bwd bf16 d 128", "b 4 s 4096 h 16", "-", "-", "-", 380, 457),
 ]
+# Other head dims against FA3, measured by hand (b 4 s 4096 h 16 = the paper's shape at 4k; flash3 at
+# commit f788c6f, FA3 0251105a built by tools/fa3_peer/build.py --hdim D; causal rows sample 8 SMs):
+# (row, flash3 TFLOP/s, FA3 TFLOP/s, flash3's dominant stall, FA3's dominant stall).
+HEAD_DIM_ROWS = [
+    ("fwd bf16 d 64", 703, 603, "dependency 40%", "pipe_throttle 31%"),
+    ("fwd bf16 d 64 causal", 560, 580, "dependency 36%", "pipe_throttle 30%"),
+    ("fwd bf16 d 96", 885, 897, "dependency 36%", "wgmma_wait 37%"),
+    ("fwd bf16 d 96 causal", 700, 704, "dependency 34%", "wgmma_wait 31%"),
+    ("fwd bf16 d 256", 909, 917, "wgmma_wait 44%", "wgmma_wait 56%"),
+    ("fwd bf16 d 256 causal", 692, 762, "wgmma_wait 41%", "wgmma_wait 47%"),
+]
+HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model.py), b 4 s 4096 h 16. The causal "
+                 "rows trail at every head dim, most at d 256 (tile 128 x 80 in both): flash3's consumers lose "
+                 "more to dependency stalls (10.3M vs 6.9M cycles over 8 SMs) and its second warpgroup waits "
+                 "at the pingpong barrier (0.93M cycles per warp, summed over the 8 SMs; FA3, which has no pingpong above d 128, 0.02M at its barriers); "
+                 "without the pingpong the rows moved 909 -> 910 and 692 -> 694 (the wait became wgmma_wait), "
+                 "so it was not kept.")
 # Changes to the model itself (not to a kernel): the same rows before / after, flash3 and FA3.
 MODEL_HISTORY = [
     ("ptxas list scheduling emulated (kSchedWindow 32 lookahead; commit 52a6a0a)",
@@ -384,6 +401,10 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None):
                  f"{o['tflops']:.0f} | {r['tflops'] / o['tflops']:.2f} | " if o else
                  f"| fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {r['tflops']:.0f} | - | - | ")
         L[-1] += f"{r['tflops'] / 989.4:.2f} | {dominant_stall(r['rec'])} |"
+    L += ["", "### Other head dims (s 4096)", "", HEAD_DIM_NOTE, "",
+          "| row | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3's dominant stall | FA3's dominant stall |",
+          "|---|---|---|---|---|---|"]
+    L += [f"| {r} | {a} | {b} | {a / b:.2f} | {x} | {y} |" for r, a, b, x, y in HEAD_DIM_ROWS]
     L += bwd_section(bwd or {}, steps or {})
     L += ["", "## History (kernel changes, before / after in the model)", "",
           "| row | before | after | change | what motivated it |", "|---|---|---|---|---|"]
