@@ -12,7 +12,7 @@ import cycle exists, so a change to a layer can only reach the layers above it:
     public API:    api, fp8, torch_sdpa, distributed, flash_attn_interface (FA3's functions)
     operators:     ops, ops_serve (torch.library: fake kernels, autograd, kernel-or-reference choice)
     backends:      _backend, _quantize (kernel dispatch) | reference, reference.fp8, reference.fa3 (the spec)
-    primitives:    masking, rotary, hadamard, fp8_quant, decode_plan, _torch_cpu
+    primitives:    masking, rotary, hadamard, fp8_quant, decode_plan, _torch_cpu, _used_keys
     foundation:    _checks (argument checks), validation, _build_info, _C (the extension)
 """
 
