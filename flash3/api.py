@@ -354,6 +354,9 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     if k is None or v is None:
         raise ValueError("k and v must be given together" if (k is None) != (v is None) else
                          "cu_seqlens_k_new needs the new keys k and v (it packs them)")
+    if descale_per_batch and not (_checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)):
+        raise ValueError("descale_per_batch goes with a float8_e4m3fn cache (k_cache is "
+                         f"{k_cache.dtype})")
     if _checks.is_fp8(k_cache) or _checks.is_fp8(v_cache) or descale_per_batch:
         raise NotImplementedError(f"{who}: new keys packed by cu_seqlens_k_new or with packed "
                                   "queries (cu_seqlens_q) on a float8_e4m3fn cache are not "

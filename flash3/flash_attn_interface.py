@@ -334,7 +334,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     reason = _reference_reason(
         qv=qv if mla_reason is not None else None,
         head_dim_v_over_256=v_cache.shape[-1] > 256 and mla_reason is not None,
-        cache_leftpad_with_cu_seqlens_q=fp8_cache and varlen and cache_leftpad is not None,
+        # (the MLA kernel's packed route takes no cache_leftpad)
+        cache_leftpad_with_cu_seqlens_q=(fp8_cache or mla) and varlen and cache_leftpad is not None,
         cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache else None,
         # the decode kernels take the chunk (batched q falls back inside flash3 where they cannot;
         # packed q has no fallback there, so such calls take the spec here); the MLA kernel not

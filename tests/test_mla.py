@@ -127,6 +127,14 @@ def test_what_the_mla_kernel_does_not_take_runs_the_spec(fake_kernel, monkeypatc
     lens = torch.tensor([3, 9], dtype=torch.int32)
     fai.flash_attn_with_kvcache(q, kc, vc, k, v, qv=qv, cache_seqlens=lens)
     assert fake_kernel == []
+    # cache_leftpad with packed queries: the kernel's packed route takes no leftpad, so the spec
+    cu, pads = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    out = fai.flash_attn_with_kvcache(q[:, 0], kc, vc, qv=qv[:, 0], cache_seqlens=lens, cache_leftpad=pads,
+                                      cu_seqlens_q=cu, max_seqlen_q=1)
+    assert fake_kernel == []
+    want, _ = fa3_forward(q[:, 0], kc, vc, softmax_scale=(D + DV) ** -0.5, qv=qv[:, 0], cache_seqlens=lens,
+                          cache_leftpad=pads, cu_seqlens_q=cu)
+    assert torch.equal(out, want)
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
         fai.flash_attn_with_kvcache(q, kc, vc, qv=qv, cache_seqlens=lens, alibi_slopes=torch.ones(4))
     monkeypatch.undo()  # the real kernel_mla_reason

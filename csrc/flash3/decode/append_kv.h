@@ -6,8 +6,9 @@
 //  - batch entry b's new tokens t: k[b, t] (batched), or with cu_seqlens_k_new (FA3's packed new
 //    keys) packed row cu_seqlens_k_new[b] + t, t < cu_seqlens_k_new[b + 1] - cu_seqlens_k_new[b];
 //    its query tokens likewise, q[b, t] or with cu_seqlens_q packed row cu_seqlens_q[b] + t. A
-//    packed row no entry holds (past cu[batch], or any cu that is not non-decreasing) is no entry's:
-//    its k/v are not appended, its q is copied to q_out unrotated;
+//    packed row no entry holds (past cu[batch]) is no entry's: its k/v are not appended, its q is
+//    copied to q_out unrotated. With a cu that is not non-decreasing, which rows an entry gets is
+//    unspecified (validation mode refuses such offsets), but every access stays in bounds;
 //  - key position pos = cache_seqlens[b] + t; contiguous cache: slot (b, pos); paged cache: slot
 //    (page_table[b][pos / page_size], pos % page_size) (decode::page_slot);
 //  - a slot outside the cache (pos < 0, pos >= capacity or max_pages * page_size, a page id
