@@ -78,7 +78,7 @@ import numbers
 import torch
 
 from . import _backend, _checks, validation
-from .api import attention, attention_varlen, attention_with_kvcache
+from .api import _varlen_cache_seqlens, attention, attention_varlen, attention_with_kvcache
 from .masking import normalize_window
 from .reference import combine_splits
 from .reference.fa3 import fa3_forward
@@ -478,12 +478,7 @@ def _mla_on_kernel(q, k_cache, v_cache, qv, cache_seqlens, page_table, cu_seqlen
                                                scale, left, right, softcap, int(num_splits), qv=qv, **lp)
     if max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
-    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
-        if cache_seqlens < 0:
-            raise ValueError(f"cache_seqlens must be >= 0, got {cache_seqlens}")
-        _checks.tensor("cu_seqlens_q", cu_seqlens_q, 1)
-        cache_seqlens = torch.full((cu_seqlens_q.shape[0] - 1,), int(cache_seqlens),
-                                   dtype=torch.int32, device=q.device)
+    cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
     _checks.varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens, page_table,
                          None, None, None, "cache_seqlens", "k_cache", "v_cache", max_d_v=512)
     if validation.validation_enabled(q, cu_seqlens_q, cache_seqlens, page_table):
