@@ -337,6 +337,21 @@ def _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q):
     return cache_seqlens
 
 
+def _packed_queries_kernel_check(q, k, v, scale, cu_seqlens_k, sinks, alibi_slopes, cache_leftpad,
+                                 chunk, who, what):
+    """CUDA packed queries against a KV cache run on the decode kernel only (the reference reads
+    the metadata on the host, so it is CPU-only): NotImplementedError, naming `what`, when the
+    kernel cannot take this call."""
+    if not q.is_cuda:
+        return
+    reason = (ops_serve.varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks, alibi_slopes,
+                                              cache_leftpad)
+              or _backend.kernel_chunk_reason(q, "decode", chunk, v.shape[-1]))
+    if reason is not None:
+        raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot run "
+                                  f"the CUDA kernel: {reason}; the reference runs on CPU tensors")
+
+
 def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
                            softmax_scale, window_size, softcap, return_lse, num_splits,
                            rotary_cos, rotary_sin, rotary_interleaved, k_descale, v_descale,
@@ -380,14 +395,9 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, b)
     local = left >= 0 or right >= 0 or chunk > 0  # causal, local or chunked: q rotated per token
-    if varlen and q.is_cuda:  # the decode kernel, or no call at all (checked before the append)
-        reason = (ops_serve.varlen_kvcache_reason(q, k_cache, v_cache, scale, None, sinks,
-                                                  alibi_slopes, cache_leftpad)
-                  or _backend.kernel_chunk_reason(q, "decode", chunk, v_cache.shape[-1]))
-        if reason is not None:
-            raise NotImplementedError(f"{who}: cu_seqlens_q (packed queries against a KV cache) "
-                                      f"cannot run the CUDA kernel: {reason}; the reference runs "
-                                      "on CPU tensors")
+    if varlen:  # the decode kernel, or no call at all (checked before the append)
+        _packed_queries_kernel_check(q, k_cache, v_cache, scale, None, sinks, alibi_slopes,
+                                     cache_leftpad, chunk, who, "cu_seqlens_q")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, k_cache, v_cache)):
         raise NotImplementedError(f"{who}: new keys are appended in place, forward only (no "
                                   "backward); call it under torch.no_grad()")
@@ -441,14 +451,8 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     _checks.alibi_slopes(q, alibi_slopes, cu_seqlens_q.shape[0] - 1)
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
-    if q.is_cuda:  # the decode kernel; the reference (host reads of the metadata) is CPU-only
-        reason = (ops_serve.varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks,
-                                                  alibi_slopes, cache_leftpad)
-                  or _backend.kernel_chunk_reason(q, "decode", chunk, v.shape[-1]))
-        if reason is not None:
-            raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot "
-                                      f"run the CUDA kernel: {reason}; the reference runs on CPU "
-                                      "tensors")
+    _packed_queries_kernel_check(q, k, v, scale, cu_seqlens_k, sinks, alibi_slopes, cache_leftpad,
+                                 chunk, who, what)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise NotImplementedError(f"{who}: {what} is forward only (no backward); call it under "
