@@ -36,6 +36,15 @@ def sm90():
     return torch.device("cuda")
 
 
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """The reference's blocks made small (16 x 32), so short sequences span several of them
+    (modules opt in with pytestmark = pytest.mark.usefixtures("small_tiles"))."""
+    from flash3 import reference
+    monkeypatch.setattr(reference, "BLOCK_M", 16)
+    monkeypatch.setattr(reference, "BLOCK_N", 32)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     random.seed(0)

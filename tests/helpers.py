@@ -21,6 +21,21 @@ def assert_close_fa(out, naive, ref64, name="out", scale=1.0):
     assert err <= tol, f"{name}: max err {err:.3e} > tolerance {tol:.3e}"
 
 
+def assert_close(a, b, tol):
+    """a close to b (max |a - b| <= tol) with infinities at the same places."""
+    a, b = a.double(), b.double()
+    assert a.shape == b.shape
+    inf = torch.isinf(b)
+    assert torch.equal(torch.isinf(a), inf)
+    err = (a - b).masked_fill(inf, 0).abs().max().item() if a.numel() else 0.0
+    assert err <= tol, f"max |err| {err} > {tol}"
+
+
+def cu(lengths):
+    """FA3's cu_seqlens of a list of sequence lengths: int32 offsets from 0."""
+    return torch.tensor([0] + list(lengths)).cumsum(0).to(torch.int32)
+
+
 def check_against_reference(fn, q, k, v, grads=True, **kw):
     """Run ``fn(q, k, v, return_lse=True, **kw)`` and compare out, lse and grads
     with the fp64 oracle using the FlashAttention rule."""

@@ -16,6 +16,7 @@ import flash3
 from flash3 import flash_attn_interface as fai
 from flash3 import masking
 from flash3.reference.fa3 import fa3_forward
+from helpers import assert_close, cu
 
 HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -25,19 +26,6 @@ def spec(q, k, v, causal, window, chunk, cu_q=None, cu_k=None):
     return fa3_forward(q, k, v, softmax_scale=q.shape[-1] ** -0.5, window_left=left,
                        window_right=right, attention_chunk=chunk, cu_seqlens_q=cu_q,
                        cu_seqlens_k=cu_k)
-
-
-def assert_close(a, b, tol):
-    a, b = a.double(), b.double()
-    assert a.shape == b.shape
-    inf = torch.isinf(b)
-    assert torch.equal(torch.isinf(a), inf)
-    err = (a - b).masked_fill(inf, 0).abs().max().item() if a.numel() else 0.0
-    assert err <= tol, f"max |err| {err} > {tol}"
-
-
-def cu(lens):
-    return torch.tensor([0] + lens).cumsum(0).to(torch.int32)
 
 
 # (chunk, causal, window): chunks smaller than the reference's blocks and larger, with causal, a

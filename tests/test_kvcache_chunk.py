@@ -17,21 +17,9 @@ from flash3 import _backend, masking
 from flash3 import flash_attn_interface as fai
 from flash3.reference import quantize_fp8_cache
 from flash3.reference.fa3 import fa3_forward
+from helpers import assert_close, cu
 
 HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-def cu(lens):
-    return torch.tensor([0] + lens).cumsum(0).to(torch.int32)
-
-
-def assert_close(a, b, tol):
-    a, b = a.double(), b.double()
-    assert a.shape == b.shape
-    inf = torch.isinf(b)
-    assert torch.equal(torch.isinf(a), inf)
-    err = (a - b).masked_fill(inf, 0).abs().max().item() if a.numel() else 0.0
-    assert err <= tol, f"max |err| {err} > {tol}"
 
 
 def spec(q, kc, vc, chunk, causal=False, window=(-1, -1), **kw):

@@ -15,16 +15,10 @@ import flash3
 from flash3 import _backend, _used_keys, ops, reference
 from flash3 import flash_attn_interface as fai
 from flash3.reference.fa3 import fa3_forward
+from helpers import cu
 
 
-@pytest.fixture(autouse=True)
-def small_tiles(monkeypatch):
-    monkeypatch.setattr(reference, "BLOCK_M", 16)
-    monkeypatch.setattr(reference, "BLOCK_N", 32)
-
-
-def cu(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+pytestmark = pytest.mark.usefixtures("small_tiles")
 
 
 LQ, LK = [7, 3, 9, 12, 5], [10, 4, 12, 6, 0]
