@@ -252,6 +252,30 @@ def test_descale_per_batch_argument_checks():
                                       max_seqlen_q=1, **kw)
 
 
+
+@pytest.mark.parametrize("packed_q", [False, True])
+def test_descale_per_batch_on_16bit_cache_with_packed_new_keys(packed_q):
+    """descale_per_batch with FA3's (batch, kv head) descales on a 16-bit cache and new keys packed
+    by cu_seqlens_k_new (the packed append's route): the batched call's ValueError naming
+    descale_per_batch, not a NotImplementedError, and nothing written. flash3's own API only:
+    flash_attn_with_kvcache never sets descale_per_batch on a 16-bit cache (FA3 reads descales
+    with FP8 only)."""
+    b, h, h_k, d = 3, 4, 2, 64
+    kc, vc = (torch.randn(b, 40, h_k, d, dtype=torch.bfloat16) for _ in range(2))
+    kn, vn = (torch.randn(4, h_k, d, dtype=torch.bfloat16) for _ in range(2))
+    kd, vd = (torch.rand(b, h_k) + 0.5 for _ in range(2))
+    q = torch.randn(b, 1, h, d, dtype=torch.bfloat16)
+    kw = dict(cache_seqlens=torch.tensor([5, 0, 17], dtype=torch.int32),
+              cu_seqlens_k_new=torch.tensor([0, 1, 3, 4], dtype=torch.int32), k_descale=kd,
+              v_descale=vd, descale_per_batch=True)
+    if packed_q:
+        q, kw = q.view(b, h, d), dict(kw, cu_seqlens_q=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
+                                      max_seqlen_q=1)
+    before = kc.clone(), vc.clone()
+    with pytest.raises(ValueError, match="descale_per_batch"):
+        flash3.attention_with_kvcache(q, kc, vc, kn, vn, **kw)
+    assert torch.equal(before[0], kc) and torch.equal(before[1], vc)  # nothing written
+
 @pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")
 @pytest.mark.parametrize("page,causal,num_splits", [(16, True, 1), (256, False, 3), (16, False, 0)])
 def test_fp8_paged_kernel_matches_spec_gpu(page, causal, num_splits):
