@@ -95,6 +95,49 @@ __device__ __forceinline__ Slot cache_slot(const AppendKvParams& p, int b, int64
   return {page, off};
 }
 
+// Row r of the new keys, one (new token, kv head) row of k and v, as both kernels find it: its
+// entry b (-1: not appended, no entry's row or a slot outside the cache; the rest unset then),
+// token t, key position pos, row of k/v (packed: the packed row) and cache slot.
+struct NewKv {
+  int b, t, hk, row;
+  int64_t pos;
+  Slot slot;
+};
+
+__device__ __forceinline__ NewKv new_kv(const AppendKvParams& p, int r) {
+  NewKv x;
+  x.hk = r % p.h_k;
+  const int tok = r / p.h_k;
+  const auto [b, t] = entry_of(p.cu_seqlens_k_new, p.batch, p.s_new, tok);
+  x.b = -1;
+  if (b < 0) return x;  // no entry's row
+  x.pos = int64_t(p.cache_seqlens[b]) + t;
+  x.slot = cache_slot(p, b, x.pos);
+  if (x.slot.slab < 0) return x;
+  x.b = b, x.t = t;
+  x.row = p.cu_seqlens_k_new != nullptr ? tok : t;  // packed: batch strides 0
+  return x;
+}
+
+// The k/v rows (S: the new keys' element) and cache rows (C: the cache's) of an appended row x.
+// Computed after the b < 0 exit, from the kernel's parameters: the compiler then knows they are
+// global pointers (LDG/STG, not generic loads and stores).
+template <class S, class C>
+struct KvRows {
+  const S *k, *v;
+  C *kc, *vc;
+};
+
+template <class S, class C>
+__device__ __forceinline__ KvRows<S, C> kv_rows(const AppendKvParams& p, const NewKv& x) {
+  return {static_cast<const S*>(p.k) + x.b * p.k_batch_stride + x.row * p.k_row_stride + x.hk * p.k_head_stride,
+          static_cast<const S*>(p.v) + x.b * p.v_batch_stride + x.row * p.v_row_stride + x.hk * p.v_head_stride,
+          static_cast<C*>(p.k_cache) + x.slot.slab * p.kc_batch_stride + x.slot.row * p.kc_row_stride +
+              x.hk * p.kc_head_stride,
+          static_cast<C*>(p.v_cache) + x.slot.slab * p.vc_batch_stride + x.slot.row * p.vc_row_stride +
+              x.hk * p.vc_head_stride};
+}
+
 // C: the cache element, T (q's dtype) or __nv_fp8_storage_t (an FP8 cache, quantized on the way in).
 template <class T, class C>
 __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParams p) {
@@ -104,25 +147,14 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
   const int k_rows = (p.cu_seqlens_k_new != nullptr ? p.s_new : p.batch * p.s_new) * p.h_k;
   int r = blockIdx.x;
   if (r < k_rows) {  // one (new token, kv head) row of k and v (a cache row)
-    const int hk = r % p.h_k;
-    const int tok = r / p.h_k;
-    const auto [b, t] = entry_of(p.cu_seqlens_k_new, p.batch, p.s_new, tok);
-    if (b < 0) return;  // no entry's row: not appended
-    const int64_t pos = int64_t(p.cache_seqlens[b]) + t;
-    const Slot slot = cache_slot(p, b, pos);
-    if (slot.slab < 0) return;
-    const int row = p.cu_seqlens_k_new != nullptr ? tok : t;  // packed: batch strides 0
-    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + row * p.k_row_stride + hk * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + row * p.v_row_stride + hk * p.v_head_stride;
-    C* kc = static_cast<C*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
-            hk * p.kc_head_stride;
-    C* vc = static_cast<C*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
-            hk * p.vc_head_stride;
-    const int64_t pos_r = p.rotary_seqlens != nullptr ? int64_t(p.rotary_seqlens[b]) + t : pos;
+    const NewKv x = new_kv(p, r);
+    if (x.b < 0) return;  // not appended
+    const auto [k, v, kc, vc] = kv_rows<T, C>(p, x);
+    const int64_t pos_r = p.rotary_seqlens != nullptr ? int64_t(p.rotary_seqlens[x.b]) + x.t : x.pos;
     const int pos_ro = pos_r > 0x7fffffff ? 0x7fffffff : (pos_r < 0 ? 0 : int(pos_r));
     if constexpr (kFp8) {
-      const float kd = p.k_descale[slot.slab * p.kd_slab_stride + hk * p.kd_head_stride];
-      const float vd = p.v_descale[slot.slab * p.vd_slab_stride + hk * p.vd_head_stride];
+      const float kd = p.k_descale[x.slot.slab * p.kd_slab_stride + x.hk * p.kd_head_stride];
+      const float vd = p.v_descale[x.slot.slab * p.vd_slab_stride + x.hk * p.vd_head_stride];
       for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = quantize_e4m3(to_float(rotate(k, c, pos_ro, p)), kd);
       for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = quantize_e4m3(to_float(v[c]), vd);
     } else {
@@ -153,21 +185,10 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
 // e4m3 new keys into an e4m3 cache with descales per batch entry (FA3's): the bytes are copied
 // unchanged (they share their entry's descales, which the decode kernel applies); no rotary.
 __global__ void __launch_bounds__(kThreads) append_kv_e4m3_copy_kernel(const AppendKvParams p) {
-  const int r = blockIdx.x;  // one (new token, kv head) row of k and v, found as append_kv_kernel does
-  const int hk = r % p.h_k;
-  const int tok = r / p.h_k;
-  const auto [b, t] = entry_of(p.cu_seqlens_k_new, p.batch, p.s_new, tok);
-  if (b < 0) return;  // no entry's row: not appended
-  const Slot slot = cache_slot(p, b, int64_t(p.cache_seqlens[b]) + t);
-  if (slot.slab < 0) return;
-  const int row = p.cu_seqlens_k_new != nullptr ? tok : t;  // packed: batch strides 0
   using B = __nv_fp8_storage_t;
-  const B* k = static_cast<const B*>(p.k) + b * p.k_batch_stride + row * p.k_row_stride + hk * p.k_head_stride;
-  const B* v = static_cast<const B*>(p.v) + b * p.v_batch_stride + row * p.v_row_stride + hk * p.v_head_stride;
-  B* kc = static_cast<B*>(p.k_cache) + slot.slab * p.kc_batch_stride + slot.row * p.kc_row_stride +
-          hk * p.kc_head_stride;
-  B* vc = static_cast<B*>(p.v_cache) + slot.slab * p.vc_batch_stride + slot.row * p.vc_row_stride +
-          hk * p.vc_head_stride;
+  const NewKv x = new_kv(p, blockIdx.x);  // one (new token, kv head) row of k and v
+  if (x.b < 0) return;  // not appended
+  const auto [k, v, kc, vc] = kv_rows<B, B>(p, x);
   for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = k[c];
   for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = v[c];
 }
