@@ -26,13 +26,18 @@
 #include "flash3/common/smem_atom.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/common/wgmma_shapes.h"
+#include "flash3/fwd/kv_sync.cuh"
 #include "flash3/fwd/params.h"
 #include "flash3/fwd/traits.cuh"  // TileOrder, ScoreMod via the forward's includes
 
 namespace flash3 {
 
+// The base: the forward kernel's K/V pipeline and named-barrier ids (fwd/kv_sync.cuh, as
+// FwdTraits), for 2 stages and 2 consumers: literals, asserted equal to kStages and kNumConsumers
+// below (a base cannot name the class's members; before it was a base, the pipeline type took a
+// literal too: with kStages, formally dependent, cudafe++ dropped its `typename`s).
 template <class Element_>
-struct MlaTraits {
+struct MlaTraits : FwdKvSync<2, 2> {
   static constexpr bool kMla = true;
   static constexpr bool kDecode = true;
   static constexpr bool kFp8 = false;
@@ -147,25 +152,8 @@ struct MlaTraits {
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
 
-  // A literal stage count: with kStages (a member, so formally dependent, yet computed from no
-  // template parameter) cudafe++ dropped the `typename`s below and g++ refused them.
-  static_assert(kStages == 2, "two K/V stages");
-  using PipelineKV = cutlass::PipelineTmaAsync<2>;
-  using PipelineState = typename PipelineKV::PipelineState;
-  using PipeStorage = typename PipelineKV::SharedStorage;
-  static __device__ __forceinline__ uint64_t* full_barrier(PipeStorage& s, int stage) {
-    return reinterpret_cast<uint64_t*>(&s.full_barrier_[stage]);
-  }
-  static __device__ __forceinline__ uint64_t* empty_barrier(PipeStorage& s, int stage) {
-    return reinterpret_cast<uint64_t*>(&s.empty_barrier_[stage]);
-  }
-
-  static constexpr uint32_t kBarPingpong0 = 0;
-  static constexpr uint32_t kBarEpilogue = kNumConsumers;
-  static constexpr uint32_t kBarTileFull = kNumConsumers + 1;
-  static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;
-  static constexpr uint32_t kTileHandoffThreads = 32 + kNumConsumerThreads;
-  static constexpr uint32_t kBarProducer = kNumConsumers + 3;
+  static_assert(kStages == 2, "two K/V stages (the base's)");
+  // The named barriers past the base's (kBarPingpong0 .. kBarProducer).
   static constexpr uint32_t kBarPFull = kNumConsumers + 4;   // MLA: consumer 0 -> 1, P staged
   static constexpr uint32_t kBarPEmpty = kNumConsumers + 5;  // MLA: consumer 1 -> 0, P read
 

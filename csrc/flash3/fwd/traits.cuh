@@ -18,6 +18,7 @@
 #include "flash3/common/smem_atom.cuh"
 #include "flash3/common/softmax.cuh"
 #include "flash3/common/wgmma_shapes.h"  // n-extents such as 80 and 112 (block_n of d 192/256)
+#include "flash3/fwd/kv_sync.cuh"
 #include "flash3/fwd/params.h"
 
 namespace flash3 {
@@ -30,7 +31,20 @@ namespace flash3 {
 // cache; the producer converts the gathered bytes into K/V's 16-bit stages, decode/load.cuh).
 template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false, bool kDecode_ = false,
           class Cache_ = Element_>
-struct FwdTraits {
+struct FwdTraits;
+
+// FwdTraits' tile (its reasons live in attn_logic.h, unit-tested on the CPU): a function of the
+// template parameters, so the base (the pipeline and barrier ids) gets its stages and consumers.
+template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kWide, bool kDecode>
+inline constexpr TileShape kFwdTraitsTile =
+    sizeof(Element) == 1 ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
+    : kDecode            ? decode_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
+                         : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
+
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide, bool kDecode_, class Cache_>
+struct FwdTraits
+    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kWide, kDecode_>.stages,
+                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kWide, kDecode_>.num_consumers> {
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
   static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
@@ -56,10 +70,7 @@ struct FwdTraits {
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-  // The tile shape and its reasons live in attn_logic.h (unit-tested on the CPU).
-  static constexpr TileShape kTile = kFp8      ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
-                                     : kDecode ? decode_tile_shape(kHeadDim, kHeadDimV, kFp8Cache)
-                                               : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
+  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kWide, kDecode_>;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
@@ -196,24 +207,9 @@ struct FwdTraits {
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);  // one stage
   static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
 
-  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
-  using PipelineState = typename PipelineKV::PipelineState;
-  using PipeStorage = typename PipelineKV::SharedStorage;
-  // The raw mbarriers of a pipeline stage (waits go through flash3::mbarrier_wait).
-  static __device__ __forceinline__ uint64_t* full_barrier(PipeStorage& s, int stage) {
-    return reinterpret_cast<uint64_t*>(&s.full_barrier_[stage]);
-  }
-  static __device__ __forceinline__ uint64_t* empty_barrier(PipeStorage& s, int stage) {
-    return reinterpret_cast<uint64_t*>(&s.empty_barrier_[stage]);
-  }
-
-  // Named barriers (user ids; CUTLASS adds its reserved offset). Pingpong: one per consumer.
-  static constexpr uint32_t kBarPingpong0 = 0;
-  static constexpr uint32_t kBarEpilogue = kNumConsumers;
-  static constexpr uint32_t kBarTileFull = kNumConsumers + 1;   // producer -> consumers: next tile posted
-  static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
-  static constexpr uint32_t kTileHandoffThreads = 32 + kNumConsumerThreads;  // producer warp + consumers
-  static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
+  // The K/V pipeline (PipelineKV, PipelineState, PipeStorage, full_barrier, empty_barrier) and the
+  // named-barrier ids (kBar*, kTileHandoffThreads): the base, fwd/kv_sync.cuh (a dependent base:
+  // named through FwdTraits:: here).
 
   // FP8 cache: two raw stages, each the gathered e4m3 rows of one key block (row-major, d or d_v
   // bytes a row) and every row's descale (0 for rows past the keys or behind a bad page id).
@@ -234,8 +230,8 @@ struct FwdTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, kVBufferElems, 1024> v;  // V, then O
-    PipeStorage pipe_k;
-    PipeStorage pipe_v;
+    typename FwdTraits::PipeStorage pipe_k;
+    typename FwdTraits::PipeStorage pipe_v;
     uint64_t q_full;  // TMA transaction barrier: Q of the current tile has landed
     uint64_t q_free;  // consumers: the previous tile's last Q.K^T is done (Q may be overwritten)
     uint64_t o_free;  // consumers: the previous tile's O left V's buffer (V may be overwritten)

@@ -1,0 +1,34 @@
+// The forward kernel's synchronization ids and types, shared by the traits of every kernel that
+// runs fwd/kernel.cuh (fwd/traits.cuh FwdTraits, decode/mla_traits.cuh MlaTraits) as their base:
+// the K/V TMA pipeline of kStages stages, its raw mbarriers, and the named-barrier ids.
+#pragma once
+
+#include <cstdint>
+
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace flash3 {
+
+template <int kStages, int kNumConsumers>
+struct FwdKvSync {
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename PipelineKV::PipelineState;
+  using PipeStorage = typename PipelineKV::SharedStorage;
+  // The raw mbarriers of a pipeline stage (waits go through flash3::mbarrier_wait).
+  static __device__ __forceinline__ uint64_t* full_barrier(PipeStorage& s, int stage) {
+    return reinterpret_cast<uint64_t*>(&s.full_barrier_[stage]);
+  }
+  static __device__ __forceinline__ uint64_t* empty_barrier(PipeStorage& s, int stage) {
+    return reinterpret_cast<uint64_t*>(&s.empty_barrier_[stage]);
+  }
+
+  // Named barriers (user ids; CUTLASS adds its reserved offset). Pingpong: one per consumer.
+  static constexpr uint32_t kBarPingpong0 = 0;
+  static constexpr uint32_t kBarEpilogue = kNumConsumers;
+  static constexpr uint32_t kBarTileFull = kNumConsumers + 1;   // producer -> consumers: next tile posted
+  static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
+  static constexpr uint32_t kTileHandoffThreads = 32 + 128 * kNumConsumers;  // producer warp + consumers
+  static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
+};
+
+}  // namespace flash3
