@@ -66,9 +66,13 @@ ints (a tensor).
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
 d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
 build, q and caches of one 16-bit dtype, batched or packed q, paged or contiguous cache,
-num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) when there are no new
-keys (k/v), rotary tables, ALiBi or attention_chunk; otherwise on the spec (qv with d_v <= 256
-always).
+num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) unless there are ALiBi
+slopes or attention_chunk; otherwise on the spec (qv with d_v <= 256 always).  New keys k
+(b, s_new, h_k, d) / v (b, s_new, h_k, d_v), batched or packed (cu_seqlens_k_new, and/or with
+cu_seqlens_q), and rotary (rotary_dim <= d, interleaved or not, rotary_seqlens; q and the new
+keys, qv never) are first written into the cache by flash3's fused append (new k/v of q's dtype;
+else the spec), as for 16-bit caches; the kernel then attends over cache_seqlens[i] + the entry's
+new keys, computed on the device (no host read).
 """
 
 from __future__ import annotations
