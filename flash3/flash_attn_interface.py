@@ -66,9 +66,13 @@ ints (a tensor).
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
 d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
 build, q and caches of one 16-bit dtype, batched or packed q, paged or contiguous cache,
-num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) when there are no new
-keys (k/v), rotary tables, ALiBi or attention_chunk; otherwise on the spec (qv with d_v <= 256
-always).
+num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) unless there are ALiBi
+slopes or attention_chunk; otherwise on the spec (qv with d_v <= 256 always).  New keys k
+(b, s_new, h_k, d) / v (b, s_new, h_k, d_v), batched or packed (cu_seqlens_k_new, and/or with
+cu_seqlens_q), and rotary (rotary_dim <= d, interleaved or not, rotary_seqlens; q and the new
+keys, qv never) are first written into the cache by flash3's fused append (new k/v of q's dtype;
+else the spec), as for 16-bit caches; the kernel then attends over cache_seqlens[i] + the entry's
+new keys, computed on the device (no host read).
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ import numbers
 
 import torch
 
-from . import _backend, _checks, validation
+from . import _backend, _checks, ops_serve, validation
 from .api import _varlen_cache_seqlens, attention, attention_varlen, attention_with_kvcache
 from .masking import normalize_window
 from .reference import combine_splits
@@ -324,12 +328,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     rotary_cos, rotary_sin = (t.to(torch.float32) if t is not None and _checks.is_fp8(t) else t
                               for t in (rotary_cos, rotary_sin))
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # MLA (qv, or d_v > 256): the MLA decode kernel, unless mla_reason says why not. Packed new
-    # keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad with packed
-    # queries run on flash3's kernels (the fused append, then the decode kernel); with an FP8 cache
-    # they stay on the spec.
+    # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys), unless
+    # mla_reason says why not. Packed new keys (cu_seqlens_k_new), new keys or rotary with packed
+    # queries, and cache_leftpad with packed queries run on flash3's kernels (the fused append, then
+    # the decode kernel); with an FP8 cache they stay on the spec.
     mla = qv is not None or v_cache.shape[-1] > 256
-    mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, rotary_cos, alibi_slopes,
+    mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes,
                                     softmax_scale) if mla else None
     reason = _reference_reason(
         qv=qv if mla_reason is not None else None,
@@ -391,9 +395,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         full = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
         cache_seqlens = full
     if mla:
-        out, lse = _mla_on_kernel(q, k_cache, v_cache, qv, cache_seqlens, page_table, cu_seqlens_q,
-                                  max_seqlen_q, cache_leftpad, softmax_scale, causal,
-                                  _window(window_size), softcap, num_splits)
+        out, lse = _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table,
+                                  cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, cache_leftpad,
+                                  rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved,
+                                  softmax_scale, causal, _window(window_size), softcap, num_splits)
         if not return_softmax_lse:
             return out
         empty = torch.empty(0, device=out.device)
@@ -444,50 +449,88 @@ def _check_qv(qv, q, v):
                          f"{tuple(qv.shape)} {qv.dtype} on {qv.device}")
 
 
-def _mla_kernel_reason(q, k_cache, v_cache, qv, k, rotary_cos, alibi_slopes, softmax_scale):
-    """Why the MLA decode kernel cannot run this MLA call (qv or d_v > 256); None if it can."""
-    if k is not None or rotary_cos is not None:
-        return "new keys or rotary with MLA (the append is not fused for d_v > 256)"
+def _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes, softmax_scale):
+    """Why the MLA decode kernel (with the fused append of new keys) cannot run this MLA call (qv
+    or d_v > 256); None if it can."""
     if alibi_slopes is not None:
         return "alibi_slopes with MLA (the MLA kernel has no ALiBi term)"
     if softmax_scale is None:
         softmax_scale = (q.shape[-1] + (0 if qv is None else qv.shape[-1])) ** -0.5
-    return _backend.kernel_mla_reason(q, k_cache, v_cache, float(softmax_scale))
+    reason = _backend.kernel_mla_reason(q, k_cache, v_cache, float(softmax_scale))
+    if reason is None and k is not None and v is not None:  # (k without v: _mla_on_kernel refuses)
+        reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
+    return reason
 
 
-def _mla_on_kernel(q, k_cache, v_cache, qv, cache_seqlens, page_table, cu_seqlens_q, max_seqlen_q,
-                   cache_leftpad, softmax_scale, causal, window, softcap, num_splits):
+def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                   max_seqlen_q, cu_seqlens_k_new, cache_leftpad, rotary_cos, rotary_sin,
+                   rotary_seqlens, rotary_interleaved, softmax_scale, causal, window, softcap,
+                   num_splits):
     """FA3's MLA decode on the MLA decode kernel, with attention_with_kvcache's checks (d_v up to
-    512): (out, lse), lse (b, h, s_q) or packed (h, total_q)."""
+    512): (out, lse), lse (b, h, s_q) or packed (h, total_q).  New keys k (b, s_new, h_k, d) / v
+    (b, s_new, h_k, d_v), or packed by cu_seqlens_k_new, are first written into the cache at
+    cache_seqlens[i] + t by the fused append (ops_serve.kvcache_append_packed: rotated with q when
+    rotary tables are given; qv is never rotated), then the kernel attends over cache_seqlens[i] +
+    n_new_i keys (computed on the device).  Every check runs first: a rejected call writes
+    nothing."""
     if softmax_scale is None:  # FA3: qv's head dim joins the scale
         softmax_scale = (q.shape[-1] + (0 if qv is None else qv.shape[-1])) ** -0.5
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window, softcap)
     left, right = normalize_window(causal, (left, right))
-    if cu_seqlens_q is None:
+    varlen = cu_seqlens_q is not None
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together (k is %s, v is %s)"
+                         % ("set" if k is not None else "None", "set" if v is not None else "None"))
+    if varlen:
+        if max_seqlen_q is None:
+            raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
+        cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
+        _checks.varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
+                             page_table, None, None, None, "cache_seqlens", "k_cache", "v_cache",
+                             max_d_v=512)
+        b = cu_seqlens_q.shape[0] - 1
+    else:
         cache_seqlens = _checks.kvcache(q, k_cache, v_cache, None, None, cache_seqlens, page_table,
                                         num_splits, max_d_v=512)
-        _checks.kvcache_extras(q, k_cache, None, page_table, None, None, False, None, None,
-                               cache_leftpad=cache_leftpad)
-        if validation.validation_enabled(q, cache_seqlens, page_table):
-            _checks.kvcache_values(k_cache, cache_seqlens, 0, page_table, q.shape[1],
-                                   cache_leftpad=cache_leftpad)
-        pt = None if page_table is None else page_table.contiguous()
-        lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad}
-        with torch.no_grad():
-            return _backend.run_kernel_kvcache(q, k_cache, v_cache, cache_seqlens.to(torch.int32), pt,
-                                               scale, left, right, softcap, int(num_splits), qv=qv, **lp)
-    if max_seqlen_q is None:
-        raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
-    cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
-    _checks.varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens, page_table,
-                         None, None, None, "cache_seqlens", "k_cache", "v_cache", max_d_v=512)
-    if validation.validation_enabled(q, cu_seqlens_q, cache_seqlens, page_table):
-        _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, cache_seqlens, page_table, None,
-                                    int(max_seqlen_q), None, None, "cache_seqlens")
+        b = q.shape[0]
+    _checks.num_splits(num_splits)
+    if k is not None:  # batched (b, s_new, h_k, d|d_v) or packed (total_new, h_k, d|d_v)
+        _checks.new_keys(q, k_cache, v_cache, k, v, cu_seqlens_k_new, b)
+    _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
+                           None, None, rotary_seqlens, cache_leftpad, batch=b)
+    local = left >= 0 or right >= 0  # causal or local: q rotated per token (FA3's rule)
+    if validation.validation_enabled(q, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new,
+                                     cache_leftpad, rotary_seqlens):
+        news = (0 if k is None else k.shape[1] if cu_seqlens_k_new is None else
+                _checks.packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
+        qs = (q.shape[1] if not varlen else
+              _checks.packed_lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0]))
+        if varlen and qs and max(qs) > max_seqlen_q:
+            raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
+                             f"sequence ({max(qs)})")
+        _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
+                               rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
+    pt = None if page_table is None else page_table.contiguous()
+    seqused = cache_seqlens
     with torch.no_grad():
-        return _backend.run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, int(max_seqlen_q),
-                                                  cache_seqlens, page_table, scale, left, right,
-                                                  softcap, int(num_splits), qv=qv)
+        if k is not None:  # the fused append (d_v as the cache's), then each entry's key count
+            q_rot = ops_serve.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, pt,
+                                                    cu_seqlens_q, cu_seqlens_k_new, rotary_cos,
+                                                    rotary_sin, bool(rotary_interleaved), local,
+                                                    rotary_seqlens)
+            if rotary_cos is not None:
+                q = q_rot
+            n_new = (k.shape[1] if cu_seqlens_k_new is None
+                     else (cu_seqlens_k_new[1:] - cu_seqlens_k_new[:-1]).to(torch.int64))
+            # no host read; the kernel clamps the count into [0, capacity]
+            seqused = (cache_seqlens.to(torch.int64) + n_new).clamp(0, 2**31 - 1).to(torch.int32)
+        if not varlen:
+            lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad}
+            return _backend.run_kernel_kvcache(q, k_cache, v_cache, seqused, pt, scale, left, right,
+                                               softcap, int(num_splits), qv=qv, **lp)
+        return _backend.run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q,
+                                                  int(max_seqlen_q), seqused, pt, scale, left,
+                                                  right, softcap, int(num_splits), qv=qv)
 
 
 def _gather_page_rows(page_table, idx):

@@ -117,8 +117,9 @@ def test_mla_sglang_layout_reaches_the_kernel_as_views(fake_kernel):
 
 
 def test_what_the_mla_kernel_does_not_take_runs_the_spec(fake_kernel, monkeypatch):
-    """New keys (the append is not fused at d_v > 256) run the spec; ALiBi with MLA is refused (the
-    spec has none); qv with d_v <= 256 is the spec's (the MLA kernel is d_v > 256 only)."""
+    """New keys where the fused append cannot run (here: CPU tensors; tests/test_mla_append.py has
+    the kernel route) run the spec; ALiBi with MLA is refused (the spec has none); qv with d_v <= 256
+    is the spec's (the MLA kernel is d_v > 256 only)."""
     monkeypatch.setattr(_backend, "warn_fallback", lambda *a, **k: None)
     g = torch.Generator().manual_seed(2)
     kc, vc = torch.randn(2, 40, 1, D, generator=g), torch.randn(2, 40, 1, DV, generator=g)

@@ -257,13 +257,13 @@ def test_decode_kernel_ids_labels_and_features():
     # "fa3desc" and "fa3app" (FA3's per-batch FP8-cache descales, without and with new keys) apply
     # to the FP8-cache decode kernels only: a 16-bit cache has no descales; "vappend" (FA3's packed
     # appends) to the 16-bit ones only: an FP8 cache refuses packed appends.
-    # "mla" is the MLA decode kernel's (d_v > 256) only, and the only feature it runs: its case
-    # shapes (one kv head, 16-40 query heads, qv) are its own.
+    # "mla" and "mlaapp" (with new keys) are the MLA decode kernel's (d_v > 256) only, and the only
+    # features it runs: their case shapes (one kv head, 8-40 query heads, qv) are its own.
     assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES
-                                                         if f not in ("fa3desc", "fa3app", "mla")]
+                                                         if f not in ("fa3desc", "fa3app", "mla", "mlaapp")]
     assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES
-                                                                if f not in ("vappend", "mla")]
-    assert smoke.kernel_features("dec:bf16:64:512") == ["mla"] and smoke.is_mla("dec:bf16:64:512")
+                                                                if f not in ("vappend", "mla", "mlaapp")]
+    assert smoke.kernel_features("dec:bf16:64:512") == ["mla", "mlaapp"] and smoke.is_mla("dec:bf16:64:512")
     assert smoke.kernel_label("dec:bf16:64:512") == "dec bf16 64x512" and not smoke.is_mla("dec:bf16:256:256")
     assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
     assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
@@ -276,11 +276,12 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    # fa3desc, fa3app: FP8-cache kernels only; vappend: 16-bit caches only; mla: the MLA kernel's only
+    # fa3desc, fa3app: FP8-cache kernels only; vappend: 16-bit caches only; mla, mlaapp: the MLA
+    # kernel's only
     if not smoke.applies(kid, feature):
         assert ((feature in ("fa3desc", "fa3app") and not smoke.dec_fp8_cache(kid))
                 or (feature == "vappend" and smoke.dec_fp8_cache(kid))
-                or (feature == "mla") != smoke.is_mla(kid))
+                or (feature in smoke.MLA_FEATURES) != smoke.is_mla(kid))
         with pytest.raises(ValueError, match="does not apply"):
             smoke.make_dec_case(feature, kid, device="cpu")
         return
@@ -297,6 +298,20 @@ def test_make_dec_case_and_op_call(kid, feature):
             op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
             assert t["cu_seqlens_k_new"] is a["cu_k"] and t.get("cu_seqlens_q") is p["cu_q"]
             assert t["cache_leftpad"] is p["leftpad"] and t["k"] is a["k"] and t["q_out"] is q_out
+            b = len(p["seqused"])
+            news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
+            assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
+            continue
+        if feature == "mlaapp":  # DeepSeek's new keys (rope 64, latent 512) appended, then the MLA kernel
+            a = p["append"]
+            out, lse, q_out = smoke.dec_poisoned_outputs(p)
+            assert a["cos"] is not None and q_out is not None and q_out.shape == q.shape
+            op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+            assert op == "kvcache" and t["qv"] is p["qv"] and t["q_out"] is q_out
+            assert t["k"] is a["k"] and t["v"] is a["v"] and t["cache_leftpad"] is p["leftpad"]
+            assert a["k"].shape[-2:] == (1, 64) and a["v"].shape[-2:] == (1, 512) and vc.shape[-2:] == (1, 512)
+            assert p["qv"].shape == (*q.shape[:-1], 512) and sc["softmax_scale"] == (64 + 512) ** -0.5
+            assert t["cu_seqlens_k_new"] is a["cu_k"] and t.get("cu_seqlens_q") is p["cu_q"]
             b = len(p["seqused"])
             news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
             assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
@@ -381,6 +396,18 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert parts[3]["softcap"] > 0 and parts[3]["window"] == (100, 0) and 37 in parts[3]["leftpad"].tolist()
         assert parts[1]["q"].shape[1] * parts[1]["q"].shape[2] > 64 and parts[2]["num_splits"] == 3
         assert parts[1]["qv"].shape == (*parts[1]["q"].shape[:-1], 512)
+    if feature == "mlaapp":  # TMA pages of 64, contiguous, gathered pages of 16; NeoX and GPT-J rotary
+        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [64, None, 16]
+        assert [p["append"]["interleaved"] for p in parts] == [False, True, False]
+        assert [p["num_splits"] for p in parts] == [1, 3, 2] and [p["causal"] for p in parts] == [True, False, True]
+        a = parts[0]["append"]  # a row of no cached keys, one filled to its pages' capacity
+        assert 0 in a["cache_seqlens"].tolist() and parts[0]["pt"].shape[1] * 64 in parts[0]["seqused"].tolist()
+        a = parts[1]["append"]  # 32 of 64 channels rotated, at rotary_seqlens; s_new 3 > s_q 1; leftpad
+        assert 2 * a["cos"].shape[1] == 32 and a["rotary_seqlens"] is not None and a["k"].shape[1] == 3
+        assert parts[1]["q"].shape[1] == 1 and 37 in parts[1]["leftpad"].tolist()
+        p, a = parts[2], parts[2]["append"]  # packed q and new keys: entries of none, tails of no entry
+        assert 0 in p["cu_q"].diff().tolist() and 0 in a["cu_k"].diff().tolist()
+        assert p["q"].shape[0] > p["cu_q"][-1] and a["k"].shape[0] > a["cu_k"][-1]
     if feature == "dchunk":  # packed GQA g 4; causal over two tiles, window + 3 splits paged, unmasked
         # blocks with leftpad and 2 splits, packed queries (DCHUNK_PARTS)
         assert [(p["chunk"], p["causal"], p["num_splits"]) for p in parts] == [
@@ -948,10 +975,10 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi", "chunk"]
     for f in smoke.CI_ONCE:
         assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
-    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only, "mla" the
-    # MLA kernel's only)
+    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only, "mla" and
+    # "mlaapp" the MLA kernel's only)
     assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES
-                                              if f not in smoke.CI_ONCE | {"vappend", "mla"}]
+                                              if f not in smoke.CI_ONCE | {"vappend", *smoke.MLA_FEATURES}]
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
     assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
@@ -967,14 +994,16 @@ def test_ci_cases_cover_every_kernel_and_feature():
 
 
 def test_ci_cases_run_the_mla_kernel_on_its_feature():
-    """The MLA decode kernel (dec:bf16:64:512) joins the 16-bit decode group: it runs "mla" (its
-    only feature) and nothing else, and no other kernel runs "mla"; --ci-extra adds nothing to it."""
+    """The MLA decode kernel (dec:bf16:64:512) joins the 16-bit decode group: it runs "mla" and
+    "mlaapp" (its only features) and nothing else, and no other kernel runs them; --ci-extra adds
+    nothing to it."""
     info = dict(CI_INFO, decode=CI_INFO["decode"] + [["bf16", 64, 512]])
     ids = smoke.kernel_ids(info)
     assert "dec:bf16:64:512" in ids
     got = dict(smoke.ci_cases(ids))
-    assert got["dec:bf16:64:512"] == ["mla"]
-    assert [k for k, fs in got.items() if "mla" in fs] == ["dec:bf16:64:512"]
+    assert got["dec:bf16:64:512"] == ["mla", "mlaapp"]
+    for f in smoke.MLA_FEATURES:
+        assert [k for k, fs in got.items() if f in fs] == ["dec:bf16:64:512"]
     assert set(got["dec:bf16:128:128"]) | set(got["dec:fp16:64:64"]) == set(smoke.kernel_features("dec:bf16:128:128"))
     assert dict(smoke.ci_extra_cases(ids))["dec:bf16:64:512"] == []
 

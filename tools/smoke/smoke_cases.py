@@ -77,6 +77,16 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # d_v 512), s_q 1, 16 heads; with qv, softcap, a window and FA3's cache_leftpad (37: a TMA box
 # mid-block) on a contiguous cache. The oracle takes qv as q's extra columns against v's:
 # q.k + qv.v = [q, qv].[k, v].
+# "mlaapp" (the MLA decode kernel only): DeepSeek's decode step with its new keys, as FA3 takes them
+# (k (b, s_new, 1, 64) rope, v (b, s_new, 1, 512) latent): the fused append (d_v 512) writes them,
+# rotated with q (qv never), then the MLA kernel runs over cache_seqlens + s_new (MLAAPP_PARTS): on TMA
+# pages of 64, causal, s_q = s_new 2, GPT-NeoX rotary over all 64 channels, a row of no cached keys
+# and one filled to the capacity; on a contiguous cache, without causal (every query at its entry's
+# position), GPT-J pairs over 32 of the 64 channels (the rest copied) at FA3's rotary_seqlens, 3 new
+# keys for 1 query, cache_leftpad 37 and 3 splits; packed queries and packed new keys (cu_seqlens_q,
+# cu_seqlens_k_new: entries of 0 queries and of 0 new keys, packed tails of no entry) on gathered
+# pages of 16 with 2 splits. The append is checked bit for bit as "append"/"vappend"'s, out/lse
+# against the oracle on the caches after it, as "mla"'s.
 # FA3's FP8 cache with new keys (fa3app, FP8-cache kernels only): fa3desc's launch after the fused
 # append of e4m3 new k/v (FA3APP_PARTS: s_new 2, a row of no cached keys, one filled to the
 # capacity; paged, and contiguous with 3 splits), copied bit for bit (they share the entry's
@@ -89,13 +99,21 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # of no sequence at the end (out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla"]
+                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp"]
+MLA_FEATURES = ("mla", "mlaapp")  # the MLA kernel's own features (its case shapes), and only its
 FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
 # "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
 MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
              (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
              (True, 16, 16, 1, 160, [160, 33], 3, False, {}),
              (True, None, 16, 2, 200, [200, 90], 1, False, dict(softcap=20.0, window=(100, 0), leftpad=[37, 0]))]
+# "mlaapp"'s launches: (queries, new keys) per entry (an int: batched, that many per entry; a list:
+# packed, with MLAAPP_TAIL rows of no entry after), cache_seqlens, capacity, page size (None:
+# contiguous), heads, causal, rotary (rotary_dim, interleaved, rotary_seqlens) or None, leftpad, splits.
+MLAAPP_PARTS = [(2, 2, [0, 62, 254], 256, 64, 16, True, (64, False, None), None, 1),
+                (1, 3, [100, 157], 160, None, 16, False, (32, True, [7, 150]), [37, 0], 3),
+                ([1, 0, 2], [2, 3, 0], [33, 0, 120], 128, 16, 8, True, (64, False, None), None, 2)]
+MLAAPP_TAIL = 2
 # "dchunk" parts: (attention_chunk, causal, window, page size, s_q (packed: per-sequence query
 # counts), seqused, leftpads, num_splits). Chunk 48 divides no block (128, FP8 cache 112); s_q 37
 # packs 148 rows (two tiles, the second of 20 rows); seqused 20 < s_q leaves the first 17 tokens of
@@ -203,8 +221,8 @@ def is_mla(kid: str) -> bool:
 def applies(kid: str, feature: str) -> bool:
     if feature not in family_features(kid) or feature in NOT_APPLICABLE.get(family(kid), ()):
         return False
-    if feature == "mla" or is_mla(kid):  # the MLA kernel has its own feature (its case shapes)
-        return feature == "mla" and is_mla(kid)
+    if feature in MLA_FEATURES or is_mla(kid):  # the MLA kernel has its own features (its case shapes)
+        return feature in MLA_FEATURES and is_mla(kid)
     if feature in ("fa3desc", "fa3app"):  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
     if feature == "vappend":  # packed appends: 16-bit caches (an FP8 cache refuses them)
@@ -563,6 +581,35 @@ def _vappend_part(part, rnd, i32, cache, h_k, d, dv, device, lq, ln, lens, pads,
                 max_q=max(lq) if cu_q is not None else 0, leftpad=i32(pads))
 
 
+def _mlaapp_part(part, rnd, i32, cache, d, dv, device, lq, ln, lens, cap, page, h, causal, rot, pads, splits):
+    """One "mlaapp" launch (MLAAPP_PARTS): one kv head, qv, FA3's MLA scale 1/sqrt(d + d_v); q/qv and
+    new k/v packed where lq / ln are lists (MLAAPP_TAIL rows of no entry after), batched where ints."""
+    import torch
+    b = len(lens)
+
+    def layout(n, heads, dims):  # [tensors of each head dim], cu (packed) or None (batched)
+        if isinstance(n, int):
+            return [rnd(b, n, heads, x) for x in dims], None
+        cu = [0]
+        for x in n:
+            cu.append(cu[-1] + x)
+        return [rnd(cu[-1] + MLAAPP_TAIL, heads, x) for x in dims], i32(cu)
+
+    (q, qv), cu_q = layout(lq, h, (d, dv))
+    (k, v), cu_k = layout(ln, 1, (d, dv))
+    kc, vc, pt, ds = cache(b, cap, 1, page)
+    rdim, interleaved, ro = rot
+    ang = torch.arange(400, dtype=torch.float32)[:, None] * 10000.0 ** (
+        -torch.arange(0, rdim, 2, dtype=torch.float32) / rdim)
+    app = dict(k=k, v=v, cache_seqlens=i32(lens), cos=ang.cos().to(device), sin=ang.sin().to(device),
+               interleaved=interleaved, per_token=causal, cu_k=cu_k, rotary_seqlens=None if ro is None else i32(ro))
+    news = [ln] * b if isinstance(ln, int) else ln
+    seqused = i32([n + m for n, m in zip(lens, news)])  # flash_attn_interface: cache_seqlens + new keys
+    return part(q, kc, vc, pt, ds, seqused, num_splits=splits, causal=causal, append=app, cu_q=cu_q,
+                max_q=max(lq) if cu_q is not None else 0, leftpad=None if pads is None else i32(pads), qv=qv,
+                scale=(d + dv) ** -0.5)
+
+
 def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     """The launches ("parts") of one decode feature: each the arguments of fwd_kvcache_sm90 (q, kc,
     vc, pt, seqused, num_splits, mask, descales) and, for the fused append, of append_kv_sm90
@@ -597,6 +644,8 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                     unchecked=set(unchecked), sinks=sinks, cu_q=cu_q, max_q=max_q, alibi=alibi,
                     leftpad=leftpad, fa3=fa3, qv=qv, scale=scale, chunk=chunk)
 
+    if feature == "mlaapp":
+        return [_mlaapp_part(part, rnd, i32, cache, d, dv, device, *spec) for spec in MLAAPP_PARTS]
     if feature == "mla":
         parts = []
         for with_qv, page, h, s_q, cap, lens, splits, causal, extra in MLA_PARTS:
@@ -847,10 +896,12 @@ def check_dec(p: dict, r: dict) -> dict:
     if p.get("cu_q") is not None:
         cu = p["cu_q"].tolist()
         rows = [(q[None, a:e], out[a:e], lse[:, a:e]) for a, e in zip(cu, cu[1:])]
+        qv_rows = None if p.get("qv") is None else [p["qv"][None, a:e] for a, e in zip(cu, cu[1:])]
         if not ((out[cu[-1]:] == 0).all() and torch.isinf(lse[:, cu[-1]:]).all() and (lse[:, cu[-1]:] < 0).all()):
             return dict(res, status="wrong", detail=f"packed rows {cu[-1]}.. of no sequence: want out 0, lse -inf")
     else:
         rows = [(q[i:i + 1], out[i], lse[i]) for i in range(q.shape[0])]
+        qv_rows = None if p.get("qv") is None else [p["qv"][i:i + 1] for i in range(q.shape[0])]
     pads = [0] * len(rows) if p.get("leftpad") is None else p["leftpad"].tolist()
     for i, n in enumerate(p["seqused"].tolist()):
         n = max(0, min(n, cap))
@@ -879,8 +930,8 @@ def check_dec(p: dict, r: dict) -> dict:
         v_i = reference.kvcache_gather(vc, i, n, pt, vd, descale_per_batch=per_batch)[None, lp:]
         if p.get("alibi") is not None:  # row i's slopes, distances over its n keys
             kw["alibi_slopes"] = p["alibi"][i].double() if p["alibi"].dim() == 2 else p["alibi"].double()
-        if p.get("qv") is not None:  # MLA (batched q): q.k + qv.v = [q, qv].[k, v]
-            q_i = torch.cat([q_i, p["qv"][i:i + 1]], -1)
+        if qv_rows is not None:  # MLA: q.k + qv.v = [q, qv].[k, v]
+            q_i = torch.cat([q_i, qv_rows[i]], -1)
             k_i = torch.cat([k_i, v_i], -1)
         ref, ref_lse = attention_ref64(*(x.double() for x in (q_i, k_i, v_i)), **kw)
         if per_batch:  # FA3's spec: (q8 * q_descale) . (k8 * k_descale), p . (v8 * v_descale)
