@@ -91,7 +91,9 @@ def op_takes(op_name: str, argument: str) -> bool:
 
 def kernel_packed_append_reason(q, k_cache, v_cache, k, v) -> str | None:
     """Why the fused append cannot write new keys in FA3's packed layouts (cu_seqlens_k_new, or
-    with packed queries: append_kv_sm90's cu_seqlens_q/cu_seqlens_k_new); None if it can."""
+    with packed queries: append_kv_sm90's cu_seqlens_q/cu_seqlens_k_new); None if it can. New
+    k/v and caches of q's dtype, or all four float8_e4m3fn (FA3's FP8 cache: the bytes copied,
+    descale_per_batch)."""
     reason = _device_reason(q, lambda: None if op_takes("append_kv_sm90", "cu_seqlens_k_new") else
                             "flash3._C's append_kv_sm90 takes no cu_seqlens_q/cu_seqlens_k_new (an "
                             "older build)")
@@ -99,8 +101,12 @@ def kernel_packed_append_reason(q, k_cache, v_cache, k, v) -> str | None:
         return reason
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"the fused append takes bfloat16/float16 q, got {q.dtype}"
-    if any(t.dtype != q.dtype for t in (k, v, k_cache, v_cache)):
-        return "the fused append takes new k/v and caches of q's dtype"
+    e4m3 = k_cache.dtype == torch.float8_e4m3fn
+    new_dtype = torch.float8_e4m3fn if e4m3 else q.dtype
+    if any(t.dtype != new_dtype for t in (k, v, k_cache, v_cache)):
+        return ("the fused append takes new k/v and caches of q's dtype, or all float8_e4m3fn")
+    if e4m3 and not has_append_e4m3_kernel():
+        return "flash3._C's append_kv_sm90 takes no descale_per_batch (an older build)"
     if any(t.stride(-1) != 1 for t in (k_cache, v_cache)):
         return "k_cache/v_cache have a strided last dimension"
     return None
@@ -453,18 +459,22 @@ def run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_tabl
                              q_per_token, rotary_seqlens):
     """Call flash3::append_kv_sm90 in FA3's packed layouts (cu_seqlens_q: q (total_q, h, d);
     cu_seqlens_k_new: k/v (total_new, h_k, .)); returns q rotated (rotary), else an empty tensor.
-    Reads no device value on the host (capturable in a CUDA graph)."""
+    A float8_e4m3fn cache takes float8_e4m3fn k/v, copied unchanged (descale_per_batch: they
+    share their entry's descales, which the decode kernel applies; no rotary). Reads no device
+    value on the host (capturable in a CUDA graph)."""
     i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()  # noqa: E731
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     rotary = rotary_cos is not None
     cos, sin = ((None, None) if not rotary else
                 (t.to(torch.float32).contiguous() for t in (rotary_cos, rotary_sin)))
     q_out = torch.empty_like(q) if rotary else q  # without rotary the kernel never touches q_out
+    # An e4m3 cache here takes e4m3 k/v under descales per batch entry: copied, no descales.
+    per_batch = {"descale_per_batch": True} if k_cache.dtype == torch.float8_e4m3fn else {}
     torch.ops.flash3.append_kv_sm90(q, k_cache, v_cache, k, v, i32(cache_seqlens), i32(page_table),
                                     cos, sin, bool(rotary_interleaved), bool(q_per_token), q_out,
                                     rotary_seqlens=i32(rotary_seqlens),
                                     cu_seqlens_q=i32(cu_seqlens_q),
-                                    cu_seqlens_k_new=i32(cu_seqlens_k_new))
+                                    cu_seqlens_k_new=i32(cu_seqlens_k_new), **per_batch)
     return q_out if rotary else q.new_empty(0)
 
 
@@ -605,13 +615,16 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
 def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k,
                               page_table, softmax_scale, left, right, softcap, num_splits=0,
                               k_descale=None, v_descale=None, sinks=None, alibi_slopes=None,
-                              cache_leftpad=None, qv=None, attention_chunk=0):
+                              cache_leftpad=None, qv=None, attention_chunk=0,
+                              descale_per_batch=False):
     """Call flash3::fwd_kvcache_sm90 with packed queries (cu_seqlens_q, max_seqlen_q): q
     (total_q, h, d) -> out (total_q, h, d_v), lse (h, total_q); rows of no sequence get out 0,
     lse -inf (the op fills them). Reads no device value on the host (capturable in a CUDA graph).
     Split-KV as in run_kernel_kvcache (partials by packed row). FP8 caches take float32
-    descales (slabs, h_k). ``sinks`` (h,) as in run_kernel_fwd; ``cache_leftpad`` int32 (b,) and
-    ``attention_chunk`` as in run_kernel_kvcache (passed only when given)."""
+    descales (slabs, h_k), or (b, h_k) with ``descale_per_batch`` (FA3's, b the sequences of
+    cu_seqlens_q). ``sinks`` (h,) as in run_kernel_fwd; ``cache_leftpad`` int32 (b,),
+    ``attention_chunk`` and ``descale_per_batch`` as in run_kernel_kvcache (passed only when
+    given)."""
     q = _tma_ready(q)
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
@@ -629,6 +642,7 @@ def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, s
                                       **({} if qv is None else {"qv": _tma_ready(qv)}),
                                       **({"attention_chunk": int(attention_chunk)}
                                          if attention_chunk else {}),
+                                      **({"descale_per_batch": True} if descale_per_batch else {}),
                                       cu_seqlens_q=i32(cu_seqlens_q),
                                       max_seqlen_q=int(max_seqlen_q))
     return out, lse

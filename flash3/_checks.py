@@ -374,15 +374,15 @@ def num_splits(n):
 
 
 def new_keys(q, k_cache, v_cache, k, v, cu_seqlens_k_new, b):
-    """Static checks of attention_with_kvcache's new keys for a cache of q's dtype: batched
-    (b, s_new, h_k, d|d_v), or packed (total_new, h_k, d|d_v) by ``cu_seqlens_k_new`` int32
-    (b + 1,) (FA3's)."""
+    """Static checks of attention_with_kvcache's new keys: batched (b, s_new, h_k, d|d_v), or
+    packed (total_new, h_k, d|d_v) by ``cu_seqlens_k_new`` int32 (b + 1,) (FA3's); q's dtype,
+    or both float8_e4m3fn (an FP8 cache's, which :func:`kvcache_extras` then checks)."""
     packed = cu_seqlens_k_new is not None
     what = "(total_new, heads, headdim)" if packed else "(batch, seqlen, heads, headdim)"
     for n, t in (("k", k), ("v", v)):
         tensor(n, t, 3 if packed else 4, what)
         _same_device("q", q, n, t)
-    _dtypes([("q", q), ("k", k), ("v", v)])
+    _dtypes(([] if is_fp8(k) and is_fp8(k_cache) else [("q", q)]) + [("k", k), ("v", v)])
     h_k, d, d_v = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
     if packed:
         _int32_vector("cu_seqlens_k_new", cu_seqlens_k_new, q, b + 1, f"({b + 1},) (batch + 1)")
@@ -661,9 +661,10 @@ def seqused_q(q, t, b, name="seqused_q"):
 
 def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                  cu_seqlens_k, k_descale, v_descale, lens_name="seqused_k", kn="k", vn="v",
-                 max_d_v=MAX_HEADDIM):
+                 max_d_v=MAX_HEADDIM, descale_per_batch=False):
     """Static checks of packed queries against a cache: paged (page_table), contiguous
-    (b, capacity, ·) (neither page_table nor cu_seqlens_k) or packed (cu_seqlens_k)."""
+    (b, capacity, ·) (neither page_table nor cu_seqlens_k) or packed (cu_seqlens_k).
+    ``descale_per_batch``: an FP8 cache's descales are (b, h_k), b = cu_seqlens_q's sequences."""
     tensor("q", q, 3, "(total_q, heads, headdim)")
     if is_fp8(q):
         raise TypeError(f"q must be fp16/bf16/fp32 with {lens_name}/page_table (an FP8 cache "
@@ -716,7 +717,8 @@ def varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, pag
                              f"{b} sequences")
     elif not packed and k_cache.shape[0] != b:
         raise ValueError(f"{kn} has batch {k_cache.shape[0]} but cu_seqlens_q holds {b} sequences")
-    kvcache_extras(q, k_cache, None, page_table, None, None, False, k_descale, v_descale)
+    kvcache_extras(q, k_cache, None, page_table, None, None, False, k_descale, v_descale,
+                   descale_per_batch=descale_per_batch, batch=b)
 
 
 def packed_lengths(name, cu, total):

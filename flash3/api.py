@@ -213,8 +213,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     to its cache_seqlens[i] cached keys (+ its new ones), masks bottom-right aligned per
     sequence; returns out (total_q, h, d_v) and lse (h, total_q).  On CUDA the decode kernel runs
     it (``num_splits`` as above; packed rows of no sequence get out 0, lse -inf); sinks,
-    cache_leftpad, new k/v and rotary included (the last three not with an FP8 cache:
-    NotImplementedError); fp32 q raises NotImplementedError there.
+    cache_leftpad, new k/v and rotary included (with an FP8 cache: new k/v only with
+    ``descale_per_batch``, and no rotary, as below); fp32 q raises NotImplementedError there.
 
     Packed new keys (``cu_seqlens_k_new`` int32 (b + 1,), FA3's): k/v are (total_new, h_k, ·),
     entry i's new keys k[cu_seqlens_k_new[i]:cu_seqlens_k_new[i+1]] (any count, 0 included),
@@ -222,8 +222,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     entry i takes rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal or local
     (else + 0), as a batched row does.  New keys in a packed layout (cu_seqlens_k_new, or with
     cu_seqlens_q) are appended first (the fused append on CUDA: ops_serve.kvcache_append_packed)
-    and attended to as part of each entry's cache_seqlens[i] + n_new_i keys; not with an FP8
-    cache (NotImplementedError).  In the value contract below s_new is then entry i's count
+    and attended to as part of each entry's cache_seqlens[i] + n_new_i keys.  An FP8 cache takes
+    them with ``descale_per_batch`` (float8_e4m3fn k/v copied unchanged, no rotary); with
+    descales per slab NotImplementedError.  In the value contract below s_new is then entry i's count
     n_new_i; validation mode also checks that cu_seqlens_k_new (like cu_seqlens_q) starts at 0,
     never decreases and ends within k's rows.  The fused append reads cu_seqlens_* on the device
     only: a packed row no entry holds is never appended, and rows never leave their tensors.
@@ -246,7 +247,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     (b, h_k) and row i reads every key with its own descales, whatever page holds it (a page
     shared by rows is read with each row's); new k/v are then float8_e4m3fn bytes under those
     descales (FA3's), copied into the cache unchanged (TypeError for other dtypes; rotary with
-    them and cu_seqlens_q raise NotImplementedError).
+    them raises NotImplementedError); packed queries (b = cu_seqlens_q's sequences) and packed
+    new keys (cu_seqlens_k_new) included, on the kernels on CUDA.
 
     Value contract (no host synchronization).  Shapes, dtypes and devices are always
     checked.  The *values* of cache_seqlens, page_table (and descales, rotary range) are
@@ -278,13 +280,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                                       alibi_slopes, rotary_seqlens, cache_leftpad,
                                       cu_seqlens_k_new, descale_per_batch, chunk)
     if varlen:
-        if descale_per_batch:
-            raise NotImplementedError("attention_with_kvcache: descale_per_batch with "
-                                      "cu_seqlens_q is not implemented")
         return _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal,
                                softmax_scale, window_size, softcap, return_lse, num_splits,
                                rotary_cos, rotary_sin, k_descale, v_descale, sinks, cu_seqlens_q,
-                               max_seqlen_q, alibi_slopes, rotary_seqlens, cache_leftpad, chunk)
+                               max_seqlen_q, alibi_slopes, rotary_seqlens, cache_leftpad, chunk,
+                               descale_per_batch)
     cache_seqlens = _checks.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                     num_splits)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin,
@@ -305,7 +305,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
 def _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal, softmax_scale,
                     window_size, softcap, return_lse, num_splits, rotary_cos, rotary_sin,
                     k_descale, v_descale, sinks, cu_seqlens_q, max_seqlen_q, alibi_slopes=None,
-                    rotary_seqlens=None, cache_leftpad=None, chunk=0):
+                    rotary_seqlens=None, cache_leftpad=None, chunk=0, descale_per_batch=False):
     """attention_with_kvcache with packed queries (cu_seqlens_q) and no new keys."""
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
@@ -314,16 +314,13 @@ def _kvcache_varlen(q, k_cache, v_cache, cache_seqlens, page_table, causal, soft
         if t is not None:
             raise ValueError(f"{n} needs the new keys k and v (the rotary embedding is applied to "
                              "q and the appended k)")
-    if cache_leftpad is not None and (_checks.is_fp8(k_cache) or _checks.is_fp8(v_cache)):
-        raise NotImplementedError("attention_with_kvcache: cache_leftpad with cu_seqlens_q on a "
-                                  "float8_e4m3fn cache is not implemented")
     _checks.num_splits(num_splits)
     cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
     return _varlen_on_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
                             page_table, None, causal, softmax_scale, window_size, softcap,
                             k_descale, v_descale, sinks, return_lse, "attention_with_kvcache",
                             "cache_seqlens", "k_cache", "v_cache", num_splits, alibi_slopes,
-                            cache_leftpad, chunk)
+                            cache_leftpad, chunk, descale_per_batch)
 
 
 def _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q):
@@ -338,14 +335,14 @@ def _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q):
 
 
 def _packed_queries_kernel_check(q, k, v, scale, cu_seqlens_k, sinks, alibi_slopes, cache_leftpad,
-                                 chunk, who, what):
+                                 descale_per_batch, chunk, who, what):
     """CUDA packed queries against a KV cache run on the decode kernel only (the reference reads
     the metadata on the host, so it is CPU-only): NotImplementedError, naming `what`, when the
     kernel cannot take this call."""
     if not q.is_cuda:
         return
     reason = (ops_serve.varlen_kvcache_reason(q, k, v, scale, cu_seqlens_k, sinks, alibi_slopes,
-                                              cache_leftpad)
+                                              cache_leftpad, descale_per_batch)
               or _backend.kernel_chunk_reason(q, "decode", chunk, v.shape[-1]))
     if reason is not None:
         raise NotImplementedError(f"{who}: {what} (packed queries against a KV cache) cannot run "
@@ -369,19 +366,21 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     if k is None or v is None:
         raise ValueError("k and v must be given together" if (k is None) != (v is None) else
                          "cu_seqlens_k_new needs the new keys k and v (it packs them)")
+    fp8 = _checks.is_fp8(k_cache) or _checks.is_fp8(v_cache)
     if descale_per_batch and not (_checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)):
         raise ValueError("descale_per_batch goes with a float8_e4m3fn cache (k_cache is "
                          f"{k_cache.dtype})")
-    if _checks.is_fp8(k_cache) or _checks.is_fp8(v_cache) or descale_per_batch:
+    if fp8 and not descale_per_batch:  # FA3's layout only: e4m3 new keys, copied unchanged
         raise NotImplementedError(f"{who}: new keys packed by cu_seqlens_k_new or with packed "
-                                  "queries (cu_seqlens_q) on a float8_e4m3fn cache are not "
-                                  "implemented")
+                                  "queries (cu_seqlens_q) on a float8_e4m3fn cache take FA3's "
+                                  "descales (descale_per_batch=True, float8_e4m3fn k/v); with "
+                                  "descales per slab they are not implemented")
     _checks.num_splits(num_splits)
     if varlen:
         cache_seqlens = _varlen_cache_seqlens(q, cache_seqlens, cu_seqlens_q)
         _checks.varlen_cache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
                              page_table, None, k_descale, v_descale, "cache_seqlens", "k_cache",
-                             "v_cache")
+                             "v_cache", descale_per_batch=descale_per_batch)
         b = cu_seqlens_q.shape[0] - 1
     else:
         cache_seqlens = _checks.kvcache(q, k_cache, v_cache, None, None, cache_seqlens, page_table,
@@ -389,7 +388,8 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
         b = q.shape[0]
     _checks.new_keys(q, k_cache, v_cache, k, v, cu_seqlens_k_new, b)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
-                           k_descale, v_descale, rotary_seqlens, cache_leftpad, batch=b)
+                           k_descale, v_descale, rotary_seqlens, cache_leftpad,
+                           descale_per_batch, batch=b)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
@@ -397,7 +397,7 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     local = left >= 0 or right >= 0 or chunk > 0  # causal, local or chunked: q rotated per token
     if varlen:  # the decode kernel, or no call at all (checked before the append)
         _packed_queries_kernel_check(q, k_cache, v_cache, scale, None, sinks, alibi_slopes,
-                                     cache_leftpad, chunk, who, "cu_seqlens_q")
+                                     cache_leftpad, descale_per_batch, chunk, who, "cu_seqlens_q")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, k_cache, v_cache)):
         raise NotImplementedError(f"{who}: new keys are appended in place, forward only (no "
                                   "backward); call it under torch.no_grad()")
@@ -410,7 +410,8 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
             raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
                              f"sequence ({max(qs)})")
         _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
-                               rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
+                               k_descale, v_descale, rotary_seqlens=rotary_seqlens,
+                               cache_leftpad=cache_leftpad)
     q_rot = ops_serve.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                             cu_seqlens_q, cu_seqlens_k_new, rotary_cos,
                                             rotary_sin, bool(rotary_interleaved), local,
@@ -424,27 +425,32 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
     if varlen:
         out, lse = ops_serve.attention_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, seqused,
                                                       page_table, None, int(max_seqlen_q), scale,
-                                                      left, right, softcap, None, None, sinks,
-                                                      int(num_splits), alibi_slopes,
-                                                      cache_leftpad, chunk)
+                                                      left, right, softcap, k_descale, v_descale,
+                                                      sinks, int(num_splits), alibi_slopes,
+                                                      cache_leftpad, chunk,
+                                                      **_per_batch_kw(descale_per_batch))
     else:
         out, lse = ops.attention_kvcache(q, k_cache, v_cache, None, None, seqused, page_table,
-                                         scale, left, right, softcap, None, None, False, None,
-                                         None, int(num_splits), sinks, alibi_slopes, None,
-                                         cache_leftpad, False, chunk)
+                                         scale, left, right, softcap, None, None, False, k_descale,
+                                         v_descale, int(num_splits), sinks, alibi_slopes, None,
+                                         cache_leftpad, bool(descale_per_batch), chunk)
     return (out, lse) if return_lse else out
 
 
 def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table, cu_seqlens_k,
                      causal, softmax_scale, window_size, softcap, k_descale, v_descale, sinks,
                      return_lse, who, lens_name, kn, vn, num_splits=0, alibi_slopes=None,
-                     cache_leftpad=None, chunk=0):
-    """Packed queries against a paged, contiguous or packed cache (the reference, forward)."""
+                     cache_leftpad=None, chunk=0, descale_per_batch=False):
+    """Packed queries against a paged, contiguous or packed cache (the decode kernel on CUDA, the
+    reference on the CPU; forward). ``descale_per_batch``: an FP8 cache's descales are FA3's
+    (b, h_k)."""
     _checks.varlen_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
-                         cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn)
-    if cache_leftpad is not None:
-        _checks.kvcache_extras(q, k, None, page_table, None, None, False, None, None,
-                               cache_leftpad=cache_leftpad, batch=cu_seqlens_q.shape[0] - 1)
+                         cu_seqlens_k, k_descale, v_descale, lens_name, kn, vn,
+                         descale_per_batch=descale_per_batch)
+    if cache_leftpad is not None:  # (the descales again: an FP8 cache requires them)
+        _checks.kvcache_extras(q, k, None, page_table, None, None, False, k_descale, v_descale,
+                               cache_leftpad=cache_leftpad, descale_per_batch=descale_per_batch,
+                               batch=cu_seqlens_q.shape[0] - 1)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
@@ -452,7 +458,7 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     what = ("cu_seqlens_q" if kn == "k_cache" else "page_table" if page_table is not None
             else lens_name)
     _packed_queries_kernel_check(q, k, v, scale, cu_seqlens_k, sinks, alibi_slopes, cache_leftpad,
-                                 chunk, who, what)
+                                 descale_per_batch, chunk, who, what)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise NotImplementedError(f"{who}: {what} is forward only (no backward); call it under "
@@ -460,5 +466,12 @@ def _varlen_on_cache(q, k, v, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
     out, lse = ops_serve.attention_varlen_kvcache(q, k, v, cu_seqlens_q, seqused_k, page_table,
                                                   cu_seqlens_k, int(max_seqlen_q), scale, left,
                                                   right, softcap, k_descale, v_descale, sinks,
-                                                  int(num_splits), alibi_slopes, cache_leftpad, chunk)
+                                                  int(num_splits), alibi_slopes, cache_leftpad, chunk,
+                                                  **_per_batch_kw(descale_per_batch))
     return (out, lse) if return_lse else out
+
+
+def _per_batch_kw(descale_per_batch):
+    """descale_per_batch for the packed-query op, passed only when set (as the kernels' optional
+    arguments are)."""
+    return {"descale_per_batch": True} if descale_per_batch else {}

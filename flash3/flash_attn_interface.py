@@ -26,11 +26,13 @@ conventions, and map onto flash3's public API:
   by flash3's packed append (the fused append kernel, then the decode kernel, on CUDA; packed
   query t of entry i at rotary position (rotary_seqlens or cache_seqlens)[i] + t when causal,
   local or chunked, as FA3).  An FP8 cache
-  takes FA3's per-(batch, kv head) descales: without cu_seqlens_q, paged or not, on flash3's
-  decode path with descales per batch entry (FP8 q exactly as bf16, its descale folded into k's;
-  bf16 output); e4m3 new k/v (FA3's: they have q's dtype) are copied into the cache unchanged by
-  the fused append (they share their entry's descales), then attended.  With cu_seqlens_q, or new
-  keys with rotary (or new keys not e4m3), a contiguous cache as before (q dequantized to bf16).
+  takes FA3's per-(batch, kv head) descales (batch: cu_seqlens_q's sequences when packed):
+  batched or packed (cu_seqlens_q) q, paged or not, cache_batch_idx and cache_leftpad included,
+  on flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale
+  folded into k's; bf16 output); e4m3 new k/v (FA3's: they have q's dtype), batched or packed
+  (cu_seqlens_k_new), are copied into the cache unchanged by the fused append (they share their
+  entry's descales), then attended.  New keys with rotary (or not e4m3): batched q on a
+  contiguous cache as before (q dequantized to bf16), otherwise the spec (below).
   ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
   192; above, the reference, for packed queries FA3's spec; MLA calls: the spec).  FP8 (e4m3)
   rotary tables are converted to float32 (exact) and take the same path as other tables.
@@ -57,11 +59,10 @@ intersected with causal/windows) with FP8 inputs or MLA (16-bit ``flash_attn_fun
 included; ``flash_attn_with_kvcache`` on the decode kernels), ``seqused_q`` or ``seqused_k`` with
 FP8 inputs (16-bit: flash3's kernels, alone or together, forward and backward: query rows past
 seqused_q get out 0, lse -inf; keys past seqused_k are not seen and get dk/dv 0),
-with an FP8 cache: ``cache_leftpad`` with ``cu_seqlens_q``, ``cu_seqlens_k_new`` with new keys
-(without them it is unused, as in FA3) and new k/v or rotary with packed queries (16-bit caches
-take all three on flash3's kernels), and an FP8 paged cache with cu_seqlens_q or with new keys
-and rotary (or new keys not float8_e4m3fn).  ``window_size`` may be any pair that converts to
-ints (a tensor).
+with an FP8 cache, new keys with rotary tables (or not float8_e4m3fn) when packed by
+``cu_seqlens_k_new``, with packed queries or on a paged cache (16-bit caches take them on
+flash3's kernels; ``cu_seqlens_k_new`` without new keys is unused, as in FA3).  ``window_size``
+may be any pair that converts to ints (a tensor).
 
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
 d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
@@ -311,11 +312,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
-    # FA3's FP8 decode (batched q; new keys, if any, e4m3 without rotary): the fused append copies
-    # the e4m3 keys unchanged and the decode kernel reads the cache with FA3's (batch, kv head)
-    # descales, paged or not (flash3's descale_per_batch).
-    fa3_fp8 = (fp8_cache and not varlen
-               and (k is None or (_checks.is_fp8(k) and _checks.is_fp8(v) and rotary_cos is None)))
+    # FA3's FP8 decode (new keys, if any, e4m3 without rotary; batched or packed q and new keys):
+    # the fused append copies the e4m3 keys unchanged and the decode kernel reads the cache with
+    # FA3's (batch, kv head) descales, paged or not (flash3's descale_per_batch).
+    fa3_fp8 = fp8_cache and (k is None or (_checks.is_fp8(k) and _checks.is_fp8(v)
+                                           and rotary_cos is None))
     # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
     # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
     # every call), so unused they send no call to the reference.
@@ -331,7 +332,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys), unless
     # mla_reason says why not. Packed new keys (cu_seqlens_k_new), new keys or rotary with packed
     # queries, and cache_leftpad with packed queries run on flash3's kernels (the fused append, then
-    # the decode kernel); with an FP8 cache they stay on the spec.
+    # the decode kernel); with an FP8 cache too where fa3_fp8 holds, else (new keys with rotary, or
+    # not e4m3) they stay on the spec.
     mla = qv is not None or v_cache.shape[-1] > 256
     mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes,
                                     softmax_scale) if mla else None
@@ -339,16 +341,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         qv=qv if mla_reason is not None else None,
         head_dim_v_over_256=v_cache.shape[-1] > 256 and mla_reason is not None,
         # (the MLA kernel's packed route takes no cache_leftpad)
-        cache_leftpad_with_cu_seqlens_q=(fp8_cache or mla) and varlen and cache_leftpad is not None,
-        cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache else None,
+        cache_leftpad_with_cu_seqlens_q=mla and varlen and cache_leftpad is not None,
+        cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache and not fa3_fp8 else None,
         # the decode kernels take the chunk (batched q falls back inside flash3 where they cannot;
         # packed q has no fallback there, so such calls take the spec here); the MLA kernel not
         attention_chunk=chunk if mla or (varlen and q.is_cuda and _backend.kernel_chunk_reason(
             q, "decode", chunk, v_cache.shape[-1]) is not None) else 0,
-        fp8_paged_cache_with_new_kv_or_cu_seqlens_q=(fp8_cache and not fa3_fp8
-                                                     and page_table is not None),
-        cu_seqlens_q_with_new_kv=fp8_cache and varlen and (k is not None
-                                                           or rotary_cos is not None))
+        fp8_paged_cache_with_new_kv=fp8_cache and not fa3_fp8 and page_table is not None,
+        cu_seqlens_q_with_new_kv=fp8_cache and not fa3_fp8 and varlen)
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         if cache_seqlens is None:
@@ -411,7 +411,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if _checks.is_fp8(q):  # q8 as bf16 exactly; scores = q8 . k8 * (q_descale * k_descale)
             kd = _descale(q_descale, "q_descale", b, h_k, q.device) * kd
             q = q.to(torch.bfloat16)
-    elif fp8_cache:  # contiguous here, with new keys or cu_seqlens_q (a paged one took the spec)
+    elif fp8_cache:  # batched q, contiguous, new keys fa3_fp8 does not take (the rest: the spec)
         kd, vd = (_descale(d, n, b, h_k, q.device) for d, n in
                   ((k_descale, "k_descale"), (v_descale, "v_descale")))
         if cache_batch_idx is not None:  # per cache row: row cache_batch_idx[i] has row i's
@@ -420,7 +420,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                       .index_copy_(0, idx, d) for d in (kd, vd))
         if _checks.is_fp8(q):  # FA3 computes with fp8 q: dequantize once to bf16
             qd = _descale(q_descale, "q_descale", b, h_k, q.device)
-            q = _dequantize_q(q, qd, cu_seqlens_q)
+            q = _dequantize_q(q, qd)
         if k is not None and _checks.is_fp8(k):  # stored back as the same bytes by flash3
             k, v = (_dequantize_new(x, d, cache_batch_idx, q.dtype) for x, d in ((k, kd), (v, vd)))
     out, lse = attention_with_kvcache(
@@ -552,16 +552,10 @@ def _gather_page_rows(page_table, idx):
     return torch.where(ok.view(-1, 1), got, torch.full_like(got, -1))
 
 
-def _dequantize_q(q8, qd, cu_seqlens_q):
-    """FP8 q (b, s, h, d) or packed (total, h, d) times its (b, h_k) descale, as bf16."""
+def _dequantize_q(q8, qd):
+    """FP8 q (b, s, h, d) times its (b, h_k) descale, as bf16."""
     h = q8.shape[-2]
-    per_head = qd.repeat_interleave(h // qd.shape[1], dim=1)  # (b, h)
-    if cu_seqlens_q is not None:  # the sequence of each packed token (no host read)
-        tok = torch.arange(q8.shape[0], device=q8.device, dtype=cu_seqlens_q.dtype)
-        seq = torch.searchsorted(cu_seqlens_q[1:], tok, right=True)
-        scale = per_head[seq.clamp_(max=per_head.shape[0] - 1)]  # (total, h)
-    else:
-        scale = per_head[:, None]  # (b, 1, h)
+    scale = qd.repeat_interleave(h // qd.shape[1], dim=1)[:, None]  # (b, 1, h)
     return (q8.to(torch.float32) * scale.unsqueeze(-1)).to(torch.bfloat16)
 
 

@@ -178,16 +178,18 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                              sinks: Optional[Tensor] = None, num_splits: int = 0,
                              alibi_slopes: Optional[Tensor] = None,
                              cache_leftpad: Optional[Tensor] = None,
-                             attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
+                             attention_chunk: int = 0,
+                             descale_per_batch: bool = False) -> tuple[Tensor, Tensor]:
     # Forward only.  CUDA: the decode kernel (packed GQA, split-KV by packed row), or
     # NotImplementedError (varlen_kvcache_reason, kernel_chunk_reason); CPU: the reference.
+    # descale_per_batch: an FP8 cache's descales are FA3's (b, h_k), b = sequences.
     if validation.validation_enabled(q, cu_seqlens_q, seqused_k, page_table, cache_leftpad):
         _checks.varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table,
                                     cu_seqlens_k, max_seqlen_q, k_descale, v_descale,
                                     cache_leftpad=cache_leftpad)
     if q.is_cuda:
         reason = (varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k, sinks,
-                                        alibi_slopes, cache_leftpad)
+                                        alibi_slopes, cache_leftpad, descale_per_batch)
                   or _backend.kernel_chunk_reason(q, "decode", attention_chunk, v_cache.shape[-1]))
         if reason is not None:
             raise NotImplementedError(f"packed queries against a KV cache on CUDA: {reason} "
@@ -198,28 +200,33 @@ def attention_varlen_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seq
                                                   k_descale, v_descale, sinks,
                                                   **ops._alibi_kw(alibi_slopes),
                                                   cache_leftpad=cache_leftpad,
-                                                  **ops._chunk_kw(attention_chunk))
+                                                  **ops._chunk_kw(attention_chunk),
+                                                  **({"descale_per_batch": True}
+                                                     if descale_per_batch else {}))
     return reference.varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k,
                                           page_table, cu_seqlens_k, softmax_scale, window_left,
                                           window_right, softcap, k_descale, v_descale, sinks,
-                                          alibi_slopes, cache_leftpad, attention_chunk)
+                                          alibi_slopes, cache_leftpad, attention_chunk,
+                                          descale_per_batch)
 
 
 @attention_varlen_kvcache.register_fake
 def _(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k, max_seqlen_q,
       softmax_scale, window_left, window_right, softcap, k_descale=None, v_descale=None,
-      sinks=None, num_splits=0, alibi_slopes=None, cache_leftpad=None, attention_chunk=0):
+      sinks=None, num_splits=0, alibi_slopes=None, cache_leftpad=None, attention_chunk=0,
+      descale_per_batch=False):
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     return out, ops._lse_varlen(q)
 
 
 def varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k=None, sinks=None,
-                          alibi_slopes=None, cache_leftpad=None):
-    """Why the decode kernel cannot run packed queries against this cache (with cache_leftpad
-    when given); None if it can."""
+                          alibi_slopes=None, cache_leftpad=None, descale_per_batch=False):
+    """Why the decode kernel cannot run packed queries against this cache (with cache_leftpad,
+    FA3's per-batch FP8 descales when given); None if it can."""
     return (_backend.kernel_varlen_kvcache_reason(q, k_cache, v_cache, softmax_scale, cu_seqlens_k,
                                                   sinks, alibi_slopes)
-            or (None if cache_leftpad is None else _backend.kernel_leftpad_reason(q)))
+            or (None if cache_leftpad is None else _backend.kernel_leftpad_reason(q))
+            or (_backend.kernel_descale_per_batch_reason(q) if descale_per_batch else None))
 
 
 # ----------------------------------------------------------------- new keys in FA3's packed layouts
@@ -232,11 +239,17 @@ def kvcache_append_packed(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor
                           rotary_seqlens: Optional[Tensor]) -> Tensor:
     """New k/v written into a (paged) cache of q's dtype at cache_seqlens[i] + t, rotated with q
     when rotary tables are given, in FA3's packed layouts: q packed by cu_seqlens_q and/or k/v by
-    cu_seqlens_k_new (reference.kvcache_append_packed says what lands where).  Returns q rotated,
+    cu_seqlens_k_new (reference.kvcache_append_packed says what lands where).  A float8_e4m3fn
+    cache takes float8_e4m3fn k/v (FA3's FP8 cache, descales per batch entry, no rotary): copied
+    unchanged, the bytes sharing their entry's descales (applied by the attention).  Returns q rotated,
     or an empty tensor without rotary.  CUDA: the fused append (append_kv_sm90: no host reads,
     slots outside the cache or behind a bad page id skipped), or where it cannot run the reference
     (host reads) with the package's one-time fallback warning; CPU: the reference.  The caller
     validated everything first (flash3.api attention_with_kvcache)."""
+    if k_cache.dtype == torch.float8_e4m3fn and (
+            rotary_cos is not None or any(t.dtype != k_cache.dtype for t in (k, v, v_cache))):
+        raise TypeError("kvcache_append_packed: a float8_e4m3fn cache takes float8_e4m3fn k/v "
+                        "(copied unchanged) and no rotary")
     reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
     if reason is None:
         return _backend.run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens,

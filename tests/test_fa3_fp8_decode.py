@@ -246,10 +246,252 @@ def test_descale_per_batch_argument_checks():
     with pytest.raises(TypeError, match="v has dtype"):  # k e4m3, v not
         flash3.attention_with_kvcache(q, k8, v8, kn8, kn, k_descale=kd, v_descale=vd, **kw30)
     assert torch.equal(before.view(torch.uint8), k8.view(torch.uint8))  # nothing written
-    with pytest.raises(NotImplementedError, match="descale_per_batch"):
+    # packed queries: (batch, h_k) counts cu_seqlens_q's sequences (4 here), not q's rows
+    with pytest.raises(ValueError, match=r"k_descale must have shape \(batch, kv_heads\) = \(4, 2\)"):
         flash3.attention_with_kvcache(q.view(3, 4, 64), k8, v8, k_descale=kd, v_descale=vd,
-                                      cu_seqlens_q=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
-                                      max_seqlen_q=1, **kw)
+                                      cu_seqlens_q=torch.tensor([0, 1, 2, 2, 3], dtype=torch.int32),
+                                      max_seqlen_q=1, **dict(kw, page_table=torch.cat([table, table[:1]]),
+                                                             cache_seqlens=torch.cat([lens, lens[:1]])))
+
+
+# FA3's packed layouts on an FP8 cache: queries per entry (cu_seqlens_q), new keys per entry
+# (cu_seqlens_k_new), cache_seqlens and leftpads. Entry 1 has no queries, entry 2 no new keys,
+# entry 3 fills its 40-key row; entry 0's leftpad leaves it no cached key before its new ones.
+PK_LQ, PK_LN, PK_LENS, PK_PADS = [3, 0, 1, 4], [2, 3, 0, 1], [5, 0, 9, 39], [5, 0, 9, 13]
+
+
+def cu32(lens):
+    return torch.tensor([0] + list(lens), dtype=torch.int32).cumsum(0, dtype=torch.int32)
+
+
+def fp8_packed(packed_q, packed_k, paged, rows=4, seed=0, h=4, h_k=2, d=64, cap=40, page=8,
+               device="cpu"):
+    """e4m3 q and new k/v (packed per PK_LQ / PK_LN with tail rows of no entry, or batched: 2
+    queries, 1 new key per entry), each entry's quantized with its own FA3 descales (b, h_k); an e4m3 cache of `rows`
+    rows of `cap` keys (paged in shuffled pages of `page`, 3 spares; or contiguous)."""
+    g = torch.Generator().manual_seed(seed)
+    b = len(PK_LENS)
+    qd, kd, vd = (torch.rand(b, h_k, generator=g) * 0.1 + 0.01 for _ in range(3))
+    q8s = lambda x, ds, per: reference.quantize_fp8_cache(  # noqa: E731
+        x, ds.repeat_interleave(h // h_k, dim=-1) if per == "q" else ds)
+
+    def rows_of(lens, heads, dim, ds, per, tail):  # packed (total + tail, heads, dim) or batched
+        if lens is None:
+            n = 2 if per == "q" else 1
+            return q8s(torch.randn(b, n, heads, dim, generator=g), ds[:, None, :], per)
+        parts = [q8s(torch.randn(n, heads, dim, generator=g), ds[i][None, :], per)
+                 for i, n in enumerate(lens)]
+        parts.append(torch.randn(tail, heads, dim, generator=g).to(F8))  # rows of no entry
+        return torch.cat(parts)
+    q8 = rows_of(PK_LQ if packed_q else None, h, d, qd, "q", 2)
+    kn8 = rows_of(PK_LN if packed_k else None, h_k, d, kd, "k", 1)
+    vn8 = rows_of(PK_LN if packed_k else None, h_k, d, vd, "k", 1)
+    if paged:
+        n = rows * cap // page + 3
+        table = torch.randperm(n, generator=g)[:rows * cap // page].view(rows, -1).to(torch.int32)
+        k8, v8 = (torch.randn(n, page, h_k, d, generator=g).to(F8) for _ in range(2))
+    else:
+        table = None
+        k8, v8 = (torch.randn(rows, cap, h_k, d, generator=g).to(F8) for _ in range(2))
+    kw = dict(cache_seqlens=torch.tensor(PK_LENS, dtype=torch.int32), page_table=table)
+    if packed_q:
+        kw.update(cu_seqlens_q=cu32(PK_LQ), max_seqlen_q=max(PK_LQ))
+    if packed_k:
+        kw["cu_seqlens_k_new"] = cu32(PK_LN)
+    to = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    return ([to(x) for x in (q8, kn8, vn8, k8, v8, qd, kd, vd)],
+            {n: to(x) for n, x in kw.items()})
+
+
+def packed_spec(q8, kn8, vn8, k8, v8, qd, kd, vd, kw, causal, new_kv=True):
+    """FA3's spec (CPU) of a packed call: out, lse, and the caches after its append."""
+    kc, vc = k8.cpu().clone(), v8.cpu().clone()
+    spec_kw = {n: x.cpu() if isinstance(x, torch.Tensor) else x for n, x in kw.items()
+               if n != "max_seqlen_q"}
+    if not new_kv:
+        spec_kw.pop("cu_seqlens_k_new", None)
+    out, lse = fa3_forward(q8.cpu(), kc, vc, k_new=kn8.cpu() if new_kv else None,
+                           v_new=vn8.cpu() if new_kv else None, softmax_scale=q8.shape[-1] ** -0.5,
+                           window_right=0 if causal else -1, q_descale=qd.cpu(),
+                           k_descale=kd.cpu(), v_descale=vd.cpu(), **spec_kw)
+    return out, lse, kc, vc
+
+
+@pytest.mark.parametrize("packed_q,packed_k,new_kv", [(True, True, True), (True, False, True),
+                                                      (False, True, True), (True, False, False)])
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("extras", [(), ("leftpad",), ("batch_idx",), ("leftpad", "batch_idx")])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_packed_layouts_run_flash3_path_and_match_spec(monkeypatch, packed_q, packed_k, new_kv,
+                                                           paged, extras, causal):
+    """FP8 cache with packed queries (cu_seqlens_q) and/or packed e4m3 new keys (cu_seqlens_k_new),
+    paged or contiguous, cache_leftpad / cache_batch_idx: flash3's path (descale_per_batch, q8 as
+    bf16 with q's descale folded into K's), the appended bytes FA3's exactly, out/lse as the spec."""
+    rows = 5 if "batch_idx" in extras else 4  # one cache row nobody uses
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(packed_q, packed_k, paged, rows, seed=3)
+    if "leftpad" in extras:
+        kw["cache_leftpad"] = torch.tensor(PK_PADS, dtype=torch.int32)
+    if "batch_idx" in extras:
+        kw["cache_batch_idx"] = torch.tensor([2, 4, 0, 1], dtype=torch.int32)
+    if not new_kv:
+        kw.pop("cu_seqlens_k_new", None)
+    seen = {}
+    real = fai.attention_with_kvcache
+
+    def spy(*a, **k):
+        seen.update(k, k_new=a[3] if len(a) > 3 else None)
+        return real(*a, **k)
+    monkeypatch.setattr(fai, "attention_with_kvcache", spy)
+    no_spec(monkeypatch)
+    kc, vc = k8.clone(), v8.clone()
+    new = (kn8, vn8) if new_kv else (None, None)
+    out, lse, *_ = fai.flash_attn_with_kvcache(q8, kc, vc, *new, q_descale=qd, k_descale=kd,
+                                               v_descale=vd, causal=causal, return_softmax_lse=True,
+                                               **kw)
+    assert seen["descale_per_batch"] is True
+    assert torch.allclose(seen["k_descale"], qd * kd) and torch.equal(seen["v_descale"], vd)
+    assert not new_kv or seen["k_new"].dtype == F8  # handed on as e4m3
+    ref, ref_lse, kc_s, vc_s = packed_spec(q8, kn8, vn8, k8, v8, qd, kd, vd, kw, causal, new_kv)
+    for got, want in ((kc, kc_s), (vc, vc_s)):  # the append: FA3's bytes exactly
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert out.dtype == torch.bfloat16
+    rows_q = slice(0, sum(PK_LQ)) if packed_q else slice(None)
+    torch.testing.assert_close(out[rows_q].float(), ref[rows_q].float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse[..., rows_q], ref_lse[..., rows_q], atol=1e-4, rtol=1e-4)
+    if packed_q:  # packed rows of no entry: out 0, lse -inf
+        assert (out[sum(PK_LQ):] == 0).all() and (lse[:, sum(PK_LQ):] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("packed_q,packed_k", [(True, True), (False, True), (True, False)])
+def test_fp8_packed_kernel_path_reads_nothing_on_the_host(monkeypatch, packed_q, packed_k):
+    """The kernel branch (stubs for the fused append and the decode ops, on CPU tensors, validation
+    off): no device value read on the host; the append gets the e4m3 bytes and the packed
+    metadata, the decode op descale_per_batch with FA3's (b, h_k) descales, each entry's
+    cache_seqlens + n_new keys and the leftpads. Validation mode reads them (positive control)."""
+    from flash3 import _backend, ops_serve, validation
+    from test_validation import HostRead, no_host_reads
+    calls = {}
+
+    def fake_append(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_q, cu_k, cos, sin,
+                    interleaved, q_per_token, ro):
+        calls["append"] = dict(k=k, v=v, k_cache=k_cache, cu_q=cu_q, cu_k=cu_k, rotary=cos)
+        return q.new_empty(0)
+
+    def fake_varlen(q, kc, vc, cu_q, seqused, pt, cu_k, max_q, *args, **kw):
+        calls["attention"] = dict(seqused=seqused, k_descale=args[4], v_descale=args[5],
+                                  leftpad=args[9], **kw)
+        return q.new_zeros(*q.shape[:-1], vc.shape[-1]), torch.zeros(q.shape[1], q.shape[0])
+
+    def fake_batched(q, k_cache, v_cache, seqused_k, page_table, *a, **kw):
+        calls["attention"] = dict(seqused=seqused_k, k_descale=a[5], v_descale=a[6], **kw)
+        return q.new_zeros(*q.shape[:-1], v_cache.shape[-1]), torch.zeros(q.shape[0], q.shape[2], q.shape[1])
+
+    from flash3 import ops
+    monkeypatch.setattr(_backend, "kernel_packed_append_reason", lambda *a: None)
+    monkeypatch.setattr(_backend, "run_kernel_append_packed", fake_append)
+    monkeypatch.setattr(ops_serve, "attention_varlen_kvcache", fake_varlen)
+    monkeypatch.setattr(ops, "_kvcache_dispatch", lambda q, k, v, s, run_kernel, *more: run_kernel())
+    monkeypatch.setattr(_backend, "run_kernel_kvcache", fake_batched)
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(packed_q, packed_k, True, seed=5)
+    kw["cache_leftpad"] = torch.tensor(PK_PADS, dtype=torch.int32)
+    q = q8.to(torch.bfloat16)
+    args = (q, k8.clone(), v8.clone(), kn8, vn8)
+    opts = dict(k_descale=kd, v_descale=vd, descale_per_batch=True, causal=True, **kw)
+    try:
+        validation._FORCE = True
+        with no_host_reads(monkeypatch), pytest.raises(HostRead):
+            flash3.attention_with_kvcache(*args, **opts)
+        validation._FORCE = False
+        calls.clear()
+        with no_host_reads(monkeypatch):
+            flash3.attention_with_kvcache(*args, **opts)
+    finally:
+        validation._FORCE = None
+    a, t = calls["append"], calls["attention"]
+    assert a["k"] is kn8 and a["v"] is vn8 and a["k_cache"].dtype == F8 and a["rotary"] is None
+    assert (a["cu_q"] is None) != packed_q and (a["cu_k"] is None) != packed_k
+    n_new = PK_LN if packed_k else [1] * 4
+    assert torch.equal(t["seqused"], torch.tensor([n + m for n, m in zip(PK_LENS, n_new)],
+                                                  dtype=torch.int32))
+    assert t["descale_per_batch"] is True
+    assert torch.equal(t["k_descale"], kd) and torch.equal(t["v_descale"], vd)
+
+
+def test_fp8_kernel_wrappers_pass_descale_per_batch(monkeypatch):
+    """_backend's wrappers of the C++ ops: an e4m3 cache's packed append asks the copy
+    (descale_per_batch, no descales); the packed-query decode passes descale_per_batch when set,
+    and nothing new when not (builds without it serve 16-bit calls)."""
+    from flash3 import _backend
+    seen = {}
+    fake_ns = type("ns", (), {})()
+    fake_ns.append_kv_sm90 = lambda *a, **kw: seen.setdefault("append", (a, kw))
+    fake_ns.fwd_kvcache_sm90 = lambda *a, **kw: seen.setdefault("decode", []).append(kw)
+    monkeypatch.setattr(torch.ops, "flash3", fake_ns)
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(True, True, True, seed=6)
+    q = q8.to(torch.bfloat16)
+    _backend.run_kernel_append_packed(q, k8, v8, kn8, vn8, kw["cache_seqlens"], kw["page_table"],
+                                      kw["cu_seqlens_q"], kw["cu_seqlens_k_new"], None, None,
+                                      False, True, None)
+    a, akw = seen["append"]
+    # the copy: descale_per_batch, no k_descale/v_descale (positional 13/14, or by keyword)
+    assert akw["descale_per_batch"] is True and a[3] is kn8 and len(a) == 12
+    assert "k_descale" not in akw and "v_descale" not in akw
+    for per_batch in (True, False):
+        _backend.run_kernel_varlen_kvcache(q, k8, v8, kw["cu_seqlens_q"], 4, kw["cache_seqlens"],
+                                           kw["page_table"], 0.125, -1, 0, 0.0, 0, kd, vd,
+                                           descale_per_batch=per_batch)
+    with_flag, without = seen["decode"]
+    assert with_flag["descale_per_batch"] is True and "descale_per_batch" not in without
+
+
+def test_fp8_packed_rejected_calls_write_nothing():
+    """Bad shapes or values with packed layouts on an FP8 cache: a ValueError (TypeError for a
+    dtype) naming the argument, raised before anything is written."""
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(True, True, True, seed=7)
+    q = q8.to(torch.bfloat16)
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
+    base = dict(k_descale=kd, v_descale=vd, descale_per_batch=True, **kw)
+    bad = [(dict(k_descale=torch.ones(q.shape[0], 2)), ValueError, "k_descale must have shape"),
+           (dict(v_descale=vd[:, :1]), ValueError, "v_descale must have shape"),
+           (dict(k_descale=kd.to(torch.float64)), TypeError, "k_descale"),
+           (dict(cu_seqlens_k_new=i32([0, 2, 5, 5])), ValueError, "cu_seqlens_k_new must have shape"),
+           (dict(cu_seqlens_k_new=i32([0, 2, 1, 5, 6])), ValueError, "cu_seqlens_k_new must start at 0"),
+           (dict(cu_seqlens_q=i32([0, 3, 3, 2, 8])), ValueError, "cu_seqlens_q must start at 0"),
+           (dict(cache_seqlens=i32([5, 0, 9, 40])), ValueError, "page_table has too few pages"),
+           (dict(cache_leftpad=i32([0, 4, 0, 0])), ValueError, r"cache_leftpad\[1\] = 4 is outside"),
+           (dict(cache_leftpad=i32([0, 0, 0])), ValueError, "cache_leftpad must be int32 of shape"),
+           (dict(page_table=kw["page_table"][:3]), ValueError, "page_table has 3 rows"),
+           (dict(k_descale=kd * float("nan")), ValueError, "k_descale must be finite"),
+           (dict(max_seqlen_q=3), ValueError, "max_seqlen_q")]
+    for change, exc, msg in bad:
+        kc, vc = k8.clone(), v8.clone()
+        with pytest.raises(exc, match=msg):
+            flash3.attention_with_kvcache(q, kc, vc, kn8, vn8, **dict(base, **change))
+        assert torch.equal(kc.view(torch.uint8), k8.view(torch.uint8)), msg
+        assert torch.equal(vc.view(torch.uint8), v8.view(torch.uint8)), msg
+    kc, vc = k8.clone(), v8.clone()
+    with pytest.raises(ValueError, match=r"k must have shape \(total_new, 2, 64\)"):
+        flash3.attention_with_kvcache(q, kc, vc, kn8[:, :1], vn8, **base)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):  # per batch: e4m3 new keys only
+        flash3.attention_with_kvcache(q, kc, vc, kn8.to(torch.bfloat16), vn8.to(torch.bfloat16),
+                                      **base)
+    with pytest.raises(TypeError, match="v has dtype"):
+        flash3.attention_with_kvcache(q, kc, vc, kn8, vn8.to(torch.bfloat16), **base)
+    cos = torch.ones(64, 16)
+    with pytest.raises(NotImplementedError, match="rotary"):
+        flash3.attention_with_kvcache(q, kc, vc, kn8, vn8, rotary_cos=cos, rotary_sin=cos, **base)
+    with pytest.raises(NotImplementedError, match="descales per slab"):
+        flash3.attention_with_kvcache(q, kc, vc, kn8.to(torch.bfloat16), vn8.to(torch.bfloat16),
+                                      **dict(base, descale_per_batch=False,
+                                             k_descale=torch.ones(k8.shape[0], 2),
+                                             v_descale=torch.ones(k8.shape[0], 2)))
+    assert torch.equal(kc.view(torch.uint8), k8.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), v8.view(torch.uint8))
+    # through FA3's interface: a descale that does not broadcast to (sequences, h_k)
+    with pytest.raises(ValueError, match="k_descale must broadcast"):
+        fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, q_descale=qd, k_descale=kd[:, :1].T,
+                                    v_descale=vd, **kw)
+    assert torch.equal(kc.view(torch.uint8), k8.view(torch.uint8))
 
 
 

@@ -146,19 +146,21 @@ def test_rejected_calls_write_nothing():
     with pytest.raises(ValueError, match="cu_seqlens_k_new needs the new keys"):
         flash3.attention_with_kvcache(q, kc, vc, **base)
     kc8, vc8 = kc.to(torch.float8_e4m3fn), vc.to(torch.float8_e4m3fn)
+    before8 = kc8.clone(), vc8.clone()
     ds = torch.ones(kc.shape[0], H_K)
-    with pytest.raises(NotImplementedError, match="float8_e4m3fn cache"):
+    # per-slab descales: refused by name (FA3's per-batch descales with e4m3 k/v take this path)
+    with pytest.raises(NotImplementedError, match="float8_e4m3fn cache take FA3's descales"):
         flash3.attention_with_kvcache(q, kc8, vc8, k, v, k_descale=ds, v_descale=ds, **base)
-    with pytest.raises(NotImplementedError, match="cache_leftpad with cu_seqlens_q on a float8_e4m3fn"):
-        flash3.attention_with_kvcache(q, kc8, vc8, k_descale=ds, v_descale=ds, cache_seqlens=i32(LENS),
-                                      page_table=pt, cu_seqlens_q=cu(LQ), max_seqlen_q=4,
-                                      cache_leftpad=i32([0, 0, 1, 2]))
+    assert torch.equal(kc8.view(torch.uint8), before8[0].view(torch.uint8))
+    assert torch.equal(vc8.view(torch.uint8), before8[1].view(torch.uint8))
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
 def test_fp8_caches_keep_the_spec_by_name(monkeypatch):
-    """flash_attn_interface: an FP8 cache with packed new keys, new keys with packed queries, or
-    cache_leftpad with packed queries still runs the spec, under the same reason names."""
+    """flash_attn_interface: an FP8 cache with packed new keys, or new keys with packed queries,
+    that are not e4m3 or come with rotary tables still runs the spec, under the same reason names
+    (e4m3 ones without rotary, and cache_leftpad with packed queries, run flash3's path:
+    test_fa3_fp8_decode.py)."""
     seen = []
 
     def record(fn, q, reason, **kw):
@@ -169,8 +171,10 @@ def test_fp8_caches_keep_the_spec_by_name(monkeypatch):
     q, k, v, cos, sin = inputs(True, True)
     kc, vc, _ = cache(False)
     kc8, vc8 = kc.to(f8), vc.to(f8)
+    rot = dict(rotary_cos=cos, rotary_sin=sin)
     calls = [(dict(k=k, v=v, cu_seqlens_k_new=cu(LN)), "cu_seqlens_k_new, cu_seqlens_q_with_new_kv"),
-             (dict(cache_leftpad=i32([0, 0, 1, 2])), "cache_leftpad_with_cu_seqlens_q")]
+             (dict(k=k.to(f8), v=v.to(f8), cu_seqlens_k_new=cu(LN), **rot),
+              "cu_seqlens_k_new, cu_seqlens_q_with_new_kv")]
     for kw, reason in calls:
         with pytest.raises(StopIteration):
             fai.flash_attn_with_kvcache(q, kc8, vc8, cache_seqlens=i32(LENS), cu_seqlens_q=cu(LQ),

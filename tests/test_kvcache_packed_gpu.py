@@ -2,7 +2,9 @@
 by cu_seqlens_q through flash3.attention_with_kvcache (the fused append kernel, then the decode
 kernel), against the same call on the CPU (flash3's reference): the caches and the rotated
 appends bit for bit, out by the FlashAttention rule against an fp32 computation, lse closely;
-CUDA-graph capture and replay. Skipped without an sm_90 device or a bf16 d-128 decode kernel."""
+CUDA-graph capture and replay. FA3's FP8 cache in the same layouts (e4m3 q/cache/new keys, its
+(b, h_k) descales: flash_attn_interface's descale_per_batch path) against FA3's spec. Skipped
+without an sm_90 device or a bf16 d-128 decode kernel (16-bit or FP8 cache)."""
 import json
 
 import pytest
@@ -122,3 +124,98 @@ def test_packed_append_cuda_graph_replays_like_eager():
         want, _, kc_e, _ = call(q2, k2, v2, kc2, vc2, dict(kw, cache_seqlens=lens2), "cuda")
         torch.cuda.synchronize()
         assert torch.equal(out_g, want) and torch.equal(kc_g, kc_e)
+
+
+# ----------------------------------------------------------------- FA3's FP8 cache, packed layouts
+def need_fp8_kernel():
+    info = json.loads(torch.ops.flash3.kernel_info()) if hasattr(torch.ops.flash3, "kernel_info") else {}
+    if ["bf16", D, D] not in info.get("decode_fp8_cache", []):
+        pytest.skip("flash3._C has no bf16 d-128 FP8-cache decode kernel")
+    if not (flash3._backend.op_takes("append_kv_sm90", "cu_seqlens_k_new")
+            and flash3._backend.has_append_e4m3_kernel()
+            and flash3._backend.has_descale_per_batch_kernel()):
+        pytest.skip("flash3._C's append/decode take no packed layouts or descale_per_batch (an older build)")
+
+
+@pytest.mark.parametrize("packed_q,packed_k,new_kv", [(True, True, True), (True, False, True),
+                                                      (False, True, True), (True, False, False)])
+@pytest.mark.parametrize("page,causal,num_splits,extras", [(16, True, 0, ("leftpad",)),
+                                                           (None, False, 3, ("batch_idx",)),
+                                                           (64, True, 2, ("leftpad", "batch_idx"))])
+def test_fp8_packed_layouts_match_the_spec(packed_q, packed_k, new_kv, page, causal, num_splits, extras):
+    """flash_attn_interface.flash_attn_with_kvcache with e4m3 q/cache (and e4m3 new keys), FA3's
+    (b, h_k) descales, queries packed by cu_seqlens_q and/or new keys by cu_seqlens_k_new: the
+    fused append (the bytes copied) and the FP8-cache decode kernel with descales per batch entry,
+    no fallback; the caches byte for byte and out against FA3's spec (reference/fa3.py) on the CPU,
+    packed rows of no entry out 0, lse -inf."""
+    import warnings
+    from flash3 import flash_attn_interface as fai
+    from test_fa3_fp8_decode import PK_LQ, PK_PADS, fp8_packed, packed_spec
+    need_fp8_kernel()
+    rows = 5 if "batch_idx" in extras else 4
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(packed_q, packed_k, page is not None, rows,
+                                                        seed=page or 1, h=H, h_k=H_K, d=D, cap=CAP,
+                                                        page=page or CAP, device="cuda")
+    if "leftpad" in extras:
+        kw["cache_leftpad"] = torch.tensor(PK_PADS, dtype=torch.int32, device="cuda")
+    if "batch_idx" in extras:
+        kw["cache_batch_idx"] = torch.tensor([2, 4, 0, 1], dtype=torch.int32, device="cuda")
+    if not new_kv:
+        kw.pop("cu_seqlens_k_new", None)
+    kc, vc = k8.clone(), v8.clone()
+    new = (kn8, vn8) if new_kv else (None, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warning would fail the test
+        out, lse, *_ = fai.flash_attn_with_kvcache(q8, kc, vc, *new, q_descale=qd, k_descale=kd,
+                                                   v_descale=vd, causal=causal, num_splits=num_splits,
+                                                   return_softmax_lse=True, **kw)
+    ref, ref_lse, kc_s, vc_s = packed_spec(q8, kn8, vn8, k8, v8, qd, kd, vd, kw, causal, new_kv)
+    assert torch.equal(kc.cpu().view(torch.uint8), kc_s.view(torch.uint8))  # FA3's bytes exactly
+    assert torch.equal(vc.cpu().view(torch.uint8), vc_s.view(torch.uint8))
+    rows_q = slice(0, sum(PK_LQ)) if packed_q else slice(None)
+    # the kernel rounds x8 * descale once to bf16 (the 16-bit cache's precision), output bf16
+    torch.testing.assert_close(out.cpu().float()[rows_q], ref.float()[rows_q], atol=2e-2, rtol=2e-2)
+    got, want = lse.cpu()[..., rows_q], ref_lse[..., rows_q]
+    fin = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), fin)
+    # lse against the spec's unrounded values: the keys' bf16 rounding (2^-9 relative) moves the
+    # scores by ~1e-3 (the batched FP8-cache GPU runs saw 4.2e-3); the simulator's fa3pk smoke case
+    # checks lse tightly against the kernel's own rounding
+    assert (got[fin] - want[fin]).abs().max() <= 5e-3 * (1 + want[fin].abs().max())
+    if packed_q:  # packed rows of no entry
+        assert (out[sum(PK_LQ):] == 0).all() and (lse[:, sum(PK_LQ):] == float("-inf")).all()
+
+
+def test_fp8_packed_append_cuda_graph_replays_like_eager():
+    """No host synchronization on the FP8 packed path: it captures into a CUDA graph; replays on new
+    bytes (new keys, cache) and lengths match eager calls."""
+    from flash3 import flash_attn_interface as fai
+    from test_fa3_fp8_decode import fp8_packed
+    need_fp8_kernel()
+
+    def inputs(seed):
+        return fp8_packed(True, True, True, 4, seed=seed, h=H, h_k=H_K, d=D, cap=CAP, page=16,
+                          device="cuda")
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = inputs(0)
+    run = lambda kc, vc, kw: fai.flash_attn_with_kvcache(  # noqa: E731
+        q8, kc, vc, kn8, vn8, q_descale=qd, k_descale=kd, v_descale=vd, causal=True, **kw)
+    kc_g, vc_g = k8.clone(), v8.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture
+        run(kc_g.clone(), vc_g.clone(), kw)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = run(kc_g, vc_g, kw)
+    for step in range(2):
+        (q2, kn2, vn2, k2, v2, qd2, kd2, vd2), _ = inputs(step + 1)
+        lens2 = (kw["cache_seqlens"] - 3 * step).clamp(min=0).to(torch.int32)
+        for dst, src in ((q8, q2), (kn8, kn2), (vn8, vn2), (kc_g, k2), (vc_g, v2), (qd, qd2), (kd, kd2),
+                         (vd, vd2), (kw["cache_seqlens"], lens2)):
+            dst.copy_(src)
+        graph.replay()
+        kc_e = k2.clone()
+        want = run(kc_e, v2.clone(), dict(kw, cache_seqlens=lens2.clone()))
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want) and torch.equal(kc_g.view(torch.uint8), kc_e.view(torch.uint8))

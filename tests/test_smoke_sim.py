@@ -254,13 +254,14 @@ def test_decode_kernel_ids_labels_and_features():
     assert not smoke.dec_fp8_cache("dec:bf16:128:128")
     assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
     assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
-    # "fa3desc" and "fa3app" (FA3's per-batch FP8-cache descales, without and with new keys) apply
-    # to the FP8-cache decode kernels only: a 16-bit cache has no descales; "vappend" (FA3's packed
-    # appends) to the 16-bit ones only: an FP8 cache refuses packed appends.
+    # "fa3desc", "fa3app" and "fa3pk" (FA3's per-batch FP8-cache descales, without and with new
+    # keys, and in FA3's packed layouts) apply to the FP8-cache decode kernels only: a 16-bit cache
+    # has no descales; "vappend" (FA3's packed appends of 16-bit keys, rotary included) to the 16-bit
+    # ones only: an FP8 cache takes packed appends of e4m3 keys without rotary only (fa3pk).
     # "mla" and "mlaapp" (with new keys) are the MLA decode kernel's (d_v > 256) only, and the only
     # features it runs: their case shapes (one kv head, 8-40 query heads, qv) are its own.
     assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES
-                                                         if f not in ("fa3desc", "fa3app", "mla", "mlaapp")]
+                                                         if f not in ("fa3desc", "fa3app", "fa3pk", "mla", "mlaapp")]
     assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES
                                                                 if f not in ("vappend", "mla", "mlaapp")]
     assert smoke.kernel_features("dec:bf16:64:512") == ["mla", "mlaapp"] and smoke.is_mla("dec:bf16:64:512")
@@ -276,10 +277,10 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    # fa3desc, fa3app: FP8-cache kernels only; vappend: 16-bit caches only; mla, mlaapp: the MLA
-    # kernel's only
+    # fa3desc, fa3app, fa3pk: FP8-cache kernels only; vappend: 16-bit caches only; mla, mlaapp: the
+    # MLA kernel's only
     if not smoke.applies(kid, feature):
-        assert ((feature in ("fa3desc", "fa3app") and not smoke.dec_fp8_cache(kid))
+        assert ((feature in ("fa3desc", "fa3app", "fa3pk") and not smoke.dec_fp8_cache(kid))
                 or (feature == "vappend" and smoke.dec_fp8_cache(kid))
                 or (feature in smoke.MLA_FEATURES) != smoke.is_mla(kid))
         with pytest.raises(ValueError, match="does not apply"):
@@ -313,6 +314,24 @@ def test_make_dec_case_and_op_call(kid, feature):
             assert p["qv"].shape == (*q.shape[:-1], 512) and sc["softmax_scale"] == (64 + 512) ** -0.5
             assert t["cu_seqlens_k_new"] is a["cu_k"] and t.get("cu_seqlens_q") is p["cu_q"]
             b = len(p["seqused"])
+            news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
+            assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
+            continue
+        if feature == "fa3pk":  # FA3's FP8 cache in its packed layouts: e4m3 q8/k/v, descales per batch entry
+            a, (kd, vd), f = p["append"], p["descales"], p["fa3"]
+            b = len(p["seqused"])
+            assert kc.dtype == vc.dtype == torch.float8_e4m3fn and torch.equal(q, f["q8"].to(torch.bfloat16))
+            assert kd.shape == vd.shape == (b, kc.shape[2]) and torch.equal(kd, f["q_descale"] * f["k_descale"])
+            out, lse, q_out = smoke.dec_poisoned_outputs(p)
+            assert q_out is None
+            op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+            assert sc["descale_per_batch"] == 1 and t["cache_leftpad"] is p["leftpad"]
+            assert t.get("cu_seqlens_q") is p["cu_q"] and sc.get("max_seqlen_q", 0) == p["max_q"]
+            if a is None:
+                assert "k" not in t and p["cu_q"] is not None
+                continue
+            assert a["k"].dtype == a["v"].dtype == torch.float8_e4m3fn and a["cos"] is None
+            assert t["cu_seqlens_k_new"] is a["cu_k"] and t["k"] is a["k"] and t["rotary_cos"] is None
             news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
             assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
             continue
@@ -426,6 +445,21 @@ def test_make_dec_case_and_op_call(kid, feature):
                 assert ds.unique().numel() == b * h_k and 0.01 <= ds.min() and ds.max() < 0.11
             _, _, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
             assert sc["descale_per_batch"] == 1
+    if feature == "fa3pk":  # packed q and k, packed q without new keys, batched q with packed k
+        layouts = [(p["cu_q"] is not None, p["append"] is not None and p["append"]["cu_k"] is not None)
+                   for p in parts]
+        assert layouts == [(True, True), (True, False), (False, True)] and parts[1]["append"] is None
+        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [16, None, 64]
+        assert [p["num_splits"] for p in parts] == [1, 3, 2] and {p["causal"] for p in parts} == {True, False}
+        assert 0 in parts[0]["cu_q"].diff().tolist() and 0 in parts[0]["append"]["cu_k"].diff().tolist()
+        assert parts[0]["q"].shape[0] > parts[0]["cu_q"][-1]  # packed rows of no entry
+        assert parts[0]["append"]["k"].shape[0] > parts[0]["append"]["cu_k"][-1]
+        assert 256 in parts[0]["seqused"].tolist() and 256 in parts[1]["seqused"].tolist()  # full rows
+        assert 37 in parts[0]["leftpad"].tolist()  # a leftpad mid-block
+        for p in parts:
+            f = p["fa3"]
+            for ds in (f["q_descale"], f["k_descale"], p["descales"][1]):
+                assert ds.unique().numel() == ds.numel() and 0.01 <= ds.min() and ds.max() < 0.11
     if feature == "fa3app":  # FA3's FP8 cache with e4m3 new keys: paged (16) and contiguous with 3 splits
         assert [(p["pt"] is not None, p["num_splits"], p["causal"]) for p in parts] == [(True, 1, True),
                                                                                        (False, 3, False)]
@@ -439,7 +473,7 @@ def test_make_dec_case_and_op_call(kid, feature):
             assert 448.0 in a["k"].float().flatten().tolist()  # an extreme byte, copied as it is
             _, t, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
             assert sc["descale_per_batch"] == 1 and t["k"] is a["k"] and t["rotary_cos"] is None
-    elif feature != "fa3desc":
+    elif feature not in ("fa3desc", "fa3pk"):
         assert all(p.get("fa3") is None for p in parts)
     if feature == "page48":
         assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
@@ -567,6 +601,66 @@ def test_check_dec_vappend():
         if a["rotary_seqlens"] is not None:  # q at the key positions
             at_keys = _vappend_result(dict(p, append=dict(a, rotary_seqlens=None)))
             assert smoke.check_dec(p, dict(r, q_out=at_keys["q_out"]))["status"] == "wrong"
+
+
+def test_check_dec_fa3pk():
+    """fa3pk: flash3's FP8 packed path passes check_dec: the caches of the public call on CPU (the
+    reference's append, descale_per_batch), out/lse of the kernel's documented algorithm (x8 *
+    descale rounded once to bf16: the same call on a bf16 cache of those values); packed new keys
+    read one row off, a wrong output row, or keys read with another entry's descales do not."""
+    import flash3
+    parts = smoke.make_dec_case("fa3pk", "dec:kve4m3:bf16:128:128", device="cpu")
+
+    def call(p, kc, vc, k, v, **extra):
+        a = p["append"] or {}
+        kw = dict(cache_seqlens=a.get("cache_seqlens", p["seqused"]), page_table=p["pt"],
+                  causal=p["causal"], cache_leftpad=p["leftpad"], cu_seqlens_k_new=a.get("cu_k"),
+                  return_lse=True, num_splits=p["num_splits"], **extra)
+        if p["cu_q"] is not None:
+            kw.update(cu_seqlens_q=p["cu_q"], max_seqlen_q=p["max_q"])
+        return flash3.attention_with_kvcache(p["q"], kc, vc, k, v, **kw)
+
+    def result(p, descales=None):
+        a = p["append"] or {}
+        kd, vd = descales or p["descales"]
+        kc, vc = p["kc"].clone(), p["vc"].clone()  # the FP8 call: the append's bytes
+        call(p, kc, vc, a.get("k"), a.get("v"), k_descale=kd, v_descale=vd, descale_per_batch=True)
+        # the kernel's values: each slab/new key times its batch entry's descale, rounded to bf16
+        b = kd.shape[0]
+        if p["pt"] is None:
+            owner = torch.arange(b)
+        else:
+            owner = torch.zeros(p["kc"].shape[0], dtype=torch.long)
+            owner[p["pt"].long().flatten()] = torch.arange(b).repeat_interleave(p["pt"].shape[1])
+        bf = lambda x8, ds: (x8.float() * ds[..., None]).to(torch.bfloat16)  # noqa: E731
+        kc16, vc16 = bf(p["kc"], kd[owner][:, None]), bf(p["vc"], vd[owner][:, None])
+        k16 = v16 = None
+        if a:
+            if a["cu_k"] is None:
+                ent = torch.arange(b)[:, None].expand(a["k"].shape[:2])
+            else:
+                rows = torch.arange(a["k"].shape[0])
+                ent = torch.searchsorted(a["cu_k"][1:], rows, right=True).clamp(max=b - 1)
+            k16, v16 = bf(a["k"], kd[ent]), bf(a["v"], vd[ent])
+        out, lse = call(p, kc16, vc16, k16, v16)
+        return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": None}
+
+    for p in parts:
+        r = result(p)
+        assert smoke.check_dec(p, r)["status"] == "ok", smoke.check_dec(p, r)
+        bad = dict(r, out=r["out"].clone())
+        bad["out"][2] += 0.25  # a query row of an entry (packed) or entry 2 (batched)
+        assert smoke.check_dec(p, bad)["status"] == "wrong"
+        a = p["append"]
+        if a is not None and a["cu_k"] is not None:  # packed new keys read one row off
+            k1, v1 = (torch.roll(x, 1, 0) for x in (a["k"], a["v"]))
+            wrong = result(dict(p, append=dict(a, k=k1, v=v1)))
+            res = smoke.check_dec(p, dict(r, kc=wrong["kc"], vc=wrong["vc"]))
+            assert res["status"] == "wrong" and "k_cache" in res["detail"]
+        # descales per batch entry are read: the last entry's keys read with entry 0's are wrong
+        kd, vd = p["descales"]
+        swap = list(range(kd.shape[0] - 1)) + [0]
+        assert smoke.check_dec(p, result(p, (kd[swap], vd[swap])))["status"] == "wrong"
 
 
 def test_check_dec_vpaged_per_sequence():

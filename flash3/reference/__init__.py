@@ -729,7 +729,8 @@ def kvcache_forward(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softma
 
 def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
                          softmax_scale, left, right, softcap=0.0, k_descale=None, v_descale=None,
-                         sinks=None, alibi_slopes=None, cache_leftpad=None, chunk=0):
+                         sinks=None, alibi_slopes=None, cache_leftpad=None, chunk=0,
+                         descale_per_batch=False):
     """q (total_q, h, d) -> out (total_q, h, d_v) in q's dtype, lse (h, total_q) fp32.
 
     Keys of sequence i, by layout:
@@ -738,7 +739,8 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
     * contiguous cache (no page_table, no cu_seqlens_k): k_cache[i, :seqused_k[i]];
     * packed (``cu_seqlens_k``): k_cache[cu_seqlens_k[i]:][:n] with n = seqused_k[i] if given,
       else cu_seqlens_k[i+1] - cu_seqlens_k[i].
-    FP8 caches (paged or contiguous) are read as x8 * descale (per page or batch row, kv head).
+    FP8 caches (paged or contiguous) are read as x8 * descale (per page or batch row, kv head;
+    with ``descale_per_batch`` FA3's (b, h_k): sequence i's own, whatever page holds the key).
     ``cache_leftpad`` (b,) (FA3's; paged or contiguous): sequence i's keys start at cache position
     clamp(cache_leftpad[i], 0, n) of its n, masks and ALiBi counting keys from there.
     ``chunk``: FA3's attention_chunk (masking.py), 0 = none.
@@ -760,8 +762,8 @@ def varlen_cache_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, page_tabl
             n = used[i] if used is not None else ck[i + 1] - k0
             k_i, v_i = k_cache[k0:k0 + n], v_cache[k0:k0 + n]
         else:
-            k_i = kvcache_gather(k_cache, i, used[i], page_table, k_descale)
-            v_i = kvcache_gather(v_cache, i, used[i], page_table, v_descale)
+            k_i = kvcache_gather(k_cache, i, used[i], page_table, k_descale, descale_per_batch)
+            v_i = kvcache_gather(v_cache, i, used[i], page_table, v_descale, descale_per_batch)
             if pads is not None:
                 lp = min(max(pads[i], 0), used[i])
                 k_i, v_i = k_i[lp:], v_i[lp:]

@@ -91,6 +91,12 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # append of e4m3 new k/v (FA3APP_PARTS: s_new 2, a row of no cached keys, one filled to the
 # capacity; paged, and contiguous with 3 splits), copied bit for bit (they share the entry's
 # descales: descale_per_batch), then attended; the caches checked byte for byte.
+# FA3's FP8 cache in FA3's packed layouts (fa3pk, FP8-cache kernels only: FA3PK_PARTS): fa3app's
+# e4m3 q/k/v under descales per batch entry with queries packed by cu_seqlens_q and/or e4m3 new keys
+# packed by cu_seqlens_k_new (entries of 0 queries, of 0 new keys, packed tails of no entry: k/v
+# rows never appended, q rows out 0 / lse -inf), cache_leftpad (mid-block, and a row of one key),
+# a row filled to its capacity, paged (gathered) and contiguous caches, splits; the append checked
+# byte for byte against flash3.reference.kvcache_append_packed, out against FA3's unfolded spec.
 # FA3's attention_chunk on the decode kernels (dchunk, DCHUNK_PARTS, packed GQA g = 4 in every part:
 # the rows of a tile are tokens at different positions, so chunk starts fall inside tiles and
 # blocks): causal with more packed rows than a tile and rows that see no key; a window with 3 splits
@@ -99,9 +105,16 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # of no sequence at the end (out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp"]
+                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp", "fa3pk"]
 MLA_FEATURES = ("mla", "mlaapp")  # the MLA kernel's own features (its case shapes), and only its
 FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
+# "fa3pk"'s launches (as VAPPEND_PARTS, 256 keys a row, GQA g = 2): queries per entry (a list:
+# packed, an int: batched), new keys per entry (a list: packed, an int: batched, None: none),
+# cache_seqlens, leftpads, page size (None: contiguous), splits, causal, tail rows of no entry (q, k).
+FA3PK_PARTS = [([3, 0, 5, 1, 40], [2, 3, 0, 1, 40], [40, 0, 77, 255, 100], [0, 0, 37, 2, 5], 16, 1, True,
+                (3, 2)),
+               ([1, 4, 0, 7], None, [10, 256, 5, 130], [3, 0, 0, 129], None, 3, False, (2, 0)),
+               (2, [0, 5, 1], [50, 120, 0], [49, 0, 0], 64, 2, True, (0, 3))]
 # "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
 MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
              (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
@@ -223,7 +236,7 @@ def applies(kid: str, feature: str) -> bool:
         return False
     if feature in MLA_FEATURES or is_mla(kid):  # the MLA kernel has its own features (its case shapes)
         return feature in MLA_FEATURES and is_mla(kid)
-    if feature in ("fa3desc", "fa3app"):  # FA3's FP8 descales: the FP8-cache decode kernels only
+    if feature in ("fa3desc", "fa3app", "fa3pk"):  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
     if feature == "vappend":  # packed appends: 16-bit caches (an FP8 cache refuses them)
         return not dec_fp8_cache(kid)
@@ -547,6 +560,51 @@ def _fa3desc_part(part, page, splits, causal, d, dv, g, device, append=False):
                 causal=causal, append=app, fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
 
 
+def _fa3pk_part(part, g, d, dv, device, lq, ln, lens, pads, page, splits, causal, tail):
+    """One "fa3pk" launch (FA3PK_PARTS): FA3's FP8 cache (fa3desc's descales (b, h_k) per batch
+    entry, each entry's rows and pages quantized with its own) with q and e4m3 new k/v packed where
+    lq / ln are lists (with tail rows of no entry), batched where ints; the op gets q8 as bf16 and
+    k_descale = q_descale * k_descale, descale_per_batch."""
+    import torch
+    from flash3 import reference
+    b, h_k, h = len(lens), 2, 4
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
+    qd, kd, vd = ((torch.rand(b, h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(3))
+    kc, vc, pt = _dec_cache(b, 256, h_k, d, dv, page, torch.float32, g, device)
+    if pt is None:  # contiguous: row i is batch entry i's
+        owner = torch.arange(b, device=device)
+    else:
+        owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
+        owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
+    k8, v8 = (reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
+
+    def layout(n, heads, dim, ds, t):  # e4m3 (packed rows, cu) or batched (b, n, ...), entry i's over ds[i]
+        if isinstance(n, int):
+            x = torch.randn(b, n, heads, dim, generator=g).to(device)
+            return reference.quantize_fp8_cache(x, ds[:, None, :]), None
+        cu = [0]
+        for m in n:
+            cu.append(cu[-1] + m)
+        x = torch.randn(cu[-1] + t, heads, dim, generator=g).to(device)
+        rows = torch.searchsorted(i32(cu[1:]), torch.arange(cu[-1] + t, device=device), right=True)
+        return reference.quantize_fp8_cache(x, ds[rows.clamp(max=b - 1)]), i32(cu)
+
+    qd_h = qd.repeat_interleave(h // h_k, dim=1)  # per query head
+    q8, cu_q = layout(lq, h, d, qd_h, tail[0])
+    app, news = None, [0] * b
+    if ln is not None:
+        kn8, cu_k = layout(ln, h_k, d, kd, tail[1])
+        vn8, _ = layout(ln, h_k, dv, vd, tail[1])
+        kn8.view(-1, d)[0, :3] = torch.tensor([448.0, -2.0 ** -9, -0.0]).to(kn8.dtype)  # max, min subnormal, -0
+        app = dict(k=kn8, v=vn8, cache_seqlens=i32(lens), cos=None, sin=None, interleaved=False,
+                   per_token=causal, cu_k=cu_k)
+        news = [ln] * b if isinstance(ln, int) else ln
+    seqused = i32([n + m for n, m in zip(lens, news)])  # flash3/api.py: cache_seqlens + new keys
+    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), seqused, num_splits=splits,
+                causal=causal, append=app, cu_q=cu_q, max_q=max(lq) if cu_q is not None else 0,
+                leftpad=i32(pads), fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
+
+
 def _vappend_part(part, rnd, i32, cache, h_k, d, dv, device, lq, ln, lens, pads, page, splits, causal, rot,
                   tail):
     """One "vappend" launch (VAPPEND_PARTS): GQA g = 2, a cache of 256 keys a row, q and new k/v
@@ -697,6 +755,8 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
     if feature == "fa3app":
         return [_fa3desc_part(part, page, splits, causal, d, dv, g, device, append=True)
                 for page, splits, causal in FA3APP_PARTS]
+    if feature == "fa3pk":
+        return [_fa3pk_part(part, g, d, dv, device, *spec) for spec in FA3PK_PARTS]
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
@@ -937,7 +997,8 @@ def check_dec(p: dict, r: dict) -> dict:
         if per_batch:  # FA3's spec: (q8 * q_descale) . (k8 * k_descale), p . (v8 * v_descale)
             f = p["fa3"]
             g_ = q_i.shape[2] // kc.shape[2]
-            q64 = f["q8"][i:i + 1].double() * f["q_descale"][i].double().repeat_interleave(g_)[:, None]
+            q8_i = f["q8"][i:i + 1] if p.get("cu_q") is None else f["q8"][None, cu[i]:cu[i + 1]]
+            q64 = q8_i.double() * f["q_descale"][i].double().repeat_interleave(g_)[:, None]
             k64, v64 = (reference.kvcache_gather(c8, i, n, pt).double()[None, lp:] * ds[i].double()[:, None]
                         for c8, ds in ((kc, f["k_descale"]), (vc, f["v_descale"])))
             ref, _ = attention_ref64(q64, k64, v64, **kw)
