@@ -183,6 +183,9 @@ struct FwdConsumer {
   static constexpr int kPingpongThreads = 2 * 128;  // the waiting warpgroup + the one that releases it
   static constexpr int kRows = Tr::kRowsPerThread;
   using Fp8 = FwdFp8Steps<Tr, FwdConsumer>;  // the e4m3 kernel's steps (fp8_steps.cuh)
+  // Key blocks of 24k keys (bf16 d 96): the masked loops' run bounds in the R2P-friendly layout,
+  // made once per tile (softmax.cuh spread_runs). Packed GQA rows (decode) take theirs per token.
+  static constexpr bool kSpreadMask = !Tr::kDecode && spread_mask_fits<Tr::kBlockN / 4>();
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
   static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
@@ -212,6 +215,7 @@ struct FwdConsumer {
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
     int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
+    SpreadRuns<kSpreadMask ? kRows : 1> runs;  // kSpreadMask: this tile's row runs at key 0
   };
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
@@ -242,6 +246,8 @@ struct FwdConsumer {
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
       apply_mask<true, kMask, Tr::kChunk>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
+    else if constexpr (kSpreadMask && (kMask == Masking::right || kMask == Masking::window))
+      apply_mask_spread<kMask>(s_rc, fr.runs, n * Tr::kBlockN);
     else if constexpr (kMasked)
       apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
@@ -371,6 +377,7 @@ struct FwdConsumer {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
 
     fr.softmax.init(params.mod.scale_log2);
+    if constexpr (kSpreadMask) fr.runs = spread_runs<kRows>(tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM);
     if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
