@@ -216,6 +216,7 @@ struct FwdConsumer {
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
     int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
     SpreadRuns<kSpreadMask ? kRows : 1> runs;  // kSpreadMask: this tile's row runs at key 0
+    uint32_t pin_slot;  // this thread's overlap_pin slot (pin_before_wait), an S2R and a LEA a step if recomputed
   };
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
@@ -288,13 +289,18 @@ struct FwdConsumer {
   // overlapped). It keeps the wait below earlier shared-memory stores, so one store of a value
   // that depends on every exponential of the step (the row sums) pins the wait after all of them.
   // The slot is per thread and never read.
+  static __device__ __forceinline__ uint32_t pin_slot(SharedStorage& smem) {
+    return cute::cast_smem_ptr_to_uint(&smem.overlap_pin[consumer_thread_idx()]);
+  }
+  static __device__ __forceinline__ uint32_t pin_slot(SharedStorage&, Frags const& fr) { return fr.pin_slot; }
+  template <class F>  // other consumers' fragments (decode/mla_mainloop.cuh)
+  static __device__ __forceinline__ uint32_t pin_slot(SharedStorage& smem, F const&) { return pin_slot(smem); }
   template <class F>
   static __device__ __forceinline__ void pin_before_wait(SharedStorage& smem, F const& fr) {
     float sum = 0.f;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) sum += fr.softmax.row_sum[mi];
-    const uint32_t slot = cute::cast_smem_ptr_to_uint(&smem.overlap_pin[consumer_thread_idx()]);
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(sum) : "memory");
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(pin_slot(smem, fr)), "f"(sum) : "memory");
   }
 
   static __device__ __forceinline__ void wait_full(typename Tr::PipeStorage& pipe, PipelineState const& s, Wait what,
@@ -377,6 +383,7 @@ struct FwdConsumer {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
 
     fr.softmax.init(params.mod.scale_log2);
+    fr.pin_slot = pin_slot(smem);
     if constexpr (kSpreadMask) fr.runs = spread_runs<kRows>(tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM);
     if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
