@@ -289,17 +289,29 @@ __device__ __forceinline__ int spread_cols_before(int b) {
   return 2 * g + min(b & 7, 2) + 2 * floor_div(g, 3) + 1;
 }
 
-// Each row's run bounds in the spread layout at key 0 (spread_cols_before of the row's window
-// bounds, seqlen_k included). They are not a constant step apart from row to row in this layout and
-// take a division each, so they are made once per tile (a compiler left to hoist them from the key
-// loop did not) and the blocks only subtract their shift. No attention chunk (its bounds are not
-// linear in the row: apply_mask's chunk path) and one row per token (no packed GQA).
+// Each row's run bounds in the spread layout, relative to the key block at col0 (a multiple of
+// 24: positions move by col0 / 3). They are not a constant step apart from row to row in this
+// layout and take a division each, so they are made once per tile and carried from block to block
+// (advance: one add per bound; recomputed from the block index, ptxas copied that index out of its
+// uniform register and multiplied it for every bound). No attention chunk (its bounds are not linear
+// in the row: apply_mask's chunk path) and one row per token (no packed GQA).
 template <int kRows>
 struct SpreadRuns {
   int lo[kRows], hi[kRows];
+  // The same runs relative to the block `blocks` blocks of block_n keys to the left.
+  template <int kBlockN>
+  __device__ __forceinline__ void advance(int blocks) {
+    static_assert(kBlockN % 24 == 0, "a block moves the positions by block_n / 3");
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      lo[mi] += blocks * (kBlockN / 3);
+      hi[mi] += blocks * (kBlockN / 3);
+    }
+  }
 };
 template <int kRows, class TensorC>
-__device__ __forceinline__ SpreadRuns<kRows> spread_runs(TensorC const& coord_rc, const Mask& mask, int row0) {
+__device__ __forceinline__ SpreadRuns<kRows> spread_runs(TensorC const& coord_rc, const Mask& mask, int row0,
+                                                         int col0) {
   using namespace cute;
   static_assert(decltype(size<0>(coord_rc))::value == kRows, "one bound pair per row");
   check_rowcol_layout<decltype(coord_rc.layout())>();
@@ -308,25 +320,23 @@ __device__ __forceinline__ SpreadRuns<kRows> spread_runs(TensorC const& coord_rc
   CUTE_UNROLL
   for (int mi = 0; mi < kRows; ++mi) {
     const int row = row0 + get<0>(coord_rc(mi, 0));
-    r.lo[mi] = spread_cols_before(mask.window_floor(row) - tcol);
-    r.hi[mi] = spread_cols_before(imin(mask.seqlen_k, mask.window_last_key(row + 1)) - tcol);
+    r.lo[mi] = spread_cols_before(mask.window_floor(row) - tcol) - col0 / 3;
+    r.hi[mi] = spread_cols_before(imin(mask.seqlen_k, mask.window_last_key(row + 1)) - tcol) - col0 / 3;
   }
   return r;
 }
 
-// apply_mask's window / right paths from spread_runs: col0 (a key block's origin) is a multiple of
-// the block's 4 * kCols keys, so every position moves by col0 / 3.
+// apply_mask's window / right paths from spread_runs relative to this block.
 template <Masking kMask, class TensorS, int kRows>
-__device__ __forceinline__ void apply_mask_spread(TensorS& s_rc, const SpreadRuns<kRows>& runs, int col0) {
+__device__ __forceinline__ void apply_mask_spread(TensorS& s_rc, const SpreadRuns<kRows>& runs) {
   using namespace cute;
   static_assert(kMask == Masking::right || kMask == Masking::window, "no chunk: apply_mask");
   constexpr bool kCutLeft = kMask != Masking::right;
   constexpr int kCols = decltype(size<1>(s_rc))::value;
   static_assert(spread_mask_fits<kCols>() && decltype(size<0>(s_rc))::value == kRows, "spread layout");
-  const int shift = col0 / 3;
   CUTE_UNROLL
   for (int mi = 0; mi < kRows; ++mi) {
-    const uint32_t visible = low_bits(runs.hi[mi] - shift) & (kCutLeft ? ~low_bits(runs.lo[mi] - shift) : ~0u);
+    const uint32_t visible = low_bits(runs.hi[mi]) & (kCutLeft ? ~low_bits(runs.lo[mi]) : ~0u);
     CUTE_UNROLL
     for (int k = 0; k < kCols; ++k)
       if (!((visible >> spread_bit(k)) & 1u)) s_rc(mi, k) = -INFINITY;

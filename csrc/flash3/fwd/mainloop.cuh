@@ -215,7 +215,8 @@ struct FwdConsumer {
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
     int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
-    SpreadRuns<kSpreadMask ? kRows : 1> runs;  // kSpreadMask: this tile's row runs at key 0
+    // kSpreadMask: the rows' runs relative to the next right / window masked block (spread_runs).
+    SpreadRuns<kSpreadMask ? kRows : 1> runs;
     uint32_t pin_slot;  // this thread's overlap_pin slot (pin_before_wait), an S2R and a LEA a step if recomputed
   };
 
@@ -247,9 +248,10 @@ struct FwdConsumer {
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
       apply_mask<true, kMask, Tr::kChunk>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
-    else if constexpr (kSpreadMask && (kMask == Masking::right || kMask == Masking::window))
-      apply_mask_spread<kMask>(s_rc, fr.runs, n * Tr::kBlockN);
-    else if constexpr (kMasked)
+    else if constexpr (kSpreadMask && (kMask == Masking::right || kMask == Masking::window)) {
+      apply_mask_spread<kMask>(s_rc, fr.runs);  // runs relative to block n, then to block n - 1
+      fr.runs.template advance<Tr::kBlockN>(1);
+    } else if constexpr (kMasked)
       apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
@@ -384,7 +386,6 @@ struct FwdConsumer {
 
     fr.softmax.init(params.mod.scale_log2);
     fr.pin_slot = pin_slot(smem);
-    if constexpr (kSpreadMask) fr.runs = spread_runs<kRows>(tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM);
     if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
@@ -422,6 +423,8 @@ struct FwdConsumer {
     // its own, so the sliding window's carry no chunk branch; the decode's packed rows take each
     // token's bounds anyway (apply_mask's kRowRuns).
     int n = w.blocks.end - 2;
+    if constexpr (kSpreadMask)
+      fr.runs = spread_runs<kRows>(tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
     const bool chunked = Tr::kChunk && !Tr::kDecode && w.mask.chunk > 0;
     if (!Tr::kDecode && w.mask.left < 0 && w.mask.chunk == 0) {
 #pragma unroll 1
@@ -436,9 +439,11 @@ struct FwdConsumer {
       for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
         any_step<Masking::window>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
     }
+    [[maybe_unused]] const int n_unmasked = n;  // kSpreadMask: the runs skip the unmasked blocks
 #pragma unroll 1
     for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n)
       any_step<Masking::none>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    if constexpr (kSpreadMask) fr.runs.template advance<Tr::kBlockN>(n_unmasked - n);
     if (chunked) {
 #pragma unroll 1
       for (; n >= w.blocks.begin; --n)
