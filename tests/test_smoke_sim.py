@@ -65,6 +65,10 @@ def test_op_call_fwd(feature):
         op1, _, s1 = smoke_sim.op_call(c1, *smoke_sim.poisoned_outputs(c1))
         assert op1 == "fwd" and s1["attention_chunk"] == 160 and s1["window_left"] == 200
         return
+    if feature == "window":  # a second launch: a left bound alone, unmasked blocks between masked ones
+        c1 = smoke.make_cases(feature, "fp16", 64, 64, device="cpu")[1]
+        _, _, s1 = smoke_sim.op_call(c1, *smoke_sim.poisoned_outputs(c1))
+        assert (s1["window_left"], s1["window_right"]) == smoke.WINDOW_PARTS[1] == (200, -1)
     assert op == "fwd"
     assert (t.get("seqused_q") is c["seqused_q"]) and (c["seqused_q"] is None) == (feature != "sequsedq")
     assert t["q"] is c["q"] and t["k"] is c["k"] and t["v"] is c["v"] and t["out"] is out and t["lse"] is lse

@@ -24,7 +24,7 @@ and out/lse by the forward's rule), "sinks" attention sinks (bwd_sm90's sinks/ds
 "sequsedq" FA3's seqused_q (fwd_sm90's and bwd_sm90's seqused_q: out 0, lse -inf, dq 0 past it;
 the forward with FA3's seqused_k too).
 A feature with several launches (make_cases: "chunk", FA3's attention_chunk, one launch per
-CHUNK_PARTS entry, forward and backward) reports its worst part. Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
+CHUNK_PARTS entry, and "window", one per WINDOW_PARTS entry, forward and backward) reports its worst part. Decode kernels (dec:bf16:128:128 from kernel_info()["decode"],
 dec:kve4m3:bf16:128:128 from ["decode_fp8_cache"]) have their own features (DEC_FEATURES,
 make_dec_case): each launch one decode step as flash3/ops.py attention_kvcache runs it
 (append_kv_sm90 when it appends, then fwd_kvcache_sm90 and its combine), checked by check_dec with

@@ -152,6 +152,11 @@ ALIBI_LENS = ([SQ, 150, 64], [SK, 97, 64])  # (q, k) lengths of "alibi": s_k - s
 SEQUSEDQ_LENS = ([SQ, 40, 77, 130], [SK, 50, 64, 100])  # "sequsedq": packed (q, k) lengths
 SEQUSEDQ_USED = [100, 0, 1000, 70]  # its seqused_q: used queries 100, 0, 77 (clamped), 70
 SEQUSEDQ_USED_K = [200, 1000, 0, 37]  # its forward's seqused_k: used keys 200, 50 (clamped), 0, 37
+# "window"'s launches: (left, right). A window both sides, narrower than any tile (every block
+# masked); and a left bound alone, wide enough that a tile has unmasked blocks between its right
+# (seqlen_k tail) and left masked blocks (fwd/mainloop.cuh carries the d 96 tiles' row runs across
+# them: at 192 x 96 tiles block 3 masked, 2 unmasked, 1 and 0 masked).
+WINDOW_PARTS = [(97, 13), (200, -1)]
 # "chunk"'s launches: (attention_chunk, causal, window, (q lengths, k lengths)).
 CHUNK_PARTS = [(48, True, (-1, -1), ([SQ, 77, 150, 1, 5], [SK, 40, 97, 64, 0])),
                (160, False, (200, 150), ([SQ, 150, 97, 0], [SK, 170, 40, 20]))]
@@ -297,7 +302,7 @@ def alibi_slopes(b: int, h: int, g, device="cpu"):
 
 def case_parts(feature: str) -> int:
     """How many launches (make_case parts) a forward/backward feature has."""
-    return len(CHUNK_PARTS) if feature == "chunk" else 1
+    return len(CHUNK_PARTS) if feature == "chunk" else len(WINDOW_PARTS) if feature == "window" else 1
 
 
 def make_cases(feature: str, dtype_name: str, d: int, dv: int, device="cuda", seed=0, bwd=False) -> list:
@@ -332,7 +337,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         elif feature == "sinks":
             sq, sk, h, hk = SK, SINKS_SK, 6, 2
     elif feature == "window":
-        c["window"] = (97, 13)
+        c["window"] = WINDOW_PARTS[part]
     elif feature == "softcap":
         c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
     elif feature in ("gqa", "determ"):

@@ -270,6 +270,79 @@ __device__ __forceinline__ void apply_mask(TensorS& s_rc, TensorC const& coord_r
   }
 }
 
+// The run mask in a layout ptxas tests with R2P alone, for rows of 6, 12, 18 or 24 of the
+// thread's columns (key blocks of 24, 48, 72 or 96 keys: bf16 d 96): column k at bit
+// k + 2 * (k / 6) + 1, six columns (three n8 groups, 24 tile columns) to a byte in its bits 1-6,
+// each byte's tests one R2P (it writes seven predicates, but ptxas tests a word's bit 0 by itself,
+// with two instructions). In the dense layout of fill_outside_run every byte's bit 7, and bit 0,
+// take tests of their own: at 24 columns 9 instructions per row instead of 4.
+template <int kCols>
+constexpr bool spread_mask_fits() { return kCols % 6 == 0 && kCols <= 24; }
+__device__ __forceinline__ constexpr int spread_bit(int k) { return k + 2 * (k / 6) + 1; }
+
+// spread_cols_before(b): the bit below which lie the thread's columns before tile offset b (the
+// count thread_cols_before(b) = 2g + min(b mod 8, 2), g = floor(b / 8), plus 2 * floor(g / 3) + 1);
+// at most 1 for b <= 0 (bit 0 holds no column), at least 32 past 96 columns. b - 24t gives exactly
+// 8t less.
+__device__ __forceinline__ int spread_cols_before(int b) {
+  const int g = b >> 3;
+  return 2 * g + min(b & 7, 2) + 2 * floor_div(g, 3) + 1;
+}
+
+// Each row's run bounds in the spread layout, relative to the key block at col0 (a multiple of
+// 24: positions move by col0 / 3). They are not a constant step apart from row to row in this
+// layout and take a division each, so they are made once per tile and carried from block to block
+// (advance: one add per bound; recomputed from the block index, ptxas copied that index out of its
+// uniform register and multiplied it for every bound). No attention chunk (its bounds are not linear
+// in the row: apply_mask's chunk path) and one row per token (no packed GQA).
+template <int kRows>
+struct SpreadRuns {
+  int lo[kRows], hi[kRows];
+  // The same runs relative to the block `blocks` blocks of block_n keys to the left.
+  template <int kBlockN>
+  __device__ __forceinline__ void advance(int blocks) {
+    static_assert(kBlockN % 24 == 0, "a block moves the positions by block_n / 3");
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      lo[mi] += blocks * (kBlockN / 3);
+      hi[mi] += blocks * (kBlockN / 3);
+    }
+  }
+};
+template <int kRows, class TensorC>
+__device__ __forceinline__ SpreadRuns<kRows> spread_runs(TensorC const& coord_rc, const Mask& mask, int row0,
+                                                         int col0) {
+  using namespace cute;
+  static_assert(decltype(size<0>(coord_rc))::value == kRows, "one bound pair per row");
+  check_rowcol_layout<decltype(coord_rc.layout())>();
+  const int tcol = get<1>(coord_rc(0, 0));
+  SpreadRuns<kRows> r;
+  CUTE_UNROLL
+  for (int mi = 0; mi < kRows; ++mi) {
+    const int row = row0 + get<0>(coord_rc(mi, 0));
+    r.lo[mi] = spread_cols_before(mask.window_floor(row) - tcol) - col0 / 3;
+    r.hi[mi] = spread_cols_before(imin(mask.seqlen_k, mask.window_last_key(row + 1)) - tcol) - col0 / 3;
+  }
+  return r;
+}
+
+// apply_mask's window / right paths from spread_runs relative to this block.
+template <Masking kMask, class TensorS, int kRows>
+__device__ __forceinline__ void apply_mask_spread(TensorS& s_rc, const SpreadRuns<kRows>& runs) {
+  using namespace cute;
+  static_assert(kMask == Masking::right || kMask == Masking::window, "no chunk: apply_mask");
+  constexpr bool kCutLeft = kMask != Masking::right;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  static_assert(spread_mask_fits<kCols>() && decltype(size<0>(s_rc))::value == kRows, "spread layout");
+  CUTE_UNROLL
+  for (int mi = 0; mi < kRows; ++mi) {
+    const uint32_t visible = low_bits(runs.hi[mi]) & (kCutLeft ? ~low_bits(runs.lo[mi]) : ~0u);
+    CUTE_UNROLL
+    for (int k = 0; k < kCols; ++k)
+      if (!((visible >> spread_bit(k)) & 1u)) s_rc(mi, k) = -INFINITY;
+  }
+}
+
 // Online softmax state for the kRows rows a thread owns. row_sum is the thread's partial sum over
 // its own columns (all quad members apply the same rescaling); it is quad-reduced once at the end.
 // kMaxOffsetLog2: P = exp2(s*scale - max*scale + offset), so P spans [0, 2^offset] (FP8 uses 8:

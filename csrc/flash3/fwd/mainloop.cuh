@@ -183,6 +183,9 @@ struct FwdConsumer {
   static constexpr int kPingpongThreads = 2 * 128;  // the waiting warpgroup + the one that releases it
   static constexpr int kRows = Tr::kRowsPerThread;
   using Fp8 = FwdFp8Steps<Tr, FwdConsumer>;  // the e4m3 kernel's steps (fp8_steps.cuh)
+  // Key blocks of 24k keys (bf16 d 96): the masked loops' run bounds in the R2P-friendly layout,
+  // made once per tile (softmax.cuh spread_runs). Packed GQA rows (decode) take theirs per token.
+  static constexpr bool kSpreadMask = !Tr::kDecode && spread_mask_fits<Tr::kBlockN / 4>();
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
   static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
@@ -212,6 +215,9 @@ struct FwdConsumer {
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
     int alibi_diag[Tr::kDecode && Tr::kAlibi ? kRows : 1];
+    // kSpreadMask: the rows' runs relative to the next right / window masked block (spread_runs).
+    SpreadRuns<kSpreadMask ? kRows : 1> runs;
+    uint32_t pin_slot;  // this thread's overlap_pin slot (pin_before_wait), an S2R and a LEA a step if recomputed
   };
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
@@ -242,7 +248,10 @@ struct FwdConsumer {
     static_assert(Tr::kBlockN % 8 == 0, "apply_mask takes a key block origin that is a multiple of 8");
     if constexpr (kMasked && Tr::kDecode)  // packed GQA rows: the mask acts on their tokens
       apply_mask<true, kMask, Tr::kChunk>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN, params.mod.group);
-    else if constexpr (kMasked)
+    else if constexpr (kSpreadMask && (kMask == Masking::right || kMask == Masking::window)) {
+      apply_mask_spread<kMask>(s_rc, fr.runs);  // runs relative to block n, then to block n - 1
+      fr.runs.template advance<Tr::kBlockN>(1);
+    } else if constexpr (kMasked)
       apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
@@ -282,13 +291,18 @@ struct FwdConsumer {
   // overlapped). It keeps the wait below earlier shared-memory stores, so one store of a value
   // that depends on every exponential of the step (the row sums) pins the wait after all of them.
   // The slot is per thread and never read.
+  static __device__ __forceinline__ uint32_t pin_slot(SharedStorage& smem) {
+    return cute::cast_smem_ptr_to_uint(&smem.overlap_pin[consumer_thread_idx()]);
+  }
+  static __device__ __forceinline__ uint32_t pin_slot(SharedStorage&, Frags const& fr) { return fr.pin_slot; }
+  template <class F>  // other consumers' fragments (decode/mla_mainloop.cuh)
+  static __device__ __forceinline__ uint32_t pin_slot(SharedStorage& smem, F const&) { return pin_slot(smem); }
   template <class F>
   static __device__ __forceinline__ void pin_before_wait(SharedStorage& smem, F const& fr) {
     float sum = 0.f;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) sum += fr.softmax.row_sum[mi];
-    const uint32_t slot = cute::cast_smem_ptr_to_uint(&smem.overlap_pin[consumer_thread_idx()]);
-    asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(sum) : "memory");
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(pin_slot(smem, fr)), "f"(sum) : "memory");
   }
 
   static __device__ __forceinline__ void wait_full(typename Tr::PipeStorage& pipe, PipelineState const& s, Wait what,
@@ -371,6 +385,7 @@ struct FwdConsumer {
     Tensor tScS_rc = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
 
     fr.softmax.init(params.mod.scale_log2);
+    fr.pin_slot = pin_slot(smem);
     if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
@@ -408,6 +423,8 @@ struct FwdConsumer {
     // its own, so the sliding window's carry no chunk branch; the decode's packed rows take each
     // token's bounds anyway (apply_mask's kRowRuns).
     int n = w.blocks.end - 2;
+    if constexpr (kSpreadMask)
+      fr.runs = spread_runs<kRows>(tScS_rc, w.mask, w.coord.m_block * Tr::kBlockM, n * Tr::kBlockN);
     const bool chunked = Tr::kChunk && !Tr::kDecode && w.mask.chunk > 0;
     if (!Tr::kDecode && w.mask.left < 0 && w.mask.chunk == 0) {
 #pragma unroll 1
@@ -422,9 +439,11 @@ struct FwdConsumer {
       for (; n >= w.blocks.begin && n >= w.unmasked.end; --n)
         any_step<Masking::window>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
     }
+    [[maybe_unused]] const int n_unmasked = n;  // kSpreadMask: the runs skip the unmasked blocks
 #pragma unroll 1
     for (; n >= w.blocks.begin && n >= w.unmasked.begin; --n)
       any_step<Masking::none>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    if constexpr (kSpreadMask) fr.runs.template advance<Tr::kBlockN>(n_unmasked - n);
     if (chunked) {
 #pragma unroll 1
       for (; n >= w.blocks.begin; --n)
