@@ -19,6 +19,25 @@
 
 namespace flash3 {
 
+// Consumers that take the previous tile's epilogue into compute (FwdConsumer::kOverlapEpilogue).
+template <class C, class = void>
+struct overlaps_epilogue : cute::false_type {};
+template <class C>
+struct overlaps_epilogue<C, cute::void_t<decltype(C::kOverlapEpilogue)>> : cute::bool_constant<C::kOverlapEpilogue> {};
+
+// The previous tile's epilogue, when there is one, run by compute under the next tile's first Q.K^T.
+template <class Epilogue, class Tr>
+struct PendingEpilogue {
+  typename Tr::KernelParams const& params;
+  typename Tr::SharedStorage& smem;
+  const WorkTile& w;
+  bool pending;
+  template <class TensorO, int kRows>
+  __device__ __forceinline__ void operator()(TensorO& tOrO, const float (&lse)[kRows]) const {
+    if (pending) Epilogue::store(params, smem, w, tOrO, lse);
+  }
+};
+
 // Consumer / Epilogue: FwdConsumer / FwdEpilogue, or a family's own (the MLA decode kernel's,
 // decode/mla_mainloop.cuh), with the same entry points.
 template <class Tr, class Producer, class Consumer = FwdConsumer<Tr>, class Epilogue = FwdEpilogue<Tr>>
@@ -101,15 +120,25 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     float lse[Tr::kRowsPerThread];
 
     int tile_count = 0;
+    constexpr bool kOverlap = overlaps_epilogue<Consumer>::value;
+    WorkTile w_prev;       // kOverlap: the tile whose O and LSE wait in tOrO / lse
+    bool pending = false;  // whether one does
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows) {  // varlen: a query block past this sequence's end has nothing to write
         if (w.blocks.empty()) {
+          if (kOverlap && pending) Epilogue::store(params, smem, w_prev, tOrO, lse);
+          pending = false;
           Epilogue::store_empty(params.p, w);
+        } else if constexpr (kOverlap) {
+          Consumer::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse,
+                            PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending});
+          w_prev = w;
+          pending = true;
+          ++tile_count;
         } else {
           Consumer::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
-          // Recomputed (not kept live through the mainloop) to spare registers.
-          Epilogue::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
+          Epilogue::store(params, smem, w, tOrO, lse);
           ++tile_count;
         }
       }
@@ -121,6 +150,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
         idx += int(gridDim.x);
       }
     }
+    if (kOverlap && pending) Epilogue::store(params, smem, w_prev, tOrO, lse);
   }
 }
 

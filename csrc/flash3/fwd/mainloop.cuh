@@ -183,6 +183,10 @@ struct FwdConsumer {
   static constexpr int kPingpongThreads = 2 * 128;  // the waiting warpgroup + the one that releases it
   static constexpr int kRows = Tr::kRowsPerThread;
   using Fp8 = FwdFp8Steps<Tr, FwdConsumer>;  // the e4m3 kernel's steps (fp8_steps.cuh)
+  // The previous tile's epilogue runs while this tile's first Q.K^T is on the tensor cores
+  // (fwd_kernel passes it to compute as `pending`): the tile boundary's store no longer leaves
+  // them idle. The 16-bit forward only (the e4m3 and decode kernels store after compute).
+  static constexpr bool kOverlapEpilogue = !Tr::kFp8 && !Tr::kDecode;
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
   static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
@@ -339,14 +343,25 @@ struct FwdConsumer {
       step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
   }
 
+  // No previous tile's O to store (compute's default `pending`).
+  struct NothingPending {
+    template <class TensorO>
+    __device__ __forceinline__ void operator()(TensorO const&, const float (&)[kRows]) const {}
+  };
+
   // Runs the mainloop of one tile. On return tOrO holds O normalized by the row sums (0 for rows
   // that saw no key) and lse the natural-log LSE of the thread's rows. Q's buffer has been released
-  // to the producer (q_free) as soon as the last Q.K^T finished.
-  template <class TensorO>
+  // to the producer (q_free) as soon as the last Q.K^T finished. On entry tOrO and lse may still
+  // hold the previous tile's results: `pending(tOrO, lse)` (kOverlapEpilogue) stores them while
+  // the first Q.K^T runs, before tOrO is cleared.
+  template <class TensorO, class Pending = NothingPending>
   static __device__ __forceinline__ void compute(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                  PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
                                                  PipelineState& state_v, const WorkTile& w, int tile_count,
-                                                 int consumer, TensorO& tOrO, float (&lse)[kRows]) {
+                                                 int consumer, TensorO& tOrO, float (&lse)[kRows],
+                                                 Pending const& pending = Pending{}) {
+    constexpr bool kPending = !cute::is_same_v<Pending, NothingPending>;
+    static_assert(!kPending || kOverlapEpilogue, "the e4m3 and decode kernels store after compute");
     using namespace cute;
     const int tidx = consumer_thread_idx();
     Frags fr;
@@ -374,7 +389,7 @@ struct FwdConsumer {
     if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
-    clear(tOrO);
+    if constexpr (!kPending) clear(tOrO);
     if constexpr (Tr::kFp8) Fp8::init(params, w, consumer, fr);
 
     // Q of this tile (the tile_count-th tile with work of this CTA).
@@ -388,6 +403,10 @@ struct FwdConsumer {
       pingpong_wait(consumer, w.index);
       gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
       pingpong_pass(consumer);
+      if constexpr (kPending) {
+        pending(tOrO, lse);  // the previous tile's epilogue, under this Q.K^T
+        clear(tOrO);
+      }
       warpgroup_wait<0>();
       pipe_k.consumer_release(state_k);
       ++state_k;
