@@ -25,7 +25,8 @@ struct overlaps_epilogue : cute::false_type {};
 template <class C>
 struct overlaps_epilogue<C, cute::void_t<decltype(C::kOverlapEpilogue)>> : cute::bool_constant<C::kOverlapEpilogue> {};
 
-// The previous tile's epilogue, when there is one, run by compute under the next tile's first Q.K^T.
+// The previous tile's epilogue, when there is one (w), run by compute under the next tile's
+// first Q.K^T.
 template <class Epilogue, class Tr>
 struct PendingEpilogue {
   typename Tr::KernelParams const& params;
@@ -51,6 +52,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
 
+  // The consumer warpgroups cross tile boundaries on their own (FwdConsumer::kOverlapEpilogue).
+  constexpr bool kOverlap = overlaps_epilogue<Consumer>::value;
   const int warp_idx = cutlass::canonical_warp_idx_sync();
   const int warpgroup = warp_idx / 4;
 
@@ -106,7 +109,11 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
       if (sched.dynamic()) {
         if (posted) named_sync(Tr::kTileHandoffThreads, Tr::kBarTileEmpty, Wait::TileEmpty, w.index);
         if (leader) smem.next_tile = idx;
-        named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileFull);
+        if constexpr (kOverlap) {  // each consumer warpgroup takes it at its own barrier
+          for (int c = 0; c < Tr::kNumConsumers; ++c) named_arrive(Tr::kWgHandoffThreads, Tr::bar_tile_full_of(c));
+        } else {
+          named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileFull);
+        }
         posted = true;
       }
     }
@@ -120,14 +127,15 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     float lse[Tr::kRowsPerThread];
 
     int tile_count = 0;
-    constexpr bool kOverlap = overlaps_epilogue<Consumer>::value;
-    WorkTile w_prev;       // kOverlap: the tile whose O and LSE wait in tOrO / lse
-    bool pending = false;  // whether one does
+    // kOverlap: the tile whose O and LSE wait in tOrO / lse, if any. Kept live (recomputing it
+    // under the GEMM instead cost the mainloop ~10 uniform-datapath instructions per key block).
+    WorkTile w_prev;
+    bool pending = false;
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows) {  // varlen: a query block past this sequence's end has nothing to write
         if (w.blocks.empty()) {
-          if (kOverlap && pending) Epilogue::store(params, smem, w_prev, tOrO, lse);
+          if (kOverlap) PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending}(tOrO, lse);
           pending = false;
           Epilogue::store_empty(params.p, w);
         } else if constexpr (kOverlap) {
@@ -138,19 +146,24 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
           ++tile_count;
         } else {
           Consumer::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
-          Epilogue::store(params, smem, w, tOrO, lse);
+          // Recomputed (not kept live through the mainloop) to spare registers.
+          Epilogue::store(params, smem, sched.tile(opaque_int(idx)), tOrO, lse);
           ++tile_count;
         }
       }
       if (sched.dynamic()) {
-        named_sync(Tr::kTileHandoffThreads, Tr::kBarTileFull, Wait::TileFull, idx);
+        if constexpr (kOverlap) named_sync(Tr::kWgHandoffThreads, Tr::bar_tile_full_of(consumer), Wait::TileFull, idx);
+        else named_sync(Tr::kTileHandoffThreads, Tr::kBarTileFull, Wait::TileFull, idx);
         idx = smem.next_tile;
         if (!sched.done(idx)) named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileEmpty);
       } else {
         idx += int(gridDim.x);
       }
     }
-    if (kOverlap && pending) Epilogue::store(params, smem, w_prev, tOrO, lse);
+    if constexpr (kOverlap) {
+      PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending}(tOrO, lse);
+      Epilogue::drain();
+    }
   }
 }
 

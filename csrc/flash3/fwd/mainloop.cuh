@@ -136,7 +136,7 @@ struct FwdProducer {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Tr::kQBytes);
       copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
     }
-    if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+    if (!Tr::kOwnOBuffer && tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
     // K runs one block ahead of V: the consumers' step n waits for K_n (S_n = Q K_n^T) before V_{n+1}
     // (P_{n+1} V_{n+1}), so K_n goes out before V_{n+1}; with V first, K_n queued behind V_{n+1}'s
     // slot wait and bytes (the timing model showed the consumers stalled on K's full barrier).
@@ -185,8 +185,10 @@ struct FwdConsumer {
   using Fp8 = FwdFp8Steps<Tr, FwdConsumer>;  // the e4m3 kernel's steps (fp8_steps.cuh)
   // The previous tile's epilogue runs while this tile's first Q.K^T is on the tensor cores
   // (fwd_kernel passes it to compute as `pending`): the tile boundary's store no longer leaves
-  // them idle. The 16-bit forward only (the e4m3 and decode kernels store after compute).
-  static constexpr bool kOverlapEpilogue = !Tr::kFp8 && !Tr::kDecode;
+  // them idle. Only where O has its own buffer (FwdTraits::kOwnOBuffer: each warp stores its rows
+  // alone, and each warpgroup takes its next tile alone), so one warpgroup's store does not wait
+  // for the other's last P.V; the others store after compute.
+  static constexpr bool kOverlapEpilogue = Tr::kOwnOBuffer;
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
   static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
