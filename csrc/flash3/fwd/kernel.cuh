@@ -2,8 +2,11 @@
 // Warpgroup 0 is the producer (lowers its registers; one warp runs the TMA loop), warpgroups
 // 1..kNumConsumers are consumers (raise their registers; 64 query rows each). Both sides walk the
 // same tile sequence (scheduler.cuh) and skip the same tiles, so they stay in step through the
-// barriers. Producer: the tile's loads (FwdProducer, mainloop.cuh; the decode kernel's
-// DecodeProducer, decode/load.cuh).
+// barriers. Where O has its own buffer (FwdTraits::kOwnOBuffer), each consumer warpgroup takes the
+// next tile at its own barrier and stores the previous tile's O under the next tile's first Q.K^T
+// (FwdConsumer::kOverlapEpilogue), so the tensor cores do not idle across a tile boundary.
+// Producer: the tile's loads (FwdProducer, mainloop.cuh; the decode kernel's DecodeProducer,
+// decode/load.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
       const WorkTile w = sched.tile(idx);
       if (w.has_rows) {  // varlen: a query block past this sequence's end has nothing to write
         if (w.blocks.empty()) {
-          if (kOverlap) PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending}(tOrO, lse);
+          if constexpr (kOverlap) PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending}(tOrO, lse);
           pending = false;
           Epilogue::store_empty(params.p, w);
         } else if constexpr (kOverlap) {

@@ -135,8 +135,6 @@ struct FwdTraits
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{},
       VtTileOrder{}));
-  // O staging tile (block_m, d_v), d_v contiguous, aliasing V's buffer after the tile's last P.V
-  // (FA3's choice): Q's buffer is then free for the next tile while this one's epilogue runs.
   // O staging tile (block_m, d_v), d_v contiguous. Where shared memory has room (the 16-bit
   // forward with two consumers), O has a buffer of its own, in 16-row slabs, one per warp: each
   // warp stores its rows by TMA as soon as they are written, and the consumer warpgroups cross a
