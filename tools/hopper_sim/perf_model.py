@@ -167,7 +167,7 @@ def sample_tag(sample: int) -> str:
 
 
 def run_timed(cmd: list[str], tag: str, sample: int, only: str = "", timeout: int = 3600,
-              atomics: bool = False) -> list[dict]:
+              atomics: bool = False, sms: int = 132) -> list[dict]:
     WORK.mkdir(parents=True, exist_ok=True)
     js = WORK / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', tag)}.jsonl"
     if REUSE and js.exists():   # --reuse: a record of an earlier run of this very row
@@ -179,7 +179,7 @@ def run_timed(cmd: list[str], tag: str, sample: int, only: str = "", timeout: in
         return []
     js.unlink(missing_ok=True)
     # --sms 132: programs that size persistent grids from the SM count see an H100
-    full = [str(SIMRUN), "--sms", "132", "--timing-json", str(js)] + (["--timing-sample", str(sample)] if sample else [])
+    full = [str(SIMRUN), "--sms", str(sms), "--timing-json", str(js)] + (["--timing-sample", str(sample)] if sample else [])
     # attention's dynamic (causal) schedulers take tiles from an atomic counter: see simrun
     full += (["--timing-sample-atomics"] if atomics and sample else []) + (["--timing-only", only] if only else []) + cmd
     env = dict(os.environ)
@@ -257,7 +257,54 @@ def fa3_row(binary, d, causal, s, sample):
     return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
 
 
+# ---- one SM, equal work ---------------------------------------------------------------------------------
+# A causal row's tiles differ in cost, and the sampled SMs take their round-robin share of each kernel's
+# own tile order, so flash3's and FA3's sampled SMs do different work (at d 128 s 4096, 8 SMs: 2% more
+# tensor work for flash3's). Here each kernel runs alone on a 1-SM GPU (`--sms 1`: one persistent CTA)
+# over every tile of b 1, h = 16384 / s heads (128 query blocks): the same work for both, every tile
+# length represented. TFLOP/s = that work's FLOPs / its time x 132 SMs: a throughput, without the
+# grid's tail or L2/HBM contention.
+def equal_work_shape(s):
+    return 1, s, max(1, 16384 // s)
+
+
+def fa3_equal_work_row(binary, d, causal, s):
+    b, s, h = equal_work_shape(s)
+    recs = run_timed([binary, str(b), str(s), str(h), str(d), str(int(causal)), "0", "1"],
+                     f"fa3-d{d}-{'causal' if causal else 'full'}-s{s}-h{h}-onesm", 0, only="FlashAttnFwdSm90", sms=1)
+    if not recs:
+        return None
+    rec = recs[-1]
+    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12 * 132, rec=rec)
+
+
+def flash3_equal_work_row(driver, d, causal, s):
+    b, s, h = equal_work_shape(s)
+    case = WORK / f"flash3-d{d}-{'causal' if causal else 'full'}-s{s}-h{h}-onesm"
+    write_flash3_case(case, b, s, h, d, causal)
+    recs = run_timed([str(driver), str(case)], case.name, 0, sms=1)
+    if not recs:
+        return None
+    rec = recs[-1]
+    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12 * 132, rec=rec)
+
+
 # ---- flash3 --------------------------------------------------------------------------------------------
+def write_flash3_case(case, b, s, h, d, causal):
+    """A simulator case file for flash3's forward on random bf16 q, k, v of (b, s, h, d)."""
+    case.mkdir(parents=True, exist_ok=True)
+    st = [s * h * d, h * d, d, 1]
+    lines = ["flash3-sim-case 1", "op fwd"]
+    for name in ("q", "k", "v"):
+        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
+    lines.append(f"tensor out bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
+    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 nan")
+    scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
+                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, no_outputs=1)
+    lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
+    (case / "case.txt").write_text("\n".join(lines) + "\n")
+
+
 def flash3_driver(d):
     os.environ["FLASH3_HDIMS"], os.environ["FLASH3_DTYPES"] = str(d), "bf16"
     import smoke_sim
@@ -276,17 +323,7 @@ def flash3_row(driver, d, causal, s, sample, h=None):
         b = max(1, 16384 // s)
     h = h or h0
     case = WORK / f"flash3-d{d}-{'causal' if causal else 'full'}-s{s}{'' if h == h0 else f'-h{h}'}{sample_tag(sample)}"
-    case.mkdir(parents=True, exist_ok=True)
-    st = [s * h * d, h * d, d, 1]
-    lines = ["flash3-sim-case 1", "op fwd"]
-    for name in ("q", "k", "v"):
-        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
-    lines.append(f"tensor out bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
-    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 nan")
-    scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
-                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, no_outputs=1)
-    lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
-    (case / "case.txt").write_text("\n".join(lines) + "\n")
+    write_flash3_case(case, b, s, h, d, causal)
     recs = run_timed([str(driver), str(case)], case.name, sample, atomics=True)
     if not recs:
         return None
@@ -362,7 +399,26 @@ def bwd_section(bwd, steps):
     return L
 
 
-def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None):
+def equal_work_section(equal):
+    if not equal:
+        return []
+    L = ["", "### Causal on equal work (one SM)", "",
+         "Each kernel alone on a 1-SM GPU (`simrun --sms 1`: one persistent CTA) over every query block of b 1, "
+         "h = 16384 / s heads: the same tiles for both, where the sampled rows above give flash3's and FA3's "
+         "sampled SMs each their own scheduler's share (`flash3_equal_work_row`, perf_model.py). TFLOP/s = the "
+         "work's FLOPs / its time x 132 SMs (no grid tail, no L2/HBM contention).", "",
+         "| row | shape | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3 cycles | FA3 cycles |",
+         "|---|---|---|---|---|---|---|"]
+    for (d, causal, s), (mine, peer) in sorted(equal.items()):
+        b, s_, h = equal_work_shape(s)
+        pt = f"{peer['tflops']:.0f} | {mine['tflops'] / peer['tflops']:.2f}" if peer else "- | -"
+        pc = peer["rec"]["cycles"] if peer else "-"
+        L.append(f"| fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {mine['tflops']:.0f} | {pt} | "
+                 f"{mine['rec']['cycles']} | {pc} |")
+    return L
+
+
+def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=None):
     prows, phash = params_table()
     L = ["# flash3 in the H100 timing model", "",
          f"Generated by `make perf-model` (tools/hopper_sim/perf_model.py) on {datetime.date.today().isoformat()}; "
@@ -401,6 +457,7 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None):
                  f"{o['tflops']:.0f} | {r['tflops'] / o['tflops']:.2f} | " if o else
                  f"| fwd bf16 d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {r['tflops']:.0f} | - | - | ")
         L[-1] += f"{r['tflops'] / 989.4:.2f} | {dominant_stall(r['rec'])} |"
+    L += equal_work_section(equal)
     L += ["", "### Other head dims (s 4096)", "", HEAD_DIM_NOTE, "",
           "| row | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3's dominant stall | FA3's dominant stall |",
           "|---|---|---|---|---|---|"]
@@ -514,7 +571,8 @@ def main():
     ap.add_argument("--sample-causal", type=int, default=8, help="SMs sampled for causal rows (0: all)")
     ap.add_argument("--rows", choices=("quick", "validation", "paper"), default="quick")
     ap.add_argument("--only", default="gemm,fa3,flash3", help="comma list of gemm, fa3, flash3, bwd (flash3's "
-                    "backward d 128 and the training step; not in the default)")
+                    "backward d 128 and the training step; not in the default), equal (causal d 128 on one SM, "
+                    "equal work for flash3 and FA3; not in the default)")
     ap.add_argument("--reuse", action="store_true", help="take a row's record from build/perf_model/ when there")
     ap.add_argument("--no-run", action="store_true", help="with --reuse: leave out rows without a record")
     a = ap.parse_args()
@@ -566,7 +624,14 @@ def main():
                 fw = flash3_row(flash3_driver(128), 128, causal, s, a.sample_causal if causal else a.sample, h=h)
                 if fw:
                     steps[(128, causal, s, h)] = fw
-    write_report(gemm, fa3, f3, a, commit, bwd, steps)
+    equal = {}
+    if "equal" in only:
+        drv, fbin = flash3_driver(128), (fa3_binary(a.fa3_src, 128) if a.fa3_src else None)
+        for s in (1024, 2048, 4096, 8192, 16384):
+            mine, peer = flash3_equal_work_row(drv, 128, True, s), fbin and fa3_equal_work_row(fbin, 128, True, s)
+            if mine:
+                equal[(128, True, s)] = (mine, peer)
+    write_report(gemm, fa3, f3, a, commit, bwd, steps, equal)
 
 
 if __name__ == "__main__":

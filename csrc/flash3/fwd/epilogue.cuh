@@ -1,5 +1,6 @@
 // Epilogue of one tile: LSE from registers, O converted to 16 bits and staged in shared memory
-// (V's buffer, free after the tile's last P.V) with stmatrix, then written by one TMA store
+// (kOwnOBuffer: O's own buffer, each warp its 16-row slab, stored by the warp alone:
+// store_warp_slab; else V's buffer, free after the tile's last P.V) with stmatrix, then written by one TMA store
 // (batched layout; TMA clips rows >= seqlen_q and columns >= d_v) or by predicated 16-byte stores
 // (varlen, where a TMA store of the tile would overwrite the next sequence's rows; with seqused_q
 // the rows past the used queries up to the packed length are stored too, as O = 0, LSE = -inf). Ends by
@@ -230,7 +231,7 @@ struct FwdEpilogue {
       return;
     }
 
-    Tensor sO = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.v.data())), typename Tr::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(Tr::o_buffer(smem)), typename Tr::SmemLayoutO{});
     Tensor rO = convert_fragment<Element>(tOrO);
     // stmatrix: each warp writes 8x8 16-bit matrices straight from the accumulator layout.
     using StsmOp = std::conditional_t<Tr::kHeadDimV % 16 == 0, SM90_U32x4_STSM_N, SM90_U32x2_STSM_N>;
@@ -240,6 +241,10 @@ struct FwdEpilogue {
     Tensor src = thr_copy.retile_S(rO);
     Tensor dst = thr_copy.partition_D(sO);
 
+    if constexpr (Tr::kOwnOBuffer) {
+      store_warp_slab(params, w, sO, smem_copy, src, dst);
+      return;
+    }
     sync_consumers(w.index);  // every warpgroup's last P.V has finished reading V's buffer
     copy(smem_copy, src, dst);
 
@@ -269,6 +274,55 @@ struct FwdEpilogue {
     // Our generic-proxy accesses of the buffer come before the producer's next TMA (async proxy) write.
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::ClusterBarrier::arrive(&smem.o_free);
+  }
+
+  // kOwnOBuffer: O's buffer is the epilogue's alone, in 16-row slabs, and warp k (of the consumer
+  // threads) holds rows 16k..16k+15 of the accumulator (the WGMMA layout), so each warp stages and
+  // stores its own slab with no barrier beyond its own: lane 0 issues its slab's TMA store (batched)
+  // or the warp copies it out (varlen). Before overwriting the slab, lane 0 waits for its previous
+  // store to have read it (issued a whole tile earlier); drain() waits for the last one before exit.
+  template <class TensorSO, class SmemCopy, class Src, class Dst>
+  static __device__ __forceinline__ void store_warp_slab(typename Tr::KernelParams const& params, const WorkTile& w,
+                                                         TensorSO const& sO, SmemCopy const& smem_copy,
+                                                         Src const& src, Dst& dst) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    const int lane = threadIdx.x % 32;
+    const int slab = consumer_thread_idx() / 32;  // this warp's 16 rows of the tile
+    if (lane == 0) tma_store_wait<0>();
+    __syncwarp();
+    copy(smem_copy, src, dst);
+    if (p.cu_seqlens_q == nullptr) {
+      cutlass::arch::fence_view_async_shared();  // the warp's generic-proxy writes, visible to TMA
+      __syncwarp();
+      if (lane == 0) {
+        Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);  // (s_q, d_v, h, b)
+        Tensor gO = local_tile(mO(_, _, w.coord.head, w.coord.batch), Shape<_16, typename Tr::HDV>{},
+                               make_coord(w.coord.m_block * (Tr::kBlockM / 16) + slab, _0{}));
+        Tensor sSlab = make_tensor(sO.data() + slab * cute::cosize_v<typename Tr::SmemLayoutOWarp>,
+                                   typename Tr::SmemLayoutOWarp{});
+        auto [tOgO, tOsO] = tma_partition(params.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sSlab),
+                                          group_modes<0, 2>(gO));
+        copy(params.tma_o, tOsO, tOgO);
+        tma_store_arrive();
+      }
+    } else {
+      __syncwarp();
+      constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks per row; unswizzled within a chunk
+      for (int i = lane; i < 16 * kChunks; i += 32) {
+        const int r = slab * 16 + i / kChunks, c = (i % kChunks) * 8;
+        Element* o = o_row(p, w, r);
+        if (o != nullptr && c < p.head_dim_v)
+          *reinterpret_cast<uint4*>(o + c) = *reinterpret_cast<uint4 const*>(&sO(r, c));
+      }
+      __syncwarp();  // the slab is read before the next tile's stmatrix overwrites it
+    }
+  }
+  // kOwnOBuffer: before the kernel exits, each warp's last TMA store has read its slab.
+  static __device__ __forceinline__ void drain() {
+    if constexpr (Tr::kOwnOBuffer) {
+      if (threadIdx.x % 32 == 0) cute::tma_store_wait<0>();
+    }
   }
 
   // A tile whose rows see no key at all: O = 0 and LSE = -inf (with sinks: the row's sink),

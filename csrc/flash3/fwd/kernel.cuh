@@ -2,8 +2,11 @@
 // Warpgroup 0 is the producer (lowers its registers; one warp runs the TMA loop), warpgroups
 // 1..kNumConsumers are consumers (raise their registers; 64 query rows each). Both sides walk the
 // same tile sequence (scheduler.cuh) and skip the same tiles, so they stay in step through the
-// barriers. Producer: the tile's loads (FwdProducer, mainloop.cuh; the decode kernel's
-// DecodeProducer, decode/load.cuh).
+// barriers. Where O has its own buffer (FwdTraits::kOwnOBuffer), each consumer warpgroup takes the
+// next tile at its own barrier and stores the previous tile's O under the next tile's first Q.K^T
+// (FwdConsumer::kOverlapEpilogue), so the tensor cores do not idle across a tile boundary.
+// Producer: the tile's loads (FwdProducer, mainloop.cuh; the decode kernel's DecodeProducer,
+// decode/load.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,6 +22,26 @@
 
 namespace flash3 {
 
+// Consumers that take the previous tile's epilogue into compute (FwdConsumer::kOverlapEpilogue).
+template <class C, class = void>
+struct overlaps_epilogue : cute::false_type {};
+template <class C>
+struct overlaps_epilogue<C, cute::void_t<decltype(C::kOverlapEpilogue)>> : cute::bool_constant<C::kOverlapEpilogue> {};
+
+// The previous tile's epilogue, when there is one (w), run by compute under the next tile's
+// first Q.K^T.
+template <class Epilogue, class Tr>
+struct PendingEpilogue {
+  typename Tr::KernelParams const& params;
+  typename Tr::SharedStorage& smem;
+  const WorkTile& w;
+  bool pending;
+  template <class TensorO, int kRows>
+  __device__ __forceinline__ void operator()(TensorO& tOrO, const float (&lse)[kRows]) const {
+    if (pending) Epilogue::store(params, smem, w, tOrO, lse);
+  }
+};
+
 // Consumer / Epilogue: FwdConsumer / FwdEpilogue, or a family's own (the MLA decode kernel's,
 // decode/mla_mainloop.cuh), with the same entry points.
 template <class Tr, class Producer, class Consumer = FwdConsumer<Tr>, class Epilogue = FwdEpilogue<Tr>>
@@ -32,6 +55,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
 
+  // The consumer warpgroups cross tile boundaries on their own (FwdConsumer::kOverlapEpilogue).
+  constexpr bool kOverlap = overlaps_epilogue<Consumer>::value;
   const int warp_idx = cutlass::canonical_warp_idx_sync();
   const int warpgroup = warp_idx / 4;
 
@@ -87,7 +112,11 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
       if (sched.dynamic()) {
         if (posted) named_sync(Tr::kTileHandoffThreads, Tr::kBarTileEmpty, Wait::TileEmpty, w.index);
         if (leader) smem.next_tile = idx;
-        named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileFull);
+        if constexpr (kOverlap) {  // each consumer warpgroup takes it at its own barrier
+          for (int c = 0; c < Tr::kNumConsumers; ++c) named_arrive(Tr::kWgHandoffThreads, Tr::bar_tile_full_of(c));
+        } else {
+          named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileFull);
+        }
         posted = true;
       }
     }
@@ -101,11 +130,23 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     float lse[Tr::kRowsPerThread];
 
     int tile_count = 0;
+    // kOverlap: the tile whose O and LSE wait in tOrO / lse, if any. Kept live (recomputing it
+    // under the GEMM instead cost the mainloop ~10 uniform-datapath instructions per key block).
+    WorkTile w_prev;
+    bool pending = false;
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows) {  // varlen: a query block past this sequence's end has nothing to write
         if (w.blocks.empty()) {
+          if constexpr (kOverlap) PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending}(tOrO, lse);
+          pending = false;
           Epilogue::store_empty(params.p, w);
+        } else if constexpr (kOverlap) {
+          Consumer::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse,
+                            PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending});
+          w_prev = w;
+          pending = true;
+          ++tile_count;
         } else {
           Consumer::compute(params, smem, pipe_k, pipe_v, state_k, state_v, w, tile_count, consumer, tOrO, lse);
           // Recomputed (not kept live through the mainloop) to spare registers.
@@ -114,12 +155,17 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
         }
       }
       if (sched.dynamic()) {
-        named_sync(Tr::kTileHandoffThreads, Tr::kBarTileFull, Wait::TileFull, idx);
+        if constexpr (kOverlap) named_sync(Tr::kWgHandoffThreads, Tr::bar_tile_full_of(consumer), Wait::TileFull, idx);
+        else named_sync(Tr::kTileHandoffThreads, Tr::kBarTileFull, Wait::TileFull, idx);
         idx = smem.next_tile;
         if (!sched.done(idx)) named_arrive(Tr::kTileHandoffThreads, Tr::kBarTileEmpty);
       } else {
         idx += int(gridDim.x);
       }
+    }
+    if constexpr (kOverlap) {
+      PendingEpilogue<Epilogue, Tr>{params, smem, w_prev, pending}(tOrO, lse);
+      Epilogue::drain();
     }
   }
 }

@@ -29,6 +29,12 @@ struct FwdKvSync {
   static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
   static constexpr uint32_t kTileHandoffThreads = 32 + 128 * kNumConsumers;  // producer warp + consumers
   static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
+  // Kernels whose consumer warpgroups cross tile boundaries on their own (FwdTraits::kOwnOBuffer,
+  // two consumers): each takes the next tile at its own barrier, which the producer arrives on.
+  static __device__ __forceinline__ constexpr uint32_t bar_tile_full_of(int consumer) {
+    return consumer == 0 ? kBarTileFull : kNumConsumers + 4;
+  }
+  static constexpr uint32_t kWgHandoffThreads = 32 + 128;  // producer warp + one consumer warpgroup
 };
 
 }  // namespace flash3

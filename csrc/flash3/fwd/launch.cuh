@@ -54,6 +54,19 @@ struct FwdFamily {
   static void set_params(typename Tr::KernelParams&, const FwdParams&) {}
 };
 
+// What one TMA store of O covers (FwdTraits: a warp's 16-row slab where O has its own buffer);
+// traits without SmemLayoutOBox (MLA) store the whole tile.
+template <class Tr, class = void>
+struct OStoreBox {
+  using Layout = typename Tr::SmemLayoutO;
+  using Rows = typename Tr::BlkM;
+};
+template <class Tr>
+struct OStoreBox<Tr, std::void_t<typename Tr::SmemLayoutOBox>> {
+  using Layout = typename Tr::SmemLayoutOBox;
+  using Rows = typename Tr::BlkMO;
+};
+
 template <class Tr, class Family = FwdFamily<Tr>>
 void launch_fwd(const FwdParams& p, void* cuda_stream) {
   using namespace cute;
@@ -135,7 +148,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
                       bs_v, kBoxV, Tr::kBlockN);
   detail::check_tma("out", p.o, eb_out, p.head_dim_v, rows_q, p.num_heads, batch_q, p.o_row_stride, p.o_head_stride,
-                    bs_o, kBoxV, Tr::kBlockM);
+                    bs_o, kBoxV, OStoreBox<Tr>::Rows::value);
 
   Tensor mQ = make_tensor(make_gmem_ptr(static_cast<Element const*>(p.q)),
                           make_shape(rows_q, p.head_dim, p.num_heads, batch_q),
@@ -169,7 +182,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       make_tma_copy(SM90_TMA_LOAD{}, mQ, typename Tr::SmemLayoutQ{}, Shape<typename Tr::BlkM, typename Tr::HD>{}, _1{}),
       tma_k(),
       tma_v(),
-      make_tma_copy(SM90_TMA_STORE{}, mO, typename Tr::SmemLayoutO{}, Shape<typename Tr::BlkM, typename Tr::HDV>{},
+      make_tma_copy(SM90_TMA_STORE{}, mO, typename OStoreBox<Tr>::Layout{}, Shape<typename OStoreBox<Tr>::Rows, typename Tr::HDV>{},
                     _1{}),
       mQ.shape(),
       mK.shape(),

@@ -136,7 +136,7 @@ struct FwdProducer {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Tr::kQBytes);
       copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
     }
-    if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+    if (!Tr::kOwnOBuffer && tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
     // K runs one block ahead of V: the consumers' step n waits for K_n (S_n = Q K_n^T) before V_{n+1}
     // (P_{n+1} V_{n+1}), so K_n goes out before V_{n+1}; with V first, K_n queued behind V_{n+1}'s
     // slot wait and bytes (the timing model showed the consumers stalled on K's full barrier).
@@ -186,6 +186,12 @@ struct FwdConsumer {
   // Key blocks of 24k keys (bf16 d 96): the masked loops' run bounds in the R2P-friendly layout,
   // made once per tile (softmax.cuh spread_runs). Packed GQA rows (decode) take theirs per token.
   static constexpr bool kSpreadMask = !Tr::kDecode && spread_mask_fits<Tr::kBlockN / 4>();
+  // The previous tile's epilogue runs while this tile's first Q.K^T is on the tensor cores
+  // (fwd_kernel passes it to compute as `pending`): the tile boundary's store no longer leaves
+  // them idle. Only where O has its own buffer (FwdTraits::kOwnOBuffer: each warp stores its rows
+  // alone, and each warpgroup takes its next tile alone), so one warpgroup's store does not wait
+  // for the other's last P.V; the others store after compute.
+  static constexpr bool kOverlapEpilogue = Tr::kOwnOBuffer;
 
   // Pingpong: warpgroup c may issue GEMMs once the previous warpgroup (ring order) has issued its own.
   static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
@@ -353,14 +359,25 @@ struct FwdConsumer {
       step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
   }
 
+  // No previous tile's O to store (compute's default `pending`).
+  struct NothingPending {
+    template <class TensorO>
+    __device__ __forceinline__ void operator()(TensorO const&, const float (&)[kRows]) const {}
+  };
+
   // Runs the mainloop of one tile. On return tOrO holds O normalized by the row sums (0 for rows
   // that saw no key) and lse the natural-log LSE of the thread's rows. Q's buffer has been released
-  // to the producer (q_free) as soon as the last Q.K^T finished.
-  template <class TensorO>
+  // to the producer (q_free) as soon as the last Q.K^T finished. On entry tOrO and lse may still
+  // hold the previous tile's results: `pending(tOrO, lse)` (kOverlapEpilogue) stores them while
+  // the first Q.K^T runs, before tOrO is cleared.
+  template <class TensorO, class Pending = NothingPending>
   static __device__ __forceinline__ void compute(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                  PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
                                                  PipelineState& state_v, const WorkTile& w, int tile_count,
-                                                 int consumer, TensorO& tOrO, float (&lse)[kRows]) {
+                                                 int consumer, TensorO& tOrO, float (&lse)[kRows],
+                                                 Pending const& pending = Pending{}) {
+    constexpr bool kPending = !cute::is_same_v<Pending, NothingPending>;
+    static_assert(!kPending || kOverlapEpilogue, "the e4m3 and decode kernels store after compute");
     using namespace cute;
     const int tidx = consumer_thread_idx();
     Frags fr;
@@ -389,7 +406,7 @@ struct FwdConsumer {
     if constexpr (Tr::kDecode && Tr::kAlibi)
       alibi_rows<true>(fr.alibi_slope, fr.alibi_diag, tScS_rc, params.mod, w.coord.m_block * Tr::kBlockM,
                        w.mask.offset(), w.coord.batch, w.head_k);
-    clear(tOrO);
+    if constexpr (!kPending) clear(tOrO);
     if constexpr (Tr::kFp8) Fp8::init(params, w, consumer, fr);
 
     // Q of this tile (the tile_count-th tile with work of this CTA).
@@ -403,6 +420,10 @@ struct FwdConsumer {
       pingpong_wait(consumer, w.index);
       gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
       pingpong_pass(consumer);
+      if constexpr (kPending) {
+        pending(tOrO, lse);  // the previous tile's epilogue, under this Q.K^T
+        clear(tOrO);
+      }
       warpgroup_wait<0>();
       pipe_k.consumer_release(state_k);
       ++state_k;

@@ -135,16 +135,32 @@ struct FwdTraits
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{},
       VtTileOrder{}));
-  // O staging tile (block_m, d_v), d_v contiguous, aliasing V's buffer after the tile's last P.V
-  // (FA3's choice): Q's buffer is then free for the next tile while this one's epilogue runs.
-  using SmemLayoutO = decltype(cute::tile_to_shape(
-      gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<BlkM, HDV>{}));
-  // V's buffer, in elements: grown where the 16-bit O tile is larger than the V stages (FP8, and
-  // the FP8-cache decode tiles of d 256).
+  // O staging tile (block_m, d_v), d_v contiguous. Where shared memory has room (the 16-bit
+  // forward with two consumers), O has a buffer of its own, in 16-row slabs, one per warp: each
+  // warp stores its rows by TMA as soon as they are written, and the consumer warpgroups cross a
+  // tile boundary independently (FwdConsumer::kOverlapEpilogue: the store runs under the next
+  // tile's first Q.K^T). Elsewhere O aliases V's buffer after the tile's last P.V (FA3's choice):
+  // Q's buffer is then free for the next tile while this one's epilogue runs.
+  using SmemLayoutOWarp = decltype(cute::tile_to_shape(
+      gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<cute::_16, HDV>{}));
+  static constexpr int kOBytes = kBlockM * kHeadDimV * int(sizeof(ElementOut));
+  static constexpr bool kOwnOBuffer =
+      !kFp8 && !kDecode && !kFp8Cache && kNumConsumers == 2 &&
+      (cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> + cute::cosize_v<SmemLayoutVt>) * int(sizeof(Element)) +
+              kOBytes + 4 * kNumConsumerThreads + 1024 <= 227 * 1024;
+  using SmemLayoutO = std::conditional_t<
+      kOwnOBuffer, decltype(cute::tile_to_shape(SmemLayoutOWarp{}, cute::Shape<BlkM, HDV>{})),
+      decltype(cute::tile_to_shape(gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(),
+                                   cute::Shape<BlkM, HDV>{}))>;
+  // What one TMA store of O covers: a warp's 16 rows, or the whole tile.
+  using BlkMO = std::conditional_t<kOwnOBuffer, cute::_16, BlkM>;
+  using SmemLayoutOBox = std::conditional_t<kOwnOBuffer, SmemLayoutOWarp, SmemLayoutO>;
+  // V's buffer, in elements: grown where the 16-bit O tile is larger than the V stages and shares
+  // it (FP8, and the FP8-cache decode tiles of d 256).
   static constexpr int kVBufferElems =
-      cute::cosize_v<SmemLayoutVt> * int(sizeof(Element)) >= cute::cosize_v<SmemLayoutO> * int(sizeof(ElementOut))
+      kOwnOBuffer || cute::cosize_v<SmemLayoutVt> * int(sizeof(Element)) >= kOBytes
           ? cute::cosize_v<SmemLayoutVt>
-          : cute::cosize_v<SmemLayoutO> * int(sizeof(ElementOut)) / int(sizeof(Element));
+          : kOBytes / int(sizeof(Element));
   static_assert(kFp8 || kFp8Cache || kVBufferElems == cute::cosize_v<SmemLayoutVt>,
                 "16-bit O must fit in V's buffer");
 
@@ -200,8 +216,8 @@ struct FwdTraits
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemVtIn>(),
                                             cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HDV, BlkN>{},
                                             cute::_1{}));
-  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemRowsOut>(), SmemLayoutO{},
-                                            cute::Shape<BlkM, HDV>{}, cute::_1{}));
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemRowsOut>(), SmemLayoutOBox{},
+                                            cute::Shape<BlkMO, HDV>{}, cute::_1{}));
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);  // one stage
@@ -225,11 +241,17 @@ struct FwdTraits
   };
   struct NoRawStorage {};  // an empty base: no bytes for the other kernels
 
-  struct SharedStorage : std::conditional_t<kFp8Cache, RawStorage, NoRawStorage> {
+  struct OBuffer {
+    alignas(1024) cute::array_aligned<ElementOut, cute::cosize_v<SmemLayoutO>, 1024> o;
+  };
+  struct NoOBuffer {};  // O shares V's buffer
+
+  struct SharedStorage : std::conditional_t<kFp8Cache, RawStorage, NoRawStorage>,
+                         std::conditional_t<kOwnOBuffer, OBuffer, NoOBuffer> {
     // 1024-byte alignment: the 128-byte swizzle pattern repeats every 1 KB.
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, kVBufferElems, 1024> v;  // V, then O
+    alignas(1024) cute::array_aligned<Element, kVBufferElems, 1024> v;  // V (then O, unless kOwnOBuffer)
     typename FwdTraits::PipeStorage pipe_k;
     typename FwdTraits::PipeStorage pipe_v;
     uint64_t q_full;  // TMA transaction barrier: Q of the current tile has landed
@@ -239,6 +261,11 @@ struct FwdTraits
     int next_tile;    // dynamic scheduler: the tile the producer fetched for the consumers
     float overlap_pin[kNumConsumerThreads];  // written, never read: see FwdConsumer::pin_before_wait
   };
+  // Where the epilogue stages O.
+  static __device__ __forceinline__ ElementOut* o_buffer(SharedStorage& s) {
+    if constexpr (kOwnOBuffer) return s.o.data();
+    else return reinterpret_cast<ElementOut*>(s.v.data());
+  }
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB opt-in limit");
   static_assert(!kDecode || kSmemBytes <= decode_smem_bytes(kHeadDim, kHeadDimV, kBlockN, kFp8Cache),
