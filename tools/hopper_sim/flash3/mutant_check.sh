@@ -26,7 +26,13 @@
 #     bindings run) must refuse the simulator's smoke case too (status "error" with its message),
 #     proving that the smoke goes through the host layer rather than a copy of it. Only the driver's
 #     host objects recompile.
-#  MUTANT=causal|dq_read_wait|v_early_release|o_rows_unsynced|host_probe runs only one. They run concurrently.
+#  6. a warp overwriting its O slab (kOwnOBuffer, csrc/flash3/fwd/epilogue.cuh store_warp_slab) before
+#     its previous tile's TMA store has read it (lane 0's cp.async.bulk.wait_group.read removed). Built
+#     for bf16 d 128 (the narrow tile, which has O's own buffer), its "causal" smoke case on one SM
+#     (every CTA stores several tiles) must end with the async-inflight check. It runs after the
+#     others: a sixth nvcc at once would not fit the memory.
+#  MUTANT=causal|dq_read_wait|v_early_release|o_rows_unsynced|host_probe|o_slab_reuse runs only one. They
+#  run concurrently (o_slab_reuse after the others).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PYTHON:-python3}
@@ -64,13 +70,14 @@ mutant_causal() {
   echo "mutant_check: the wrong kernel was NOT caught (status '$status'):"; tail -20 "$tmp/log"; return 1
 }
 
-# caught_by_check DIR HDIMS CASE CHECK WHAT: the bf16 smoke CASE, built from DIR/csrc, must end with the
-# simulator's strict check CHECK (status "crash", detail "hopper_sim: CHECK: ...").
+# caught_by_check DIR HDIMS CASE CHECK WHAT [SMOKE ARGS...]: the bf16 smoke CASE, built from DIR/csrc, must end
+# with the simulator's strict check CHECK (status "crash", detail "hopper_sim: CHECK: ...").
 caught_by_check() {
   local dir=$1 hdims=$2 case_=$3 check=$4 what=$5 tag
+  shift 5
   tag=$(basename "$dir")
   FLASH3_SIM_CSRC="$(pwd)/$dir/csrc" FLASH3_HDIMS=$hdims FLASH3_DTYPES=bf16 "$PY" tools/smoke/smoke.py --backend sim \
-    --cases "$case_" --json "$tmp/$tag.json" > "$tmp/$tag.log" 2>&1
+    --cases "$case_" --json "$tmp/$tag.json" "$@" > "$tmp/$tag.log" 2>&1
   local res
   res=$("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; print(c["status"], c.get("detail", ""))' \
         "$tmp/$tag.json" 2>/dev/null)
@@ -113,6 +120,15 @@ mutant_o_rows_unsynced() {
   caught_by_check "$dir" 64 bf16:64:64/varlen shared-race "varlen O rows read before the consumers' barrier"
 }
 
+mutant_o_slab_reuse() {
+  local dir=tools/hopper_sim/build/mutant_o_slab_reuse
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
+  replace_once "$dir/csrc/flash3/fwd/epilogue.cuh" $'    if (lane == 0) tma_store_wait<0>();\n    __syncwarp();\n' \
+    $'    __syncwarp();\n' ||
+    { echo "mutant_check: the O-slab mutation did not apply (epilogue.cuh changed?)"; return 1; }
+  caught_by_check "$dir" 128 bf16:128:128/causal async-inflight "O slab rewritten before its TMA store read it" --sms 1
+}
+
 mutant_host_probe() {
   local dir=tools/hopper_sim/build/mutant_host_probe
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
@@ -148,4 +164,7 @@ for pm in "${pids[@]}"; do
   wait "${pm%%:*}" || fail=1
   cat "$tmp/report_${pm#*:}"
 done
+if [ -z "$only" ] || [ "$only" = o_slab_reuse ]; then
+  mutant_o_slab_reuse || fail=1
+fi
 exit $fail
