@@ -176,6 +176,11 @@ struct MlaTraits : FwdKvSync<2, 2> {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB opt-in limit");
+  // FwdEpilogue's (fwd/traits.cuh): O is staged in V's buffer, stored by one TMA store per tile.
+  static constexpr bool kOwnOBuffer = false;
+  static __device__ __forceinline__ ElementOut* o_buffer(SharedStorage& s) {
+    return reinterpret_cast<ElementOut*>(s.v.data());
+  }
 
   struct KernelParams {
     TmaQ tma_q;
