@@ -92,6 +92,17 @@ HISTORY = [
      "SASS: 457 -> 395 non-HGMMA instructions per unmasked block (d 128), d 96 3.76 -> 3.28 per key (FA3 3.41); "
      "the model's consumer waits on the wgmma and the softmax's dependency chain, so the fewer issue slots "
      "hardly show"),
+    ("fwd bf16 d 128 causal on equal work (one SM, b 1, h 16384/s): s 1k / 2k / 4k / 8k / 16k",
+     "1750002 / 2795204 / 4889326 / 9099833 / 17473920 cycles (0.96 / 0.98 / 0.99 / 1.00 / 1.00x FA3)",
+     "1594373 / 2644809 / 4745240 / 8934506 / 17330347 cycles (1.05 / 1.04 / 1.02 / 1.02 / 1.01x FA3); "
+     "-8.9% / -5.4% / -2.9% / -1.8% / -0.8%",
+     "16-bit d 128 narrow tile: O in its own buffer (per-warp 16-row slabs, a TMA store per warp), each "
+     "consumer warpgroup takes the next tile at its own barrier, and the previous tile's epilogue runs under "
+     "the next tile's first Q.K^T (FwdTraits::kOwnOBuffer, FwdConsumer::kOverlapEpilogue)",
+     "trace (HSIM_TIMING_DEBUG, b 1 h 1 s 512 causal, one SM): both kernels run the key loop tensor-bound "
+     "(~2050 cycles per 2048-cycle block); the tensor pipe idled ~3100 cycles per tile boundary (FA3 ~2400): "
+     "the epilogue's consumer barrier (O in V's buffer, which the other warpgroup's last P.V still read), "
+     "the shared tile hand-off, the O conversion and the tile's coordinates recomputed after the last P.V"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
@@ -487,7 +498,9 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "the TMA-record dedupe, 49's launches 5-7 and 54 spent most cycles in epilogues that issued 32 "
           "TMA stores per warp instruction: a replay artefact, see the model-changes table.)",
           "- Causal rows sample 8 SMs: with 1 SM the first SM's share of a heaviest-first dynamic schedule is a "
-          "noisy sample (see \"Sampling error\").",
+          "noisy sample (see \"Sampling error\"). Even 8 SMs give each kernel its own scheduler's share of the "
+          "tiles (at d 128 s 4096 flash3's sampled SMs did 2% more tensor work than FA3's), so a causal flash3 / "
+          "FA3 ratio compares different work; \"Causal on equal work\" runs both over the same tiles on one SM.",
           "- flash3 / FA3 compares two kernels under the same model; the ratio is more trustworthy than either "
           "absolute number, and it is still not a measurement. A GPU run is the final word.",
           "- Rows missing here were not run yet (`make perf-model PERF_ROWS=paper FA3_SRC=...`).",
