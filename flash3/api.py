@@ -349,6 +349,23 @@ def _packed_queries_kernel_check(q, k, v, scale, cu_seqlens_k, sinks, alibi_slop
                                   f"the CUDA kernel: {reason}; the reference runs on CPU tensors")
 
 
+def _append_new_keys(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                     cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_interleaved, local, rotary_seqlens):
+    """The fused append of new keys (batched or packed by cu_seqlens_k_new) into the cache, in
+    place; returns q (rotated when rotary tables are given) and each entry's key count after the
+    append (no host read; the kernel clamps it into [0, capacity])."""
+    q_rot = ops_serve.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
+                                            cu_seqlens_q, cu_seqlens_k_new, rotary_cos,
+                                            rotary_sin, bool(rotary_interleaved), local,
+                                            rotary_seqlens)
+    if rotary_cos is not None:
+        q = q_rot
+    n_new = (k.shape[1] if cu_seqlens_k_new is None
+             else (cu_seqlens_k_new[1:] - cu_seqlens_k_new[:-1]).to(torch.int64))
+    seqused = (cache_seqlens.to(torch.int64) + n_new).clamp(0, 2**31 - 1).to(torch.int32)
+    return q, seqused
+
+
 def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table, causal,
                            softmax_scale, window_size, softcap, return_lse, num_splits,
                            rotary_cos, rotary_sin, rotary_interleaved, k_descale, v_descale,
@@ -412,16 +429,9 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
         _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
                                k_descale, v_descale, rotary_seqlens=rotary_seqlens,
                                cache_leftpad=cache_leftpad)
-    q_rot = ops_serve.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
-                                            cu_seqlens_q, cu_seqlens_k_new, rotary_cos,
-                                            rotary_sin, bool(rotary_interleaved), local,
-                                            rotary_seqlens)
-    if rotary_cos is not None:
-        q = q_rot
-    # Each entry's key count (no host read); the kernel clamps it into [0, capacity].
-    n_new = (k.shape[1] if cu_seqlens_k_new is None
-             else (cu_seqlens_k_new[1:] - cu_seqlens_k_new[:-1]).to(torch.int64))
-    seqused = (cache_seqlens.to(torch.int64) + n_new).clamp(0, 2**31 - 1).to(torch.int32)
+    q, seqused = _append_new_keys(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                                  cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_interleaved, local,
+                                  rotary_seqlens)
     if varlen:
         out, lse = ops_serve.attention_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, seqused,
                                                       page_table, None, int(max_seqlen_q), scale,

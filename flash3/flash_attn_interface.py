@@ -82,8 +82,8 @@ import numbers
 
 import torch
 
-from . import _backend, _checks, ops_serve, validation
-from .api import _varlen_cache_seqlens, attention, attention_varlen, attention_with_kvcache
+from . import _backend, _checks, validation
+from .api import _append_new_keys, _varlen_cache_seqlens, attention, attention_varlen, attention_with_kvcache
 from .masking import normalize_window
 from .reference import combine_splits
 from .reference.fa3 import fa3_forward
@@ -514,16 +514,9 @@ def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_
     seqused = cache_seqlens
     with torch.no_grad():
         if k is not None:  # the fused append (d_v as the cache's), then each entry's key count
-            q_rot = ops_serve.kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, pt,
-                                                    cu_seqlens_q, cu_seqlens_k_new, rotary_cos,
-                                                    rotary_sin, bool(rotary_interleaved), local,
-                                                    rotary_seqlens)
-            if rotary_cos is not None:
-                q = q_rot
-            n_new = (k.shape[1] if cu_seqlens_k_new is None
-                     else (cu_seqlens_k_new[1:] - cu_seqlens_k_new[:-1]).to(torch.int64))
-            # no host read; the kernel clamps the count into [0, capacity]
-            seqused = (cache_seqlens.to(torch.int64) + n_new).clamp(0, 2**31 - 1).to(torch.int32)
+            q, seqused = _append_new_keys(q, k_cache, v_cache, k, v, cache_seqlens, pt, cu_seqlens_q,
+                                          cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_interleaved,
+                                          local, rotary_seqlens)
         if not varlen:
             lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad}
             return _backend.run_kernel_kvcache(q, k_cache, v_cache, seqused, pt, scale, left, right,

@@ -528,6 +528,19 @@ LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
 
 
+def _fp8_cache_by_entry(kc, vc, pt, kd, vd, b, device):
+    """An fp32 cache quantized to e4m3 with FA3's (batch, kv head) descales kd / vd: each row (or
+    page) over its batch entry's (contiguous: row i is entry i's; paged: spare pages are row 0's)."""
+    import torch
+    from flash3 import reference
+    if pt is None:
+        owner = torch.arange(b, device=device)
+    else:
+        owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)
+        owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
+    return tuple(reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
+
+
 def _fa3desc_part(part, page, splits, causal, d, dv, g, device, append=False):
     """One "fa3desc" launch: FA3's FP8 decode as flash_attn_interface runs it on the kernel. q8, and
     the caches' e4m3 bytes, from N(0, 1) values over FA3 descales (b, h_k) in [0.01, 0.11), one per
@@ -541,12 +554,7 @@ def _fa3desc_part(part, page, splits, causal, d, dv, g, device, append=False):
     b, h_k, h = 3, 2, 4
     kc, vc, pt = _dec_cache(b, 300, h_k, d, dv, page, torch.float32, g, device)
     qd, kd, vd = ((torch.rand(b, h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(3))
-    if pt is None:  # contiguous: row i is batch entry i's
-        owner = torch.arange(b, device=device)
-    else:
-        owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
-        owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
-    k8, v8 = (reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
+    k8, v8 = _fp8_cache_by_entry(kc, vc, pt, kd, vd, b, device)
     s_q = 2
     q = torch.randn(b, s_q, h, d, generator=g).to(device)
     q8 = reference.quantize_fp8_cache(q, qd.repeat_interleave(h // h_k, dim=1)[:, None, :])
@@ -576,12 +584,7 @@ def _fa3pk_part(part, g, d, dv, device, lq, ln, lens, pads, page, splits, causal
     i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
     qd, kd, vd = ((torch.rand(b, h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(3))
     kc, vc, pt = _dec_cache(b, 256, h_k, d, dv, page, torch.float32, g, device)
-    if pt is None:  # contiguous: row i is batch entry i's
-        owner = torch.arange(b, device=device)
-    else:
-        owner = torch.zeros(kc.shape[0], dtype=torch.long, device=device)  # spare pages: row 0's
-        owner[pt.long().flatten()] = torch.arange(b, device=device).repeat_interleave(pt.shape[1])
-    k8, v8 = (reference.quantize_fp8_cache(x, ds[owner][:, None, :]) for x, ds in ((kc, kd), (vc, vd)))
+    k8, v8 = _fp8_cache_by_entry(kc, vc, pt, kd, vd, b, device)
 
     def layout(n, heads, dim, ds, t):  # e4m3 (packed rows, cu) or batched (b, n, ...), entry i's over ds[i]
         if isinstance(n, int):
