@@ -33,7 +33,7 @@ compile-check:
 	$(PYTHON) tools/build/compile_check.py
 
 # The hang-diagnosis build (FLASH3_DEBUG_HANG=1, bounded waits that name their barrier) of the bf16
-# hdim-128 TUs (narrow and wide tile) compiles for sm_90a, and so does its self-test
+# hdim-128 TU compiles for sm_90a, and so does its self-test
 # (tools/device/device_check.sh runs both on the GPU).
 hang-build-check:
 	FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 $(PYTHON) tools/build/compile_check.py --debug-hang

@@ -17,11 +17,10 @@
 //   Every op takes the mask as one window (window_left, window_right): -1 = unbounded, causal =
 //   (-1, 0), folded once at the Python API (flash3/masking.py normalize_window); fwd_sm90 (and
 //   bwd_sm90) also FA3's attention_chunk (chunked local attention, 0 = off) intersecting it.
-//   flash3::pick_kernel(family, dtype, d, d_v, softmax_scale, window_left, window_right,
-//                       attention_chunk=0) -> str
+//   flash3::pick_kernel(family, dtype, d, d_v, softmax_scale, attention_chunk=0) -> str
 //       Whether a kernel of family ("fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd") runs such
 //       a call (dtype: torch's name, "bfloat16"), by the rule the ops refuse by
-//       (csrc/flash3/host/kernel_pick.h): {"kernel": [head_dim, head_dim_v, wide]} or {"reason": ...}.
+//       (csrc/flash3/host/kernel_pick.h): {"kernel": [head_dim, head_dim_v]} or {"reason": ...}.
 //       flash3/_backend.py asks it to choose between a kernel and the reference. No GPU needed.
 //   flash3::kernel_info() -> str
 //       JSON: {"fwd": [["bf16", 128, 128], ...], "fwd_fp8": [[128, 128], ...], "bwd": [...], "decode": [...],
@@ -106,8 +105,8 @@ std::string kernel_info() {
 }
 
 std::string pick_kernel(std::string family, std::string dtype, int64_t d, int64_t d_v, double softmax_scale,
-                        int64_t window_left, int64_t window_right, int64_t attention_chunk) {
-  return host::kernel_pick_json(family, dtype, d, d_v, softmax_scale, window_left, window_right, attention_chunk);
+                        int64_t attention_chunk) {
+  return host::kernel_pick_json(family, dtype, d, d_v, softmax_scale, attention_chunk);
 }
 
 }  // namespace
@@ -127,8 +126,7 @@ TORCH_LIBRARY(flash3, m) {
       "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, int max_seqlen_k=0) -> ()");
   // No tensor arguments: a catch-all kernel, callable without a GPU.
   m.def("kernel_info() -> str", &flash3::kernel_info);
-  m.def("pick_kernel(str family, str dtype, int d, int d_v, float softmax_scale, int window_left, "
-        "int window_right, int attention_chunk=0) -> str",
+  m.def("pick_kernel(str family, str dtype, int d, int d_v, float softmax_scale, int attention_chunk=0) -> str",
         &flash3::pick_kernel);
 }
 

@@ -239,24 +239,22 @@ def kernel_bwd_configs() -> frozenset:
 
 
 @functools.lru_cache(maxsize=4096)
-def _ask_pick(family: str, dtype: str, d: int, d_v: int, softmax_scale: float, left: int,
-              right: int) -> dict:
+def _ask_pick(family: str, dtype: str, d: int, d_v: int, softmax_scale: float) -> dict:
     """The extension's answer for such a call (flash3::pick_kernel: csrc/flash3/host/kernel_pick.h,
-    the rule its ops refuse by): {"kernel": [d', d_v', wide]} or {"reason": ...}. Host-only, no
+    the rule its ops refuse by): {"kernel": [d', d_v']} or {"reason": ...}. Host-only, no
     GPU, cached per call shape."""
-    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale, left, right))
+    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale))
 
 
-def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float, left: int = -1,
-                right: int = -1) -> dict:
+def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float) -> dict:
     """Whether a kernel of ``family`` ("fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd") runs a
-    call of q's ``dtype``, head dims (d, d_v), scale and window, and which; asked of the extension,
+    call of q's ``dtype``, head dims (d, d_v) and scale, and which; asked of the extension,
     never decided here. Without the extension: {"reason": ...}."""
     if not has_extension():
         return {"reason": "flash3._C (the CUDA extension) is not built"}
     try:
         return _ask_pick(family, str(dtype).removeprefix("torch."), int(d), int(d_v),
-                         float(softmax_scale), int(left), int(right))
+                         float(softmax_scale))
     except (AttributeError, RuntimeError):  # a build older than the op
         return {"reason": "flash3._C answers no kernel pick (flash3::pick_kernel): rebuild it"}
 

@@ -588,8 +588,8 @@ GEN = flash3_build.generate_kernels()  # csrc/generate_kernels.py: the compiled 
 def registry_pick(compiled, d, dv):
     """The kernel the op runs (d, dv) on, as csrc/flash3/fwd/api.h pick_fwd_kernel and
     csrc/flash3/bwd/registry.cpp find_bwd_kernel choose it: among the compiled (head_dim, head_dim_v)
-    with head_dim >= d and head_dim_v >= dv, the smallest head_dim, then the smallest head_dim_v (the
-    forward's wide flag only chooses between variants of one pair); None when none covers them."""
+    with head_dim >= d and head_dim_v >= dv, the smallest head_dim, then the smallest head_dim_v; None
+    when none covers them."""
     fits = [(kd, kdv) for kd, kdv in compiled if kd >= d and kdv >= dv]
     return min(fits) if fits else None
 

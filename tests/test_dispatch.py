@@ -59,7 +59,7 @@ def test_tma_ready_copy_is_a_new_allocation_only_when_needed():
 # _backend decides nothing about kernels: it asks the extension (flash3::pick_kernel, the rule of
 # csrc/flash3/host/kernel_pick.h that the ops refuse by). Here the extension's answer comes from the
 # host layer under g++ (tests/cpp/host_layer_driver.cpp), whose stand-in build holds fwd bf16
-# (64, 64), bf16 (128, 128) narrow and wide, fp16 (128, 128); fwd_fp8 (128, 128); bwd, decode and
+# (64, 64), bf16 (128, 128), fp16 (128, 128); fwd_fp8 (128, 128); bwd, decode and
 # decode_fp8_cache bf16 (128, 128).
 
 
@@ -73,10 +73,9 @@ def cpp_pick(host_driver, monkeypatch):
     """_backend with an extension whose flash3::pick_kernel is the host layer's kernel_pick_json."""
     asked = []
 
-    def ask(family, dtype, d, d_v, scale, left, right):
+    def ask(family, dtype, d, d_v, scale):
         asked.append((family, dtype, d, d_v))
-        answer = host_driver([f"pick family={family} dtype={dtype} d={d} dv={d_v} scale={scale!r} "
-                              f"wl={left} wr={right}"])[0]
+        answer = host_driver([f"pick family={family} dtype={dtype} d={d} dv={d_v} scale={scale!r}"])[0]
         assert answer.startswith("ok "), answer
         return json.loads(answer[3:])
 
@@ -98,10 +97,9 @@ def test_pick_is_the_extensions_next_kernel_up(cpp_pick, d, dv, expected):
     assert _backend.pick_kernel_config(torch.float16, d, dv) == (None if expected is None else (128, 128))
 
 
-def test_pick_takes_the_wide_tile_without_a_mask(cpp_pick):
-    assert _backend.kernel_pick("fwd", torch.bfloat16, 128, 128, 0.1) == {"kernel": [128, 128, True]}
-    assert _backend.kernel_pick("fwd", torch.bfloat16, 128, 128, 0.1, -1, 0) == {"kernel": [128, 128, False]}
-    assert _backend.kernel_pick("fwd", torch.bfloat16, 64, 64, 0.1) == {"kernel": [64, 64, False]}  # none wide
+def test_pick_answers_the_kernels_head_dims(cpp_pick):
+    assert _backend.kernel_pick("fwd", torch.bfloat16, 128, 128, 0.1) == {"kernel": [128, 128]}
+    assert _backend.kernel_pick("fwd", torch.bfloat16, 64, 64, 0.1) == {"kernel": [64, 64]}
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -143,7 +141,7 @@ def test_kvcache_reason_fp8_cache_uses_its_own_kernel_list(cpp_pick):
 
 
 def test_fp8_pick_wants_multiples_of_16(cpp_pick):
-    assert _backend.kernel_pick("fwd_fp8", torch.float8_e4m3fn, 32, 32, 0.1) == {"kernel": [128, 128, False]}
+    assert _backend.kernel_pick("fwd_fp8", torch.float8_e4m3fn, 32, 32, 0.1) == {"kernel": [128, 128]}
     assert "multiples of 16" in _backend.kernel_pick("fwd_fp8", torch.float8_e4m3fn, 24, 24, 0.1)["reason"]
 
 
@@ -164,7 +162,7 @@ def test_mla_decode_pick(cpp_pick):
     assert "d_v up to 512 with d <= 64" in _backend.call_kvcache_reason(torch.bfloat16, torch.float8_e4m3fn, 64,
                                                                          512, 0.04)
     assert "no fp16 MLA decode kernel" in _backend.call_kvcache_reason(torch.float16, torch.float16, 64, 512, 0.04)
-    assert _backend.kernel_pick("decode", torch.bfloat16, 64, 512, 0.04) == {"kernel": [64, 512, False]}
+    assert _backend.kernel_pick("decode", torch.bfloat16, 64, 512, 0.04) == {"kernel": [64, 512]}
     assert _backend.kernel_pick("fwd", torch.bfloat16, 64, 512, 0.04)["reason"].startswith("head dims must be")
 
 

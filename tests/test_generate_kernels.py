@@ -24,10 +24,10 @@ def test_backward_tus_per_16bit_dtype_and_head_dim():
     assert sorted(k.filename for k in bwd) == sorted(
         f"bwd_{dt}_hdim{t}_sm90.cu" for dt in ("bf16", "fp16") for t in TAGS)
     assert {(k.head_dim, k.head_dim_v) for k in bwd} == set(gk.HEAD_DIMS)
-    assert not any(k.wide or k.is_fp8 for k in bwd)
+    assert not any(k.is_fp8 for k in bwd)
     # The forward list is unchanged by the backward's and the decode kernels' addition.
     fwd = [k for k in gk.all_kernels() if k.kind == "fwd"]
-    assert len(fwd) == 2 * len(gk.HEAD_DIMS) + 2 * len(gk.WIDE_HEAD_DIMS) + len(gk.FP8_HEAD_DIMS)
+    assert len(fwd) == 2 * len(gk.HEAD_DIMS) + len(gk.FP8_HEAD_DIMS)
     assert all(k.filename.startswith("fwd_") for k in fwd)
     assert len({k.filename for k in gk.all_kernels()}) == len(gk.all_kernels())
 
@@ -87,11 +87,10 @@ def test_checked_in_files_are_in_sync():
 @pytest.mark.parametrize("hdims", [None, "all", "128", "192", "192x128", "64,256", "96 128"])
 @pytest.mark.parametrize("dtypes", [None, "bf16", "fp16", "e4m3", "fp8", "bf16,e4m3", "half"])
 def test_backward_follows_the_knobs(hdims, dtypes):
-    """The knobs select backward TUs exactly as they select the forward's bf16/fp16 (non-wide)
-    kernels: same dtypes, same head-dim pairs; e4m3 alone selects no backward."""
+    """The knobs select backward TUs exactly as they select the forward's bf16/fp16 kernels: same dtypes, same head-dim pairs; e4m3 alone selects no backward."""
     sel = gk.selected_kernels(hdims, dtypes, env={})
     fwd16 = {(k.dtype, k.head_dim, k.head_dim_v) for k in sel
-             if not k.is_bwd and not k.is_fp8 and not k.wide and k.head_dim_v <= 256}
+             if not k.is_bwd and not k.is_fp8 and k.head_dim_v <= 256}
     bwd = {(k.dtype, k.head_dim, k.head_dim_v) for k in sel if k.is_bwd}
     assert bwd == fwd16
     # (the MLA decode kernel, bf16 64x512, has no forward or backward twin)
@@ -112,8 +111,7 @@ def run_py(args, **env):
 
 
 def test_list_shows_forward_and_backward():
-    want = ["csrc/generated/fwd_bf16_hdim128_sm90.cu", "csrc/generated/fwd_bf16_hdim128_wide_sm90.cu",
-            "csrc/generated/bwd_bf16_hdim128_sm90.cu", "csrc/generated/decode_bf16_hdim128_sm90.cu",
+    want = ["csrc/generated/fwd_bf16_hdim128_sm90.cu", "csrc/generated/bwd_bf16_hdim128_sm90.cu", "csrc/generated/decode_bf16_hdim128_sm90.cu",
             # the FP8-cache decode kernel goes with its q dtype
             "csrc/generated/decode_bf16_kve4m3_hdim128_sm90.cu"]
     p = run_py(["csrc/generate_kernels.py", "--list"], FLASH3_DTYPES="bf16", FLASH3_HDIMS="128")

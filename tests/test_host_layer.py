@@ -35,15 +35,15 @@ def test_forward_kernel_pick_and_parameters(driver):
     full, causal, window, small, nextdim = driver(["fwd", "fwd wr=0", "fwd wl=8 wr=4", "fwd d=64",
                                                    "fwd d=120 dv=96"])
     f = fields(full)
-    assert f["kernel"] == "bf16:128:128:wide" and f["dynamic"] == "0"  # full attention: wide tile, static
+    assert f["kernel"] == "bf16:128:128" and f["dynamic"] == "0"  # full attention: static schedule
     assert f["q_strides"] == "51200,512,128" and f["lse_strides"] == "400,100"
     assert f["total_q"] == "200" and f["total_k"] == "600" and f["window"] == "-1,-1"
     c = fields(causal)
     assert c["kernel"] == "bf16:128:128" and c["window"] == "-1,0" and c["causal"] == "1"
     assert c["dynamic"] == "1" and c["alloc"] == "1i32/zero"  # a zeroed tile counter per call
     assert fields(window)["window"] == "8,4" and fields(window)["kernel"] == "bf16:128:128"
-    assert fields(small)["kernel"] == "bf16:64:64"  # no wide d 64 kernel: the narrow one
-    assert fields(nextdim)["kernel"] == "bf16:128:128:wide"  # the next compiled head dims up
+    assert fields(small)["kernel"] == "bf16:64:64"
+    assert fields(nextdim)["kernel"] == "bf16:128:128"  # the next compiled head dims up
 
 
 def test_forward_refusals_keep_the_bindings_messages(driver):
@@ -98,10 +98,9 @@ def test_the_ops_refuse_by_the_pick_python_asks(driver):
         assert op == f"error: flash3.fwd_sm90: {reason}"
     assert driver(["pick d=136"])[0] == (
         'ok {"reason": "no bf16 kernel for head dim (136, 136) or larger in this build"}')
-    assert driver(["pick", "pick wr=0", "pick d=80 dv=64", "pick family=bwd d=64"]) == [
-        'ok {"kernel": [128, 128, true]}', 'ok {"kernel": [128, 128, false]}',
-        'ok {"kernel": [128, 128, true]}', 'ok {"kernel": [128, 128, false]}']
-    assert fields(driver(["fwd d=80 dv=64"])[0])["kernel"] == "bf16:128:128:wide"
+    assert driver(["pick", "pick d=80 dv=64", "pick family=bwd d=64"]) == [
+        'ok {"kernel": [128, 128]}', 'ok {"kernel": [128, 128]}', 'ok {"kernel": [128, 128]}']
+    assert fields(driver(["fwd d=80 dv=64"])[0])["kernel"] == "bf16:128:128"
     assert driver(["pick dtype=float32"])[0] == (
         'ok {"reason": "q must be bfloat16 or float16, got float32 (no kernel for it: bf16/fp16 only)"}')
 
@@ -333,7 +332,7 @@ def test_a_check_added_to_the_host_layer_is_seen_by_both(tmp_path, monkeypatch):
 
 def test_attention_chunk_reaches_the_kernels_and_is_checked(driver):
     """FA3's attention_chunk: the forward's and the backward's params carry it, a chunked call takes
-    the 128-key tile (a mask, not the wide full-attention tile) and the dynamic scheduler, and a
+    the dynamic scheduler, and a
     negative chunk is refused naming it, before anything is launched."""
     fwd, fwd_causal, bwd, pick, bad, bad_bwd = driver([
         "fwd chunk=48", "fwd wr=0 chunk=160", "bwd chunk=48", "pick chunk=8192", "fwd chunk=-1",
@@ -343,7 +342,7 @@ def test_attention_chunk_reaches_the_kernels_and_is_checked(driver):
     assert f["dynamic"] == "1"
     assert fields(fwd_causal)["chunk"] == "160" and fields(fwd_causal)["window"] == "-1,0"
     assert fields(bwd)["chunk"] == "48"
-    assert pick == 'ok {"kernel": [128, 128, false]}'
+    assert pick == 'ok {"kernel": [128, 128]}'
     for answer, op in ((bad, "fwd_sm90"), (bad_bwd, "bwd_sm90")):
         assert answer.startswith(f"error: flash3.{op}: attention_chunk must be >= 0"), answer
         assert "[wrote" not in answer

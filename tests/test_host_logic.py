@@ -386,11 +386,10 @@ def test_decode_tile_shapes_fit_the_hardware(driver, d, dv, n16, n8):
             assert bigger > SMEM_LIMIT - 2048
 
 
-@pytest.mark.parametrize("wide", [0, 1])
 @pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
-def test_tile_shapes_fit_the_hardware(driver, d, dv, wide):
-    answer = driver([f"tile_shape {d} {dv} {wide}"])[0]
-    block_m, block_n, stages, consumers, smem, has_wide = map(int, answer.split())
+def test_tile_shapes_fit_the_hardware(driver, d, dv):
+    answer = driver([f"tile_shape {d} {dv}"])[0]
+    block_m, block_n, stages, consumers, smem = map(int, answer.split())
     assert block_m == 64 * consumers and consumers in (2, 3)
     assert block_n % 16 == 0 and 16 <= block_n <= 256  # WGMMA N extent and P.V k-steps
     assert stages >= 2  # K and V pipelines at least double-buffered
@@ -402,12 +401,6 @@ def test_tile_shapes_fit_the_hardware(driver, d, dv, wide):
     # addressing and softmax state, under setmaxnreg's 232 (2 consumers) or 160 (3 consumers).
     budget = 232 if consumers == 2 else 160
     assert block_n // 2 + block_n // 4 + dv // 2 + 32 <= budget
-    # The build generates a wide-tile kernel exactly where the tile logic has one.
-    spec = importlib.util.spec_from_file_location("gen_kernels", ROOT / "csrc" / "generate_kernels.py")
-    gk = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_kernels", gk)  # dataclasses look their module up there
-    spec.loader.exec_module(gk)
-    assert bool(has_wide) == ((d, dv) in gk.WIDE_HEAD_DIMS)
 
 
 # (elem_bytes, base offset, dims, strides, box) -> None if the TMA map is valid, else a fragment of
@@ -459,25 +452,23 @@ def test_tma_rank_outside_1_to_5(driver):
     assert "rank 0" in driver(["tma 2 0 0"])[0]
 
 
-BUILT = [(64, 64, 0), (96, 96, 0), (128, 128, 0), (128, 128, 1), (192, 192, 0), (192, 128, 0),
-         (256, 256, 0)]
+BUILT = [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)]
 
 
-@pytest.mark.parametrize("wide", [0, 1])
 @pytest.mark.parametrize("d,dv", [(8, 8), (32, 32), (40, 40), (48, 48), (64, 64), (80, 80), (96, 96),
                                   (112, 112), (128, 128), (160, 160), (128, 64), (64, 128), (192, 128),
                                   (176, 136), (200, 8), (256, 256), (264, 8)])
-def test_pick_next_kernel_up(driver, d, dv, wide):
+def test_pick_next_kernel_up(driver, d, dv):
     """pick_fwd_kernel (C++; Python asks it, flash3::pick_kernel) follows the rule: the smallest
-    compiled d' >= d, then d_v' >= d_v, then the wide variant asked for."""
-    query = f"pick 1 {d} {dv} {wide} " + " ".join(f"{a} {b} {c}" for a, b, c in BUILT)
+    compiled d' >= d, then d_v' >= d_v."""
+    query = f"pick 1 {d} {dv} " + " ".join(f"{a} {b}" for a, b in BUILT)
     answer = driver([query])[0]
-    fits = sorted((a, b, c != wide) for a, b, c in BUILT if a >= d and b >= dv)
+    fits = sorted((a, b) for a, b in BUILT if a >= d and b >= dv)
     if not fits:
         assert answer == "none"
     else:
-        a, b, other = fits[0]
-        assert answer == f"{a} {b} {int(wide) ^ int(other)}"
+        a, b = fits[0]
+        assert answer == f"{a} {b}"
 
 
 def test_extra_wgmma_n_matches_the_tiles(driver):
@@ -495,7 +486,7 @@ def test_extra_wgmma_n_matches_the_tiles(driver):
         if k.is_fp8:  # block_n 128 or 64, P.V in chunks of at most 128 columns
             continue
         if k.kind == "fwd":
-            used.add(int(driver([f"tile_shape {d} {dv} {int(k.wide)}"])[0].split()[1]))
+            used.add(int(driver([f"tile_shape {d} {dv}"])[0].split()[1]))
         elif k.kind == "decode":
             used.add(int(driver([f"decode_tile_shape {d} {dv} {int(bool(k.cache))}"])[0].split()[1]))
         else:  # S^T, dP^T: block_m queries; dV, dK: d_v, d (halves in split_d mode): CuTe's atoms

@@ -175,7 +175,7 @@ def test_empty_rows_are_zero_with_minus_inf_lse():
 @pytest.mark.parametrize("causal", [False, True])
 def test_many_tiles_dynamic_scheduler(causal):
     """More tiles than SMs: causal calls go through the atomic tile counter and the producer ->
-    consumer hand-off; full calls through the static stride (and the wide 128 x 176 tile)."""
+    consumer hand-off; full calls through the static stride."""
     need("bf16", 128, 128)
     q, k, v = (torch.randn(4, 1500, 12, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out, lse = kernel_fwd(q, k, v, causal=causal)

@@ -186,8 +186,7 @@ def test_selected_tus_follow_the_knobs(monkeypatch):
     monkeypatch.setenv("FLASH3_DTYPES", "bf16,e4m3")
     names = [p.name for p in smoke_sim.selected_tus(ROOT / "csrc")]
     assert names == sorted(names, key=names.index)  # stable
-    assert set(names) == {"fwd_bf16_hdim128_sm90.cu", "fwd_bf16_hdim128_wide_sm90.cu",
-                          "fwd_fp8_e4m3_hdim128_sm90.cu"}
+    assert set(names) == {"fwd_bf16_hdim128_sm90.cu", "fwd_fp8_e4m3_hdim128_sm90.cu"}
     assert all((ROOT / "csrc" / "generated" / n).exists() for n in names)
     monkeypatch.setenv("FLASH3_SIM_CSRC", "/tmp/elsewhere/csrc")
     assert smoke_sim.csrc_root() == Path("/tmp/elsewhere/csrc")
@@ -1045,9 +1044,8 @@ CI_INFO = {"fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "f
 
 def test_ci_cases_cover_every_kernel_and_feature():
     """Every kernel at least once, every feature of each family (FP8-cache decode apart from 16-bit
-    decode) at least once, only features that apply, each once, in matrix order; 16-bit forward
-    kernels with a wide-tile variant get both full (the wide tile) and causal (the plain one)."""
-    import flash3_build
+    decode) at least once, only features that apply, each once, in matrix order; the 16-bit forward
+    kernels of OVERLAP_HEAD_DIMS get both full (the static schedule) and causal (the dynamic one)."""
     ids = smoke.kernel_ids(CI_INFO)
     assert ids == ["bf16:64:64", "bf16:128:128", "fp16:128:128", "e4m3:128:128", "bwd:bf16:64:64",
                    "bwd:bf16:128:128", "bwd:fp16:128:128", "dec:bf16:128:128", "dec:fp16:64:64",
@@ -1083,8 +1081,9 @@ def test_ci_cases_cover_every_kernel_and_feature():
     bwd_cases = got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]
     assert set(bwd_cases) >= {"determ", "dlse", "sinks", "alibi"}
     assert bwd_cases.count("sinks") == 1 and bwd_cases.count("alibi") == 1 and bwd_cases.count("sequsedq") == 1
-    # The wide tile: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the backward).
-    assert (128, 128) in set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
+    # The overlapped epilogue: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the
+    # backward).
+    assert (128, 128) in smoke.OVERLAP_HEAD_DIMS
     for k in ("bf16:128:128", "fp16:128:128"):
         assert {"full", "causal"} <= set(got[k]), k
     assert "causal" not in got["bf16:64:64"] and "full" not in got["bwd:bf16:128:128"]
@@ -1108,27 +1107,18 @@ def test_ci_cases_run_the_mla_kernel_on_its_feature():
 
 def test_ci_extra_cases_give_every_tu_three_features():
     """--ci-extra: beside ci_cases, every kernel TU gets three features that reach it, its family's
-    riskiest among them (a 16-bit kernel with a wide variant: masked features for the plain TU, the
-    rest for the wide one); nothing ci_cases runs already, no CI_ONCE feature, matrix order."""
-    import flash3_build
+    riskiest among them; nothing ci_cases runs already, no CI_ONCE feature, matrix order."""
     ids = smoke.kernel_ids(CI_INFO)
     base, extra = dict(smoke.ci_cases(ids)), dict(smoke.ci_extra_cases(ids))
     assert list(extra) == ids
-    wide = set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     for k in ids:
         fs = extra[k]
         assert not set(fs) & set(base[k]) and not set(fs) & smoke.CI_ONCE, (k, fs)
         assert fs == [f for f in smoke.kernel_features(k) if f in fs], (k, fs)
         run = set(base[k]) | set(fs)
-        fam = smoke.family(k)
-        if fam in ("bf16", "fp16") and smoke.parse_kernel(k)[1:] in wide:
-            tus = [({f for f in run if f in smoke.MASKED_FEATURES}, "window"),
-                   ({f for f in run if f not in smoke.MASKED_FEATURES}, "nantail")]
-        else:
-            tus = [(run, smoke.CI_RISKIEST.get(fam))]
-        for feats, risky in tus:
-            assert len(feats) >= 3 and (risky is None or risky in feats), (k, feats)
-    assert extra["bf16:128:128"] == ["window"]  # base: full, causal, softcap, varlen, sq_gt_sk, nantail
+        risky = smoke.CI_RISKIEST.get(smoke.family(k))
+        assert len(run) >= 3 and (risky is None or risky in run), (k, run)
+    assert extra["bf16:128:128"] == []  # base: full, causal, softcap, varlen, sq_gt_sk, nantail, ...
     assert "vpaged" in base["dec:bf16:128:128"] + extra["dec:bf16:128:128"]
     assert extra["quant:bf16"] == []  # five features already
 

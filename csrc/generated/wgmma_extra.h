@@ -192,95 +192,9 @@ struct Flash3SS<cutlass::half_t, 112, tnspA, tnspB> {
   }
 };
 
-template <Major tnspA, Major tnspB>
-struct Flash3SS<cutlass::bfloat16_t, 176, tnspA, tnspB> {
-  using DRegisters = void;
-  using ARegisters = uint64_t[1];
-  using BRegisters = uint64_t[1];
-  using CRegisters = float[88];
-  CUTE_HOST_DEVICE static void fma(uint64_t const& desc_a, uint64_t const& desc_b,
-      float& d0, float& d1, float& d2, float& d3, float& d4, float& d5, float& d6, float& d7,
-      float& d8, float& d9, float& d10, float& d11, float& d12, float& d13, float& d14, float& d15,
-      float& d16, float& d17, float& d18, float& d19, float& d20, float& d21, float& d22, float& d23,
-      float& d24, float& d25, float& d26, float& d27, float& d28, float& d29, float& d30, float& d31,
-      float& d32, float& d33, float& d34, float& d35, float& d36, float& d37, float& d38, float& d39,
-      float& d40, float& d41, float& d42, float& d43, float& d44, float& d45, float& d46, float& d47,
-      float& d48, float& d49, float& d50, float& d51, float& d52, float& d53, float& d54, float& d55,
-      float& d56, float& d57, float& d58, float& d59, float& d60, float& d61, float& d62, float& d63,
-      float& d64, float& d65, float& d66, float& d67, float& d68, float& d69, float& d70, float& d71,
-      float& d72, float& d73, float& d74, float& d75, float& d76, float& d77, float& d78, float& d79,
-      float& d80, float& d81, float& d82, float& d83, float& d84, float& d85, float& d86, float& d87,
-      ScaleOut const scale_D = ScaleOut::One) {
-#if defined(CUTE_ARCH_MMA_SM90A_ENABLED)
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %90, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, %91, %92;\n}\n"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3), "+f"(d4), "+f"(d5), "+f"(d6), "+f"(d7),
-          "+f"(d8), "+f"(d9), "+f"(d10), "+f"(d11), "+f"(d12), "+f"(d13), "+f"(d14), "+f"(d15),
-          "+f"(d16), "+f"(d17), "+f"(d18), "+f"(d19), "+f"(d20), "+f"(d21), "+f"(d22), "+f"(d23),
-          "+f"(d24), "+f"(d25), "+f"(d26), "+f"(d27), "+f"(d28), "+f"(d29), "+f"(d30), "+f"(d31),
-          "+f"(d32), "+f"(d33), "+f"(d34), "+f"(d35), "+f"(d36), "+f"(d37), "+f"(d38), "+f"(d39),
-          "+f"(d40), "+f"(d41), "+f"(d42), "+f"(d43), "+f"(d44), "+f"(d45), "+f"(d46), "+f"(d47),
-          "+f"(d48), "+f"(d49), "+f"(d50), "+f"(d51), "+f"(d52), "+f"(d53), "+f"(d54), "+f"(d55),
-          "+f"(d56), "+f"(d57), "+f"(d58), "+f"(d59), "+f"(d60), "+f"(d61), "+f"(d62), "+f"(d63),
-          "+f"(d64), "+f"(d65), "+f"(d66), "+f"(d67), "+f"(d68), "+f"(d69), "+f"(d70), "+f"(d71),
-          "+f"(d72), "+f"(d73), "+f"(d74), "+f"(d75), "+f"(d76), "+f"(d77), "+f"(d78), "+f"(d79),
-          "+f"(d80), "+f"(d81), "+f"(d82), "+f"(d83), "+f"(d84), "+f"(d85), "+f"(d86), "+f"(d87)
-        : "l"(desc_a), "l"(desc_b), "r"(int32_t(scale_D)), "n"(int32_t(tnspA)), "n"(int32_t(tnspB)));
-#else
-    CUTE_INVALID_CONTROL_PATH("Flash3SS<bf16, 176> needs CUTE_ARCH_MMA_SM90A_ENABLED");
-#endif
-  }
-};
-
-template <Major tnspA, Major tnspB>
-struct Flash3SS<cutlass::half_t, 176, tnspA, tnspB> {
-  using DRegisters = void;
-  using ARegisters = uint64_t[1];
-  using BRegisters = uint64_t[1];
-  using CRegisters = float[88];
-  CUTE_HOST_DEVICE static void fma(uint64_t const& desc_a, uint64_t const& desc_b,
-      float& d0, float& d1, float& d2, float& d3, float& d4, float& d5, float& d6, float& d7,
-      float& d8, float& d9, float& d10, float& d11, float& d12, float& d13, float& d14, float& d15,
-      float& d16, float& d17, float& d18, float& d19, float& d20, float& d21, float& d22, float& d23,
-      float& d24, float& d25, float& d26, float& d27, float& d28, float& d29, float& d30, float& d31,
-      float& d32, float& d33, float& d34, float& d35, float& d36, float& d37, float& d38, float& d39,
-      float& d40, float& d41, float& d42, float& d43, float& d44, float& d45, float& d46, float& d47,
-      float& d48, float& d49, float& d50, float& d51, float& d52, float& d53, float& d54, float& d55,
-      float& d56, float& d57, float& d58, float& d59, float& d60, float& d61, float& d62, float& d63,
-      float& d64, float& d65, float& d66, float& d67, float& d68, float& d69, float& d70, float& d71,
-      float& d72, float& d73, float& d74, float& d75, float& d76, float& d77, float& d78, float& d79,
-      float& d80, float& d81, float& d82, float& d83, float& d84, float& d85, float& d86, float& d87,
-      ScaleOut const scale_D = ScaleOut::One) {
-#if defined(CUTE_ARCH_MMA_SM90A_ENABLED)
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %90, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, %91, %92;\n}\n"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3), "+f"(d4), "+f"(d5), "+f"(d6), "+f"(d7),
-          "+f"(d8), "+f"(d9), "+f"(d10), "+f"(d11), "+f"(d12), "+f"(d13), "+f"(d14), "+f"(d15),
-          "+f"(d16), "+f"(d17), "+f"(d18), "+f"(d19), "+f"(d20), "+f"(d21), "+f"(d22), "+f"(d23),
-          "+f"(d24), "+f"(d25), "+f"(d26), "+f"(d27), "+f"(d28), "+f"(d29), "+f"(d30), "+f"(d31),
-          "+f"(d32), "+f"(d33), "+f"(d34), "+f"(d35), "+f"(d36), "+f"(d37), "+f"(d38), "+f"(d39),
-          "+f"(d40), "+f"(d41), "+f"(d42), "+f"(d43), "+f"(d44), "+f"(d45), "+f"(d46), "+f"(d47),
-          "+f"(d48), "+f"(d49), "+f"(d50), "+f"(d51), "+f"(d52), "+f"(d53), "+f"(d54), "+f"(d55),
-          "+f"(d56), "+f"(d57), "+f"(d58), "+f"(d59), "+f"(d60), "+f"(d61), "+f"(d62), "+f"(d63),
-          "+f"(d64), "+f"(d65), "+f"(d66), "+f"(d67), "+f"(d68), "+f"(d69), "+f"(d70), "+f"(d71),
-          "+f"(d72), "+f"(d73), "+f"(d74), "+f"(d75), "+f"(d76), "+f"(d77), "+f"(d78), "+f"(d79),
-          "+f"(d80), "+f"(d81), "+f"(d82), "+f"(d83), "+f"(d84), "+f"(d85), "+f"(d86), "+f"(d87)
-        : "l"(desc_a), "l"(desc_b), "r"(int32_t(scale_D)), "n"(int32_t(tnspA)), "n"(int32_t(tnspB)));
-#else
-    CUTE_INVALID_CONTROL_PATH("Flash3SS<f16, 176> needs CUTE_ARCH_MMA_SM90A_ENABLED");
-#endif
-  }
-};
-
 }  // namespace cute::SM90::GMMA
 
 namespace flash3 {
 // The n-extents above (EXTRA_WGMMA_N): ss_op takes these atoms for them.
-constexpr bool wgmma_extra_n(int n) { return n == 48 || n == 80 || n == 112 || n == 176; }
+constexpr bool wgmma_extra_n(int n) { return n == 48 || n == 80 || n == 112; }
 }  // namespace flash3

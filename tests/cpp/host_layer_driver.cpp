@@ -44,8 +44,8 @@ const char* cuda_error_string(int) { return "fake error"; }
 
 static std::ostringstream g_rec;  // the answer's "key=value" part
 
-static void rec_fwd(const char* kind, int hd, int hdv, bool wide, const flash3::FwdParams& p) {
-  g_rec << "kernel=" << kind << ":" << hd << ":" << hdv << (wide ? ":wide" : "") << " batch=" << p.batch
+static void rec_fwd(const char* kind, int hd, int hdv, const flash3::FwdParams& p) {
+  g_rec << "kernel=" << kind << ":" << hd << ":" << hdv << " batch=" << p.batch
         << " seqlen_q=" << p.seqlen_q << " seqlen_k=" << p.seqlen_k << " total_q=" << p.total_q
         << " total_k=" << p.total_k << " q_strides=" << p.q_batch_stride << "," << p.q_row_stride << ","
         << p.q_head_stride << " v_strides=" << p.v_batch_stride << "," << p.v_row_stride << "," << p.v_head_stride
@@ -57,17 +57,17 @@ static void rec_fwd(const char* kind, int hd, int hdv, bool wide, const flash3::
         << " num_sms=" << p.num_sms << " leftpad=" << int(p.cache_leftpad != nullptr);
 }
 
-template <bool kBf16, int kD, int kDv, bool kWide>
-void fake_fwd(const flash3::FwdParams& p, void*) { rec_fwd(kBf16 ? "bf16" : "fp16", kD, kDv, kWide, p); }
+template <bool kBf16, int kD, int kDv>
+void fake_fwd(const flash3::FwdParams& p, void*) { rec_fwd(kBf16 ? "bf16" : "fp16", kD, kDv, p); }
 template <int kD>
 void fake_fp8(const flash3::FwdParams& p, void*) {
-  rec_fwd("e4m3", kD, kD, false, p);
+  rec_fwd("e4m3", kD, kD, p);
   g_rec << " q_descale_count=" << p.fp8.q.count << " k_descale_count=" << p.fp8.k.count;
 }
 template <bool kFp8Cache>
-void fake_decode(const flash3::FwdParams& p, void*) { rec_fwd(kFp8Cache ? "decode_e4m3" : "decode", 128, 128, false, p); }
+void fake_decode(const flash3::FwdParams& p, void*) { rec_fwd(kFp8Cache ? "decode_e4m3" : "decode", 128, 128, p); }
 void fake_decode_mla(const flash3::FwdParams& p, void*) {
-  rec_fwd("decode", 64, 512, false, p);
+  rec_fwd("decode", 64, 512, p);
   g_rec << " qv=" << int(p.qv != nullptr) << " qv_strides=" << p.qv_batch_stride << "," << p.qv_row_stride << ","
         << p.qv_head_stride;
 }
@@ -78,10 +78,9 @@ void fake_bwd(const flash3::BwdParams& p, void*) {
         << p.q_head_stride;
 }
 
-static const flash3::FwdKernelRegistration r1(true, 128, 128, false, fake_fwd<true, 128, 128, false>);
-static const flash3::FwdKernelRegistration r2(true, 128, 128, true, fake_fwd<true, 128, 128, true>);
-static const flash3::FwdKernelRegistration r3(true, 64, 64, false, fake_fwd<true, 64, 64, false>);
-static const flash3::FwdKernelRegistration r4(false, 128, 128, false, fake_fwd<false, 128, 128, false>);
+static const flash3::FwdKernelRegistration r1(true, 128, 128, fake_fwd<true, 128, 128>);
+static const flash3::FwdKernelRegistration r3(true, 64, 64, fake_fwd<true, 64, 64>);
+static const flash3::FwdKernelRegistration r4(false, 128, 128, fake_fwd<false, 128, 128>);
 static const flash3::Fp8KernelRegistration r5(128, 128, fake_fp8<128>);
 static const flash3::DecodeKernelRegistration r6(true, 128, 128, false, fake_decode<false>);
 static const flash3::DecodeKernelRegistration r7(true, 128, 128, true, fake_decode<true>);
@@ -311,12 +310,11 @@ int main() {
         g_dev.major = int(num(args, "major", 9)), g_dev.minor = int(num(args, "minor", 0));
       } else if (op == "kernel_info") {
         g_rec << h::kernel_lists_json();
-      } else if (op == "pick") {  // family= dtype= d= dv= scale= wl= wr=: torch.ops.flash3.pick_kernel's answer
+      } else if (op == "pick") {  // family= dtype= d= dv= scale= chunk=: torch.ops.flash3.pick_kernel's answer
         const int64_t d = num(args, "d", 128);
         g_rec << h::kernel_pick_json(args.count("family") ? args["family"] : "fwd",
                                      args.count("dtype") ? args["dtype"] : "bfloat16", d, num(args, "dv", d),
-                                     real(args, "scale", 0.125), num(args, "wl", -1), num(args, "wr", -1),
-                                     num(args, "chunk", 0));
+                                     real(args, "scale", 0.125), num(args, "chunk", 0));
       } else if (op == "fwd") {
         fwd(be, args);
       } else if (op == "fwd_fp8") {

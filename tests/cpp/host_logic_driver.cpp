@@ -140,12 +140,11 @@ int main() {
         std::printf(";%d %d %d", c.m_block, c.head, c.batch);
       }
       std::printf("\n");
-    } else if (cmd == "tile_shape") {  // d d_v wide -> block_m block_n stages consumers smem has_wide
-      int d, dv, wide;
-      in >> d >> dv >> wide;
-      const TileShape s = fwd_tile_shape(d, dv, wide != 0);
-      std::printf("%d %d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers,
-                  fwd_smem_bytes(d, dv, wide != 0), fwd_has_wide_tile(d, dv) ? 1 : 0);
+    } else if (cmd == "tile_shape") {  // d d_v -> block_m block_n stages consumers smem
+      int d, dv;
+      in >> d >> dv;
+      const TileShape s = fwd_tile_shape(d, dv);
+      std::printf("%d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers, fwd_smem_bytes(d, dv));
     } else if (cmd == "decode_tile_shape") {  // d d_v fp8_cache -> block_m block_n stages consumers smem
       int d, dv, fp8;
       in >> d >> dv >> fp8;
@@ -164,16 +163,16 @@ int main() {
       alignas(16) static char buffer[64];
       const std::string problem = tma_tensor_problem("t", buffer + offset, eb, rank, dims, strides, box);
       std::printf("%s\n", problem.empty() ? "ok" : problem.c_str());
-    } else if (cmd == "pick") {  // is_bf16 d d_v wide [D DV W ...] -> picked "D DV W" or "none"
-      int bf16, d, dv, wide;
-      in >> bf16 >> d >> dv >> wide;
+    } else if (cmd == "pick") {  // is_bf16 d d_v [D DV ...] -> picked "D DV" or "none"
+      int bf16, d, dv;
+      in >> bf16 >> d >> dv;
       std::vector<FwdKernelEntry> entries;
-      for (int kd, kdv, kw; in >> kd >> kdv >> kw;) entries.push_back({true, kd, kdv, kw != 0, nullptr});
+      for (int kd, kdv; in >> kd >> kdv;) entries.push_back({true, kd, kdv, nullptr});
       for (auto& e : entries) e.is_bf16 = bf16 != 0;  // one dtype per query; the other never matches
-      entries.push_back({bf16 == 0, 8, 8, false, nullptr});
-      const FwdKernelEntry* e = pick_fwd_kernel(entries, bf16 != 0, d, dv, wide != 0);
+      entries.push_back({bf16 == 0, 8, 8, nullptr});
+      const FwdKernelEntry* e = pick_fwd_kernel(entries, bf16 != 0, d, dv);
       if (e == nullptr) std::printf("none\n");
-      else std::printf("%d %d %d\n", e->head_dim, e->head_dim_v, e->wide ? 1 : 0);
+      else std::printf("%d %d\n", e->head_dim, e->head_dim_v);
     } else {
       std::printf("error unknown command\n");
     }

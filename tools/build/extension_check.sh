@@ -134,12 +134,14 @@ check_op("fwd_sm90", ("flash3::fwd_sm90(Tensor q, Tensor k, Tensor v, Tensor(a!)
             "float softcap, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? seqused_q=None, "
             "int attention_chunk=0) -> ()"))
 # The one kernel pick (host/kernel_pick.h) as Python asks it.
-check_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, -1, 0))
-print(f"extension-check: pick_kernel(fwd, bf16, 128, causal) = {check_pick}")
-assert check_pick == {"kernel": [128, 128, False]}, check_pick  # causal: the 128-key tile, not the wide one
-# An attention chunk is a mask: the 128-key tile too.
-chunk_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, -1, -1, 8192))
-assert chunk_pick == {"kernel": [128, 128, False]}, chunk_pick
+check_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5))
+print(f"extension-check: pick_kernel(fwd, bf16, 128) = {check_pick}")
+assert check_pick == {"kernel": [128, 128]}, check_pick
+chunk_pick = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 128, 128, 128 ** -0.5, 8192))
+assert chunk_pick == {"kernel": [128, 128]}, chunk_pick
+# Above d 192 the forward kernels have no chunked mask: refused, naming the argument.
+big_chunk = json.loads(torch.ops.flash3.pick_kernel("fwd", "bfloat16", 256, 256, 256 ** -0.5, 64))
+assert "attention_chunk" in big_chunk.get("reason", ""), big_chunk
 
 # The Meta kernel: shapes only, no device; what torch.compile traces through.
 b, s, h, d = 2, 64, 4, 128

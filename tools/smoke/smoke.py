@@ -504,9 +504,8 @@ def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
     """The CI subset of the matrix (`--ci`): every kernel at least once and every feature of each
     family at least once. Within a family (family(); FP8-cache decode kernels apart from 16-bit
     ones) the j-th case is (kernel j mod m, feature j mod n), j < max(m, n); where that kernel does
-    not take that feature, the next kernel that does runs it and that kernel its next feature. A 16-bit forward
-    kernel with a wide-tile variant also runs "full" and "causal": the wide tile serves calls
-    without a causal/local mask, the plain one the rest (attn_logic.h fwd_has_wide_tile)."""
+    not take that feature, the next kernel that does runs it and that kernel its next feature. The
+    16-bit forward kernels of OVERLAP_HEAD_DIMS also run "full" and "causal" (their two schedules)."""
     groups: dict = collections.OrderedDict()
     for k in kernels:
         groups.setdefault((family(k), dec_fp8_cache(k)), []).append(k)
@@ -530,41 +529,35 @@ def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
             g = next((x for x in feats[j % n:] + feats[:j % n] if applies(k, x)), None)
             if g is not None:
                 jobs[k].append(g)
-    import flash3_build  # tools/build/
-    wide = set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     for k in kernels:
-        if family(k) in ("bf16", "fp16") and parse_kernel(k)[1:] in wide:
-            jobs[k] += ["full", "causal"]
+        if family(k) in ("bf16", "fp16") and parse_kernel(k)[1:] in OVERLAP_HEAD_DIMS:
+            jobs[k] += [f for f in ("full", "causal") if f not in jobs[k]]
     return [(k, [f for f in kernel_features(k) if f in fs]) for k, fs in jobs.items()]
 
 
+# The 16-bit forward head dims whose kernel has O in its own buffer (fwd/traits.cuh kOwnOBuffer:
+# the tile's epilogue under the next tile's first Q.K^T, each consumer warpgroup taking the next
+# tile on its own): full calls run it on the static schedule, masked ones on the dynamic one.
+OVERLAP_HEAD_DIMS = {(128, 128)}
+
 # The CI subset's second part (--ci-extra, run with one seed after --ci's two): every kernel TU gets
 # at least CI_MIN_FEATURES of the features that reach it, its family's riskiest (CI_RISKIEST) among
-# them. A 16-bit kernel with a wide-tile variant is two TUs: the masked calls (MASKED_FEATURES) take
-# the plain tile, the rest the wide one (attn_logic.h fwd_has_wide_tile).
+# them.
 CI_MIN_FEATURES = 3
-CI_RISKIEST = {"bf16": "nantail", "fp16": "nantail", "e4m3": "nantail", "bwd": "nantail", "dec": "vpaged",
-               "masked": "window"}  # nantail: packed tails with NaN; vpaged: the decode paths at once
-MASKED_FEATURES = {"causal", "window", "sq_gt_sk", "sinks", "dlse"}
+CI_RISKIEST = {"bf16": "nantail", "fp16": "nantail", "e4m3": "nantail", "bwd": "nantail",
+               "dec": "vpaged"}  # nantail: packed tails with NaN; vpaged: the decode paths at once
 
 
 def ci_extra_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
     """The features --ci-extra adds to ci_cases(kernels), per kernel: for each of its TUs the
     riskiest feature, then the features its family group has run least, up to CI_MIN_FEATURES."""
-    import flash3_build  # tools/build/
-    wide = set(flash3_build.generate_kernels().WIDE_HEAD_DIMS)
     base = dict(ci_cases(kernels))
     group = lambda k: (family(k), dec_fp8_cache(k))  # noqa: E731
     runs = collections.Counter((group(k), f) for k, fs in base.items() for f in fs)
     jobs = []
     for k in kernels:
         feats = [f for f in kernel_features(k) if f not in CI_ONCE]
-        fam = family(k)
-        if fam in ("bf16", "fp16") and parse_kernel(k)[1:] in wide:
-            tus = [([f for f in feats if f in MASKED_FEATURES], CI_RISKIEST["masked"]),
-                   ([f for f in feats if f not in MASKED_FEATURES], CI_RISKIEST[fam])]
-        else:
-            tus = [(feats, CI_RISKIEST.get(fam))]
+        tus = [(feats, CI_RISKIEST.get(family(k)))]
         add: list = []
         for tu_feats, risky in tus:
             got = [f for f in tu_feats if f in base[k] or f in add]

@@ -257,9 +257,11 @@ FLASH3_HD BlockRange unmasked_query_block_range(const Mask& mask, int n_block, i
 //           192 x 192 needs S 96 + P 48 + O 32 = 176 > 160: it passes P through shared memory.
 //   d 96:   192 x 96, 3 consumers: S 48 + P 24 + O 48 = 120 of 160; smem 108 KB. At 192 x 128
 //           (144 + addressing) ptxas spilled.
-//   d 128:  128 x 128 (causal/local): S 64 + P 32 + O 64 = 160 of 232; smem 160 KB.
-//           wide (full attention, FA3's choice): 128 x 176: S 88 + P 44 + O 64 = 196 of 232;
-//           smem 32 + 2 * 2 * 44 = 208 KB. Causal keeps 128: a narrower diagonal block wastes less.
+//   d 128:  128 x 128: S 64 + P 32 + O 64 = 160 of 232; smem 160 KB, + 32 KB for O's own buffer
+//           (fwd/traits.cuh kOwnOBuffer: the tile's epilogue under the next tile's first Q.K^T).
+//           FA3's full-attention 128 x 176 (208 KB) leaves no room for that buffer; in the timing
+//           model the 128-key tile with it was 6-12% faster on full attention at s 1k-4k (one SM,
+//           equal work; benchmarks/results/perf_model.md), so every call takes 128 x 128.
 //   d 192:  128 x 112 for d_v 192: smem 48 + 2 * 2 * 42 = 216 KB (128 x 128 would be 240 KB);
 //           128 x 128 for d_v 128: smem 48 + 2 * 2 * 40 = 208 KB; S 64 + P 32 + O 64 / 96.
 //   d 256:  128 x 80: O alone is 128 registers; smem 64 + 2 * 2 * 40 = 224 KB.
@@ -267,11 +269,10 @@ struct TileShape {
   int block_m, block_n, stages, num_consumers;
 };
 
-// `wide`: the tile for full (unmasked) attention where it differs; see fwd_has_wide_tile.
-FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int head_dim_v, bool wide = false) {
+FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int head_dim_v) {
   return head_dim <= 64    ? TileShape{192, 128, 2, 3}
          : head_dim <= 96  ? TileShape{192, 96, 2, 3}
-         : head_dim <= 128 ? TileShape{128, wide ? 176 : 128, 2, 2}
+         : head_dim <= 128 ? TileShape{128, 128, 2, 2}
          : head_dim <= 192 ? TileShape{128, head_dim_v <= 128 ? 128 : 112, 2, 2}
                            : TileShape{128, 80, 2, 2};
 }
@@ -344,17 +345,12 @@ FLASH3_HD constexpr long long fp8_varlen_vt_offset(long long first_key, long lon
   return padded_seq_offset(first_key, batch, 16);
 }
 
-// Whether (d, d_v) has a second kernel with a wider tile for calls without a causal/local mask.
-FLASH3_HD constexpr bool fwd_has_wide_tile(int head_dim, int head_dim_v) {
-  return fwd_tile_shape(head_dim, head_dim_v, true).block_n != fwd_tile_shape(head_dim, head_dim_v).block_n;
-}
-
 // Shared memory the mainloop needs for 16-bit elements: Q, and `stages` copies of K and V.
 // O is staged through V's buffer after the tile's last P.V, so it costs nothing extra.
-FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, bool wide = false) {
-  return 2 * (fwd_tile_shape(head_dim, head_dim_v, wide).block_m * head_dim +
-              fwd_tile_shape(head_dim, head_dim_v, wide).stages *
-                  fwd_tile_shape(head_dim, head_dim_v, wide).block_n * (head_dim + head_dim_v));
+FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v) {
+  return 2 * (fwd_tile_shape(head_dim, head_dim_v).block_m * head_dim +
+              fwd_tile_shape(head_dim, head_dim_v).stages *
+                  fwd_tile_shape(head_dim, head_dim_v).block_n * (head_dim + head_dim_v));
 }
 
 // ---------------------------------------------------------------------------------------------

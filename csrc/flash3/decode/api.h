@@ -1,6 +1,6 @@
 // The entry points between the host layer and the decode (KV-cache) kernels, as fwd/api.h is for
 // the forward: every generated TU csrc/generated/decode_*.cu registers its launcher here at load
-// time. Two lists, the forward's pick rule (never `wide`): 16-bit caches (q's dtype) and FP8
+// time. Two lists, the forward's pick rule: 16-bit caches (q's dtype) and FP8
 // (e4m3) caches with 16-bit q.
 #pragma once
 #include <vector>
@@ -15,7 +15,7 @@ FwdLauncher find_fwd_decode_kernel(bool is_bf16, int head_dim, int head_dim_v, b
 
 struct DecodeKernelRegistration {
   DecodeKernelRegistration(bool is_bf16, int head_dim, int head_dim_v, bool fp8_cache, FwdLauncher launch) {
-    fwd_decode_kernels(fp8_cache).push_back({is_bf16, head_dim, head_dim_v, false, launch});
+    fwd_decode_kernels(fp8_cache).push_back({is_bf16, head_dim, head_dim_v, launch});
   }
 };
 

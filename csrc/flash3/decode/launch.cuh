@@ -74,7 +74,7 @@ void run_decode(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
   using Cache = std::conditional_t<kFp8Cache, cutlass::float_e4m3_t, Element>;
-  using Tr = FwdTraits<Element, kHeadDim, kHeadDimV, false, true, Cache>;
+  using Tr = FwdTraits<Element, kHeadDim, kHeadDimV, true, Cache>;
   launch_fwd<Tr, DecodeFamily<Tr>>(p, cuda_stream);
 }
 

@@ -9,7 +9,7 @@ std::vector<FwdKernelEntry>& fwd_decode_kernels(bool fp8_cache) {
 
 FwdLauncher find_fwd_decode_kernel(bool is_bf16, int head_dim, int head_dim_v, bool fp8_cache) {
   const FwdKernelEntry* best =
-      pick_fwd_kernel(fwd_decode_kernels(fp8_cache), is_bf16, head_dim, head_dim_v, false);
+      pick_fwd_kernel(fwd_decode_kernels(fp8_cache), is_bf16, head_dim, head_dim_v);
   return best != nullptr ? best->launch : nullptr;
 }
 

@@ -207,17 +207,17 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check_cuda(cudaGetLastError(), "kernel launch");
 }
 
-template <bool kIsBf16, int kHeadDim, int kHeadDimV, bool kWide>
+template <bool kIsBf16, int kHeadDim, int kHeadDimV>
 void run_fwd(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
-  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, kWide>>(p, cuda_stream);
+  launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV>>(p, cuda_stream);
 }
 
 // The FP8 kernel: e4m3 q, k and Vt (FwdParams' comments), per-block descales, bf16 output.
 template <int kHeadDim, int kHeadDimV>
 void run_fwd_fp8(const FwdParams& p, void* cuda_stream) {
-  launch_fwd<FwdTraits<cutlass::float_e4m3_t, kHeadDim, kHeadDimV, false>>(p, cuda_stream);
+  launch_fwd<FwdTraits<cutlass::float_e4m3_t, kHeadDim, kHeadDimV>>(p, cuda_stream);
 }
 
 }  // namespace flash3

@@ -13,12 +13,12 @@ std::vector<FwdKernelEntry>& fwd_fp8_kernels() {
 }
 
 FwdLauncher find_fwd_fp8_kernel(int head_dim, int head_dim_v) {
-  const FwdKernelEntry* best = pick_fwd_kernel(fwd_fp8_kernels(), true, head_dim, head_dim_v, false);
+  const FwdKernelEntry* best = pick_fwd_kernel(fwd_fp8_kernels(), true, head_dim, head_dim_v);
   return best != nullptr ? best->launch : nullptr;
 }
 
-FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v, bool wide) {
-  const FwdKernelEntry* best = pick_fwd_kernel(fwd_kernels(), is_bf16, head_dim, head_dim_v, wide);
+FwdLauncher find_fwd_kernel(bool is_bf16, int head_dim, int head_dim_v) {
+  const FwdKernelEntry* best = pick_fwd_kernel(fwd_kernels(), is_bf16, head_dim, head_dim_v);
   return best != nullptr ? best->launch : nullptr;
 }
 

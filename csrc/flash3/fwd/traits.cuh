@@ -24,27 +24,25 @@
 namespace flash3 {
 
 // Element: bf16, fp16, or e4m3 (the FP8 kernel: output bf16, per-block descales, P in e4m3 and
-// two-level P.V accumulation; see fp8_steps.cuh). kWide: the wider tile for calls without a
-// causal/local mask, where (d, d_v) has one. kDecode: the KV-cache kernel (paged or contiguous
+// two-level P.V accumulation; see fp8_steps.cuh). kDecode: the KV-cache kernel (paged or contiguous
 // cache, packed GQA, split-KV; FwdParams' KV-cache block), same tiles as the plain kernel.
 // Cache: the decode kernel's KV-cache element, Element or e4m3 (kFp8Cache: 16-bit q against an FP8
 // cache; the producer converts the gathered bytes into K/V's 16-bit stages, decode/load.cuh).
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide = false, bool kDecode_ = false,
-          class Cache_ = Element_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_ = false, class Cache_ = Element_>
 struct FwdTraits;
 
 // FwdTraits' tile (its reasons live in attn_logic.h, unit-tested on the CPU): a function of the
 // template parameters, so the base (the pipeline and barrier ids) gets its stages and consumers.
-template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kWide, bool kDecode>
+template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode>
 inline constexpr TileShape kFwdTraitsTile =
     sizeof(Element) == 1 ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
     : kDecode            ? decode_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
-                         : fwd_tile_shape(kHeadDim, kHeadDimV, kWide);
+                         : fwd_tile_shape(kHeadDim, kHeadDimV);
 
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kWide, bool kDecode_, class Cache_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Cache_>
 struct FwdTraits
-    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kWide, kDecode_>.stages,
-                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kWide, kDecode_>.num_consumers> {
+    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_>.stages,
+                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_>.num_consumers> {
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
   static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
@@ -57,12 +55,11 @@ struct FwdTraits
   // to the reference, ALIBI_MAX_HEAD_DIM).
   static constexpr bool kAlibi = !kFp8 && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
-  // FA3's attention_chunk: the narrow 16-bit forward tiles up to d 192 and the decode kernels
-  // (16-bit and FP8 caches) up to attn_logic.h's kDecodeChunkMaxHeadDim take it (the host picks
-  // them for chunked calls and refuses a chunk above those: host/kernel_pick.cpp; launch_fwd
-  // checks); the others build their mask with chunk 0, which folds its branches away (the wide
-  // tile had no registers for them: an 8-byte spill; d 256 a 40-byte one).
-  static constexpr bool kChunk = !kFp8 && !kWide &&
+  // FA3's attention_chunk: the 16-bit forward tiles up to d 192 and the decode kernels (16-bit
+  // and FP8 caches) up to attn_logic.h's kDecodeChunkMaxHeadDim take it (the host refuses a chunk
+  // above those: host/kernel_pick.cpp; launch_fwd checks); the others build their mask with chunk
+  // 0, which folds its branches away (d 256 had no registers for them: a 40-byte spill).
+  static constexpr bool kChunk = !kFp8 &&
                                  (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
                                            : kHeadDim_ <= 192 && kHeadDimV_ <= 192);
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
@@ -70,7 +67,7 @@ struct FwdTraits
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kWide, kDecode_>;
+  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_>;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
@@ -81,8 +78,7 @@ struct FwdTraits
   // setmaxnreg moves registers within the CTA's pool: the launch allocation (64K / threads, rounded
   // down to a multiple of 8: 168 for 384 threads, 128 for 512) times the threads. With 2 consumers
   // the producer keeps 40, not FA3's 24: its tile bookkeeping (dynamic scheduler, kv-cache tail)
-  // spilled at 24 and 32 (d = 192); the consumers' 232 still hold the largest tile (128 x 176
-  // uses 227). 3 consumers: 32 + 160 fill the 512-thread pool exactly.
+  // spilled at 24 and 32 (d = 192); the consumers keep 232. 3 consumers: 32 + 160 fill the 512-thread pool exactly.
   // The decode kernel's producer is the whole warpgroup (gathered K/V loads of small pages, the
   // packed Q load) and needs more: 64 (at 40 it spilled, at 56 by 12 bytes for d = 96), taken
   // from the consumers (216; its tiles, decode_tile_shape, all have 2 consumers and at most the
@@ -96,7 +92,6 @@ struct FwdTraits
   // 128 + S + P) then spilled (d 256: 124/204 bytes): they slice by thread index as before.
   static constexpr bool kUniformOperandSlices = !(kDecode && !kFp8Cache && kHeadDim > 128);
   static_assert(!kDecode || kNumConsumers == 2, "decode tiles have 2 consumer warpgroups");
-  static_assert(!kDecode || !kWide, "the decode kernel uses the plain tiles");
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
   static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= kRegPool, "register budget");
 

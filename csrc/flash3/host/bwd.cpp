@@ -78,7 +78,7 @@ void bwd_sm90(Backend& be, const TensorView& dout, const TensorView& q, const Te
   check_attention_chunk(kOp, attention_chunk);
   const bool is_bf16 = dtype == DType::bf16;
   const BwdKernelEntry* kernel =
-      checked_pick(kOp, be.build_name(), KernelFamily::bwd, q, d, d_v, softmax_scale, window_left, window_right).bwd;
+      checked_pick(kOp, be.build_name(), KernelFamily::bwd, q, d, d_v, softmax_scale).bwd;
   if (be.tracing()) {
     std::ostringstream os;
     os << "kernel bwd " << dtype_name(kernel->is_bf16) << " d=" << kernel->head_dim << " d_v=" << kernel->head_dim_v;

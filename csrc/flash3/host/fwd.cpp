@@ -47,14 +47,12 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
   const float* alibi_ptr = check_alibi(alibi_slopes, batch, h, q, kOp, &alibi_stride);
 
   // Head dims without their own kernel run on the next compiled one up (TMA zero-fills the extra
-  // columns); full attention (no window, no chunk) takes the wide-tile variant where (d, d_v) has one.
-  const FwdKernelEntry* kernel = checked_pick(kOp, be.build_name(), KernelFamily::fwd, q, d, d_v, softmax_scale,
-                                              window_left, window_right, attention_chunk)
-                                     .fwd;
+  // columns).
+  const FwdKernelEntry* kernel =
+      checked_pick(kOp, be.build_name(), KernelFamily::fwd, q, d, d_v, softmax_scale, attention_chunk).fwd;
   if (be.tracing()) {
     std::ostringstream os;
-    os << "kernel " << dtype_name(kernel->is_bf16) << " d=" << kernel->head_dim << " d_v=" << kernel->head_dim_v
-       << (kernel->wide ? " wide" : "");
+    os << "kernel " << dtype_name(kernel->is_bf16) << " d=" << kernel->head_dim << " d_v=" << kernel->head_dim_v;
     be.trace(os.str());
   }
 
@@ -159,9 +157,7 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   }
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
-  const FwdKernelEntry* picked = checked_pick(kOp, be.build_name(), KernelFamily::fwd_fp8, q, d, d_v, softmax_scale,
-                                              window_left, window_right)
-                                     .fwd;
+  const FwdKernelEntry* picked = checked_pick(kOp, be.build_name(), KernelFamily::fwd_fp8, q, d, d_v, softmax_scale).fwd;
   // The tile of the kernel that runs (possibly a larger head dim's): descales index its key blocks.
   const TileShape tile = fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
   if (be.tracing()) {

@@ -9,8 +9,7 @@
 namespace flash3::host {
 
 KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
-                       int64_t window_left, int64_t window_right, const char* dtype_name,
-                       int64_t attention_chunk) {
+                       const char* dtype_name, int64_t attention_chunk) {
   KernelPick k;
   auto refuse = [&k](auto... parts) {
     std::ostringstream os;
@@ -47,10 +46,9 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
                   ", got d=", d, " d_v=", d_v);
   switch (family) {
     case KernelFamily::fwd:
-      k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi,
-                              window_left < 0 && window_right < 0 && attention_chunk <= 0);
+      k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi);
       break;
-    case KernelFamily::fwd_fp8: k.fwd = pick_fwd_kernel(fwd_fp8_kernels(), true, di, dvi, false); break;
+    case KernelFamily::fwd_fp8: k.fwd = pick_fwd_kernel(fwd_fp8_kernels(), true, di, dvi); break;
     case KernelFamily::decode:
     case KernelFamily::decode_fp8_cache: {
       // The MLA kernel (d_v > 256) serves only calls with d_v > 256: a smaller d_v keeps the
@@ -58,7 +56,7 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
       std::vector<FwdKernelEntry> entries;
       for (const FwdKernelEntry& e : fwd_decode_kernels(family == KernelFamily::decode_fp8_cache))
         if ((e.head_dim_v > 256) == mla) entries.push_back(e);
-      const FwdKernelEntry* e = pick_fwd_kernel(entries, is_bf16, di, dvi, false);
+      const FwdKernelEntry* e = pick_fwd_kernel(entries, is_bf16, di, dvi);
       // The registry's own entry (entries is a local copy).
       if (e != nullptr)
         for (const FwdKernelEntry& r : fwd_decode_kernels(family == KernelFamily::decode_fp8_cache))
@@ -81,8 +79,7 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
 }
 
 std::string kernel_pick_json(const std::string& family, const std::string& dtype, int64_t d, int64_t d_v,
-                             double softmax_scale, int64_t window_left, int64_t window_right,
-                             int64_t attention_chunk) {
+                             double softmax_scale, int64_t attention_chunk) {
   KernelFamily f = KernelFamily::fwd;
   if (family == "fwd_fp8") f = KernelFamily::fwd_fp8;
   else if (family == "decode") f = KernelFamily::decode;
@@ -95,17 +92,16 @@ std::string kernel_pick_json(const std::string& family, const std::string& dtype
                   : dtype == "float8_e4m3fn" ? DType::e4m3
                                              : DType::other;
   const KernelPick k =
-      pick_kernel(f, t, d, d_v, softmax_scale, window_left, window_right, dtype.c_str(), attention_chunk);
+      pick_kernel(f, t, d, d_v, softmax_scale, dtype.c_str(), attention_chunk);
   std::ostringstream os;
   if (!k.reason.empty()) {
     os << "{\"reason\": \"";
     for (char c : k.reason) os << (c == '"' || c == '\\' ? "\\" : "") << c;
     os << "\"}";
   } else if (k.fwd != nullptr) {
-    os << "{\"kernel\": [" << k.fwd->head_dim << ", " << k.fwd->head_dim_v << ", " << (k.fwd->wide ? "true" : "false")
-       << "]}";
+    os << "{\"kernel\": [" << k.fwd->head_dim << ", " << k.fwd->head_dim_v << "]}";
   } else {
-    os << "{\"kernel\": [" << k.bwd->head_dim << ", " << k.bwd->head_dim_v << ", false]}";
+    os << "{\"kernel\": [" << k.bwd->head_dim << ", " << k.bwd->head_dim_v << "]}";
   }
   return os.str();
 }

@@ -23,33 +23,29 @@ struct KernelPick {
   const BwdKernelEntry* bwd = nullptr;  // bwd's
 };
 
-// The kernel of `family` for q's dtype, head dims (d, d_v), softmax_scale and the window (-1, -1:
-// no mask, which takes the wide tile where (d, d_v) has one): bf16/fp16 (e4m3 for fwd_fp8), a
+// The kernel of `family` for q's dtype, head dims (d, d_v) and softmax_scale (the mask chooses no
+// kernel: one forward tile per head dim serves every window): bf16/fp16 (e4m3 for fwd_fp8), a
 // finite scale > 0 (the online softmax takes row maxes of the raw scores), head dims multiples of
 // 8 (FP8: 16) in [8, 256] for TMA, then the next compiled head dims up (api.h pick_fwd_kernel,
 // find_bwd_kernel). dtype_name names q's dtype in the reason (dtype_torch_name when null).
-// An attention chunk (> 0) is a mask too: no wide tile; the forward kernels take it up to d 192, the
+// An attention chunk (> 0): the forward kernels take it up to d 192, the
 // decode ones up to kDecodeChunkMaxHeadDim (attn_logic.h), FP8 forward none (its op has no chunk).
 KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
-                       int64_t window_left, int64_t window_right, const char* dtype_name = nullptr,
-                       int64_t attention_chunk = 0);
+                       const char* dtype_name = nullptr, int64_t attention_chunk = 0);
 
 // pick_kernel by names (family: "fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd"; dtype as torch
-// names it: "bfloat16", "float16", "float8_e4m3fn", ...), as JSON: {"kernel": [head_dim, head_dim_v,
-// wide]} or {"reason": "..."}.
+// names it: "bfloat16", "float16", "float8_e4m3fn", ...), as JSON: {"kernel": [head_dim, head_dim_v]}
+// or {"reason": "..."}.
 // An op's pick: refuses (host::Error "<op>: <reason>", naming the build when it lacks the kernel).
 inline KernelPick checked_pick(const char* op, const char* build_name, KernelFamily family, const TensorView& q,
-                               int64_t d, int64_t d_v, double softmax_scale, int64_t window_left,
-                               int64_t window_right, int64_t attention_chunk = 0) {
-  KernelPick k = pick_kernel(family, q.dtype, d, d_v, softmax_scale, window_left, window_right, q.dtype_name,
-                             attention_chunk);
+                               int64_t d, int64_t d_v, double softmax_scale, int64_t attention_chunk = 0) {
+  KernelPick k = pick_kernel(family, q.dtype, d, d_v, softmax_scale, q.dtype_name, attention_chunk);
   check(k.reason.empty(), op, ": ", k.reason, k.not_built ? " of " : "", k.not_built ? build_name : "",
         k.not_built ? " and rebuild with FLASH3_HDIMS/FLASH3_DTYPES unset to compile every kernel" : "");
   return k;
 }
 
 std::string kernel_pick_json(const std::string& family, const std::string& dtype, int64_t d, int64_t d_v,
-                             double softmax_scale, int64_t window_left, int64_t window_right,
-                             int64_t attention_chunk = 0);
+                             double softmax_scale, int64_t attention_chunk = 0);
 
 }  // namespace flash3::host

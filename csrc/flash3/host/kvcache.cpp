@@ -109,7 +109,7 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
             " on ", q.device, ", got ", t->dtype_name, " ", t->sizes());
   const FwdKernelEntry* entry =
       checked_pick(kOp, be.build_name(), fp8_cache ? KernelFamily::decode_fp8_cache : KernelFamily::decode, q, d, d_v,
-                   softmax_scale, window_left, window_right, attention_chunk)
+                   softmax_scale, attention_chunk)
           .fwd;
   if (be.tracing()) {
     std::ostringstream os;
