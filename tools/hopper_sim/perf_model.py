@@ -103,6 +103,17 @@ HISTORY = [
      "(~2050 cycles per 2048-cycle block); the tensor pipe idled ~3100 cycles per tile boundary (FA3 ~2400): "
      "the epilogue's consumer barrier (O in V's buffer, which the other warpgroup's last P.V still read), "
      "the shared tile hand-off, the O conversion and the tile's coordinates recomputed after the last P.V"),
+    ("fwd bf16 d 128 full attention, b*s 16k h 16 (1 SM sampled): s 1k / 2k / 4k / 8k / 16k",
+     "724 / 815 / 865 / 916 / 933 TFLOP/s (0.96 / 0.99 / 0.99 / 0.99 / 1.00x FA3)",
+     "816 / 879 / 917 / 938 / 949 TFLOP/s (1.09 / 1.06 / 1.05 / 1.02 / 1.01x FA3); one SM, equal work (b 1, "
+     "h 16384/s), s 1k / 2k / 4k / 8k: 2744471 -> 2449157, 4913736 -> 4548198, 9250437 -> 8746238, "
+     "17534630 -> 17133737 cycles (-10.8% / -7.4% / -5.4% / -2.3%)",
+     "full attention on the 128 x 128 tile with O's own buffer and the overlapped epilogue (the causal "
+     "tile) instead of FA3's 128 x 176 (no room for that buffer: 208 KB); the wide variant and its two TUs "
+     "removed",
+     "the tile-boundary trace of the causal change: the wide tile kept O in V's buffer and the shared "
+     "hand-off, ~1 key block of idle tensor pipe per tile; run on the causal tile (a window wider than "
+     "the sequence) full attention came out 6-12% faster at s 1k-4k"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
