@@ -40,8 +40,12 @@ conventions, and map onto flash3's public API:
   returns (out, lse (b, s, h)).
 
 ``num_splits``, ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata`` only tune speed in FA3:
-they are accepted (``num_splits`` reaches flash3's decode call; ``get_scheduler_metadata``
-returns an int32 tensor that ``flash_attn_with_kvcache`` accepts back and ignores).
+they are accepted; ``num_splits`` reaches flash3's decode call.  ``get_scheduler_metadata``
+returns an int32 tensor carrying its plan host-side (no device read when it comes back):
+``flash_attn_with_kvcache(..., scheduler_metadata=md)`` with ``num_splits=0`` takes md's
+``num_splits``, and refuses (ValueError) an md made for another batch size, max_seqlen_q, head
+count or head dim; a tensor without the plan (a copy, a slice of a buffer) is accepted and
+ignored.  Results depend on it only through the split count (rounding).
 
 ``alibi_slopes`` (FlashAttention-2's keyword; FA3's hopper interface has none): a trailing keyword
 of ``flash_attn_func``, ``flash_attn_qkvpacked_func``, ``flash_attn_varlen_func`` and
@@ -79,6 +83,7 @@ new keys, computed on the device (no host read).
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import torch
 
@@ -304,13 +309,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """FA3 ``flash_attn_with_kvcache`` (forward only; k/v, if given, are appended in place)."""
     fn = "flash_attn_with_kvcache"
     _speed_only(num_splits, pack_gqa, sm_margin)
-    if scheduler_metadata is not None:  # speed only in FA3; flash3 plans for itself
-        _checks.tensor("scheduler_metadata", scheduler_metadata, 1)
     for n, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _checks.tensor(n, t)
     _check_qv(qv, q, v_cache)
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+    if scheduler_metadata is not None:  # its split count, when the call gives none (0)
+        num_splits = _scheduler_splits(scheduler_metadata, num_splits, b, q, k_cache, v_cache,
+                                       max_seqlen_q if varlen else q.shape[1])
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
     # FA3's FP8 decode (new keys, if any, e4m3 without rotary; batched or packed q and new keys):
     # the fused append copies the e4m3 keys unchanged and the decode kernel reads the cache with
@@ -558,6 +564,42 @@ def _dequantize_new(x8, d, cache_batch_idx, dtype):
     return (x8.to(torch.float32) * rows[:, None, :, None]).to(dtype)
 
 
+class _SchedulerPlan(NamedTuple):
+    """What get_scheduler_metadata was asked for, kept host-side on the tensor it returns (so a
+    call that passes the tensor back reads no device memory)."""
+    batch_size: int
+    max_seqlen_q: int
+    num_heads_q: int
+    num_heads_kv: int
+    headdim: int
+    headdim_v: int
+    num_splits: int
+
+
+_PLAN_ATTR = "_flash3_scheduler_plan"
+
+
+def _scheduler_splits(md, num_splits, b, q, k_cache, v_cache, max_seqlen_q):
+    """The call's num_splits given scheduler_metadata md: the call's own if > 0, else the plan's.
+    A tensor get_scheduler_metadata did not return (no plan on it, e.g. a copy or a slice of a
+    buffer) is accepted and ignored; one made for another problem is refused (FA3 would schedule
+    the call with the other problem's tiles and splits)."""
+    _checks.tensor("scheduler_metadata", md, 1)
+    plan = getattr(md, _PLAN_ATTR, None)
+    if plan is None:
+        return num_splits
+    call = {"batch_size": b, "num_heads_q": q.shape[-2], "num_heads_kv": k_cache.shape[-2],
+            "headdim": q.shape[-1], "headdim_v": v_cache.shape[-1]}
+    if max_seqlen_q is not None:  # (packed q without max_seqlen_q: refused later)
+        call["max_seqlen_q"] = int(max_seqlen_q)
+    bad = [f"{n}={getattr(plan, n)} (the call's: {x})" for n, x in call.items()
+           if getattr(plan, n) != x]
+    if bad:
+        raise ValueError("scheduler_metadata was made by get_scheduler_metadata for another "
+                         "problem: " + ", ".join(bad))
+    return num_splits if num_splits > 0 else plan.num_splits
+
+
 def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv,
                            headdim, cache_seqlens, qkv_dtype=torch.bfloat16, headdim_v=None,
                            cu_seqlens_q=None, cu_seqlens_k_new=None, cache_leftpad=None,
@@ -567,15 +609,24 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     """FA3 ``get_scheduler_metadata``: an int32 tensor on cache_seqlens' device to pass back as
     ``flash_attn_with_kvcache(..., scheduler_metadata=...)``.
 
-    In FA3 it precomputes the split-KV schedule (speed only).  flash3's decode path plans its
-    own splits (flash3.decode_plan) without host reads, so the tensor it returns records the
-    problem it was made for -- (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q,
-    num_heads_kv, headdim, headdim_v, num_splits) -- and flash_attn_with_kvcache accepts and
-    ignores it: results never depend on it."""
+    In FA3 it precomputes the split-KV schedule once, for every call of the same problem.  flash3's
+    decode path plans its own splits (flash3.decode_plan) without host reads; what it takes from
+    here is ``num_splits`` (0: flash3 chooses): the returned tensor records the problem --
+    (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, headdim_v,
+    num_splits) -- and carries the same plan host-side (a Python attribute), which
+    flash_attn_with_kvcache reads when the tensor is passed back: a call with num_splits=0 takes
+    the plan's, and a call whose batch size, max_seqlen_q (q's seqlen when batched), heads or head
+    dims differ from the plan's is a ValueError.  The device tensor is never read: a copy of it
+    (no plan) is accepted and ignored.  Results depend on it only through the split count, which
+    changes rounding only."""
     _checks.tensor("cache_seqlens", cache_seqlens, 1)
     _speed_only(num_splits, pack_gqa, sm_margin)
     _window(window_size)
     headdim_v = headdim if headdim_v is None else headdim_v
+    plan = _SchedulerPlan(int(batch_size), int(max_seqlen_q), int(num_heads_q), int(num_heads_kv),
+                          int(headdim), int(headdim_v), int(num_splits))
     fields = (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim,
               headdim_v, num_splits)
-    return torch.tensor([int(x) for x in fields], dtype=torch.int32, device=cache_seqlens.device)
+    md = torch.tensor([int(x) for x in fields], dtype=torch.int32, device=cache_seqlens.device)
+    setattr(md, _PLAN_ATTR, plan)
+    return md
