@@ -2,8 +2,9 @@
 cache and FA3's (batch, kv head) descales runs flash3's decode path (descale_per_batch: the kernel
 on CUDA, reference.kvcache_forward on the CPU) instead of the FA3 spec, with q8 taken exactly as
 bf16 and q's descale folded into K's; new e4m3 keys are appended unchanged (the fused append's
-copy), or with rotary rotated with q8 in e4m3 as FA3 does, and attended the same way. CPU tests: the route, the argument checks and the result
-against flash3/reference/fa3.py; a GPU test (sm_90) of the kernel against the spec."""
+copy), or with rotary rotated with q8 in e4m3 as FA3 does, and attended the same way. CPU
+tests: the route, the argument checks and the result against flash3/reference/fa3.py; GPU tests
+(sm_90) of the kernels against the spec."""
 
 import pytest
 import torch
