@@ -4,7 +4,8 @@ on CUDA, reference.kvcache_forward on the CPU) instead of the FA3 spec, with q8 
 bf16 and q's descale folded into K's; new e4m3 keys are appended unchanged (the fused append's
 copy), or with rotary rotated with q8 in e4m3 as FA3 does, and attended the same way. CPU
 tests: the route, the argument checks and the result against flash3/reference/fa3.py; GPU tests
-(sm_90) of the kernels against the spec."""
+(sm_90) of the kernels against the spec (here, and in tests/test_kvcache_packed_gpu.py, which the
+device check runs)."""
 
 import pytest
 import torch
@@ -722,34 +723,3 @@ def test_fp8_new_keys_kernel_matches_spec_gpu(page, causal, s_new):
     assert torch.equal(kc.cpu().view(torch.uint8), kc_s.view(torch.uint8))
     assert torch.equal(vc.cpu().view(torch.uint8), vc_s.view(torch.uint8))
     torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)
-
-
-@pytest.mark.skipif(not HAS_SM90, reason="needs a CUDA sm_90 (H100/H200) device")
-@pytest.mark.parametrize("packed_q,packed_k,paged,causal,interleaved,rotary_dim", [
-    (False, False, False, True, False, 64), (True, True, True, False, True, 32),
-    (False, True, True, True, False, 64), (True, False, False, True, True, 64)])
-def test_fp8_rotary_new_keys_kernel_matches_spec_gpu(packed_q, packed_k, paged, causal, interleaved,
-                                                     rotary_dim):
-    """FA3's FP8 decode with rotary new keys on the kernels (the fused append rotating q8 and the
-    e4m3 keys, then the FP8-cache decode kernel), against the spec on the CPU: the caches byte for
-    byte, out as the FP8 decode tests'; no fallback."""
-    from flash3 import _backend
-    if not _backend.has_append_e4m3_kernel():
-        pytest.skip("flash3._C's append without descale_per_batch")
-    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(packed_q, packed_k, paged, seed=12,
-                                                        device="cuda")
-    cos, sin = rotary_tables(64, rotary_dim, seed=3)
-    kw.update(rotary_cos=cos.cuda(), rotary_sin=sin.cuda(), rotary_interleaved=interleaved,
-              cache_leftpad=torch.tensor(PK_PADS, dtype=torch.int32, device="cuda"))
-    kc, vc = k8.clone(), v8.clone()
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a fallback warning would fail the test
-        out = fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, q_descale=qd, k_descale=kd,
-                                          v_descale=vd, causal=causal, **kw)
-    ref, _, kc_s, vc_s = packed_spec(q8, kn8, vn8, k8, v8, qd, kd, vd, kw, causal)
-    assert torch.equal(kc.cpu().view(torch.uint8), kc_s.view(torch.uint8))
-    assert torch.equal(vc.cpu().view(torch.uint8), vc_s.view(torch.uint8))
-    rows_q = slice(0, sum(PK_LQ)) if packed_q else slice(None)
-    # the kernel rounds x8 * descale once to bf16 (the 16-bit cache's precision), output bf16
-    torch.testing.assert_close(out[rows_q].float().cpu(), ref[rows_q].float(), atol=2e-2, rtol=2e-2)
