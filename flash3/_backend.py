@@ -92,16 +92,17 @@ def op_takes(op_name: str, argument: str) -> bool:
 def kernel_packed_append_reason(q, k_cache, v_cache, k, v) -> str | None:
     """Why the fused append cannot write new keys in FA3's packed layouts (cu_seqlens_k_new, or
     with packed queries: append_kv_sm90's cu_seqlens_q/cu_seqlens_k_new); None if it can. New
-    k/v and caches of q's dtype, or all four float8_e4m3fn (FA3's FP8 cache: the bytes copied,
-    descale_per_batch)."""
+    k/v and caches of q's dtype, or all four float8_e4m3fn (FA3's FP8 cache: the bytes copied or
+    rotated, descale_per_batch; q bf16/fp16, or e4m3, FA3's, which rotary needs)."""
     reason = _device_reason(q, lambda: None if op_takes("append_kv_sm90", "cu_seqlens_k_new") else
                             "flash3._C's append_kv_sm90 takes no cu_seqlens_q/cu_seqlens_k_new (an "
                             "older build)")
     if reason is not None:
         return reason
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"the fused append takes bfloat16/float16 q, got {q.dtype}"
     e4m3 = k_cache.dtype == torch.float8_e4m3fn
+    if q.dtype not in (torch.bfloat16, torch.float16) and not (e4m3 and q.dtype == k_cache.dtype):
+        return (f"the fused append takes bfloat16/float16 q (float8_e4m3fn with an e4m3 cache), "
+                f"got {q.dtype}")
     new_dtype = torch.float8_e4m3fn if e4m3 else q.dtype
     if any(t.dtype != new_dtype for t in (k, v, k_cache, v_cache)):
         return ("the fused append takes new k/v and caches of q's dtype, or all float8_e4m3fn")
@@ -458,8 +459,9 @@ def run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_tabl
     """Call flash3::append_kv_sm90 in FA3's packed layouts (cu_seqlens_q: q (total_q, h, d);
     cu_seqlens_k_new: k/v (total_new, h_k, .)); returns q rotated (rotary), else an empty tensor.
     A float8_e4m3fn cache takes float8_e4m3fn k/v, copied unchanged (descale_per_batch: they
-    share their entry's descales, which the decode kernel applies; no rotary). Reads no device
-    value on the host (capturable in a CUDA graph)."""
+    share their entry's descales, which the decode kernel applies), or with rotary (q
+    float8_e4m3fn too, FA3's) rotated with q in fp32 and rounded to e4m3. Reads no device value on
+    the host (capturable in a CUDA graph)."""
     i32 = lambda t: None if t is None else t.to(torch.int32).contiguous()  # noqa: E731
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     rotary = rotary_cos is not None

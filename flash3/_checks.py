@@ -284,6 +284,40 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, num_splits, ma
     return cache_seqlens
 
 
+def rotary_tables(q, k, rotary_cos, rotary_sin, rotary_seqlens, b):
+    """Static checks of the rotary arguments of attention_with_kvcache (b: the entry count)."""
+    if rotary_seqlens is not None:
+        if rotary_cos is None:
+            raise ValueError("rotary_seqlens needs rotary_cos/rotary_sin (it places the rotary "
+                             "embedding)")
+        tensor("rotary_seqlens", rotary_seqlens, 1, "(batch,)")
+        _same_device("q", q, "rotary_seqlens", rotary_seqlens)
+        if rotary_seqlens.dtype != torch.int32 or rotary_seqlens.shape[0] != b:
+            raise ValueError(f"rotary_seqlens must be int32 of shape ({b},), got "
+                             f"{rotary_seqlens.dtype} {tuple(rotary_seqlens.shape)}")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin need the new keys k and v (the rotary "
+                             "embedding is applied to q and the appended k)")
+        d = q.shape[-1]
+        for n, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            tensor(n, t, 2, "(seqlen_ro, rotary_dim / 2)")
+            _same_device("q", q, n, t)
+            if t.dtype not in FLOAT_DTYPES:
+                raise TypeError(f"{n} must be float16, bfloat16 or float32, got {t.dtype}")
+        if rotary_sin.shape != rotary_cos.shape:
+            raise ValueError(f"rotary_sin shape {tuple(rotary_sin.shape)} does not match "
+                             f"rotary_cos {tuple(rotary_cos.shape)}")
+        seqlen_ro, half = rotary_cos.shape
+        if seqlen_ro < 1:
+            raise ValueError("rotary_cos needs at least one position (seqlen_ro >= 1)")
+        if not 1 <= 2 * half <= d:
+            raise ValueError(f"rotary_dim (2 * rotary_cos.shape[1] = {2 * half}) must be in "
+                             f"2..{d} (the head dim of q)")
+
+
 def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
                    k_descale, v_descale, rotary_seqlens=None, cache_leftpad=None,
                    descale_per_batch=False, batch=None):
@@ -315,36 +349,7 @@ def kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_int
         if cache_leftpad.dtype != torch.int32 or cache_leftpad.shape[0] != b:
             raise ValueError(f"cache_leftpad must be int32 of shape ({b},), got "
                              f"{cache_leftpad.dtype} {tuple(cache_leftpad.shape)}")
-    if rotary_seqlens is not None:
-        if rotary_cos is None:
-            raise ValueError("rotary_seqlens needs rotary_cos/rotary_sin (it places the rotary "
-                             "embedding)")
-        tensor("rotary_seqlens", rotary_seqlens, 1, "(batch,)")
-        _same_device("q", q, "rotary_seqlens", rotary_seqlens)
-        if rotary_seqlens.dtype != torch.int32 or rotary_seqlens.shape[0] != b:
-            raise ValueError(f"rotary_seqlens must be int32 of shape ({b},), got "
-                             f"{rotary_seqlens.dtype} {tuple(rotary_seqlens.shape)}")
-    if (rotary_cos is None) != (rotary_sin is None):
-        raise ValueError("rotary_cos and rotary_sin must be given together")
-    if rotary_cos is not None:
-        if k is None:
-            raise ValueError("rotary_cos/rotary_sin need the new keys k and v (the rotary "
-                             "embedding is applied to q and the appended k)")
-        d = q.shape[-1]
-        for n, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-            tensor(n, t, 2, "(seqlen_ro, rotary_dim / 2)")
-            _same_device("q", q, n, t)
-            if t.dtype not in FLOAT_DTYPES:
-                raise TypeError(f"{n} must be float16, bfloat16 or float32, got {t.dtype}")
-        if rotary_sin.shape != rotary_cos.shape:
-            raise ValueError(f"rotary_sin shape {tuple(rotary_sin.shape)} does not match "
-                             f"rotary_cos {tuple(rotary_cos.shape)}")
-        seqlen_ro, half = rotary_cos.shape
-        if seqlen_ro < 1:
-            raise ValueError("rotary_cos needs at least one position (seqlen_ro >= 1)")
-        if not 1 <= 2 * half <= d:
-            raise ValueError(f"rotary_dim (2 * rotary_cos.shape[1] = {2 * half}) must be in "
-                             f"2..{d} (the head dim of q)")
+    rotary_tables(q, k, rotary_cos, rotary_sin, rotary_seqlens, b)
     fp8 = is_fp8(k_cache)
     h_k = k_cache.shape[2]
     slabs = k_cache.shape[0]

@@ -31,8 +31,11 @@ conventions, and map onto flash3's public API:
   on flash3's decode path with descales per batch entry (FP8 q exactly as bf16, its descale
   folded into k's; bf16 output); e4m3 new k/v (FA3's: they have q's dtype), batched or packed
   (cu_seqlens_k_new), are copied into the cache unchanged by the fused append (they share their
-  entry's descales), then attended.  New keys with rotary (or not e4m3): batched q on a
-  contiguous cache as before (q dequantized to bf16), otherwise the spec (below).
+  entry's descales), then attended.  With rotary (FA3's: q e4m3 too; every layout above) the fused
+  append rotates q8 and the new keys as FA3's kernel does -- in fp32 from the e4m3 values,
+  rounded once to e4m3, saturating at +-448 -- and the decode kernel reads the rotated q8 as bf16
+  (_fp8_rotary_on_kernel).  New keys not e4m3, or rotary with a 16-bit q (not FA3's): batched q
+  on a contiguous cache as before (q dequantized to bf16), otherwise the spec (below).
   ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
   192; above, the reference, for packed queries FA3's spec; MLA calls: the spec).  FP8 (e4m3)
   rotary tables are converted to float32 (exact) and take the same path as other tables.
@@ -40,8 +43,12 @@ conventions, and map onto flash3's public API:
   returns (out, lse (b, s, h)).
 
 ``num_splits``, ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata`` only tune speed in FA3:
-they are accepted (``num_splits`` reaches flash3's decode call; ``get_scheduler_metadata``
-returns an int32 tensor that ``flash_attn_with_kvcache`` accepts back and ignores).
+they are accepted; ``num_splits`` reaches flash3's decode call.  ``get_scheduler_metadata``
+returns an int32 tensor carrying its plan host-side (no device read when it comes back):
+``flash_attn_with_kvcache(..., scheduler_metadata=md)`` with ``num_splits=0`` takes md's
+``num_splits``, and refuses (ValueError) an md made for another batch size, max_seqlen_q, head
+count or head dim; a tensor without the plan (a copy, a slice of a buffer) is accepted and
+ignored.  Results depend on it only through the split count (rounding).
 
 ``alibi_slopes`` (FlashAttention-2's keyword; FA3's hopper interface has none): a trailing keyword
 of ``flash_attn_func``, ``flash_attn_qkvpacked_func``, ``flash_attn_varlen_func`` and
@@ -59,9 +66,10 @@ intersected with causal/windows) with FP8 inputs or MLA (16-bit ``flash_attn_fun
 included; ``flash_attn_with_kvcache`` on the decode kernels), ``seqused_q`` or ``seqused_k`` with
 FP8 inputs (16-bit: flash3's kernels, alone or together, forward and backward: query rows past
 seqused_q get out 0, lse -inf; keys past seqused_k are not seen and get dk/dv 0),
-with an FP8 cache, new keys with rotary tables (or not float8_e4m3fn) when packed by
-``cu_seqlens_k_new``, with packed queries or on a paged cache (16-bit caches take them on
-flash3's kernels; ``cu_seqlens_k_new`` without new keys is unused, as in FA3).  ``window_size``
+with an FP8 cache, new keys not float8_e4m3fn (or with rotary tables and a 16-bit q) when packed
+by ``cu_seqlens_k_new``, with packed queries or on a paged cache (16-bit caches, and FA3's e4m3
+q/keys with rotary, take them on flash3's kernels; ``cu_seqlens_k_new`` without new keys is
+unused, as in FA3).  ``window_size``
 may be any pair that converts to ints (a tensor).
 
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
@@ -79,11 +87,13 @@ new keys, computed on the device (no host read).
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import torch
 
 from . import _backend, _checks, validation
-from .api import _append_new_keys, _varlen_cache_seqlens, attention, attention_varlen, attention_with_kvcache
+from .api import (_append_new_keys, _packed_queries_kernel_check, _varlen_cache_seqlens, attention,
+                  attention_varlen, attention_with_kvcache)
 from .masking import normalize_window
 from .reference import combine_splits
 from .reference.fa3 import fa3_forward
@@ -304,19 +314,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """FA3 ``flash_attn_with_kvcache`` (forward only; k/v, if given, are appended in place)."""
     fn = "flash_attn_with_kvcache"
     _speed_only(num_splits, pack_gqa, sm_margin)
-    if scheduler_metadata is not None:  # speed only in FA3; flash3 plans for itself
-        _checks.tensor("scheduler_metadata", scheduler_metadata, 1)
     for n, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _checks.tensor(n, t)
     _check_qv(qv, q, v_cache)
     varlen = cu_seqlens_q is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+    if scheduler_metadata is not None:  # its split count, when the call gives none (0)
+        num_splits = _scheduler_splits(scheduler_metadata, num_splits, b, q, k_cache, v_cache,
+                                       max_seqlen_q if varlen else q.shape[1])
     fp8_cache = _checks.is_fp8(k_cache) and _checks.is_fp8(v_cache)
-    # FA3's FP8 decode (new keys, if any, e4m3 without rotary; batched or packed q and new keys):
-    # the fused append copies the e4m3 keys unchanged and the decode kernel reads the cache with
-    # FA3's (batch, kv head) descales, paged or not (flash3's descale_per_batch).
+    # FA3's FP8 decode (new keys, if any, e4m3; with rotary, q e4m3 too, FA3's; batched or packed q
+    # and new keys): the fused append copies the e4m3 keys unchanged (or rotates them with q, in
+    # e4m3: _fp8_rotary_on_kernel) and the decode kernel reads the cache with FA3's (batch, kv
+    # head) descales, paged or not (flash3's descale_per_batch).
     fa3_fp8 = fp8_cache and (k is None or (_checks.is_fp8(k) and _checks.is_fp8(v)
-                                           and rotary_cos is None))
+                                           and (rotary_cos is None or _checks.is_fp8(q))))
     # FA3 reads cu_seqlens_k_new only with new keys and rotary_seqlens only with rotary tables
     # (hopper/flash_api.cpp); serving engines pass them regardless (SGLang: cu_seqlens_k_new on
     # every call), so unused they send no call to the reference.
@@ -332,8 +344,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys), unless
     # mla_reason says why not. Packed new keys (cu_seqlens_k_new), new keys or rotary with packed
     # queries, and cache_leftpad with packed queries run on flash3's kernels (the fused append, then
-    # the decode kernel); with an FP8 cache too where fa3_fp8 holds, else (new keys with rotary, or
-    # not e4m3) they stay on the spec.
+    # the decode kernel); with an FP8 cache too where fa3_fp8 holds, else (new keys not e4m3, or
+    # rotary with a 16-bit q) they stay on the spec.
     mla = qv is not None or v_cache.shape[-1] > 256
     mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes,
                                     softmax_scale) if mla else None
@@ -410,6 +422,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                   ((k_descale, "k_descale"), (v_descale, "v_descale")))
         if _checks.is_fp8(q):  # q8 as bf16 exactly; scores = q8 . k8 * (q_descale * k_descale)
             kd = _descale(q_descale, "q_descale", b, h_k, q.device) * kd
+            if k is not None and rotary_cos is not None:  # q8 rotated in e4m3 with the keys (FA3's)
+                out, lse = _fp8_rotary_on_kernel(
+                    q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                    max_seqlen_q, cu_seqlens_k_new, cache_leftpad, rotary_cos, rotary_sin,
+                    rotary_seqlens, rotary_interleaved, kd, vd, softmax_scale, causal,
+                    _window(window_size), softcap, num_splits, chunk, alibi_slopes)
+                if not return_softmax_lse:
+                    return out
+                empty = torch.empty(0, device=out.device)
+                return out, lse, empty, empty
             q = q.to(torch.bfloat16)
     elif fp8_cache:  # batched q, contiguous, new keys fa3_fp8 does not take (the rest: the spec)
         kd, vd = (_descale(d, n, b, h_k, q.device) for d, n in
@@ -526,6 +548,71 @@ def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_
                                                   right, softcap, int(num_splits), qv=qv)
 
 
+def _fp8_rotary_on_kernel(q8, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,
+                          max_seqlen_q, cu_seqlens_k_new, cache_leftpad, rotary_cos, rotary_sin,
+                          rotary_seqlens, rotary_interleaved, kd, vd, softmax_scale, causal, window,
+                          softcap, num_splits, chunk, alibi_slopes):
+    """FA3's FP8 decode with rotary new keys: e4m3 q8, new k/v and cache, descales kd (q's folded
+    in) / vd per (batch entry, kv head); q and the new keys batched or packed, paged or contiguous.
+    Every check first (a rejected call writes nothing), then the fused append rotates the new keys
+    and q8 as FA3 does -- in fp32 from the e4m3 values, rounded once to e4m3 (saturating) -- and
+    writes k/v into the cache (ops_serve.kvcache_append_packed: the kernel on CUDA, no host reads),
+    then the attention of each entry over cache_seqlens[i] + its new keys (attention_with_kvcache
+    with descale_per_batch: the FP8-cache decode kernel on CUDA, rotated q8 as bf16 exactly).
+    Returns (out, lse)."""
+    qb = q8.to(torch.bfloat16)  # exact: the checks' q (and, rotated, the attention's)
+    scale, left, right, _ = _checks.options(qb, causal, softmax_scale, window, softcap)
+    left, right = normalize_window(causal, (left, right))
+    varlen = cu_seqlens_q is not None
+    if varlen:
+        if max_seqlen_q is None:
+            raise ValueError("cu_seqlens_q and max_seqlen_q must be given together")
+        cache_seqlens = _varlen_cache_seqlens(qb, cache_seqlens, cu_seqlens_q)
+        _checks.varlen_cache(qb, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens,
+                             page_table, None, kd, vd, "cache_seqlens", "k_cache", "v_cache",
+                             descale_per_batch=True)
+        b = cu_seqlens_q.shape[0] - 1
+    else:
+        cache_seqlens = _checks.kvcache(qb, k_cache, v_cache, None, None, cache_seqlens, page_table,
+                                        num_splits)
+        b = q8.shape[0]
+    _checks.num_splits(num_splits)
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together")
+    _checks.new_keys(qb, k_cache, v_cache, k, v, cu_seqlens_k_new, b)
+    _checks.kvcache_extras(qb, k_cache, k, page_table, None, None, rotary_interleaved, kd, vd,
+                           cache_leftpad=cache_leftpad, descale_per_batch=True, batch=b)
+    _checks.rotary_tables(qb, k, rotary_cos, rotary_sin, rotary_seqlens, b)
+    _checks.alibi_slopes(qb, alibi_slopes, b)
+    local = left >= 0 or right >= 0 or chunk > 0  # causal, local or chunked: q rotated per token
+    if varlen:  # the decode kernel must take it: checked before the append
+        _packed_queries_kernel_check(qb, k_cache, v_cache, scale, None, None, alibi_slopes,
+                                     cache_leftpad, True, chunk, "flash_attn_with_kvcache",
+                                     "cu_seqlens_q")
+    if validation.validation_enabled(qb, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new,
+                                     cache_leftpad, rotary_seqlens):
+        news = (k.shape[1] if cu_seqlens_k_new is None else
+                _checks.packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
+        qs = (q8.shape[1] if not varlen else
+              _checks.packed_lengths("cu_seqlens_q", cu_seqlens_q, q8.shape[0]))
+        if varlen and qs and max(qs) > max_seqlen_q:
+            raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
+                             f"sequence ({max(qs)})")
+        _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
+                               kd, vd, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
+    pt = None if page_table is None else page_table.contiguous()
+    with torch.no_grad():
+        q8, seqused = _append_new_keys(q8, k_cache, v_cache, k, v, cache_seqlens, pt, cu_seqlens_q,
+                                       cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_interleaved,
+                                       local, rotary_seqlens)
+        return attention_with_kvcache(
+            q8.to(torch.bfloat16), k_cache, v_cache, cache_seqlens=seqused, page_table=pt,
+            causal=causal, softmax_scale=softmax_scale, window_size=window, softcap=softcap,
+            return_lse=True, num_splits=num_splits, k_descale=kd, v_descale=vd,
+            cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, alibi_slopes=alibi_slopes,
+            cache_leftpad=cache_leftpad, attention_chunk=chunk, descale_per_batch=True)
+
+
 def _gather_page_rows(page_table, idx):
     """page_table[idx] (rows outside the table: -1), int32, with no host read."""
     _checks.tensor("page_table", page_table, 2)
@@ -558,6 +645,42 @@ def _dequantize_new(x8, d, cache_batch_idx, dtype):
     return (x8.to(torch.float32) * rows[:, None, :, None]).to(dtype)
 
 
+class _SchedulerPlan(NamedTuple):
+    """What get_scheduler_metadata was asked for, kept host-side on the tensor it returns (so a
+    call that passes the tensor back reads no device memory)."""
+    batch_size: int
+    max_seqlen_q: int
+    num_heads_q: int
+    num_heads_kv: int
+    headdim: int
+    headdim_v: int
+    num_splits: int
+
+
+_PLAN_ATTR = "_flash3_scheduler_plan"
+
+
+def _scheduler_splits(md, num_splits, b, q, k_cache, v_cache, max_seqlen_q):
+    """The call's num_splits given scheduler_metadata md: the call's own if > 0, else the plan's.
+    A tensor get_scheduler_metadata did not return (no plan on it, e.g. a copy or a slice of a
+    buffer) is accepted and ignored; one made for another problem is refused (FA3 would schedule
+    the call with the other problem's tiles and splits)."""
+    _checks.tensor("scheduler_metadata", md, 1)
+    plan = getattr(md, _PLAN_ATTR, None)
+    if plan is None:
+        return num_splits
+    call = {"batch_size": b, "num_heads_q": q.shape[-2], "num_heads_kv": k_cache.shape[-2],
+            "headdim": q.shape[-1], "headdim_v": v_cache.shape[-1]}
+    if max_seqlen_q is not None:  # (packed q without max_seqlen_q: refused later)
+        call["max_seqlen_q"] = int(max_seqlen_q)
+    bad = [f"{n}={getattr(plan, n)} (the call's: {x})" for n, x in call.items()
+           if getattr(plan, n) != x]
+    if bad:
+        raise ValueError("scheduler_metadata was made by get_scheduler_metadata for another "
+                         "problem: " + ", ".join(bad))
+    return num_splits if num_splits > 0 else plan.num_splits
+
+
 def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv,
                            headdim, cache_seqlens, qkv_dtype=torch.bfloat16, headdim_v=None,
                            cu_seqlens_q=None, cu_seqlens_k_new=None, cache_leftpad=None,
@@ -567,15 +690,24 @@ def get_scheduler_metadata(batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, 
     """FA3 ``get_scheduler_metadata``: an int32 tensor on cache_seqlens' device to pass back as
     ``flash_attn_with_kvcache(..., scheduler_metadata=...)``.
 
-    In FA3 it precomputes the split-KV schedule (speed only).  flash3's decode path plans its
-    own splits (flash3.decode_plan) without host reads, so the tensor it returns records the
-    problem it was made for -- (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q,
-    num_heads_kv, headdim, headdim_v, num_splits) -- and flash_attn_with_kvcache accepts and
-    ignores it: results never depend on it."""
+    In FA3 it precomputes the split-KV schedule once, for every call of the same problem.  flash3's
+    decode path plans its own splits (flash3.decode_plan) without host reads; what it takes from
+    here is ``num_splits`` (0: flash3 chooses): the returned tensor records the problem --
+    (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, headdim_v,
+    num_splits) -- and carries the same plan host-side (a Python attribute), which
+    flash_attn_with_kvcache reads when the tensor is passed back: a call with num_splits=0 takes
+    the plan's, and a call whose batch size, max_seqlen_q (q's seqlen when batched), heads or head
+    dims differ from the plan's is a ValueError.  The device tensor is never read: a copy of it
+    (no plan) is accepted and ignored.  Results depend on it only through the split count, which
+    changes rounding only."""
     _checks.tensor("cache_seqlens", cache_seqlens, 1)
     _speed_only(num_splits, pack_gqa, sm_margin)
     _window(window_size)
     headdim_v = headdim if headdim_v is None else headdim_v
+    plan = _SchedulerPlan(int(batch_size), int(max_seqlen_q), int(num_heads_q), int(num_heads_kv),
+                          int(headdim), int(headdim_v), int(num_splits))
     fields = (batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim,
               headdim_v, num_splits)
-    return torch.tensor([int(x) for x in fields], dtype=torch.int32, device=cache_seqlens.device)
+    md = torch.tensor([int(x) for x in fields], dtype=torch.int32, device=cache_seqlens.device)
+    setattr(md, _PLAN_ATTR, plan)
+    return md

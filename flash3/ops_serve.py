@@ -240,16 +240,19 @@ def kvcache_append_packed(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor
     """New k/v written into a (paged) cache of q's dtype at cache_seqlens[i] + t, rotated with q
     when rotary tables are given, in FA3's packed layouts: q packed by cu_seqlens_q and/or k/v by
     cu_seqlens_k_new (reference.kvcache_append_packed says what lands where).  A float8_e4m3fn
-    cache takes float8_e4m3fn k/v (FA3's FP8 cache, descales per batch entry, no rotary): copied
-    unchanged, the bytes sharing their entry's descales (applied by the attention).  Returns q rotated,
+    cache takes float8_e4m3fn k/v (FA3's FP8 cache, descales per batch entry): copied unchanged,
+    the bytes sharing their entry's descales (applied by the attention); with rotary q is
+    float8_e4m3fn too (FA3's) and k and q are rotated in fp32 and rounded to e4m3 (saturating, as
+    FA3; flash3.rotary.apply_rotary on e4m3 tensors).  Returns q rotated,
     or an empty tensor without rotary.  CUDA: the fused append (append_kv_sm90: no host reads,
     slots outside the cache or behind a bad page id skipped), or where it cannot run the reference
     (host reads) with the package's one-time fallback warning; CPU: the reference.  The caller
     validated everything first (flash3.api attention_with_kvcache)."""
     if k_cache.dtype == torch.float8_e4m3fn and (
-            rotary_cos is not None or any(t.dtype != k_cache.dtype for t in (k, v, v_cache))):
+            any(t.dtype != k_cache.dtype for t in (k, v, v_cache))
+            or (rotary_cos is not None and q.dtype != k_cache.dtype)):
         raise TypeError("kvcache_append_packed: a float8_e4m3fn cache takes float8_e4m3fn k/v "
-                        "(copied unchanged) and no rotary")
+                        "(copied unchanged), and with rotary float8_e4m3fn q (FA3's)")
     reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
     if reason is None:
         return _backend.run_kernel_append_packed(q, k_cache, v_cache, k, v, cache_seqlens,

@@ -308,6 +308,101 @@ def test_get_scheduler_metadata_round_trip():
     assert torch.equal(a, m)
 
 
+def _spy_splits(monkeypatch):
+    """Records the num_splits each flash_attn_with_kvcache call hands flash3's decode call."""
+    seen = []
+    real = fai.attention_with_kvcache
+
+    def spy(*args, **kw):
+        seen.append(kw["num_splits"])
+        return real(*args, **kw)
+    monkeypatch.setattr(fai, "attention_with_kvcache", spy)
+    return seen
+
+
+def _md_problem(seed=7):
+    torch.manual_seed(seed)
+    b, cap, h, h_k, d = 2, 16, 4, 2, 32
+    q = torch.randn(b, 1, h, d)
+    kc, vc = torch.randn(b, cap, h_k, d), torch.randn(b, cap, h_k, d)
+    return q, kc, vc, torch.tensor([3, 16], dtype=torch.int32)
+
+
+def test_scheduler_metadata_num_splits_reaches_the_decode_call(monkeypatch):
+    """FA3's use (vLLM, SGLang): the metadata is made once, with its num_splits, and passed back
+    on every call; its split count reaches flash3's decode call where the call gives none (0),
+    the call's own otherwise; no host read of the tensor (it is only read host-side)."""
+    q, kc, vc, lens = _md_problem()
+    b, cap, h, h_k, d = *kc.shape[:2], q.shape[2], kc.shape[2], q.shape[3]
+    md = fai.get_scheduler_metadata(b, 1, cap, h, h_k, d, lens, torch.float32, causal=True,
+                                    num_splits=3)
+    seen = _spy_splits(monkeypatch)
+    ref = fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True, num_splits=3)
+    outs = [fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True,
+                                        scheduler_metadata=md) for _ in range(2)]  # reused
+    own = fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True,
+                                      scheduler_metadata=md, num_splits=2)
+    assert seen == [3, 3, 3, 2]
+    for o in outs:
+        assert torch.equal(o, ref)  # the same split count: the same result, bit for bit
+    assert_close(own, ref, 1e-5)  # another split count: rounding only
+    # num_splits=0 in the metadata: flash3 chooses (0 reaches the decode call)
+    md0 = fai.get_scheduler_metadata(b, 1, cap, h, h_k, d, lens, torch.float32)
+    fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, scheduler_metadata=md0)
+    assert seen[-1] == 0
+
+
+@pytest.mark.parametrize("field", ["batch_size", "max_seqlen_q", "num_heads_q", "num_heads_kv",
+                                   "headdim", "headdim_v"])
+def test_scheduler_metadata_for_another_problem_is_refused(field, monkeypatch):
+    q, kc, vc, lens = _md_problem()
+    args = dict(batch_size=2, max_seqlen_q=1, max_seqlen_k=16, num_heads_q=4, num_heads_kv=2,
+                headdim=32, headdim_v=32)
+    args[field] *= 2
+    md = fai.get_scheduler_metadata(cache_seqlens=lens, qkv_dtype=torch.float32, num_splits=2,
+                                    **args)
+    seen = _spy_splits(monkeypatch)
+    k_new = torch.randn(2, 1, 2, 32)
+    before = kc.clone()
+    with pytest.raises(ValueError, match=f"scheduler_metadata.*{field}"):
+        fai.flash_attn_with_kvcache(q, kc, vc, k_new, k_new.clone(), cache_seqlens=lens,
+                                    scheduler_metadata=md)
+    assert not seen and torch.equal(kc, before)  # refused before anything ran or was written
+
+
+def test_scheduler_metadata_packed_queries_check_max_seqlen_q(monkeypatch):
+    torch.manual_seed(8)
+    lq, cap, h, h_k, d = [2, 3], 16, 4, 2, 32
+    q = torch.randn(sum(lq), h, d)
+    kc, vc = torch.randn(2, cap, h_k, d), torch.randn(2, cap, h_k, d)
+    lens = torch.tensor([5, 9], dtype=torch.int32)
+    md = fai.get_scheduler_metadata(2, 3, cap, h, h_k, d, lens, torch.float32, cu_seqlens_q=cu(lq),
+                                    num_splits=2)
+    seen = _spy_splits(monkeypatch)
+    fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, cu_seqlens_q=cu(lq),
+                                max_seqlen_q=3, scheduler_metadata=md)
+    assert seen == [2]
+    with pytest.raises(ValueError, match="scheduler_metadata.*max_seqlen_q=3"):
+        fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, cu_seqlens_q=cu(lq),
+                                    max_seqlen_q=4, scheduler_metadata=md)
+
+
+def test_scheduler_metadata_without_a_plan_is_ignored(monkeypatch):
+    """A tensor get_scheduler_metadata did not return (vLLM copies the metadata into a
+    persistent buffer for CUDA graphs and passes a slice of it) carries no plan: accepted and
+    ignored, the call's num_splits as given."""
+    q, kc, vc, lens = _md_problem()
+    md = fai.get_scheduler_metadata(2, 1, 16, 4, 2, 32, lens, torch.float32, num_splits=3)
+    buf = torch.zeros(16, dtype=torch.int32)
+    buf[:md.shape[0]] = md
+    seen = _spy_splits(monkeypatch)
+    fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, scheduler_metadata=buf[:md.shape[0]])
+    fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, scheduler_metadata=md.clone())
+    assert seen == [0, 0]
+    with pytest.raises(ValueError, match="scheduler_metadata"):  # still a 1-D tensor
+        fai.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, scheduler_metadata=buf.view(4, 4))
+
+
 def test_seqused_k_with_grad():
     """seqused_k with tensors that need grad: flash3's varlen path, differentiable (the backward
     on the used keys gathered), against the fp64 spec."""

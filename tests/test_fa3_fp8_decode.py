@@ -2,8 +2,10 @@
 cache and FA3's (batch, kv head) descales runs flash3's decode path (descale_per_batch: the kernel
 on CUDA, reference.kvcache_forward on the CPU) instead of the FA3 spec, with q8 taken exactly as
 bf16 and q's descale folded into K's; new e4m3 keys are appended unchanged (the fused append's
-copy) and attended the same way. CPU tests: the route, the argument checks and the result
-against flash3/reference/fa3.py; a GPU test (sm_90) of the kernel against the spec."""
+copy), or with rotary rotated with q8 in e4m3 as FA3 does, and attended the same way. CPU
+tests: the route, the argument checks and the result against flash3/reference/fa3.py; GPU tests
+(sm_90) of the kernels against the spec (here, and in tests/test_kvcache_packed_gpu.py, which the
+device check runs)."""
 
 import pytest
 import torch
@@ -201,18 +203,173 @@ def test_fp8_new_keys_rejected_call_writes_nothing(bad):
     assert torch.equal(vc.view(torch.uint8), v8.view(torch.uint8))
 
 
-def test_fp8_new_keys_with_rotary_stay_on_spec(monkeypatch):
-    """Rotary with e4m3 new keys (FA3 rotates the e4m3 keys): not on flash3's append; the spec."""
+def test_fp8_new_keys_with_rotary_and_16bit_q_stay_on_spec(monkeypatch):
+    """Rotary with e4m3 new keys and a bf16 q (not FA3's: its q has the keys' dtype) on a paged
+    cache: not on the fused append (it rotates q in e4m3 with the keys); the spec."""
     q8, k8, v8, table, lens, qd, kd, vd = fp8_paged(seed=4)
     called = []
     real = fai._on_reference
     monkeypatch.setattr(fai, "_on_reference", lambda *a, **k: called.append(a[2]) or real(*a, **k))
     kn = torch.randn(3, 1, 2, 64).to(F8)
     cos = torch.ones(64, 16)
-    fai.flash_attn_with_kvcache(q8, k8, v8, kn, kn, rotary_cos=cos, rotary_sin=cos * 0,
-                                cache_seqlens=lens.clamp(max=30), page_table=table, q_descale=qd,
-                                k_descale=kd, v_descale=vd)
+    fai.flash_attn_with_kvcache(q8.to(torch.bfloat16), k8, v8, kn, kn, rotary_cos=cos,
+                                rotary_sin=cos * 0, cache_seqlens=lens.clamp(max=30),
+                                page_table=table, k_descale=kd, v_descale=vd)
     assert called and "fp8_paged_cache" in called[0]
+
+
+def rotary_tables(rows, rotary_dim, seed, dtype=torch.float32):
+    """FA3's tests' tables: angles uniform in [0, 2 pi), (rows, rotary_dim / 2)."""
+    g = torch.Generator().manual_seed(seed)
+    ang = torch.rand(rows, rotary_dim // 2, generator=g) * 2 * torch.pi
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+@pytest.mark.parametrize("packed_q,packed_k", [(False, False), (True, True), (True, False),
+                                               (False, True)])
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("extras", [(), ("leftpad", "batch_idx", "rotary_seqlens")])
+@pytest.mark.parametrize("causal,interleaved,rotary_dim", [(True, False, 64), (False, True, 32)])
+def test_fp8_rotary_new_keys_run_flash3_path_and_match_spec(monkeypatch, packed_q, packed_k, paged,
+                                                            extras, causal, interleaved,
+                                                            rotary_dim):
+    """FA3's FP8 decode with rotary new keys (e4m3 q, keys and cache), every layout FA3's kernels
+    take (batched or packed q and keys, paged or contiguous, cache_leftpad, cache_batch_idx,
+    rotary_seqlens): flash3's path (the fused append rotates q8 and the keys in e4m3, then the
+    decode with descale_per_batch), not the spec; the appended bytes are the spec's exactly (FA3:
+    rotated in fp32 from the e4m3 values, rounded once to e4m3), out/lse as the spec's."""
+    rows = 5 if "batch_idx" in extras else 4
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(packed_q, packed_k, paged, rows, seed=8)
+    kw["rotary_cos"], kw["rotary_sin"] = rotary_tables(64, rotary_dim, seed=rotary_dim)
+    kw["rotary_interleaved"] = interleaved
+    if "leftpad" in extras:
+        kw["cache_leftpad"] = torch.tensor(PK_PADS, dtype=torch.int32)
+    if "batch_idx" in extras:
+        kw["cache_batch_idx"] = torch.tensor([2, 4, 0, 1], dtype=torch.int32)
+    if "rotary_seqlens" in extras:
+        kw["rotary_seqlens"] = torch.tensor([3, 60, 0, 17], dtype=torch.int32)
+    seen = {}
+    real_append = fai._append_new_keys
+
+    def spy_append(q, *a, **k):
+        seen["append_q"] = q
+        return real_append(q, *a, **k)
+    real_attn = fai.attention_with_kvcache
+
+    def spy_attn(*a, **k):
+        seen.update(k, q=a[0], k_new=a[3] if len(a) > 3 else None)
+        return real_attn(*a, **k)
+    monkeypatch.setattr(fai, "_append_new_keys", spy_append)
+    monkeypatch.setattr(fai, "attention_with_kvcache", spy_attn)
+    no_spec(monkeypatch)
+    kc, vc = k8.clone(), v8.clone()
+    out, lse, *_ = fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, q_descale=qd, k_descale=kd,
+                                               v_descale=vd, causal=causal,
+                                               return_softmax_lse=True, **kw)
+    # the append gets q8 itself; the attention the rotated q8 as bf16, no new keys, FA3's descales
+    assert seen["append_q"] is q8 and seen["q"].dtype == torch.bfloat16 and seen["k_new"] is None
+    assert seen["descale_per_batch"] is True
+    assert torch.allclose(seen["k_descale"], qd * kd) and torch.equal(seen["v_descale"], vd)
+    ref, ref_lse, kc_s, vc_s = packed_spec(q8, kn8, vn8, k8, v8, qd, kd, vd, kw, causal)
+    for got, want in ((kc, kc_s), (vc, vc_s)):  # the append: FA3's bytes exactly
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert not torch.equal(kc.view(torch.uint8), k8.view(torch.uint8))  # something was appended
+    assert out.dtype == torch.bfloat16
+    rows_q = slice(0, sum(PK_LQ)) if packed_q else slice(None)
+    torch.testing.assert_close(out[rows_q].float(), ref[rows_q].float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse[..., rows_q], ref_lse[..., rows_q], atol=1e-4, rtol=1e-4)
+
+
+def test_fp8_rotary_saturates_as_fa3():
+    """A rotated e4m3 key past 448 is stored as 448 (FA3's saturating conversion), not NaN; the
+    unrotated channels are copied byte for byte; the cache bytes are the spec's."""
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(False, False, False, seed=9)
+    kn8[..., 0] = kn8[..., 24] = torch.tensor(448.0).to(F8)  # a NeoX pair (rotary_dim 48)
+    kn8[..., 48:] = torch.tensor(-2.0 ** -9).to(F8)  # channels past rotary_dim: copied
+    ang = torch.full((64, 24), 3 * torch.pi / 4)  # cos = -sin: x0 cos - x1 sin = -448 sqrt(2)
+    kc, vc = k8.clone(), v8.clone()
+    fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, rotary_cos=ang.cos(), rotary_sin=ang.sin(),
+                                rotary_interleaved=False, q_descale=qd, k_descale=kd, v_descale=vd,
+                                **kw)
+    lens = kw["cache_seqlens"].long()
+    rows = kc[torch.arange(4), lens]  # each entry's appended key (b, h_k, d)
+    assert (rows[..., 0].float() == -448).all() and not rows.float().isnan().any()
+    assert torch.equal(rows[..., 48:].view(torch.uint8), kn8[:, 0, :, 48:].view(torch.uint8))
+    kc_s, vc_s = k8.clone(), v8.clone()
+    fa3_forward(q8, kc_s, vc_s, k_new=kn8, v_new=vn8, softmax_scale=0.125,
+                rotary_cos=ang.cos(), rotary_sin=ang.sin(), rotary_interleaved=False,
+                q_descale=qd, k_descale=kd, v_descale=vd, **kw)
+    assert torch.equal(kc.view(torch.uint8), kc_s.view(torch.uint8))
+
+
+def test_fp8_rotary_rejected_call_writes_nothing():
+    """FA3's FP8 decode with rotary new keys: bad rotary or FP8 arguments raise naming the
+    argument before anything is written."""
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(True, True, True, seed=10)
+    cos, sin = rotary_tables(64, 32, seed=1)
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
+    base = dict(kw, rotary_cos=cos, rotary_sin=sin, q_descale=qd, k_descale=kd, v_descale=vd)
+    bad = [(dict(rotary_seqlens=i32([0, 1, 2])), ValueError, "rotary_seqlens must be int32"),
+           (dict(rotary_sin=sin[:, :8]), ValueError, "rotary_sin shape"),
+           (dict(rotary_cos=torch.ones(64, 40), rotary_sin=torch.ones(64, 40)), ValueError,
+            "rotary_dim"),
+           (dict(k_descale=torch.ones(3)), ValueError, "k_descale"),
+           (dict(cache_leftpad=i32([0, 4, 0, 0])), ValueError, r"cache_leftpad\[1\] = 4"),
+           (dict(cache_seqlens=i32([5, 0, 9, 40])), ValueError, "page_table has too few pages"),
+           (dict(max_seqlen_q=3), ValueError, "max_seqlen_q")]
+    for change, exc, msg in bad:
+        kc, vc = k8.clone(), v8.clone()
+        with pytest.raises(exc, match=msg):
+            fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, **dict(base, **change))
+        assert torch.equal(kc.view(torch.uint8), k8.view(torch.uint8)), msg
+        assert torch.equal(vc.view(torch.uint8), v8.view(torch.uint8)), msg
+
+
+def test_fp8_rotary_kernel_path_reads_nothing_on_the_host(monkeypatch):
+    """The kernel branch of FA3's FP8 decode with rotary new keys (stubs for the fused append and
+    the decode op, packed q and keys on a paged cache, validation off): no device value read on
+    the host; the append gets q8, the e4m3 keys, the fp32 tables and the packed metadata, the
+    decode the rotated q8 as bf16. Validation mode reads them (positive control)."""
+    from flash3 import _backend, ops_serve, validation
+    from test_validation import HostRead, no_host_reads
+    calls = {}
+
+    def fake_append(q, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_q, cu_k, cos, sin,
+                    interleaved, q_per_token, ro):
+        calls["append"] = dict(q=q, k=k, cos=cos, cu_q=cu_q, cu_k=cu_k, ro=ro, per_token=q_per_token)
+        return q.clone()
+
+    def fake_varlen(q, kc, vc, cu_q, seqused, pt, cu_k, max_q, *args, **kw):
+        calls["attention"] = dict(q=q, seqused=seqused, k_descale=args[4], **kw)
+        return q.new_zeros(*q.shape[:-1], vc.shape[-1]), torch.zeros(q.shape[1], q.shape[0])
+
+    monkeypatch.setattr(_backend, "kernel_packed_append_reason", lambda *a: None)
+    monkeypatch.setattr(_backend, "run_kernel_append_packed", fake_append)
+    monkeypatch.setattr(ops_serve, "attention_varlen_kvcache", fake_varlen)
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(True, True, True, seed=11)
+    cos, sin = rotary_tables(64, 32, seed=2)
+    args = (q8, k8.clone(), v8.clone(), kn8, vn8)
+    opts = dict(kw, rotary_cos=cos, rotary_sin=sin, q_descale=qd, k_descale=kd, v_descale=vd,
+                causal=True, cache_leftpad=torch.tensor(PK_PADS, dtype=torch.int32),
+                rotary_seqlens=torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+    try:
+        validation._FORCE = True
+        with no_host_reads(monkeypatch), pytest.raises(HostRead):
+            fai.flash_attn_with_kvcache(*args, **opts)
+        validation._FORCE = False
+        calls.clear()
+        with no_host_reads(monkeypatch):
+            fai.flash_attn_with_kvcache(*args, **opts)
+    finally:
+        validation._FORCE = None
+    a, t = calls["append"], calls["attention"]
+    assert a["q"] is q8 and a["k"] is kn8 and a["cos"] is cos and a["per_token"]
+    assert a["cu_q"] is kw["cu_seqlens_q"] and a["cu_k"] is kw["cu_seqlens_k_new"]
+    assert t["q"].dtype == torch.bfloat16 and torch.equal(t["q"], q8.to(torch.bfloat16))
+    assert t["descale_per_batch"] is True and torch.allclose(t["k_descale"], qd * kd)
+    n_new = PK_LN
+    assert torch.equal(t["seqused"], torch.tensor([n + m for n, m in zip(PK_LENS, n_new)],
+                                                  dtype=torch.int32))
 
 
 def test_descale_per_batch_argument_checks():

@@ -237,17 +237,25 @@ def test_append_packed_layouts(driver):
 
 
 def test_append_fa3_fp8_copies_e4m3_keys(driver):
-    """descale_per_batch (FA3's FP8 cache): e4m3 k/v copied (kv_e4m3, no descales); bf16 keys,
-    descales or rotary refused before anything is launched."""
+    """descale_per_batch (FA3's FP8 cache): e4m3 k/v copied (kv_e4m3, no descales), or rotated with
+    an e4m3 q (FA3's); bf16 keys, descales, rotary with a bf16 q, or an e4m3 q without
+    descale_per_batch refused before anything is launched."""
     paged, contig, bf16, ds, rot = driver(["append fa3=1 page=16", "append fa3=1", "append fa3=1 knew_bf16=1",
                                            "append fa3=1 ds=1", "append fa3=1 rotary=1"])
+    rot8, rot8_packed, q8_16bit = driver(["append fa3=1 rotary=1 q8=1 page=16",
+                                          "append fa3=1 rotary=1 q8=1 packed_q=1 packed_k=1", "append q8=1"])
+    assert rot8.startswith("ok append page_size=16 max_pages=8 rotary_dim=64 kv_e4m3=1 descales=0")
+    f = dict(kv.split("=", 1) for kv in rot8_packed.split() if "=" in kv)
+    assert (f["rotary_dim"], f["kv_e4m3"], f["cu_q"], f["cu_k"], f["s_q"]) == ("64", "1", "1", "1", "5")
+    assert q8_16bit == ("error: flash3.append_kv_sm90: q must be bfloat16 or float16 (float8_e4m3fn with "
+                        "descale_per_batch), got Float8_e4m3fn")
     assert paged.startswith("ok append page_size=16 max_pages=8 rotary_dim=0 kv_e4m3=1 descales=0")
     assert contig.startswith("ok append page_size=512 max_pages=0 rotary_dim=0 kv_e4m3=1 descales=0")
     assert bf16 == ("error: flash3.append_kv_sm90: with descale_per_batch the new k and v must be "
                     "float8_e4m3fn (copied unchanged), got BFloat16 and BFloat16")
     assert ds.startswith("error: flash3.append_kv_sm90: with descale_per_batch the append takes no k_descale")
-    assert rot == ("error: flash3.append_kv_sm90: rotary with descale_per_batch (e4m3 new keys) is not "
-                   "implemented")
+    assert rot == ("error: flash3.append_kv_sm90: rotary with descale_per_batch (e4m3 new keys) takes "
+                   "float8_e4m3fn q (FA3's), got BFloat16")
     assert " kv_e4m3=0 descales=0" in driver(["append"])[0]
     # FA3's packed new keys under descales per batch entry: the same copy, rows found by cu_seqlens_k_new
     f = dict(kv.split("=", 1) for kv in driver(["append fa3=1 packed_k=1 page=16"])[0].split() if "=" in kv)

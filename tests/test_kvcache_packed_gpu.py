@@ -3,7 +3,8 @@ by cu_seqlens_q through flash3.attention_with_kvcache (the fused append kernel, 
 kernel), against the same call on the CPU (flash3's reference): the caches and the rotated
 appends bit for bit, out by the FlashAttention rule against an fp32 computation, lse closely;
 CUDA-graph capture and replay. FA3's FP8 cache in the same layouts (e4m3 q/cache/new keys, its
-(b, h_k) descales: flash_attn_interface's descale_per_batch path) against FA3's spec. Skipped
+(b, h_k) descales: flash_attn_interface's descale_per_batch path), with rotary new keys too (q8 and
+the keys rotated in e4m3 by the fused append), against FA3's spec. Skipped
 without an sm_90 device or a bf16 d-128 decode kernel (16-bit or FP8 cache)."""
 import json
 
@@ -184,6 +185,84 @@ def test_fp8_packed_layouts_match_the_spec(packed_q, packed_k, new_kv, page, cau
     assert (got[fin] - want[fin]).abs().max() <= 5e-3 * (1 + want[fin].abs().max())
     if packed_q:  # packed rows of no entry
         assert (out[sum(PK_LQ):] == 0).all() and (lse[:, sum(PK_LQ):] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("packed_q,packed_k,page,causal,interleaved,rotary_dim,extras", [
+    (False, False, None, True, False, 128, ("leftpad",)),
+    (True, True, 16, False, True, 64, ("leftpad", "rotary_seqlens")),
+    (False, True, 64, True, False, 32, ("batch_idx",)),
+    (True, False, None, True, True, 128, ("batch_idx", "rotary_seqlens"))])
+def test_fp8_rotary_new_keys_match_the_spec(packed_q, packed_k, page, causal, interleaved, rotary_dim,
+                                            extras):
+    """FA3's FP8 decode with rotary new keys (e4m3 q, keys and cache; FA3's (b, h_k) descales):
+    the fused append rotates q8 and the e4m3 keys (fp32, rounded once to e4m3, saturating), then
+    the FP8-cache decode kernel on the rotated q8 as bf16, no fallback; the caches byte for byte
+    against FA3's spec (reference/fa3.py) on the CPU, out as the FP8 packed test's."""
+    import warnings
+    from flash3 import flash_attn_interface as fai
+    from test_fa3_fp8_decode import PK_LQ, PK_PADS, fp8_packed, packed_spec, rotary_tables
+    need_fp8_kernel()
+    rows = 5 if "batch_idx" in extras else 4
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = fp8_packed(packed_q, packed_k, page is not None, rows,
+                                                        seed=rotary_dim, h=H, h_k=H_K, d=D, cap=CAP,
+                                                        page=page or CAP, device="cuda")
+    cos, sin = rotary_tables(2 * CAP, rotary_dim, seed=page or 0)
+    kw.update(rotary_cos=cos.cuda(), rotary_sin=sin.cuda(), rotary_interleaved=interleaved)
+    kn8.view(-1, D)[::3, 0] = torch.tensor(448.0).to(kn8.dtype)  # rotated past 448: saturates
+    if "leftpad" in extras:
+        kw["cache_leftpad"] = torch.tensor(PK_PADS, dtype=torch.int32, device="cuda")
+    if "batch_idx" in extras:
+        kw["cache_batch_idx"] = torch.tensor([2, 4, 0, 1], dtype=torch.int32, device="cuda")
+    if "rotary_seqlens" in extras:
+        kw["rotary_seqlens"] = torch.tensor([3, 300, 0, 17], dtype=torch.int32, device="cuda")
+    kc, vc = k8.clone(), v8.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warning would fail the test
+        out = fai.flash_attn_with_kvcache(q8, kc, vc, kn8, vn8, q_descale=qd, k_descale=kd,
+                                          v_descale=vd, causal=causal, **kw)
+    ref, _, kc_s, vc_s = packed_spec(q8, kn8, vn8, k8, v8, qd, kd, vd, kw, causal)
+    assert torch.equal(kc.cpu().view(torch.uint8), kc_s.view(torch.uint8))  # FA3's bytes exactly
+    assert torch.equal(vc.cpu().view(torch.uint8), vc_s.view(torch.uint8))
+    rows_q = slice(0, sum(PK_LQ)) if packed_q else slice(None)
+    # the kernel rounds x8 * descale once to bf16 (the 16-bit cache's precision), output bf16
+    torch.testing.assert_close(out.cpu().float()[rows_q], ref.float()[rows_q], atol=2e-2, rtol=2e-2)
+
+
+def test_fp8_rotary_cuda_graph_replays_like_eager():
+    """No host synchronization on FA3's FP8 rotary path (flash_attn_interface._fp8_rotary_on_kernel):
+    it captures into a CUDA graph; replays on new bytes and lengths match eager calls."""
+    from flash3 import flash_attn_interface as fai
+    from test_fa3_fp8_decode import fp8_packed, rotary_tables
+    need_fp8_kernel()
+
+    def inputs(seed):
+        return fp8_packed(True, True, True, 4, seed=seed, h=H, h_k=H_K, d=D, cap=CAP, page=16,
+                          device="cuda")
+    (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = inputs(0)
+    cos, sin = (t.cuda() for t in rotary_tables(2 * CAP, 64, seed=5))
+    run = lambda kc, vc, kw: fai.flash_attn_with_kvcache(  # noqa: E731
+        q8, kc, vc, kn8, vn8, rotary_cos=cos, rotary_sin=sin, q_descale=qd, k_descale=kd,
+        v_descale=vd, causal=True, **kw)
+    kc_g, vc_g = k8.clone(), v8.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture
+        run(kc_g.clone(), vc_g.clone(), kw)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = run(kc_g, vc_g, kw)
+    for step in range(2):
+        (q2, kn2, vn2, k2, v2, qd2, kd2, vd2), _ = inputs(step + 1)
+        lens2 = (kw["cache_seqlens"] - 3 * step).clamp(min=0).to(torch.int32)
+        for dst, src in ((q8, q2), (kn8, kn2), (vn8, vn2), (kc_g, k2), (vc_g, v2), (qd, qd2), (kd, kd2),
+                         (vd, vd2), (kw["cache_seqlens"], lens2)):
+            dst.copy_(src)
+        graph.replay()
+        kc_e = k2.clone()
+        want = run(kc_e, v2.clone(), dict(kw, cache_seqlens=lens2.clone()))
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want) and torch.equal(kc_g.view(torch.uint8), kc_e.view(torch.uint8))
 
 
 def test_fp8_packed_append_cuda_graph_replays_like_eager():

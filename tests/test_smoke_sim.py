@@ -257,14 +257,16 @@ def test_decode_kernel_ids_labels_and_features():
     assert not smoke.dec_fp8_cache("dec:bf16:128:128")
     assert smoke.kernel_label("dec:kve4m3:bf16:128:128") == "dec kve4m3 bf16 128"
     assert smoke.kernel_label("dec:fp16:192:128") == "dec fp16 192x128"
-    # "fa3desc", "fa3app" and "fa3pk" (FA3's per-batch FP8-cache descales, without and with new
-    # keys, and in FA3's packed layouts) apply to the FP8-cache decode kernels only: a 16-bit cache
-    # has no descales; "vappend" (FA3's packed appends of 16-bit keys, rotary included) to the 16-bit
-    # ones only: an FP8 cache takes packed appends of e4m3 keys without rotary only (fa3pk).
+    # "fa3desc", "fa3app", "fa3pk" and "fa3rot" (FA3's per-batch FP8-cache descales, without and
+    # with new keys, in FA3's packed layouts, with rotary) apply to the FP8-cache decode kernels
+    # only: a 16-bit cache has no descales; "vappend" (FA3's packed appends of 16-bit keys, rotary
+    # included) to the 16-bit ones only: an FP8 cache takes packed appends of e4m3 keys only
+    # (fa3pk; with rotary and e4m3 q, fa3rot).
     # "mla" and "mlaapp" (with new keys) are the MLA decode kernel's (d_v > 256) only, and the only
     # features it runs: their case shapes (one kv head, 8-40 query heads, qv) are its own.
     assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES
-                                                         if f not in ("fa3desc", "fa3app", "fa3pk", "mla", "mlaapp")]
+                                                         if f not in ("fa3desc", "fa3app", "fa3pk", "fa3rot", "mla",
+                                                                      "mlaapp")]
     assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES
                                                                 if f not in ("vappend", "mla", "mlaapp")]
     assert smoke.kernel_features("dec:bf16:64:512") == ["mla", "mlaapp"] and smoke.is_mla("dec:bf16:64:512")
@@ -280,10 +282,10 @@ def test_decode_kernel_ids_labels_and_features():
 def test_make_dec_case_and_op_call(kid, feature):
     """Each part is a valid fwd_kvcache_sm90 (+ append_kv_sm90) call, and dec_op_call names its
     arguments as sim_driver.cu's kvcache op reads them."""
-    # fa3desc, fa3app, fa3pk: FP8-cache kernels only; vappend: 16-bit caches only; mla, mlaapp: the
-    # MLA kernel's only
+    # fa3desc, fa3app, fa3pk, fa3rot: FP8-cache kernels only; vappend: 16-bit caches only; mla,
+    # mlaapp: the MLA kernel's only
     if not smoke.applies(kid, feature):
-        assert ((feature in ("fa3desc", "fa3app", "fa3pk") and not smoke.dec_fp8_cache(kid))
+        assert ((feature in ("fa3desc", "fa3app", "fa3pk", "fa3rot") and not smoke.dec_fp8_cache(kid))
                 or (feature == "vappend" and smoke.dec_fp8_cache(kid))
                 or (feature in smoke.MLA_FEATURES) != smoke.is_mla(kid))
         with pytest.raises(ValueError, match="does not apply"):
@@ -319,6 +321,23 @@ def test_make_dec_case_and_op_call(kid, feature):
             b = len(p["seqused"])
             news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
             assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
+            continue
+        if feature == "fa3rot":  # fa3pk's with rotary: the append takes q8 and rotates it with the keys
+            a, (kd, vd), f = p["append"], p["descales"], p["fa3"]
+            b = len(p["seqused"])
+            assert q is f["q8"] and q.dtype == kc.dtype == a["k"].dtype == a["v"].dtype == torch.float8_e4m3fn
+            assert kd.shape == vd.shape == (b, kc.shape[2]) and torch.equal(kd, f["q_descale"] * f["k_descale"])
+            out, lse, q_out = smoke.dec_poisoned_outputs(p)
+            assert out.dtype == torch.bfloat16 and q_out.dtype == torch.float8_e4m3fn and q_out.shape == q.shape
+            op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+            assert sc["descale_per_batch"] == 1 and t["q"] is q and t["q_out"] is q_out
+            assert t["rotary_cos"] is a["cos"] and a["cos"].dtype == torch.float32
+            assert t["cu_seqlens_k_new"] is a["cu_k"] and t.get("cu_seqlens_q") is p["cu_q"]
+            assert sc["q_per_token"] == p["causal"] and t["rotary_seqlens"] is a["rotary_seqlens"]
+            news = a["cu_k"].diff().tolist() if a["cu_k"] is not None else [a["k"].shape[1]] * b
+            assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
+            # pairs of 448 bytes in the rotated channels: some rotate past 448 (saturating)
+            assert (a["k"].float().abs() == 448).sum() >= 4
             continue
         if feature == "fa3pk":  # FA3's FP8 cache in its packed layouts: e4m3 q8/k/v, descales per batch entry
             a, (kd, vd), f = p["append"], p["descales"], p["fa3"]
@@ -476,8 +495,17 @@ def test_make_dec_case_and_op_call(kid, feature):
             assert 448.0 in a["k"].float().flatten().tolist()  # an extreme byte, copied as it is
             _, t, sc = smoke_sim.dec_op_call(p, *smoke.dec_poisoned_outputs(p)[:2])
             assert sc["descale_per_batch"] == 1 and t["k"] is a["k"] and t["rotary_cos"] is None
-    elif feature not in ("fa3desc", "fa3pk"):
+    elif feature not in ("fa3desc", "fa3pk", "fa3rot"):
         assert all(p.get("fa3") is None for p in parts)
+    if feature == "fa3rot":  # batched on a contiguous cache, packed on pages of 16, batched q with packed k
+        layouts = [(p["cu_q"] is not None, p["append"]["cu_k"] is not None) for p in parts]
+        assert layouts == [(False, False), (True, True), (False, True)]
+        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [None, 16, 64]
+        assert [(2 * p["append"]["cos"].shape[1], p["append"]["interleaved"]) for p in parts] == [
+            (128, False), (64, True), (32, False)]
+        assert [p["num_splits"] for p in parts] == [3, 1, 2] and [p["causal"] for p in parts] == [True, False, True]
+        assert parts[1]["append"]["rotary_seqlens"] is not None and 37 in parts[1]["leftpad"].tolist()
+        assert all(256 in p["seqused"].tolist() for p in (parts[0], parts[2]))  # rows filled to capacity
     if feature == "page48":
         assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
     if feature == "badidx":
@@ -665,6 +693,81 @@ def test_check_dec_fa3pk():
         swap = list(range(kd.shape[0] - 1)) + [0]
         assert smoke.check_dec(p, result(p, (kd[swap], vd[swap])))["status"] == "wrong"
 
+
+
+def test_check_dec_fa3rot():
+    """fa3rot: flash3's FP8 rotary path passes check_dec: the append (caches, and q8 rotated in
+    e4m3) of the public FA3 call on CPU (flash_attn_interface -> the reference's
+    kvcache_append_packed), out/lse of the kernel's documented algorithm on the rotated q8 as bf16
+    (x8 * descale rounded once to bf16); q rotated in bf16 instead of e4m3, a key rotated at
+    another position, or a wrong output row do not."""
+    import flash3
+    from flash3 import flash_attn_interface as fai
+    from flash3 import reference
+    parts = smoke.make_dec_case("fa3rot", "dec:kve4m3:bf16:128:128", device="cpu")
+
+    def result(p):
+        a, f = p["append"], p["fa3"]
+        kc, vc = p["kc"].clone(), p["vc"].clone()
+        kw = dict(cache_seqlens=a["cache_seqlens"], page_table=p["pt"], causal=p["causal"],
+                  cache_leftpad=p["leftpad"], cu_seqlens_k_new=a["cu_k"])
+        if p["cu_q"] is not None:
+            kw.update(cu_seqlens_q=p["cu_q"], max_seqlen_q=p["max_q"])
+        seen = {}
+        real = fai._append_new_keys
+
+        def spy(*x, **k):
+            res = real(*x, **k)
+            seen["q"] = res[0]  # the rotated q8
+            return res
+        fai._append_new_keys = spy
+        try:
+            fai.flash_attn_with_kvcache(p["q"], kc, vc, a["k"], a["v"], rotary_cos=a["cos"],
+                                        rotary_sin=a["sin"], rotary_interleaved=a["interleaved"],
+                                        rotary_seqlens=a["rotary_seqlens"], q_descale=f["q_descale"],
+                                        k_descale=f["k_descale"], v_descale=f["v_descale"], **kw)
+        finally:
+            fai._append_new_keys = real
+        # the kernel's values: each slab times its batch entry's descale, rounded to bf16
+        kd, vd = p["descales"]
+        b = kd.shape[0]
+        if p["pt"] is None:
+            owner = torch.arange(b)
+        else:
+            owner = torch.zeros(kc.shape[0], dtype=torch.long)
+            owner[p["pt"].long().flatten()] = torch.arange(b).repeat_interleave(p["pt"].shape[1])
+        bf = lambda x8, ds: (x8.float() * ds[..., None]).to(torch.bfloat16)  # noqa: E731
+        kc16, vc16 = bf(kc, kd[owner][:, None]), bf(vc, vd[owner][:, None])
+        att = dict(cache_seqlens=p["seqused"], page_table=p["pt"], causal=p["causal"],
+                   cache_leftpad=p["leftpad"], return_lse=True, num_splits=p["num_splits"])
+        if p["cu_q"] is not None:
+            att.update(cu_seqlens_q=p["cu_q"], max_seqlen_q=p["max_q"])
+        out, lse = flash3.attention_with_kvcache(seen["q"].to(torch.bfloat16), kc16, vc16, **att)
+        return {"out": out, "lse": lse, "kc": kc, "vc": vc, "q_out": seen["q"]}
+
+    for p in parts:
+        r = result(p)
+        assert smoke.check_dec(p, r)["status"] == "ok", smoke.check_dec(p, r)
+        bad = dict(r, out=r["out"].clone())
+        bad["out"][1] += 0.25
+        assert smoke.check_dec(p, bad)["status"] == "wrong"
+        a = p["append"]
+        # q rotated in bf16, rounded to e4m3 only after: not FA3's bytes everywhere
+        q16 = reference.kvcache_append_packed(p["q"].to(torch.bfloat16), *(x.clone() for x in (
+            p["kc"].to(torch.bfloat16), p["vc"].to(torch.bfloat16))), a["k"].to(torch.bfloat16),
+            a["v"].to(torch.bfloat16), a["cache_seqlens"], p["pt"], p["cu_q"], a["cu_k"], a["cos"], a["sin"],
+            a["interleaved"], p["causal"], a["rotary_seqlens"])
+        res = smoke.check_dec(p, dict(r, q_out=q16.to(torch.float8_e4m3fn)))
+        assert res["status"] == "wrong" and "q_out" in res["detail"]
+        # the keys rotated one position further: the cache bytes differ
+        shifted = dict(a, rotary_seqlens=(a["rotary_seqlens"] if a["rotary_seqlens"] is not None
+                                          else a["cache_seqlens"]) + 1)
+        kc1 = p["kc"].clone()
+        reference.kvcache_append_packed(p["q"], kc1, p["vc"].clone(), a["k"], a["v"], a["cache_seqlens"],
+                                        p["pt"], p["cu_q"], a["cu_k"], a["cos"], a["sin"], a["interleaved"],
+                                        p["causal"], shifted["rotary_seqlens"])
+        res = smoke.check_dec(p, dict(r, kc=kc1))
+        assert res["status"] == "wrong" and "k_cache" in res["detail"]
 
 def test_check_dec_vpaged_per_sequence():
     """vpaged (packed queries): each sequence against the oracle, the rows of no sequence 0 / -inf;

@@ -248,14 +248,15 @@ static void kvcache(FakeBackend& be, const Args& a) {
 
 // packed_q=1 / packed_k=1: FA3's packed layouts, q (5, hq, d) / k, v (7, hk, d) with cu_seqlens of
 // `cu` entries (default b + 1). fa3=1: FA3's FP8 append (descale_per_batch: e4m3 caches and k/v;
-// knew_bf16=1 makes k/v bf16, ds=1 passes descales).
+// knew_bf16=1 makes k/v bf16, ds=1 passes descales; q8=1 makes q and q_out e4m3, FA3's FP8 q).
 static void append(FakeBackend& be, const Args& a) {
   const int64_t b = 2, hq = 8, hk = 2, d = 128, page = num(a, "page", 0), n_cu = num(a, "cu", b + 1);
   const bool pq = num(a, "packed_q", 0) != 0, pk = num(a, "packed_k", 0) != 0, fa3 = num(a, "fa3", 0) != 0;
   const h::DType ct = fa3 ? h::DType::e4m3 : h::DType::bf16;
   const h::DType nt = fa3 && num(a, "knew_bf16", 0) == 0 ? h::DType::e4m3 : h::DType::bf16;
   const auto q_shape = pq ? std::vector<int64_t>{5, hq, d} : std::vector<int64_t>{b, 1, hq, d};
-  const h::TensorView& q = make(q_shape, h::DType::bf16);
+  const h::DType qt = num(a, "q8", 0) ? h::DType::e4m3 : h::DType::bf16;
+  const h::TensorView& q = make(q_shape, qt);
   const h::TensorView &kc = make({page ? 16 : b, page ? page : 512, hk, d}, ct),
                       &vc = make({page ? 16 : b, page ? page : 512, hk, d}, ct);
   const h::TensorView &k = pk ? make({7, hk, num(a, "kd", d)}, nt) : make({b, 1, hk, num(a, "kd", d)}, nt),
@@ -268,7 +269,7 @@ static void append(FakeBackend& be, const Args& a) {
   const h::TensorView* cu_k = pk ? &make({n_cu}, h::DType::i32) : nullptr;
   const h::TensorView *kd = nullptr, *vd = nullptr;
   if (num(a, "ds", 0)) kd = &make({b, hk}, h::DType::f32), vd = &make({b, hk}, h::DType::f32);
-  h::append_kv_sm90(be, q, kc, vc, k, v, lens, pt, cos, sin, false, true, cos ? make(q_shape, h::DType::bf16) : q,
+  h::append_kv_sm90(be, q, kc, vc, k, v, lens, pt, cos, sin, false, true, cos ? make(q_shape, qt) : q,
                     kd, vd, nullptr, fa3, cu_q, cu_k);
 }
 

@@ -97,6 +97,16 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # rows never appended, q rows out 0 / lse -inf), cache_leftpad (mid-block, and a row of one key),
 # a row filled to its capacity, paged (gathered) and contiguous caches, splits; the append checked
 # byte for byte against flash3.reference.kvcache_append_packed, out against FA3's unfolded spec.
+# FA3's FP8 cache with rotary new keys (fa3rot, FP8-cache kernels only: FA3ROT_PARTS): fa3pk's layouts
+# with rotary tables as FA3's tests make them (angles uniform in [0, 2 pi)): the fused append takes e4m3
+# q8 and new keys, rotates both in fp32 and rounds them once to e4m3 (saturating: pairs of 448 bytes
+# in the new keys rotate past 448), then the decode kernel reads the rotated q8 as bf16 (the driver's
+# q_out.to(bf16), flash_attn_interface's); batched q and keys on a contiguous cache (NeoX over all
+# 128 channels, causal, 3 splits), packed q and keys on gathered pages of 16 (GPT-J over 64,
+# rotary_seqlens, queries at their entry's position, leftpad), batched q with packed keys on TMA
+# pages of 64 (NeoX over 32, causal, 2 splits). The append (caches and the rotated q8) checked
+# byte for byte against flash3.reference.kvcache_append_packed, out against FA3's unfolded spec on
+# the rotated q8.
 # FA3's attention_chunk on the decode kernels (dchunk, DCHUNK_PARTS, packed GQA g = 4 in every part:
 # the rows of a tile are tokens at different positions, so chunk starts fall inside tiles and
 # blocks): causal with more packed rows than a tile and rows that see no key; a window with 3 splits
@@ -105,7 +115,7 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # of no sequence at the end (out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp", "fa3pk"]
+                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp", "fa3pk", "fa3rot"]
 MLA_FEATURES = ("mla", "mlaapp")  # the MLA kernel's own features (its case shapes), and only its
 FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
 # "fa3pk"'s launches (as VAPPEND_PARTS, 256 keys a row, GQA g = 2): queries per entry (a list:
@@ -115,6 +125,11 @@ FA3PK_PARTS = [([3, 0, 5, 1, 40], [2, 3, 0, 1, 40], [40, 0, 77, 255, 100], [0, 0
                 (3, 2)),
                ([1, 4, 0, 7], None, [10, 256, 5, 130], [3, 0, 0, 129], None, 3, False, (2, 0)),
                (2, [0, 5, 1], [50, 120, 0], [49, 0, 0], 64, 2, True, (0, 3))]
+# "fa3rot"'s launches: FA3PK_PARTS' fields, then rotary (rotary_dim, interleaved, rotary_seqlens or None).
+FA3ROT_PARTS = [(2, 2, [0, 77, 254, 130], [0, 5, 0, 64], None, 3, True, (0, 0), (128, False, None)),
+                ([3, 0, 5, 1], [2, 3, 0, 4], [40, 0, 77, 250], [0, 0, 37, 2], 16, 1, False, (3, 2),
+                 (64, True, [7, 300, 0, 250])),
+                (1, [0, 5, 1], [50, 120, 255], [49, 0, 0], 64, 2, True, (0, 3), (32, False, None))]
 # "mla"'s launches: (qv, page size, heads, s_q, capacity, seqused, num_splits, causal, extras).
 MLA_PARTS = [(False, None, 16, 1, 130, [1, 130], 1, True, {}),
              (True, 64, 40, 2, 200, [0, 70, 200, 130], 1, True, {}),
@@ -241,7 +256,7 @@ def applies(kid: str, feature: str) -> bool:
         return False
     if feature in MLA_FEATURES or is_mla(kid):  # the MLA kernel has its own features (its case shapes)
         return feature in MLA_FEATURES and is_mla(kid)
-    if feature in ("fa3desc", "fa3app", "fa3pk"):  # FA3's FP8 descales: the FP8-cache decode kernels only
+    if feature in ("fa3desc", "fa3app", "fa3pk", "fa3rot"):  # FA3's FP8 descales: the FP8-cache decode kernels only
         return dec_fp8_cache(kid)
     if feature == "vappend":  # packed appends: 16-bit caches (an FP8 cache refuses them)
         return not dec_fp8_cache(kid)
@@ -573,11 +588,13 @@ def _fa3desc_part(part, page, splits, causal, d, dv, g, device, append=False):
                 causal=causal, append=app, fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
 
 
-def _fa3pk_part(part, g, d, dv, device, lq, ln, lens, pads, page, splits, causal, tail):
+def _fa3pk_part(part, g, d, dv, device, lq, ln, lens, pads, page, splits, causal, tail, rot=None):
     """One "fa3pk" launch (FA3PK_PARTS): FA3's FP8 cache (fa3desc's descales (b, h_k) per batch
     entry, each entry's rows and pages quantized with its own) with q and e4m3 new k/v packed where
     lq / ln are lists (with tail rows of no entry), batched where ints; the op gets q8 as bf16 and
-    k_descale = q_descale * k_descale, descale_per_batch."""
+    k_descale = q_descale * k_descale, descale_per_batch. `rot` ("fa3rot", FA3ROT_PARTS): rotary
+    (rotary_dim, interleaved, rotary_seqlens): the append gets q8 itself (rotated in e4m3 with the
+    keys), and pairs of 448 bytes among the new keys' rotated channels."""
     import torch
     from flash3 import reference
     b, h_k, h = len(lens), 2, 4
@@ -606,9 +623,19 @@ def _fa3pk_part(part, g, d, dv, device, lq, ln, lens, pads, page, splits, causal
         kn8.view(-1, d)[0, :3] = torch.tensor([448.0, -2.0 ** -9, -0.0]).to(kn8.dtype)  # max, min subnormal, -0
         app = dict(k=kn8, v=vn8, cache_seqlens=i32(lens), cos=None, sin=None, interleaved=False,
                    per_token=causal, cu_k=cu_k)
+        if rot is not None:
+            rd, interleaved, ro = rot
+            mate = 1 if interleaved else rd // 2  # the channel channel 0 is rotated with
+            rows = kn8.view(-1, h_k, d)
+            rows[::2, :, 0] = rows[::2, :, mate] = torch.tensor(448.0).to(kn8.dtype)  # past 448 rotated
+            rows[1::2, :, 0] = torch.tensor(-448.0).to(kn8.dtype)
+            ang = torch.rand(600, rd // 2, generator=g) * 2 * math.pi  # FA3's tests' tables
+            app.update(cos=ang.cos().to(device), sin=ang.sin().to(device), interleaved=interleaved,
+                       rotary_seqlens=None if ro is None else i32(ro))
         news = [ln] * b if isinstance(ln, int) else ln
     seqused = i32([n + m for n, m in zip(lens, news)])  # flash3/api.py: cache_seqlens + new keys
-    return part(q8.to(torch.bfloat16), k8, v8, pt, ((qd * kd).contiguous(), vd), seqused, num_splits=splits,
+    q_op = q8 if rot is not None else q8.to(torch.bfloat16)  # rotary: the append rotates q8
+    return part(q_op, k8, v8, pt, ((qd * kd).contiguous(), vd), seqused, num_splits=splits,
                 causal=causal, append=app, cu_q=cu_q, max_q=max(lq) if cu_q is not None else 0,
                 leftpad=i32(pads), fa3=dict(q8=q8, q_descale=qd, k_descale=kd, v_descale=vd))
 
@@ -765,6 +792,8 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                 for page, splits, causal in FA3APP_PARTS]
     if feature == "fa3pk":
         return [_fa3pk_part(part, g, d, dv, device, *spec) for spec in FA3PK_PARTS]
+    if feature == "fa3rot":
+        return [_fa3pk_part(part, g, d, dv, device, *spec) for spec in FA3ROT_PARTS]
     if feature == "contig" or feature.startswith("page"):
         page = None if feature == "contig" else int(feature[4:])
         kc, vc, pt, ds = cache(3, 300, h_k, page)
@@ -849,11 +878,12 @@ def dec_poisoned_outputs(p: dict):
     q = p["q"]
     rot = p["append"] is not None and p["append"]["cos"] is not None
     q_out = torch.full_like(q, float("nan")) if rot else None
+    od = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype  # FA3's FP8 q (fa3rot): bf16 out
     if p.get("cu_q") is not None:
-        return (torch.full((q.shape[0], q.shape[1], p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device),
+        return (torch.full((q.shape[0], q.shape[1], p["vc"].shape[-1]), float("nan"), dtype=od, device=q.device),
                 torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device), q_out)
     b, s_q, h, _ = q.shape
-    out = torch.full((b, s_q, h, p["vc"].shape[-1]), float("nan"), dtype=q.dtype, device=q.device)
+    out = torch.full((b, s_q, h, p["vc"].shape[-1]), float("nan"), dtype=od, device=q.device)
     lse = torch.full((b, h, s_q), float("nan"), device=q.device)
     return out, lse, q_out
 
@@ -885,6 +915,8 @@ def launch_dec(p: dict) -> dict:
                                         **({} if a.get("cu_k") is None and p.get("cu_q") is None
                                            else {"cu_seqlens_k_new": a.get("cu_k"), "cu_seqlens_q": p.get("cu_q")}))
         q = q_out if q_out is not None else q
+        if q.dtype == torch.float8_e4m3fn:  # FA3's rotated q8, read as bf16 (flash_attn_interface's)
+            q = q.to(torch.bfloat16)
     extra = {} if p.get("sinks") is None else {"sinks": p["sinks"]}  # builds without sinks: no argument
     if p.get("alibi") is not None:
         extra["alibi_slopes"] = p["alibi"]
@@ -924,7 +956,8 @@ def check_dec(p: dict, r: dict) -> dict:
     if a is not None:
         q_ref, k_ref = q, a["k"]
         kc_ref, vc_ref = p["kc"].clone(), p["vc"].clone()
-        packed = a.get("cu_k") is not None or p.get("cu_q") is not None  # FA3's layouts (vappend)
+        # FA3's layouts (vappend), or FA3's e4m3 q rotated with the keys (fa3rot)
+        packed = a.get("cu_k") is not None or p.get("cu_q") is not None or q.dtype == torch.float8_e4m3fn
         ref_name = "reference.kvcache_append_packed" if packed else "reference.kvcache_write"
         if packed:
             q_ref = reference.kvcache_append_packed(q, kc_ref, vc_ref, a["k"], a["v"], a["cache_seqlens"], pt,
@@ -946,6 +979,9 @@ def check_dec(p: dict, r: dict) -> dict:
             if not torch.equal(r["q_out"].view(torch.uint8), q_ref.view(torch.uint8)):
                 return {"status": "wrong", "detail": "append: q_out differs from the reference's rotated q"}
             q = r["q_out"]
+            if q.dtype == torch.float8_e4m3fn:  # fa3rot: the kernel's q is the rotated q8 as bf16,
+                p = dict(p, fa3=dict(p["fa3"], q8=q))  # the spec's q8 the rotated one
+                q = q.to(torch.bfloat16)
     out, lse = r["out"], r["lse"]
     if torch.isnan(out).any() or torch.isnan(lse).any():
         return {"status": "nan", "detail": f"{int(torch.isnan(out).sum())} NaN in out, "

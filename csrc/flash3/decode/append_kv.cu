@@ -16,12 +16,26 @@ namespace {
 
 constexpr int kThreads = 128;
 
+using E4m3 = __nv_fp8_storage_t;  // an e4m3 byte (FA3's FP8 q, new keys and cache)
+
+// The e4m3 byte of y: clamped to +-448 (FA3's saturating conversion), rounded to nearest even;
+// NaN keeps its sign (0x7F / 0xFF, as torch converts it).
+__device__ __forceinline__ E4m3 e4m3_rn_sat(float y) {
+  if (isnan(y)) return signbit(y) ? 0xFF : 0x7F;
+  y = y > 448.f ? 448.f : (y < -448.f ? -448.f : y);
+  return __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
+}
+
 template <class T> __device__ __forceinline__ float to_float(T x);
 template <> __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <> __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float(E4m3 x) {  // exact (every e4m3 value is an f16)
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
+}
 template <class T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ E4m3 from_float(float x) { return e4m3_rn_sat(x); }
 
 // Channel c of a rotated row x (the first rotary_dim channels; the rest copied). Products and
 // sums are rounded separately (no FMA contraction), as flash3/rotary.py computes them in fp32.
@@ -45,15 +59,9 @@ __device__ __forceinline__ T rotate(const T* x, int c, int pos, const AppendKvPa
   return from_float<T>(r);
 }
 
-// The e4m3 byte of x / descale: IEEE division (div_rn: no fast-math ftz), clamped to +-448,
-// rounded to nearest even; NaN keeps its sign (0x7F / 0xFF, as torch converts it):
+// The e4m3 byte of x / descale: IEEE division (div_rn: no fast-math ftz), then e4m3_rn_sat:
 // flash3/reference/__init__.py quantize_fp8_cache.
-__device__ __forceinline__ __nv_fp8_storage_t quantize_e4m3(float x, float descale) {
-  float y = div_rn(x, descale);
-  if (isnan(y)) return signbit(y) ? 0xFF : 0x7F;
-  y = y > 448.f ? 448.f : (y < -448.f ? -448.f : y);
-  return __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
-}
+__device__ __forceinline__ E4m3 quantize_e4m3(float x, float descale) { return e4m3_rn_sat(div_rn(x, descale)); }
 
 // Batch entry b and token t of token row `row`: batched (cu == nullptr), row = b * s + t; packed,
 // the last entry b with cu[b] <= row, holding it when row < cu[b + 1] (b = -1 otherwise: no entry's
@@ -138,10 +146,12 @@ __device__ __forceinline__ KvRows<S, C> kv_rows(const AppendKvParams& p, const N
               x.hk * p.vc_head_stride};
 }
 
-// C: the cache element, T (q's dtype) or __nv_fp8_storage_t (an FP8 cache, quantized on the way in).
+// T: q's and the new keys' element; C: the cache's, T, or E4m3 for an FP8 cache: with 16-bit T
+// quantized on the way in (descales per slab), with T = E4m3 (FA3's FP8 q, new keys and cache,
+// descales per batch entry) stored as they are, rotated (in fp32, rounded once to e4m3) or not.
 template <class T, class C>
 __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParams p) {
-  constexpr bool kFp8 = sizeof(C) == 1;
+  constexpr bool kFp8 = sizeof(C) == 1 && sizeof(T) != 1;
   // 32-bit index arithmetic (the host caps the grid at 2^31 rows): a 64-bit division is a call.
   // Token rows: batch * s_new (s_q), or the packed rows (s_new / s_q hold their count then).
   const int k_rows = (p.cu_seqlens_k_new != nullptr ? p.s_new : p.batch * p.s_new) * p.h_k;
@@ -182,17 +192,6 @@ __global__ void __launch_bounds__(kThreads) append_kv_kernel(const AppendKvParam
   for (int c = threadIdx.x; c < p.d; c += kThreads) qo[c] = rotate(q, c, pos_ro, p);
 }
 
-// e4m3 new keys into an e4m3 cache with descales per batch entry (FA3's): the bytes are copied
-// unchanged (they share their entry's descales, which the decode kernel applies); no rotary.
-__global__ void __launch_bounds__(kThreads) append_kv_e4m3_copy_kernel(const AppendKvParams p) {
-  using B = __nv_fp8_storage_t;
-  const NewKv x = new_kv(p, blockIdx.x);  // one (new token, kv head) row of k and v
-  if (x.b < 0) return;  // not appended
-  const auto [k, v, kc, vc] = kv_rows<B, B>(p, x);
-  for (int c = threadIdx.x; c < p.d; c += kThreads) kc[c] = k[c];
-  for (int c = threadIdx.x; c < p.d_v; c += kThreads) vc[c] = v[c];
-}
-
 }  // namespace
 
 int run_append_kv(const AppendKvParams& p, void* stream) {
@@ -204,17 +203,17 @@ int run_append_kv(const AppendKvParams& p, void* stream) {
     return int(cudaErrorInvalidConfiguration);
   const dim3 grid(static_cast<unsigned>(rows));
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.kv_e4m3) {  // the host refuses rotary here: k/v rows only
-    if (p.rotary_cos != nullptr || p.k_descale != nullptr) return int(cudaErrorInvalidValue);
-    append_kv_e4m3_copy_kernel<<<grid, kThreads, 0, s>>>(p);
+  if (p.kv_e4m3) {  // e4m3 q (read with rotary only), k/v and caches; no descales here
+    if (p.k_descale != nullptr) return int(cudaErrorInvalidValue);
+    append_kv_kernel<E4m3, E4m3><<<grid, kThreads, 0, s>>>(p);
     return int(cudaGetLastError());
   }
   const bool fp8 = p.k_descale != nullptr;
   if (p.is_bf16) {
-    if (fp8) append_kv_kernel<__nv_bfloat16, __nv_fp8_storage_t><<<grid, kThreads, 0, s>>>(p);
+    if (fp8) append_kv_kernel<__nv_bfloat16, E4m3><<<grid, kThreads, 0, s>>>(p);
     else append_kv_kernel<__nv_bfloat16, __nv_bfloat16><<<grid, kThreads, 0, s>>>(p);
   } else {
-    if (fp8) append_kv_kernel<__half, __nv_fp8_storage_t><<<grid, kThreads, 0, s>>>(p);
+    if (fp8) append_kv_kernel<__half, E4m3><<<grid, kThreads, 0, s>>>(p);
     else append_kv_kernel<__half, __half><<<grid, kThreads, 0, s>>>(p);
   }
   return int(cudaGetLastError());

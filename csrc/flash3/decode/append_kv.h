@@ -23,7 +23,9 @@
 //    its slab and kv head (flash3.reference quantize_fp8_cache);
 //  - e4m3 new k/v (kv_e4m3, FA3's FP8 cache with descales per batch entry): copied into the e4m3
 //    cache byte for byte (they share their entry's descales, applied by the decode kernel); no
-//    rotary, no descales here.
+//    descales here. With rotary (FA3's: q is e4m3 too) the rotated channels of k and q are
+//    computed in fp32 from the e4m3 values as above and rounded once to e4m3, saturating at +-448
+//    (NaN keeps its sign; which sign a rotated NaN gets is unspecified); the rest copied.
 #pragma once
 
 #include <cstdint>
@@ -72,7 +74,7 @@ struct AppendKvParams {
   const float* k_descale;
   const float* v_descale;
   int64_t kd_slab_stride, kd_head_stride, vd_slab_stride, vd_head_stride;
-  bool kv_e4m3;  // k/v and the caches float8_e4m3fn: copied unchanged (k_descale unset)
+  bool kv_e4m3;  // k/v, the caches (and q, q_out) float8_e4m3fn: stored as they are or rotated (k_descale unset)
 };
 
 // Launches the append (and the q rotation when rotary) on `stream` (a cudaStream_t).

@@ -45,7 +45,9 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
                     const TensorView* v_descale, const TensorView* rotary_seqlens,
                     bool descale_per_batch, const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k_new) {
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor");
-  check(q.dtype == DType::bf16 || q.dtype == DType::fp16, kOp, ": q must be bfloat16 or float16, got ", q.dtype_name);
+  // e4m3 q: FA3's FP8 q, with descale_per_batch (checked below), rotated in e4m3 like the new keys.
+  check(q.dtype == DType::bf16 || q.dtype == DType::fp16 || (q.dtype == DType::e4m3 && descale_per_batch), kOp,
+        ": q must be bfloat16 or float16 (float8_e4m3fn with descale_per_batch), got ", q.dtype_name);
   // Packed q (total_q, h, d) / k, v (total_new, h_k, ·): s_q / s_new count their rows.
   const bool packed_q = cu_seqlens_q != nullptr, packed_k = cu_seqlens_k_new != nullptr;
   check(q.dim() == (packed_q ? 3 : 4), kOp, ": q must be ", packed_q ? "3-D (total_q, h, d) with cu_seqlens_q" : "4-D",
@@ -75,8 +77,9 @@ void append_kv_sm90(Backend& be, const TensorView& q, const TensorView& k_cache,
     check(k_descale == nullptr && v_descale == nullptr, kOp,
           ": with descale_per_batch the append takes no k_descale/v_descale (the e4m3 bytes are copied; the "
           "decode kernel applies the batch entry's)");
-    check(rotary_cos == nullptr && rotary_sin == nullptr, kOp,
-          ": rotary with descale_per_batch (e4m3 new keys) is not implemented");
+    // Rotated e4m3 keys are rounded to e4m3 in the kernel, and q with them (FA3's FP8 q).
+    check(q.dtype == DType::e4m3 || (rotary_cos == nullptr && rotary_sin == nullptr), kOp,
+          ": rotary with descale_per_batch (e4m3 new keys) takes float8_e4m3fn q (FA3's), got ", q.dtype_name);
   } else {
     check((k_descale != nullptr) == fp8 && (v_descale != nullptr) == fp8, kOp,
           ": k_descale and v_descale go with (and only with) a float8_e4m3fn cache");

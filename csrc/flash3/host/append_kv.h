@@ -4,7 +4,8 @@
 // and q rotated into q_out; no host synchronization (csrc/flash3/decode/append_kv.h). float8_e4m3fn
 // caches take float32 descales (slabs, h_k) and store e4m3(clamp(x / descale, +-448)); with
 // descales per batch entry (FA3's, descale_per_batch) the new k/v are float8_e4m3fn, copied
-// unchanged (no descales passed, no rotary: they share their entry's descales at attention). FA3's
+// unchanged (no descales passed: they share their entry's descales at attention), or with rotary
+// (q float8_e4m3fn too) rotated in fp32 and rounded to e4m3 with q. FA3's
 // packed layouts: cu_seqlens_q (b + 1,) with q/q_out (total_q, h, d), cu_seqlens_k_new (b + 1,)
 // with k/v (total_new, h_k, ·); entry i's tokens are its packed rows (csrc/flash3/decode/append_kv.h).
 #pragma once

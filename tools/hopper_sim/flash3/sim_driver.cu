@@ -36,7 +36,8 @@
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, qv (MLA), cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
 // window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
-// FA3's; the append then copies e4m3 k/v unchanged and takes no descales); the fused append when
+// FA3's; the append then copies e4m3 k/v unchanged, or rotates them with an e4m3 q, and takes no
+// descales; the decode then reads the rotated e4m3 q_out as bf16); the fused append when
 // tensor k is given: k v cache_seqlens, optional rotary_cos rotary_sin q_out (q_out with rotary: the attention then takes
 // q_out, as flash3/ops.py attention_kvcache does), cu_seqlens_k_new (FA3's packed new keys: k/v (total_new, h_k, .);
 // cu_seqlens_q packs the append's q/q_out too), scalars rotary_interleaved q_per_token.
@@ -85,8 +86,34 @@ void fwd_fp8(const Case& c, host::Backend& be) {
                      c.has("max_seqlen_k") ? c.integer("max_seqlen_k") : 0);
 }
 
+// q_out.to(torch.bfloat16) of flash_attn_interface._fp8_rotary_on_kernel: FA3's rotated e4m3 q as the
+// decode kernel's bf16 q (exact: every e4m3 value is a bf16), a driver-owned buffer of t's layout.
+Tensor e4m3_as_bf16(const Tensor& t) {
+  std::vector<uint8_t> src(t.bytes);
+  if (t.bytes) ck(cudaMemcpy(src.data(), t.ptr, t.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  std::vector<uint16_t> dst(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    const uint8_t x = src[i];
+    const int e = (x >> 3) & 15, m = x & 7;
+    float f;
+    if (e == 15 && m == 7) f = std::numeric_limits<float>::quiet_NaN();
+    else f = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(8 + m), e - 10);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    dst[i] = uint16_t((bits >> 16) | (x & 0x80 ? 0x8000 : 0));  // exact: 3 mantissa bits fit bf16's 7
+  }
+  Tensor b = t;
+  b.dtype = DType::bf16;
+  b.bytes = dst.size() * 2;
+  ck(cudaMalloc(&b.ptr, std::max<size_t>(b.bytes, 16)), "cudaMalloc");
+  if (b.bytes) ck(cudaMemcpy(b.ptr, dst.data(), b.bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  g_scratch.push_back(b.ptr);
+  return b;
+}
+
 // flash3/ops.py attention_kvcache's kernel path: the fused append (torch.ops.flash3.append_kv_sm90,
-// when the case has new keys), then the decode kernel (fwd_kvcache_sm90) on q_out (rotary) or q.
+// when the case has new keys), then the decode kernel (fwd_kvcache_sm90) on q_out (rotary) or q;
+// an e4m3 q_out (FA3's FP8 q, rotated in e4m3 by the append) as bf16.
 void kvcache_step(const Case& c, host::Backend& be) {
   const Tensor& q = c.t("q");
   const auto page_table = view(c.opt("page_table")), k_descale = view(c.opt("k_descale")),
@@ -105,6 +132,11 @@ void kvcache_step(const Case& c, host::Backend& be) {
                          per_batch,  // per batch: e4m3 k/v copied, the descales are the attention's
                          ptr(cu_q), ptr(cu_k_new));
     if (q_out != nullptr) q_att = q_out;
+  }
+  Tensor q_bf16;
+  if (q_att->dtype == DType::e4m3) {
+    q_bf16 = e4m3_as_bf16(*q_att);
+    q_att = &q_bf16;
   }
   const auto sinks = view(c.opt("sinks")), alibi = view(c.opt("alibi_slopes")),
              leftpad = view(c.opt("cache_leftpad")), qv = view(c.opt("qv"));
