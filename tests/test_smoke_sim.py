@@ -1170,7 +1170,8 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert smoke.CI_ONCE == {"sinks", "alibi", "sequsedq"}
     # The j-th case of a family is (kernel j mod m, feature j mod n): bf16's two kernels alternate.
     # 14 bf16 features, alternating between its two kernels: the even-numbered ones here
-    assert got["bf16:64:64"] == ["full", "window", "gqa", "kvcache", "nextdim", "sinks", "sequsedq"]
+    # (and causal on bf16 64: an OVERLAP_HEAD_DIMS kernel)
+    assert got["bf16:64:64"] == ["full", "causal", "window", "gqa", "kvcache", "nextdim", "sinks", "sequsedq"]
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi", "chunk"]
     for f in smoke.CI_ONCE:
         assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
@@ -1184,12 +1185,12 @@ def test_ci_cases_cover_every_kernel_and_feature():
     bwd_cases = got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]
     assert set(bwd_cases) >= {"determ", "dlse", "sinks", "alibi"}
     assert bwd_cases.count("sinks") == 1 and bwd_cases.count("alibi") == 1 and bwd_cases.count("sequsedq") == 1
-    # The overlapped epilogue: full and causal on each 16-bit 128 kernel (not on bf16 64, not on the
-    # backward).
-    assert (128, 128) in smoke.OVERLAP_HEAD_DIMS
-    for k in ("bf16:128:128", "fp16:128:128"):
+    # The overlapped epilogue: full and causal on each 16-bit forward kernel of d 64, 96 and 128
+    # (not on the backward).
+    assert smoke.OVERLAP_HEAD_DIMS == {(64, 64), (96, 96), (128, 128)}
+    for k in ("bf16:64:64", "bf16:128:128", "fp16:128:128"):
         assert {"full", "causal"} <= set(got[k]), k
-    assert "causal" not in got["bf16:64:64"] and "full" not in got["bwd:bf16:128:128"]
+    assert "full" not in got["bwd:bf16:128:128"]
     assert smoke.ci_cases(["fp16:64:64"]) == [("fp16:64:64", smoke.kernel_features("fp16:64:64"))]
 
 

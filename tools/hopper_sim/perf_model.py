@@ -114,6 +114,13 @@ HISTORY = [
      "the tile-boundary trace of the causal change: the wide tile kept O in V's buffer and the shared "
      "hand-off, ~1 key block of idle tensor pipe per tile; run on the causal tile (a window wider than "
      "the sequence) full attention came out 6-12% faster at s 1k-4k"),
+    ("fwd bf16 d 64 / d 96 causal on equal work (one SM, b 1, h 16384/s): s 1k / 4k",
+     "d 64 1624805 / 3532776, d 96 1758854 / 4082587 cycles (0.89 / 0.95, 0.96 / 0.97x FA3)",
+     "d 64 1538423 / 3460952, d 96 1710142 / 4031837 cycles (0.94 / 0.97, 0.98 / 0.98x FA3); "
+     "-5.3% / -2.0%, -2.8% / -1.2%",
+     "O's own buffer and the overlapped epilogue for three consumer warpgroups (kOwnOBuffer no longer "
+     "requires two; bar_tile_full_of's third id)",
+     "the d 128 tile-boundary change, where the shorter tiles of d 64/96 leave the boundary a larger share"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.

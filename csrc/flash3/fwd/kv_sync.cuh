@@ -29,11 +29,14 @@ struct FwdKvSync {
   static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
   static constexpr uint32_t kTileHandoffThreads = 32 + 128 * kNumConsumers;  // producer warp + consumers
   static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
-  // Kernels whose consumer warpgroups cross tile boundaries on their own (FwdTraits::kOwnOBuffer,
-  // two consumers): each takes the next tile at its own barrier, which the producer arrives on.
+  // Kernels whose consumer warpgroups cross tile boundaries on their own (FwdTraits::kOwnOBuffer):
+  // each takes the next tile at its own barrier, which the producer arrives on. Past the first,
+  // from kBarProducer on: it is the decode kernel's, which never crosses tiles this way. CUTLASS
+  // keeps 8 of the 16 hardware barriers, so user ids end at 7.
   static __device__ __forceinline__ constexpr uint32_t bar_tile_full_of(int consumer) {
-    return consumer == 0 ? kBarTileFull : kNumConsumers + 4;
+    return consumer == 0 ? kBarTileFull : kBarProducer + uint32_t(consumer) - 1;
   }
+  static_assert(kBarProducer + kNumConsumers - 2 <= 7, "named barrier ids 0..7");
   static constexpr uint32_t kWgHandoffThreads = 32 + 128;  // producer warp + one consumer warpgroup
 };
 

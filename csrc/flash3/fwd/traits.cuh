@@ -131,7 +131,7 @@ struct FwdTraits
       gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{},
       VtTileOrder{}));
   // O staging tile (block_m, d_v), d_v contiguous. Where shared memory has room (the 16-bit
-  // forward with two consumers), O has a buffer of its own, in 16-row slabs, one per warp: each
+  // forward at d <= 128), O has a buffer of its own, in 16-row slabs, one per warp: each
   // warp stores its rows by TMA as soon as they are written, and the consumer warpgroups cross a
   // tile boundary independently (FwdConsumer::kOverlapEpilogue: the store runs under the next
   // tile's first Q.K^T). Elsewhere O aliases V's buffer after the tile's last P.V (FA3's choice):
@@ -140,7 +140,7 @@ struct FwdTraits
       gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<cute::_16, HDV>{}));
   static constexpr int kOBytes = kBlockM * kHeadDimV * int(sizeof(ElementOut));
   static constexpr bool kOwnOBuffer =
-      !kFp8 && !kDecode && !kFp8Cache && kNumConsumers == 2 &&
+      !kFp8 && !kDecode && !kFp8Cache &&
       (cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> + cute::cosize_v<SmemLayoutVt>) * int(sizeof(Element)) +
               kOBytes + 4 * kNumConsumerThreads + 1024 <= 227 * 1024;
   using SmemLayoutO = std::conditional_t<
