@@ -249,8 +249,9 @@ def _ask_pick(family: str, dtype: str, d: int, d_v: int, softmax_scale: float, l
     """The extension's answer for such a call (flash3::pick_kernel: csrc/flash3/host/kernel_pick.h,
     the rule its ops refuse by): {"kernel": [d', d_v', wide]} or {"reason": ...}. Host-only, no
     GPU, cached per call shape."""
-    chunk = {"attention_chunk": attention_chunk} if attention_chunk else {}
-    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale, left, right, **chunk))
+    chunk = {"attention_chunk": attention_chunk} if attention_chunk else {}  # older ops lack it
+    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale, left, right,
+                                                   **chunk))
 
 
 def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float, left: int = -1,
@@ -261,8 +262,9 @@ def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float, left
     if not has_extension():
         return {"reason": "flash3._C (the CUDA extension) is not built"}
     try:
+        chunk = {"attention_chunk": int(attention_chunk)} if attention_chunk else {}
         return _ask_pick(family, str(dtype).removeprefix("torch."), int(d), int(d_v),
-                         float(softmax_scale), int(left), int(right), int(attention_chunk))
+                         float(softmax_scale), int(left), int(right), **chunk)
     except (AttributeError, RuntimeError):  # a build older than the op
         return {"reason": "flash3._C answers no kernel pick (flash3::pick_kernel): rebuild it"}
 
