@@ -32,27 +32,29 @@ def fake_kernels(monkeypatch):
                                                 rotary_interleaved, q_per_token, rotary_seqlens)
         return q.new_empty(0) if q_out is None else q_out
 
-    def decode(q, k_cache, v_cache, seqused, page_table, scale, left, right, softcap, qv, cu, leftpad):
+    def decode(q, k_cache, v_cache, seqused, page_table, scale, left, right, softcap, qv, cu, leftpad, chunk):
         return fa3_forward(q, k_cache, v_cache, softmax_scale=scale, window_left=left, window_right=right,
                            softcap=softcap, qv=qv, cache_seqlens=seqused, page_table=page_table,
-                           cu_seqlens_q=cu, cache_leftpad=leftpad)
+                           cu_seqlens_q=cu, cache_leftpad=leftpad, attention_chunk=chunk)
 
     def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap,
-                           num_splits, qv=None, cache_leftpad=None, **extra):
+                           num_splits, qv=None, cache_leftpad=None, attention_chunk=0, **extra):
         assert not extra
         calls.append(dict(kind="batched", q=q, seqused=seqused_k, qv=qv, leftpad=cache_leftpad,
-                          num_splits=num_splits))
+                          num_splits=num_splits, chunk=attention_chunk))
         return decode(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv,
-                      None, cache_leftpad)
+                      None, cache_leftpad, attention_chunk)
 
     def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                                   softmax_scale, left, right, softcap, num_splits=0, qv=None, cache_leftpad=None,
-                                  **extra):
+                                  attention_chunk=0, **extra):
         assert not extra
         calls.append(dict(kind="varlen", q=q, seqused=seqused_k, qv=qv, max_seqlen_q=max_seqlen_q,
-                          leftpad=cache_leftpad))
+                          leftpad=cache_leftpad, chunk=attention_chunk))
         return decode(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv,
-                      cu_seqlens_q, cache_leftpad)
+                      cu_seqlens_q, cache_leftpad, attention_chunk)
+
+    monkeypatch.setattr(_backend, "kernel_chunk_reason", lambda *a: None)  # the extension's pick says yes
 
     def no_fallback(reason, what="forward"):
         raise AssertionError(f"{what} fell back: {reason}")
@@ -207,6 +209,31 @@ def test_packed_queries_with_leftpad_and_new_keys_take_the_kernel(fake_kernels):
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
     assert (out[3] == 0).all()
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_attention_chunk_rotates_q_per_token(fake_kernels, packed):
+    """attention_chunk without causal or a window still rotates q per token (FA3: a chunk makes the
+    call local), and reaches the MLA kernel; caches, out and lse are the spec's."""
+    g = torch.Generator().manual_seed(8)
+    h = 8
+    kc, vc, table = make_cache(2, 128, 64, g)
+    cos, sin = rotary_tables(200, 64)
+    kw = dict(cache_seqlens=torch.tensor([30, 100], dtype=I32), page_table=table, rotary_cos=cos, rotary_sin=sin)
+    if packed:
+        kw.update(cu_seqlens_q=torch.tensor([0, 2, 5], dtype=I32), cu_seqlens_k_new=torch.tensor([0, 2, 5], dtype=I32))
+        q, qv = torch.randn(5, h, D, generator=g), torch.randn(5, h, DV, generator=g)
+        k, v = torch.randn(5, 1, D, generator=g), torch.randn(5, 1, DV, generator=g)
+    else:
+        q, qv = torch.randn(2, 3, h, D, generator=g), torch.randn(2, 3, h, DV, generator=g)
+        k, v = torch.randn(2, 3, 1, D, generator=g), torch.randn(2, 3, 1, DV, generator=g)
+    want, want_lse, want_kc, want_vc = spec(q, kc, vc, qv=qv, k_new=k, v_new=v, attention_chunk=32, **kw)
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, kc, vc, k, v, qv=qv, attention_chunk=32, return_softmax_lse=True,
+                                                **({"max_seqlen_q": 3} if packed else {}), **kw)
+    app, dec = fake_kernels
+    assert app["per_token"] and dec["chunk"] == 32 and dec["kind"] == ("varlen" if packed else "batched")
+    assert torch.equal(kc, want_kc) and torch.equal(vc, want_vc)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
 
 def test_sglang_views_are_appended_in_place(fake_kernels):
     """SGLang's one 576-wide cache, k_cache / v_cache its rope / latent views: the new keys land in
