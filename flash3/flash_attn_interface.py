@@ -34,8 +34,9 @@ conventions, and map onto flash3's public API:
   entry's descales), then attended.  New keys with rotary (or not e4m3): batched q on a
   contiguous cache as before (q dequantized to bf16), otherwise the spec (below).
   ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
-  192; above, the reference, for packed queries FA3's spec; MLA calls: the MLA decode kernel).  FP8 (e4m3)
-  rotary tables are converted to float32 (exact) and take the same path as other tables.
+  192; above, the reference, for packed queries FA3's spec; MLA calls: the MLA decode kernel).
+  FP8 (e4m3) rotary tables are converted to float32 (exact) and take the same path as other
+  tables.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -331,11 +332,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     rotary_cos, rotary_sin = (t.to(torch.float32) if t is not None and _checks.is_fp8(t) else t
                               for t in (rotary_cos, rotary_sin))
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys), unless
-    # mla_reason says why not. Packed new keys (cu_seqlens_k_new), new keys or rotary with packed
-    # queries, and cache_leftpad with packed queries run on flash3's kernels (the fused append, then
-    # the decode kernel); with an FP8 cache too where fa3_fp8 holds, else (new keys with rotary, or
-    # not e4m3) they stay on the spec.
+    # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys; the chunk
+    # and cache_leftpad, batched or packed, included), unless mla_reason says why not. Packed new
+    # keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad with packed
+    # queries run on flash3's kernels (the fused append, then the decode kernel); with an FP8 cache
+    # too where fa3_fp8 holds, else (new keys with rotary, or not e4m3) they stay on the spec.
     mla = qv is not None or v_cache.shape[-1] > 256
     mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes,
                                     softmax_scale, chunk) if mla else None
@@ -450,7 +451,8 @@ def _check_qv(qv, q, v):
                          f"{tuple(qv.shape)} {qv.dtype} on {qv.device}")
 
 
-def _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes, softmax_scale, attention_chunk=0):
+def _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes, softmax_scale,
+                       attention_chunk=0):
     """Why the MLA decode kernel (with the fused append of new keys) cannot run this MLA call (qv
     or d_v > 256); None if it can."""
     if alibi_slopes is not None:
