@@ -168,6 +168,8 @@ def has_chunk_kernel(kind: str) -> bool:
 # csrc/flash3/fwd/traits.cuh: at d 256 it spilled registers); the backward's covers all.
 CHUNK_MAX_HEAD_DIM = 192
 # The decode kernels' (16-bit and FP8 caches; csrc/flash3/common/attn_logic.h kDecodeChunkMaxHeadDim).
+# The MLA decode kernel (d_v > 256) takes the chunk too (attn_logic.h decode_takes_chunk; asked of
+# the extension's pick, kernel_chunk_reason).
 DECODE_CHUNK_MAX_HEAD_DIM = 192
 
 
@@ -183,6 +185,9 @@ def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = No
     if kind == "fwd" and max(dims) > CHUNK_MAX_HEAD_DIM:
         return (f"the fwd kernels take attention_chunk for head dims up to {CHUNK_MAX_HEAD_DIM}, got "
                 f"(d, d_v) = {dims}")
+    if kind == "decode" and dims[1] > 256:  # the MLA kernel: asked of the extension (whose pick
+        # refuses the chunk where its MLA kernel was built without it)
+        return kernel_pick("decode", q.dtype, *dims, 1.0, attention_chunk=attention_chunk).get("reason")
     if kind == "decode" and max(dims) > DECODE_CHUNK_MAX_HEAD_DIM:
         return (f"the decode kernels take attention_chunk for head dims up to "
                 f"{DECODE_CHUNK_MAX_HEAD_DIM}, got (d, d_v) = {dims}")
@@ -240,22 +245,26 @@ def kernel_bwd_configs() -> frozenset:
 
 
 @functools.lru_cache(maxsize=4096)
-def _ask_pick(family: str, dtype: str, d: int, d_v: int, softmax_scale: float) -> dict:
+def _ask_pick(family: str, dtype: str, d: int, d_v: int, softmax_scale: float,
+              attention_chunk: int = 0) -> dict:
     """The extension's answer for such a call (flash3::pick_kernel: csrc/flash3/host/kernel_pick.h,
     the rule its ops refuse by): {"kernel": [d', d_v']} or {"reason": ...}. Host-only, no
     GPU, cached per call shape."""
-    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale))
+    chunk = {"attention_chunk": attention_chunk} if attention_chunk else {}  # the op's default: 0
+    return json.loads(torch.ops.flash3.pick_kernel(family, dtype, d, d_v, softmax_scale, **chunk))
 
 
-def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float) -> dict:
+def kernel_pick(family: str, dtype, d: int, d_v: int, softmax_scale: float,
+                attention_chunk: int = 0) -> dict:
     """Whether a kernel of ``family`` ("fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd") runs a
-    call of q's ``dtype``, head dims (d, d_v) and scale, and which; asked of the extension,
-    never decided here. Without the extension: {"reason": ...}."""
+    call of q's ``dtype``, head dims (d, d_v), scale and attention_chunk, and which; asked of the
+    extension, never decided here. Without the extension: {"reason": ...}."""
     if not has_extension():
         return {"reason": "flash3._C (the CUDA extension) is not built"}
     try:
+        chunk = {"attention_chunk": int(attention_chunk)} if attention_chunk else {}
         return _ask_pick(family, str(dtype).removeprefix("torch."), int(d), int(d_v),
-                         float(softmax_scale))
+                         float(softmax_scale), **chunk)
     except (AttributeError, RuntimeError):  # a build older than the op
         return {"reason": "flash3._C answers no kernel pick (flash3::pick_kernel): rebuild it"}
 

@@ -37,8 +37,9 @@ conventions, and map onto flash3's public API:
   (_fp8_rotary_on_kernel).  New keys not e4m3, or rotary with a 16-bit q (not FA3's): batched q
   on a contiguous cache as before (q dequantized to bf16), otherwise the spec (below).
   ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
-  192; above, the reference, for packed queries FA3's spec; MLA calls: the spec).  FP8 (e4m3)
-  rotary tables are converted to float32 (exact) and take the same path as other tables.
+  192; above, the reference, for packed queries FA3's spec; MLA calls: the MLA decode kernel).
+  FP8 (e4m3) rotary tables are converted to float32 (exact) and take the same path as other
+  tables.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
   returns (out, lse (b, s, h)).
 
@@ -61,9 +62,10 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)) but in ``flash_attn_with_kvcache``
 where the MLA decode kernel takes it (below), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows) with FP8 inputs or MLA (16-bit ``flash_attn_func``/
-``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward, ``seqused_k``
-included; ``flash_attn_with_kvcache`` on the decode kernels), ``seqused_q`` or ``seqused_k`` with
+intersected with causal/windows) with FP8 inputs or on the spec's MLA route (16-bit
+``flash_attn_func``/``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward,
+``seqused_k`` included; ``flash_attn_with_kvcache`` on the decode kernels, the MLA one too),
+``seqused_q`` or ``seqused_k`` with
 FP8 inputs (16-bit: flash3's kernels, alone or together, forward and backward: query rows past
 seqused_q get out 0, lse -inf; keys past seqused_k are not seen and get dk/dv 0),
 with an FP8 cache, new keys not float8_e4m3fn (or with rotary tables and a 16-bit q) when packed
@@ -75,9 +77,10 @@ may be any pair that converts to ints (a tensor).
 MLA decode (DeepSeek-V3 as FA3 serves it): ``flash_attn_with_kvcache`` with ``qv`` and/or
 d_v > 256 runs on flash3's MLA decode kernel (d <= 64, 256 < d_v <= 512, bf16 in the default
 build, q and caches of one 16-bit dtype, batched or packed q, paged or contiguous cache,
-num_splits, causal/window/softcap, cache_leftpad without cu_seqlens_q) unless there are ALiBi
-slopes or attention_chunk; otherwise on the spec (qv with d_v <= 256 always).  New keys k
-(b, s_new, h_k, d) / v (b, s_new, h_k, d_v), batched or packed (cu_seqlens_k_new, and/or with
+num_splits, causal/window/softcap, attention_chunk, cache_leftpad, each with batched or packed q)
+unless there are ALiBi slopes (NotImplementedError: the spec has none); otherwise on the spec (qv
+with d_v <= 256 always).  New keys k (b, s_new, h_k, d) / v (b, s_new, h_k, d_v), batched or
+packed (cu_seqlens_k_new, and/or with
 cu_seqlens_q), and rotary (rotary_dim <= d, interleaved or not, rotary_seqlens; q and the new
 keys, qv never) are first written into the cache by flash3's fused append (new k/v of q's dtype;
 else the spec), as for 16-bit caches; the kernel then attends over cache_seqlens[i] + the entry's
@@ -341,24 +344,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     rotary_cos, rotary_sin = (t.to(torch.float32) if t is not None and _checks.is_fp8(t) else t
                               for t in (rotary_cos, rotary_sin))
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys), unless
-    # mla_reason says why not. Packed new keys (cu_seqlens_k_new), new keys or rotary with packed
-    # queries, and cache_leftpad with packed queries run on flash3's kernels (the fused append, then
-    # the decode kernel); with an FP8 cache too where fa3_fp8 holds, else (new keys not e4m3, or
-    # rotary with a 16-bit q) they stay on the spec.
+    # MLA (qv, or d_v > 256): the MLA decode kernel (after the fused append of new keys; the chunk
+    # and cache_leftpad, batched or packed, included), unless mla_reason says why not. Packed new
+    # keys (cu_seqlens_k_new), new keys or rotary with packed queries, and cache_leftpad with packed
+    # queries run on flash3's kernels (the fused append, then the decode kernel); with an FP8 cache
+    # too where fa3_fp8 holds, else (new keys not e4m3, or rotary with a 16-bit q) they stay on the
+    # spec.
     mla = qv is not None or v_cache.shape[-1] > 256
     mla_reason = _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes,
-                                    softmax_scale) if mla else None
+                                    softmax_scale, chunk) if mla else None
     reason = _reference_reason(
         qv=qv if mla_reason is not None else None,
         head_dim_v_over_256=v_cache.shape[-1] > 256 and mla_reason is not None,
-        # (the MLA kernel's packed route takes no cache_leftpad)
-        cache_leftpad_with_cu_seqlens_q=mla and varlen and cache_leftpad is not None,
         cu_seqlens_k_new=cu_seqlens_k_new if fp8_cache and not fa3_fp8 else None,
         # the decode kernels take the chunk (batched q falls back inside flash3 where they cannot;
-        # packed q has no fallback there, so such calls take the spec here); the MLA kernel not
-        attention_chunk=chunk if mla or (varlen and q.is_cuda and _backend.kernel_chunk_reason(
-            q, "decode", chunk, v_cache.shape[-1]) is not None) else 0,
+        # packed q has no fallback there, so such calls take the spec here); MLA: mla_reason
+        attention_chunk=chunk if not mla and varlen and q.is_cuda and _backend.kernel_chunk_reason(
+            q, "decode", chunk, v_cache.shape[-1]) is not None else 0,
         fp8_paged_cache_with_new_kv=fp8_cache and not fa3_fp8 and page_table is not None,
         cu_seqlens_q_with_new_kv=fp8_cache and not fa3_fp8 and varlen)
     _no_alibi_on_reference(reason, alibi_slopes)
@@ -410,7 +412,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         out, lse = _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table,
                                   cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, cache_leftpad,
                                   rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved,
-                                  softmax_scale, causal, _window(window_size), softcap, num_splits)
+                                  softmax_scale, causal, _window(window_size), softcap, num_splits,
+                                  chunk)
         if not return_softmax_lse:
             return out
         empty = torch.empty(0, device=out.device)
@@ -471,14 +474,16 @@ def _check_qv(qv, q, v):
                          f"{tuple(qv.shape)} {qv.dtype} on {qv.device}")
 
 
-def _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes, softmax_scale):
+def _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes, softmax_scale,
+                       attention_chunk=0):
     """Why the MLA decode kernel (with the fused append of new keys) cannot run this MLA call (qv
     or d_v > 256); None if it can."""
     if alibi_slopes is not None:
         return "alibi_slopes with MLA (the MLA kernel has no ALiBi term)"
     if softmax_scale is None:
         softmax_scale = (q.shape[-1] + (0 if qv is None else qv.shape[-1])) ** -0.5
-    reason = _backend.kernel_mla_reason(q, k_cache, v_cache, float(softmax_scale))
+    reason = (_backend.kernel_mla_reason(q, k_cache, v_cache, float(softmax_scale))
+              or _backend.kernel_chunk_reason(q, "decode", attention_chunk, v_cache.shape[-1]))
     if reason is None and k is not None and v is not None:  # (k without v: _mla_on_kernel refuses)
         reason = _backend.kernel_packed_append_reason(q, k_cache, v_cache, k, v)
     return reason
@@ -487,9 +492,10 @@ def _mla_kernel_reason(q, k_cache, v_cache, qv, k, v, alibi_slopes, softmax_scal
 def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_seqlens_q,
                    max_seqlen_q, cu_seqlens_k_new, cache_leftpad, rotary_cos, rotary_sin,
                    rotary_seqlens, rotary_interleaved, softmax_scale, causal, window, softcap,
-                   num_splits):
+                   num_splits, attention_chunk=0):
     """FA3's MLA decode on the MLA decode kernel, with attention_with_kvcache's checks (d_v up to
-    512): (out, lse), lse (b, h, s_q) or packed (h, total_q).  New keys k (b, s_new, h_k, d) / v
+    512): (out, lse), lse (b, h, s_q) or packed (h, total_q); cache_leftpad and attention_chunk
+    (FA3's chunked local attention, 0 = off) batched or packed.  New keys k (b, s_new, h_k, d) / v
     (b, s_new, h_k, d_v), or packed by cu_seqlens_k_new, are first written into the cache at
     cache_seqlens[i] + t by the fused append (ops_serve.kvcache_append_packed: rotated with q when
     rotary tables are given; qv is never rotated), then the kernel attends over cache_seqlens[i] +
@@ -520,7 +526,8 @@ def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_
         _checks.new_keys(q, k_cache, v_cache, k, v, cu_seqlens_k_new, b)
     _checks.kvcache_extras(q, k_cache, k, page_table, rotary_cos, rotary_sin, rotary_interleaved,
                            None, None, rotary_seqlens, cache_leftpad, batch=b)
-    local = left >= 0 or right >= 0  # causal or local: q rotated per token (FA3's rule)
+    local = left >= 0 or right >= 0 or attention_chunk > 0  # causal, local or chunked: q rotated
+    # per token (FA3's rule)
     if validation.validation_enabled(q, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new,
                                      cache_leftpad, rotary_seqlens):
         news = (0 if k is None else k.shape[1] if cu_seqlens_k_new is None else
@@ -539,13 +546,16 @@ def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_
             q, seqused = _append_new_keys(q, k_cache, v_cache, k, v, cache_seqlens, pt, cu_seqlens_q,
                                           cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_interleaved,
                                           local, rotary_seqlens)
+        # passed only when given (builds without them serve calls without)
+        extra = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad}
+        if attention_chunk:
+            extra["attention_chunk"] = int(attention_chunk)
         if not varlen:
-            lp = {} if cache_leftpad is None else {"cache_leftpad": cache_leftpad}
             return _backend.run_kernel_kvcache(q, k_cache, v_cache, seqused, pt, scale, left, right,
-                                               softcap, int(num_splits), qv=qv, **lp)
+                                               softcap, int(num_splits), qv=qv, **extra)
         return _backend.run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q,
                                                   int(max_seqlen_q), seqused, pt, scale, left,
-                                                  right, softcap, int(num_splits), qv=qv)
+                                                  right, softcap, int(num_splits), qv=qv, **extra)
 
 
 def _fp8_rotary_on_kernel(q8, k_cache, v_cache, k, v, cache_seqlens, page_table, cu_seqlens_q,

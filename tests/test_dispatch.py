@@ -73,9 +73,10 @@ def cpp_pick(host_driver, monkeypatch):
     """_backend with an extension whose flash3::pick_kernel is the host layer's kernel_pick_json."""
     asked = []
 
-    def ask(family, dtype, d, d_v, scale):
-        asked.append((family, dtype, d, d_v))
-        answer = host_driver([f"pick family={family} dtype={dtype} d={d} dv={d_v} scale={scale!r}"])[0]
+    def ask(family, dtype, d, d_v, scale, attention_chunk=0):
+        asked.append((family, dtype, d, d_v) + ((attention_chunk,) if attention_chunk else ()))
+        answer = host_driver([f"pick family={family} dtype={dtype} d={d} dv={d_v} scale={scale!r} "
+                              f"chunk={attention_chunk}"])[0]
         assert answer.startswith("ok "), answer
         return json.loads(answer[3:])
 
@@ -271,3 +272,16 @@ def test_varlen_backward_kernel_branch_gets_the_forward_max_seqlens(fake_bwd_op,
     want = _grads(fn, (q, k, v), g, g_lse)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+def test_mla_chunk_is_the_extensions_pick(cpp_pick, monkeypatch):
+    """attention_chunk on the MLA decode kernel (d_v > 256) is asked of the extension's pick with the
+    chunk (kernel_pick.cpp: decode_takes_chunk takes the MLA kernel), not refused by the plain
+    decode kernels' d 192 limit; those keep it (decided here, as before)."""
+    monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
+    q = type("Q", (), {"is_cuda": True, "shape": (1, 1, 16, 64), "dtype": torch.bfloat16})()
+    assert _backend.kernel_chunk_reason(q, "decode", 48, 512) is None
+    assert cpp_pick[-1] == ("decode", "bfloat16", 64, 512, 48)
+    n = len(cpp_pick)
+    assert "up to 192" in _backend.kernel_chunk_reason(q, "decode", 48, 256)
+    assert len(cpp_pick) == n

@@ -184,11 +184,15 @@ def test_decode_mla_kernel_and_qv(driver):
 
 def test_decode_attention_chunk(driver):
     """attention_chunk reaches the decode kernels' parameters (16-bit and FP8 caches, with splits
-    and packed queries; the decode schedule stays static); a negative chunk and head dims above the decode
-    kernels' chunk limit (attn_logic.h kDecodeChunkMaxHeadDim) are refused by name."""
-    plain, split, fp8, varlen, neg, big = driver([
+    and packed queries; the decode schedule stays static), the MLA kernel's too (with qv, packed
+    queries and cache_leftpad); a negative chunk and head dims above the decode kernels' chunk
+    limit (attn_logic.h kDecodeChunkMaxHeadDim) are refused by name."""
+    plain, split, fp8, varlen, neg, big, mla = driver([
         "kvcache chunk=48", "kvcache chunk=48 splits=3", "kvcache chunk=48 fp8=1",
-        "kvcache chunk=48 varlen=1 sq=7 page=16 total_q=9", "kvcache chunk=-1", "kvcache chunk=48 d=256"])
+        "kvcache chunk=48 varlen=1 sq=7 page=16 total_q=9", "kvcache chunk=-1", "kvcache chunk=48 d=256",
+        "kvcache chunk=48 d=64 dv=512 h=16 hk=1 qv=1 varlen=1 sq=7 page=64 total_q=9 leftpad=1 splits=3"])
+    m = fields(mla)
+    assert m["kernel"] == "decode:64:512" and m["chunk"] == "48" and m["leftpad"] == "1" and m["qv"] == "1"
     assert fields(plain)["chunk"] == "48" and fields(plain)["dynamic"] == "0"
     assert fields(split)["num_splits"] == "3" and fields(split)["chunk"] == "48"
     assert fields(fp8)["kernel"] == "decode_e4m3:128:128" and fields(fp8)["chunk"] == "48"

@@ -29,24 +29,28 @@ def fake_kernel(monkeypatch):
     callers compute with the spec, recording what they were given."""
     calls = []
 
-    def spec(q, k_cache, v_cache, seqused, page_table, scale, left, right, softcap, qv, cu=None):
+    def spec(q, k_cache, v_cache, seqused, page_table, scale, left, right, softcap, qv, cu=None, extra=None):
+        extra = extra or {}
+        assert set(extra) <= {"cache_leftpad", "attention_chunk"}, extra
         return fa3_forward(q, k_cache, v_cache, softmax_scale=scale, window_left=left, window_right=right,
                            softcap=softcap, qv=qv, cache_seqlens=seqused, page_table=page_table,
-                           cu_seqlens_q=cu)
+                           cu_seqlens_q=cu, **extra)
 
     def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap,
                            num_splits, qv=None, **extra):
         calls.append(dict(kind="batched", k_cache=k_cache, v_cache=v_cache, q=q, seqused=seqused_k,
                           page_table=page_table, scale=softmax_scale,
                           window=(left, right), num_splits=num_splits, qv=qv, extra=extra))
-        return spec(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv)
+        return spec(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv,
+                    extra=extra)
 
     def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
                                   softmax_scale, left, right, softcap, num_splits=0, qv=None, **extra):
         calls.append(dict(kind="varlen", seqused=seqused_k, page_table=page_table, scale=softmax_scale,
-                          window=(left, right), num_splits=num_splits, qv=qv, max_seqlen_q=max_seqlen_q))
+                          window=(left, right), num_splits=num_splits, qv=qv, max_seqlen_q=max_seqlen_q,
+                          extra=extra))
         return spec(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv,
-                    cu_seqlens_q)
+                    cu_seqlens_q, extra)
 
     monkeypatch.setattr(_backend, "kernel_mla_reason", lambda *a: None)
     monkeypatch.setattr(_backend, "run_kernel_kvcache", run_kernel_kvcache)
@@ -118,8 +122,9 @@ def test_mla_sglang_layout_reaches_the_kernel_as_views(fake_kernel):
 
 def test_what_the_mla_kernel_does_not_take_runs_the_spec(fake_kernel, monkeypatch):
     """New keys where the fused append cannot run (here: CPU tensors; tests/test_mla_append.py has
-    the kernel route) run the spec; ALiBi with MLA is refused (the spec has none); qv with d_v <= 256
-    is the spec's (the MLA kernel is d_v > 256 only)."""
+    the kernel route) run the spec; a build whose MLA kernel takes no attention_chunk (the
+    extension's pick refuses it) runs chunked calls on the spec; ALiBi with MLA is refused (the spec
+    has none); qv with d_v <= 256 is the spec's (the MLA kernel is d_v > 256 only)."""
     monkeypatch.setattr(_backend, "warn_fallback", lambda *a, **k: None)
     g = torch.Generator().manual_seed(2)
     kc, vc = torch.randn(2, 40, 1, D, generator=g), torch.randn(2, 40, 1, DV, generator=g)
@@ -128,13 +133,13 @@ def test_what_the_mla_kernel_does_not_take_runs_the_spec(fake_kernel, monkeypatc
     lens = torch.tensor([3, 9], dtype=torch.int32)
     fai.flash_attn_with_kvcache(q, kc, vc, k, v, qv=qv, cache_seqlens=lens)
     assert fake_kernel == []
-    # cache_leftpad with packed queries: the kernel's packed route takes no leftpad, so the spec
-    cu, pads = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
-    out = fai.flash_attn_with_kvcache(q[:, 0], kc, vc, qv=qv[:, 0], cache_seqlens=lens, cache_leftpad=pads,
-                                      cu_seqlens_q=cu, max_seqlen_q=1)
+    # attention_chunk where the build's MLA kernel refuses it (older builds): the spec
+    monkeypatch.setattr(_backend, "kernel_chunk_reason", lambda q, kind, chunk, d_v=None: (
+        f"no chunk for {kind} d_v={d_v}" if chunk else None))
+    out = fai.flash_attn_with_kvcache(q, kc, vc, qv=qv, cache_seqlens=lens, attention_chunk=4, causal=True)
     assert fake_kernel == []
-    want, _ = fa3_forward(q[:, 0], kc, vc, softmax_scale=(D + DV) ** -0.5, qv=qv[:, 0], cache_seqlens=lens,
-                          cache_leftpad=pads, cu_seqlens_q=cu)
+    want, _ = fa3_forward(q, kc, vc, softmax_scale=(D + DV) ** -0.5, qv=qv, cache_seqlens=lens,
+                          attention_chunk=4, window_right=0)
     assert torch.equal(out, want)
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
         fai.flash_attn_with_kvcache(q, kc, vc, qv=qv, cache_seqlens=lens, alibi_slopes=torch.ones(4))
@@ -142,6 +147,57 @@ def test_what_the_mla_kernel_does_not_take_runs_the_spec(fake_kernel, monkeypatc
     assert _backend.kernel_mla_reason(q, kc, vc[..., :128], 0.1).startswith("qv needs the MLA decode kernel")
     assert _backend.kernel_mla_reason(q, kc, vc, 0.1) == "inputs are not CUDA tensors"
 
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("chunk,causal,window", [(16, True, (-1, -1)), (48, False, (30, 5)), (0, False, (-1, -1))])
+def test_mla_chunk_and_leftpad_reach_the_kernel(fake_kernel, monkeypatch, packed, chunk, causal, window):
+    """attention_chunk (Llama 4's chunked local attention, with causal or a window) and cache_leftpad,
+    with batched or packed queries (cu_seqlens_q), are the MLA kernel's: it gets both as they are
+    (the chunk only when given), and its result is the spec's."""
+    monkeypatch.setattr(_backend, "kernel_chunk_reason", lambda *a: None)  # the extension's pick says yes
+    g = torch.Generator().manual_seed(5)
+    b, s_q, h = 3, 2, 8
+    kc, vc, table = paged(b, 3, 64, 1, g)
+    lens = torch.tensor([150, 7, 192], dtype=torch.int32)
+    pads = torch.tensor([37, 0, 100], dtype=torch.int32)
+    if packed:
+        cu = torch.tensor([0, 2, 3, 5], dtype=torch.int32)
+        q, qv = torch.randn(5, h, D, generator=g), torch.randn(5, h, DV, generator=g)
+        kw = dict(cu_seqlens_q=cu, max_seqlen_q=2)
+    else:
+        q, qv = torch.randn(b, s_q, h, D, generator=g), torch.randn(b, s_q, h, DV, generator=g)
+        kw = {}
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, kc, vc, qv=qv, cache_seqlens=lens, page_table=table,
+                                                cache_leftpad=pads, causal=causal, window_size=window,
+                                                attention_chunk=chunk, num_splits=2, return_softmax_lse=True, **kw)
+    (c,) = fake_kernel
+    assert c["kind"] == ("varlen" if packed else "batched") and c["qv"] is qv and c["num_splits"] == 2
+    assert c["extra"].get("attention_chunk", 0) == chunk and ("attention_chunk" in c["extra"]) == (chunk > 0)
+    assert torch.equal(c["extra"]["cache_leftpad"], pads)
+    left, right = (window[0], 0) if causal else window
+    want, want_lse = fa3_forward(q, kc, vc, softmax_scale=(D + DV) ** -0.5, window_left=left, window_right=right,
+                                 qv=qv, cache_seqlens=lens, page_table=table, cache_leftpad=pads,
+                                 attention_chunk=chunk, cu_seqlens_q=kw.get("cu_seqlens_q"))
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+def test_mla_chunk_reason_asks_the_extension(monkeypatch):
+    """The MLA kernel's chunk is the extension's to say (kernel_pick with attention_chunk): no
+    head-dim limit of the plain decode kernels (192) applies at d_v 512; what the pick refuses is
+    the reason."""
+    monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
+    asked = []
+
+    def pick(family, dtype, d, d_v, scale, left=-1, right=-1, attention_chunk=0):
+        asked.append((family, d, d_v, attention_chunk))
+        return {"kernel": [64, 512, False]} if attention_chunk < 100 else {"reason": "no chunk here"}
+
+    monkeypatch.setattr(_backend, "kernel_pick", pick)
+    q = type("Q", (), {"is_cuda": True, "shape": (1, 1, 16, D), "dtype": torch.bfloat16})()
+    assert _backend.kernel_chunk_reason(q, "decode", 64, DV) is None
+    assert _backend.kernel_chunk_reason(q, "decode", 128, DV) == "no chunk here"
+    assert asked == [("decode", D, DV, 64), ("decode", D, DV, 128)]
+    assert "up to 192" in _backend.kernel_chunk_reason(q, "decode", 64, 256)  # the plain kernels' limit
 
 @pytest.mark.parametrize("bad,fragment", [
     (lambda q, qv: qv[..., :-8], "qv must be (2, 1, 4, 512)"),

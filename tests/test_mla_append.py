@@ -32,25 +32,29 @@ def fake_kernels(monkeypatch):
                                                 rotary_interleaved, q_per_token, rotary_seqlens)
         return q.new_empty(0) if q_out is None else q_out
 
-    def decode(q, k_cache, v_cache, seqused, page_table, scale, left, right, softcap, qv, cu, leftpad):
+    def decode(q, k_cache, v_cache, seqused, page_table, scale, left, right, softcap, qv, cu, leftpad, chunk):
         return fa3_forward(q, k_cache, v_cache, softmax_scale=scale, window_left=left, window_right=right,
                            softcap=softcap, qv=qv, cache_seqlens=seqused, page_table=page_table,
-                           cu_seqlens_q=cu, cache_leftpad=leftpad)
+                           cu_seqlens_q=cu, cache_leftpad=leftpad, attention_chunk=chunk)
 
     def run_kernel_kvcache(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap,
-                           num_splits, qv=None, cache_leftpad=None, **extra):
+                           num_splits, qv=None, cache_leftpad=None, attention_chunk=0, **extra):
         assert not extra
         calls.append(dict(kind="batched", q=q, seqused=seqused_k, qv=qv, leftpad=cache_leftpad,
-                          num_splits=num_splits))
+                          num_splits=num_splits, chunk=attention_chunk))
         return decode(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv,
-                      None, cache_leftpad)
+                      None, cache_leftpad, attention_chunk)
 
     def run_kernel_varlen_kvcache(q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, seqused_k, page_table,
-                                  softmax_scale, left, right, softcap, num_splits=0, qv=None, **extra):
+                                  softmax_scale, left, right, softcap, num_splits=0, qv=None, cache_leftpad=None,
+                                  attention_chunk=0, **extra):
         assert not extra
-        calls.append(dict(kind="varlen", q=q, seqused=seqused_k, qv=qv, max_seqlen_q=max_seqlen_q))
+        calls.append(dict(kind="varlen", q=q, seqused=seqused_k, qv=qv, max_seqlen_q=max_seqlen_q,
+                          leftpad=cache_leftpad, chunk=attention_chunk))
         return decode(q, k_cache, v_cache, seqused_k, page_table, softmax_scale, left, right, softcap, qv,
-                      cu_seqlens_q, None)
+                      cu_seqlens_q, cache_leftpad, attention_chunk)
+
+    monkeypatch.setattr(_backend, "kernel_chunk_reason", lambda *a: None)  # the extension's pick says yes
 
     def no_fallback(reason, what="forward"):
         raise AssertionError(f"{what} fell back: {reason}")
@@ -179,6 +183,58 @@ def test_packed_layouts_and_cache_batch_idx(fake_kernels):
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
 
+def test_packed_queries_with_leftpad_and_new_keys_take_the_kernel(fake_kernels):
+    """cache_leftpad with packed queries and packed new keys (no longer the spec's): the append
+    writes at cache_seqlens[i] + t as FA3 does (the left padding moves the masks only), the
+    kernel's packed route gets the leftpad and cache_seqlens + n_new_i; caches, out and lse are
+    the spec's."""
+    g = torch.Generator().manual_seed(7)
+    h = 8
+    kc, vc, table = make_cache(3, 96, 16, g)
+    cu_q, cu_k = torch.tensor([0, 2, 3, 3], dtype=I32), torch.tensor([0, 2, 3, 4], dtype=I32)
+    q, qv = torch.randn(4, h, D, generator=g), torch.randn(4, h, DV, generator=g)
+    k, v = torch.randn(4, 1, D, generator=g), torch.randn(4, 1, DV, generator=g)
+    cos, sin = rotary_tables(128, 64)
+    pads = torch.tensor([3, 0, 50], dtype=I32)
+    kw = dict(cache_seqlens=torch.tensor([20, 90, 60], dtype=I32), page_table=table, cache_leftpad=pads,
+              rotary_cos=cos, rotary_sin=sin, cu_seqlens_q=cu_q, cu_seqlens_k_new=cu_k)
+    want, want_lse, want_kc, want_vc = spec(q, kc, vc, qv=qv, k_new=k, v_new=v, window_right=0, **kw)
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, kc, vc, k, v, qv=qv, max_seqlen_q=2, causal=True,
+                                                return_softmax_lse=True, **kw)
+    app, dec = fake_kernels
+    assert app["cu_q"] is cu_q and app["cu_k"] is cu_k and app["per_token"]
+    assert dec["kind"] == "varlen" and torch.equal(dec["leftpad"], pads)
+    assert dec["seqused"].tolist() == [22, 91, 61]
+    assert torch.equal(kc, want_kc) and torch.equal(vc, want_vc)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
+    assert (out[3] == 0).all()
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_attention_chunk_rotates_q_per_token(fake_kernels, packed):
+    """attention_chunk without causal or a window still rotates q per token (FA3: a chunk makes the
+    call local), and reaches the MLA kernel; caches, out and lse are the spec's."""
+    g = torch.Generator().manual_seed(8)
+    h = 8
+    kc, vc, table = make_cache(2, 128, 64, g)
+    cos, sin = rotary_tables(200, 64)
+    kw = dict(cache_seqlens=torch.tensor([30, 100], dtype=I32), page_table=table, rotary_cos=cos, rotary_sin=sin)
+    if packed:
+        kw.update(cu_seqlens_q=torch.tensor([0, 2, 5], dtype=I32), cu_seqlens_k_new=torch.tensor([0, 2, 5], dtype=I32))
+        q, qv = torch.randn(5, h, D, generator=g), torch.randn(5, h, DV, generator=g)
+        k, v = torch.randn(5, 1, D, generator=g), torch.randn(5, 1, DV, generator=g)
+    else:
+        q, qv = torch.randn(2, 3, h, D, generator=g), torch.randn(2, 3, h, DV, generator=g)
+        k, v = torch.randn(2, 3, 1, D, generator=g), torch.randn(2, 3, 1, DV, generator=g)
+    want, want_lse, want_kc, want_vc = spec(q, kc, vc, qv=qv, k_new=k, v_new=v, attention_chunk=32, **kw)
+    out, lse, *_ = fai.flash_attn_with_kvcache(q, kc, vc, k, v, qv=qv, attention_chunk=32, return_softmax_lse=True,
+                                                **({"max_seqlen_q": 3} if packed else {}), **kw)
+    app, dec = fake_kernels
+    assert app["per_token"] and dec["chunk"] == 32 and dec["kind"] == ("varlen" if packed else "batched")
+    assert torch.equal(kc, want_kc) and torch.equal(vc, want_vc)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
+
 def test_sglang_views_are_appended_in_place(fake_kernels):
     """SGLang's one 576-wide cache, k_cache / v_cache its rope / latent views: the new keys land in
     that buffer."""
@@ -272,8 +328,7 @@ def test_value_checks_off_leave_the_kernel_in_bounds(fake_kernels, monkeypatch):
 
 def test_what_the_append_route_does_not_take_runs_the_spec(monkeypatch):
     """Without the fused append's reason saying yes (CPU tensors, or new keys not of q's dtype) MLA
-    calls with new keys run the spec; cache_leftpad with packed queries (the kernel's packed route
-    takes none) too."""
+    calls with new keys run the spec."""
     calls = []
     monkeypatch.setattr(_backend, "kernel_mla_reason", lambda *a: None)
     monkeypatch.setattr(_backend, "warn_fallback", lambda reason, what="": calls.append(reason))

@@ -262,14 +262,16 @@ def test_decode_kernel_ids_labels_and_features():
     # only: a 16-bit cache has no descales; "vappend" (FA3's packed appends of 16-bit keys, rotary
     # included) to the 16-bit ones only: an FP8 cache takes packed appends of e4m3 keys only
     # (fa3pk; with rotary and e4m3 q, fa3rot).
-    # "mla" and "mlaapp" (with new keys) are the MLA decode kernel's (d_v > 256) only, and the only
-    # features it runs: their case shapes (one kv head, 8-40 query heads, qv) are its own.
+    # "mla", "mlaapp" (with new keys) and "mlachunk" (attention_chunk, packed queries' leftpad) are
+    # the MLA decode kernel's (d_v > 256) only, and the only features it runs: their case shapes
+    # (one kv head, 8-40 query heads, qv) are its own.
+    mla = ("mla", "mlaapp", "mlachunk")
+    assert smoke.MLA_FEATURES == mla
     assert smoke.kernel_features("dec:bf16:128:128") == [f for f in smoke.DEC_FEATURES
-                                                         if f not in ("fa3desc", "fa3app", "fa3pk", "fa3rot", "mla",
-                                                                      "mlaapp")]
+                                                         if f not in ("fa3desc", "fa3app", "fa3pk", "fa3rot", *mla)]
     assert smoke.kernel_features("dec:kve4m3:bf16:128:128") == [f for f in smoke.DEC_FEATURES
-                                                                if f not in ("vappend", "mla", "mlaapp")]
-    assert smoke.kernel_features("dec:bf16:64:512") == ["mla", "mlaapp"] and smoke.is_mla("dec:bf16:64:512")
+                                                                if f not in ("vappend", *mla)]
+    assert smoke.kernel_features("dec:bf16:64:512") == list(mla) and smoke.is_mla("dec:bf16:64:512")
     assert smoke.kernel_label("dec:bf16:64:512") == "dec bf16 64x512" and not smoke.is_mla("dec:bf16:256:256")
     assert not any(smoke.applies("dec:bf16:128:128", f) for f in smoke.FEATURES if f not in smoke.DEC_FEATURES)
     assert not any(smoke.applies("bf16:128:128", f) for f in smoke.DEC_FEATURES if f not in smoke.FEATURES)
@@ -338,6 +340,16 @@ def test_make_dec_case_and_op_call(kid, feature):
             assert p["seqused"].tolist() == [n + m for n, m in zip(a["cache_seqlens"].tolist(), news)]
             # pairs of 448 bytes in the rotated channels: some rotate past 448 (saturating)
             assert (a["k"].float().abs() == 448).sum() >= 4
+            continue
+        if feature == "mlachunk":  # attention_chunk and packed queries' cache_leftpad on the MLA kernel
+            out, lse, q_out = smoke.dec_poisoned_outputs(p)
+            assert q_out is None and p["append"] is None
+            op, t, sc = smoke_sim.dec_op_call(p, out, lse, q_out)
+            assert op == "kvcache" and t["qv"] is p["qv"] and t["cache_leftpad"] is p["leftpad"] and "k" not in t
+            assert p["qv"].shape == (*q.shape[:-1], 512) and vc.shape[-2:] == (1, 512)
+            assert sc["softmax_scale"] == (64 + 512) ** -0.5 and sc.get("attention_chunk", 0) == p["chunk"]
+            assert t.get("cu_seqlens_q") is p["cu_q"] and sc.get("max_seqlen_q", 0) == p["max_q"]
+            assert (sc["window_left"], sc["window_right"]) == ((-1, 0) if p["causal"] else tuple(p["window"]))
             continue
         if feature == "fa3pk":  # FA3's FP8 cache in its packed layouts: e4m3 q8/k/v, descales per batch entry
             a, (kd, vd), f = p["append"], p["descales"], p["fa3"]
@@ -449,6 +461,17 @@ def test_make_dec_case_and_op_call(kid, feature):
         p, a = parts[2], parts[2]["append"]  # packed q and new keys: entries of none, tails of no entry
         assert 0 in p["cu_q"].diff().tolist() and 0 in a["cu_k"].diff().tolist()
         assert p["q"].shape[0] > p["cu_q"][-1] and a["k"].shape[0] > a["cu_k"][-1]
+    if feature == "mlachunk":  # MLACHUNK_PARTS: chunked (batched and packed), packed with leftpad
+        assert all(p["kc"].shape[2] == 1 and p["q"].shape[-2] == 16 for p in parts)
+        assert [(p["chunk"], p["causal"], p["num_splits"]) for p in parts] == [
+            (48, True, 1), (192, False, 2), (64, True, 3), (0, False, 1)]
+        assert [None if p["pt"] is None else p["kc"].shape[1] for p in parts] == [64, None, 16, 64]
+        assert [p["cu_q"] is not None for p in parts] == [False, False, True, True]
+        assert parts[0]["q"].shape[1] * 16 > 64  # two tiles
+        for p in parts[2:]:  # packed with leftpad: an entry of 0 queries or of no key left, tail rows
+            used, pads = p["seqused"].tolist(), p["leftpad"].tolist()
+            assert p["q"].shape[0] > p["cu_q"][-1] and 0 < max(pads) and parts[3]["window"] == (100, 3)
+        assert 0 in parts[2]["cu_q"].diff().tolist() and parts[2]["leftpad"][-1] == parts[2]["seqused"][-1]
     if feature == "dchunk":  # packed GQA g 4; causal over two tiles, window + 3 splits paged, unmasked
         # blocks with leftpad and 2 splits, packed queries (DCHUNK_PARTS)
         assert [(p["chunk"], p["causal"], p["num_splits"]) for p in parts] == [
@@ -1175,8 +1198,8 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert got["bf16:128:128"] == ["full", "causal", "softcap", "varlen", "sq_gt_sk", "nantail", "alibi", "chunk"]
     for f in smoke.CI_ONCE:
         assert f not in got["fp16:128:128"] and (f in got["dec:bf16:128:128"]) == (f in smoke.DEC_FEATURES)
-    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only, "mla" and
-    # "mlaapp" the MLA kernel's only)
+    # alone in its group: every FP8-cache feature (vappend is the 16-bit caches' only, "mla",
+    # "mlaapp" and "mlachunk" the MLA kernel's only)
     assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES
                                               if f not in smoke.CI_ONCE | {"vappend", *smoke.MLA_FEATURES}]
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
@@ -1195,14 +1218,14 @@ def test_ci_cases_cover_every_kernel_and_feature():
 
 
 def test_ci_cases_run_the_mla_kernel_on_its_feature():
-    """The MLA decode kernel (dec:bf16:64:512) joins the 16-bit decode group: it runs "mla" and
-    "mlaapp" (its only features) and nothing else, and no other kernel runs them; --ci-extra adds
-    nothing to it."""
+    """The MLA decode kernel (dec:bf16:64:512) joins the 16-bit decode group: it runs "mla",
+    "mlaapp" and "mlachunk" (its only features) and nothing else, and no other kernel runs them;
+    --ci-extra adds nothing to it."""
     info = dict(CI_INFO, decode=CI_INFO["decode"] + [["bf16", 64, 512]])
     ids = smoke.kernel_ids(info)
     assert "dec:bf16:64:512" in ids
     got = dict(smoke.ci_cases(ids))
-    assert got["dec:bf16:64:512"] == ["mla", "mlaapp"]
+    assert got["dec:bf16:64:512"] == ["mla", "mlaapp", "mlachunk"]
     for f in smoke.MLA_FEATURES:
         assert [k for k, fs in got.items() if f in fs] == ["dec:bf16:64:512"]
     assert set(got["dec:bf16:128:128"]) | set(got["dec:fp16:64:64"]) == set(smoke.kernel_features("dec:bf16:128:128"))

@@ -87,6 +87,17 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # cu_seqlens_k_new: entries of 0 queries and of 0 new keys, packed tails of no entry) on gathered
 # pages of 16 with 2 splits. The append is checked bit for bit as "append"/"vappend"'s, out/lse
 # against the oracle on the caches after it, as "mla"'s.
+# "mlachunk" (the MLA decode kernel only): FA3's attention_chunk and cache_leftpad with packed
+# queries (cu_seqlens_q) on the MLA kernel (MLACHUNK_PARTS, qv, one kv head, 16 heads: a token's
+# rows are 16 of a tile's 64, so chunk starts fall inside tiles): chunk 48 (divides no block of
+# 64) causal on TMA pages of 64, s_q 5 (80 packed rows: two tiles), a row whose tokens straddle a
+# chunk start (141..145 around 144) and one whose first tokens see one key; chunk 192 without other
+# masks (unmasked blocks) with cache_leftpad (37: off the block grid; a row of one key for 2
+# queries: the first sees none, its chunk ends at key 0) and 2 splits on a contiguous cache; packed
+# queries with cache_leftpad and chunk 64 (the leftpad moves its starts off the grid), causal, on
+# gathered pages of 16 with 3 splits (an entry of 0 queries, one whose leftpad leaves no key: out 0,
+# lse -inf; packed tail rows of no entry); packed queries with cache_leftpad (63: mid-block) and a
+# window, no chunk, on TMA pages of 64.
 # FA3's FP8 cache with new keys (fa3app, FP8-cache kernels only): fa3desc's launch after the fused
 # append of e4m3 new k/v (FA3APP_PARTS: s_new 2, a row of no cached keys, one filled to the
 # capacity; paged, and contiguous with 3 splits), copied bit for bit (they share the entry's
@@ -115,8 +126,9 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # of no sequence at the end (out 0, lse -inf).
 DEC_FEATURES = ["contig", "page1", "page16", "page64", "page256", "page48", "split", "gqa",
                 "causal", "window", "softcap", "badidx", "append", "rotary", "sinks", "vpaged", "alibi",
-                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp", "fa3pk", "fa3rot"]
-MLA_FEATURES = ("mla", "mlaapp")  # the MLA kernel's own features (its case shapes), and only its
+                "leftpad", "fa3desc", "fa3app", "vappend", "dchunk", "mla", "mlaapp", "fa3pk", "fa3rot",
+                "mlachunk"]
+MLA_FEATURES = ("mla", "mlaapp", "mlachunk")  # the MLA kernel's own features (its case shapes), and only its
 FA3APP_PARTS = [(16, 1, True), (None, 3, False)]  # (page size or contiguous, num_splits, causal)
 # "fa3pk"'s launches (as VAPPEND_PARTS, 256 keys a row, GQA g = 2): queries per entry (a list:
 # packed, an int: batched), new keys per entry (a list: packed, an int: batched, None: none),
@@ -142,6 +154,13 @@ MLAAPP_PARTS = [(2, 2, [0, 62, 254], 256, 64, 16, True, (64, False, None), None,
                 (1, 3, [100, 157], 160, None, 16, False, (32, True, [7, 150]), [37, 0], 3),
                 ([1, 0, 2], [2, 3, 0], [33, 0, 120], 128, 16, 8, True, (64, False, None), None, 2)]
 MLAAPP_TAIL = 2
+# "mlachunk"'s launches: (page size (None: contiguous), s_q (an int: batched; a list: packed, with
+# MLAAPP_TAIL rows of no entry after), capacity, seqused, leftpads, attention_chunk, causal, window,
+# num_splits); 16 heads, qv.
+MLACHUNK_PARTS = [(64, 5, 256, [20, 146, 256], None, 48, True, (-1, -1), 1),
+                  (None, 2, 700, [700, 600, 6], [37, 0, 5], 192, False, (-1, -1), 2),
+                  (16, [3, 0, 4, 1], 300, [100, 50, 300, 40], [37, 10, 0, 40], 64, True, (-1, -1), 3),
+                  (64, [2, 5, 1], 200, [200, 77, 130], [63, 1, 0], 0, False, (100, 3), 1)]
 # "dchunk" parts: (attention_chunk, causal, window, page size, s_q (packed: per-sequence query
 # counts), seqused, leftpads, num_splits). Chunk 48 divides no block (128, FP8 cache 112); s_q 37
 # packs 148 rows (two tiles, the second of 20 rows); seqused 20 < s_q leaves the first 17 tokens of
@@ -739,6 +758,23 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
 
     if feature == "mlaapp":
         return [_mlaapp_part(part, rnd, i32, cache, d, dv, device, *spec) for spec in MLAAPP_PARTS]
+    if feature == "mlachunk":
+        parts, h = [], 16
+        for page, s_q, cap, lens, pads, chunk, causal, window, splits in MLACHUNK_PARTS:
+            b = len(lens)
+            kc, vc, pt, ds = cache(b, cap, 1, page)
+            mask = dict(num_splits=splits, causal=causal, window=window, chunk=chunk,
+                        leftpad=None if pads is None else i32(pads), scale=(d + dv) ** -0.5)
+            if isinstance(s_q, list):  # packed queries, MLAAPP_TAIL rows of no entry after
+                cu = [0]
+                for n in s_q:
+                    cu.append(cu[-1] + n)
+                rows = cu[-1] + MLAAPP_TAIL
+                parts.append(part(rnd(rows, h, d), kc, vc, pt, ds, i32(lens), cu_q=i32(cu), max_q=max(s_q),
+                                  qv=rnd(rows, h, dv), **mask))
+            else:
+                parts.append(part(rnd(b, s_q, h, d), kc, vc, pt, ds, i32(lens), qv=rnd(b, s_q, h, dv), **mask))
+        return parts
     if feature == "mla":
         parts = []
         for with_qv, page, h, s_q, cap, lens, splits, causal, extra in MLA_PARTS:

@@ -321,10 +321,12 @@ FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bo
 // for head dims up to this, where the chunked mask (Mask::row_keys per packed row in the masked
 // blocks) leaves the consumers without spills (compile-check, nvcc 13.0: at d 256 the 16-bit-cache
 // kernel spilled 16 bytes and took an 8-byte stack frame); host/kernel_pick.cpp refuses a chunk
-// above it, flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM sends such calls to the reference.
+// above it, flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM sends such calls to the reference. The
+// MLA decode kernel (d_v > 256, decode/mla_traits.cuh) takes it too: its masks are consumer 0's,
+// which holds half of O (compile-check: no spills with the chunk).
 constexpr int kDecodeChunkMaxHeadDim = 192;
 FLASH3_HD constexpr bool decode_takes_chunk(int head_dim, int head_dim_v) {
-  return head_dim <= kDecodeChunkMaxHeadDim && head_dim_v <= kDecodeChunkMaxHeadDim;
+  return head_dim_v > 256 || (head_dim <= kDecodeChunkMaxHeadDim && head_dim_v <= kDecodeChunkMaxHeadDim);
 }
 
 // A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose

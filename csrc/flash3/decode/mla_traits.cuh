@@ -42,9 +42,11 @@ struct MlaTraits : FwdKvSync<2, 2> {
   static constexpr bool kDecode = true;
   static constexpr bool kFp8 = false;
   static constexpr bool kFp8Cache = false;
-  // No ALiBi (the forward's rule: d_v > 128; launch_fwd refuses slopes), no attention chunk.
+  // No ALiBi (the forward's rule: d_v > 128; launch_fwd refuses slopes). FA3's attention_chunk:
+  // consumer 0's masks take each packed row's token bounds (Mask::row_keys) and the schedule the
+  // chunk's key blocks, as in the 16-bit decode kernels (attn_logic.h decode_takes_chunk).
   static constexpr bool kAlibi = false;
-  static constexpr bool kChunk = false;
+  static constexpr bool kChunk = decode_takes_chunk(64, 512);
   static constexpr bool kQv = true;  // MLA: the producer also packs qv's rows (decode/load.cuh)
   using Element = Element_;
   using CacheElement = Element_;

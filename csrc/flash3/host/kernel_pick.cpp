@@ -39,7 +39,7 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
   // The chunked mask is compiled into the forward kernels up to d 192 (FwdTraits::kChunk).
   if (family == KernelFamily::fwd && attention_chunk > 0 && (d > 192 || d_v > 192))
     return refuse("attention_chunk: the forward kernels take it for head dims up to 192, got d=", d, " d_v=", d_v);
-  // The decode kernels' limit (FwdTraits::kChunk: attn_logic.h decode_takes_chunk).
+  // The decode kernels' limit (FwdTraits::kChunk; the MLA kernel takes it: attn_logic.h decode_takes_chunk).
   const bool decode = family == KernelFamily::decode || family == KernelFamily::decode_fp8_cache;
   if (decode && attention_chunk > 0 && !decode_takes_chunk(static_cast<int>(d), static_cast<int>(d_v)))
     return refuse("attention_chunk: the decode kernels take it for head dims up to ", kDecodeChunkMaxHeadDim,

@@ -16,7 +16,8 @@
 //   256 < d_v <= 512, caches of q's dtype), which also runs such calls without qv.
 //   attention_chunk: FA3's chunked local attention (0 = off; attn_logic.h Mask) on the tokens'
 //   positions (bottom-right aligned on each row's keys), intersecting the window; the decode
-//   kernels take it up to kDecodeChunkMaxHeadDim (kernel_pick). No host synchronization.
+//   kernels take it up to kDecodeChunkMaxHeadDim, and the MLA kernel (kernel_pick). No host
+//   synchronization.
 #pragma once
 #include <cstdint>
 
