@@ -188,9 +188,9 @@ def test_mla_chunk_reason_asks_the_extension(monkeypatch):
     monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
     asked = []
 
-    def pick(family, dtype, d, d_v, scale, left=-1, right=-1, attention_chunk=0):
+    def pick(family, dtype, d, d_v, scale, attention_chunk=0):
         asked.append((family, d, d_v, attention_chunk))
-        return {"kernel": [64, 512, False]} if attention_chunk < 100 else {"reason": "no chunk here"}
+        return {"kernel": [64, 512]} if attention_chunk < 100 else {"reason": "no chunk here"}
 
     monkeypatch.setattr(_backend, "kernel_pick", pick)
     q = type("Q", (), {"is_cuda": True, "shape": (1, 1, 16, D), "dtype": torch.bfloat16})()
