@@ -294,7 +294,7 @@ def fa3_bwd_row(binary, d, causal, s, sample, deterministic=False, h=None):
     us = sum(r["us"] for r in recs)
     main = max(recs, key=lambda r: r["us"])
     return dict(tflops=2.5 * flops_fwd(b, h, s, s, d, causal) / (us * 1e-6) / 1e12, us=us, rec=main,
-                launches=len(recs), shape=f"b {b} s {s} h {h}")
+                launches=len(recs), shape=f"b {b} s {s} h {h}", parts=[r["us"] for r in recs])
 
 
 # ---- one SM, equal work ---------------------------------------------------------------------------------
@@ -400,7 +400,7 @@ def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
     us = sum(r["us"] for r in recs)
     main = max(recs, key=lambda r: r["us"])
     return dict(tflops=2.5 * flops_fwd(b, h, s, s, d, causal) / (us * 1e-6) / 1e12, us=us, rec=main,
-                launches=len(recs), shape=f"b {b} s {s} h {h}")
+                launches=len(recs), shape=f"b {b} s {s} h {h}", parts=[r["us"] for r in recs])
 
 
 # ---- report --------------------------------------------------------------------------------------------
@@ -439,6 +439,13 @@ def bwd_section(bwd, steps, fa3bwd=None):
                  f"{r['launches']} / {o['launches'] if o else '-'} | {r['tflops']:.0f} | {peer} | {r['us']:.0f} | "
                  f"{peer_us} | {pub or '-'} | {r['tflops'] / 989.4:.2f} | "
                  f"{dominant_stall(r['rec'])}; {dominant_stall(o['rec']) if o else '-'} |")
+    for key, r in sorted(bwd.items()):
+        o = fa3bwd.get(key)
+        if o and "parts" in r and "parts" in o:   # where the time goes, launch by launch
+            d, causal, s, h, det = key
+            L += ["", f"Launches of bwd d {d}{' causal' if causal else ''} s {s} h {h} (preprocess, main kernel, dQ "
+                  f"conversion), us: flash3 {' + '.join(f'{x:.0f}' for x in r['parts'])}; FA3 "
+                  f"{' + '.join(f'{x:.0f}' for x in o['parts'])}."]
     for (d, causal, s, h, det), r in sorted(bwd.items()):
         fw = steps.get((d, causal, s, h))
         if fw and not det:
