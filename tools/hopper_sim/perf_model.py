@@ -671,11 +671,11 @@ def main():
             if r:
                 f3[(d, causal, s)] = r
     bwd, steps, fa3bwd = {}, {}, {}
-    if "bwd" in only:   # d 128: full at 4k and 16k, causal at 16k; the training step's shape (h 32)
+    if "bwd" in only:   # d 128: full at 4k and 16k, causal at 4k and 16k; the training step's shape (h 32)
         drv = smoke_sim_driver_bwd(128)
         fbin = fa3_bwd_binary(a.fa3_src, 128) if a.fa3_src else None
-        for causal, s, h, det in ((False, 4096, None, False), (False, 16384, None, False), (True, 16384, None, False),
-                                  (True, 16384, 32, False)):
+        for causal, s, h, det in ((False, 4096, None, False), (True, 4096, None, False), (False, 16384, None, False),
+                                  (True, 16384, None, False), (True, 16384, 32, False)):
             r = flash3_bwd_row(drv, 128, causal, s, a.sample_causal if causal else a.sample, det, h)
             if r:
                 bwd[(128, causal, s, h or 16, det)] = r
