@@ -11,6 +11,7 @@ published H100 SXM5 number was measured, with CTAs sampled (--timing-sample K: t
     published | model | error;
   - flash3's forward in the same model at the same shapes: flash3 / FA3 and flash3 / GEMM line,
     with each row's dominant stall;
+  - with --only ...,bwd: flash3's backward d 128 beside FA3's (tools/fa3_peer/build.py --bwd);
   - one plot: predicted TFLOP/s against seqlen (flash3, FA3, the GEMM line).
 No number here is asserted by a test; the parameters are never fitted to these rows.
 
@@ -286,6 +287,34 @@ def fa3_row(binary, d, causal, s, sample):
     return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
 
 
+def fa3_bwd_binary(fa3_src, d):
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d), "--bwd",
+                        "--fa3-src", fa3_src], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"perf_model: FA3 bwd d {d} build failed:\n{r.stderr[-3000:]}")
+        return None
+    return r.stdout.strip().splitlines()[-1]
+
+
+def fa3_bwd_row(binary, d, causal, s, sample, deterministic=False, h=None):
+    """FA3's backward (its preprocess, main kernel and dQ conversion: every launch of its
+    run_mha_bwd_, tools/fa3_peer/fa3_bwd_driver.cu) at flash3_bwd_row's shape; plausible lse,
+    random out/dout (no check). FLOPs: 2.5x the forward's."""
+    b, s, h0, d = paper_shape(s, d)
+    h = h or h0
+    b = max(1, 16384 // s) if h != h0 else b
+    tag = (f"fa3-bwd-d{d}-{'causal' if causal else 'full'}-s{s}-h{h}{'-det' if deterministic else ''}"
+           f"{sample_tag(sample)}")
+    recs = run_timed([binary, str(b), str(s), str(h), str(d), str(int(causal)), "0", "132", str(int(deterministic))],
+                     tag, sample, only="FlashAttnBwd", atomics=True)
+    if len(recs) < 3:   # preprocess, main kernel, dQ conversion: a cut-short record is no row
+        return None
+    us = sum(r["us"] for r in recs)
+    main = max(recs, key=lambda r: r["us"])
+    return dict(tflops=2.5 * flops_fwd(b, h, s, s, d, causal) / (us * 1e-6) / 1e12, us=us, rec=main,
+                launches=len(recs), shape=f"b {b} s {s} h {h}", parts=[r["us"] for r in recs])
+
+
 # ---- one SM, equal work ---------------------------------------------------------------------------------
 # A causal row's tiles differ in cost, and the sampled SMs take their round-robin share of each kernel's
 # own tile order, so flash3's and FA3's sampled SMs do different work (at d 128 s 4096, 8 SMs: 2% more
@@ -389,7 +418,7 @@ def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
     us = sum(r["us"] for r in recs)
     main = max(recs, key=lambda r: r["us"])
     return dict(tflops=2.5 * flops_fwd(b, h, s, s, d, causal) / (us * 1e-6) / 1e12, us=us, rec=main,
-                launches=len(recs), shape=f"b {b} s {s} h {h}")
+                launches=len(recs), shape=f"b {b} s {s} h {h}", parts=[r["us"] for r in recs])
 
 
 # ---- report --------------------------------------------------------------------------------------------
@@ -405,20 +434,36 @@ def fmt_err(model, pub):
     return f"{100.0 * (model - pub) / pub:+.0f}%"
 
 
-def bwd_section(bwd, steps):
+def bwd_section(bwd, steps, fa3bwd=None):
     if not bwd:
         return []
-    L = ["", "## Backward and the training step (flash3 in the model)", "",
-         "FA3's backward does not run in the simulator yet (its driver builds the forward only), so its "
-         "published figure stands beside flash3's model figure: not the same footing.", "",
-         "| row | shape | launches | flash3 model TFLOP/s (2.5x fwd FLOPs) | flash3 us | FA3 published | "
-         "flash3 / 989.4 peak | dominant stall (main kernel) |", "|---|---|---|---|---|---|---|---|"]
+    fa3bwd = fa3bwd or {}
+    L = ["", "## Backward and the training step (flash3 and FA3 in the model)", "",
+         "FA3's backward runs in the simulator as its forward does (tools/fa3_peer/build.py --bwd: its own "
+         "flash_bwd_hdim128_bf16_sm90.cu, driven by fa3_bwd_driver.cu): every launch of each kernel's backward "
+         "(preprocess, main kernel, dQ conversion) is timed, at the same shapes and sampling. FLOPs: 2.5x the "
+         "forward's for both. FA3's published figure stands beside them for reference."
+         + ("" if fa3bwd else " (No FA3 rows in this run: they need FA3_SRC.)"), "",
+         "| row | shape | launches (flash3 / FA3) | flash3 model TFLOP/s | FA3 model TFLOP/s | flash3 / FA3 | "
+         "flash3 us | FA3 us | FA3 published | flash3 / 989.4 peak | dominant stall, main kernel (flash3; FA3) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in sorted(bwd.items()):
         d, causal, s, h, det = key
         pub = FA3_PUBLISHED_BWD.get((d, causal, s)) if h == 16 and not det else None
+        o = fa3bwd.get(key)
+        peer = f"{o['tflops']:.0f} | {r['tflops'] / o['tflops']:.2f}" if o else "- | -"
+        peer_us = f"{o['us']:.0f}" if o else "-"
         L.append(f"| bwd bf16 d {d}{' causal' if causal else ''}{' deterministic' if det else ''} | {r['shape']} | "
-                 f"{r['launches']} | {r['tflops']:.0f} | {r['us']:.0f} | {pub or '-'} | {r['tflops'] / 989.4:.2f} | "
-                 f"{dominant_stall(r['rec'])} |")
+                 f"{r['launches']} / {o['launches'] if o else '-'} | {r['tflops']:.0f} | {peer} | {r['us']:.0f} | "
+                 f"{peer_us} | {pub or '-'} | {r['tflops'] / 989.4:.2f} | "
+                 f"{dominant_stall(r['rec'])}; {dominant_stall(o['rec']) if o else '-'} |")
+    for key, r in sorted(bwd.items()):
+        o = fa3bwd.get(key)
+        if o and "parts" in r and "parts" in o:   # where the time goes, launch by launch
+            d, causal, s, h, det = key
+            L += ["", f"Launches of bwd d {d}{' causal' if causal else ''} s {s} h {h} (preprocess, main kernel, dQ "
+                  f"conversion), us: flash3 {' + '.join(f'{x:.0f}' for x in r['parts'])}; FA3 "
+                  f"{' + '.join(f'{x:.0f}' for x in o['parts'])}."]
     for (d, causal, s, h, det), r in sorted(bwd.items()):
         fw = steps.get((d, causal, s, h))
         if fw and not det:
@@ -447,7 +492,7 @@ def equal_work_section(equal):
     return L
 
 
-def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=None):
+def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=None, fa3bwd=None):
     prows, phash = params_table()
     L = ["# flash3 in the H100 timing model", "",
          f"Generated by `make perf-model` (tools/hopper_sim/perf_model.py) on {datetime.date.today().isoformat()}; "
@@ -491,7 +536,7 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "| row | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3's dominant stall | FA3's dominant stall |",
           "|---|---|---|---|---|---|"]
     L += [f"| {r} | {a} | {b} | {a / b:.2f} | {x} | {y} |" for r, a, b, x, y in HEAD_DIM_ROWS]
-    L += bwd_section(bwd or {}, steps or {})
+    L += bwd_section(bwd or {}, steps or {}, fa3bwd)
     L += ["", "## History (kernel changes, before / after in the model)", "",
           "| row | before | after | change | what motivated it |", "|---|---|---|---|---|"]
     L += [f"| {r} | {b} | {a} | {c} | {w} |" for r, b, a, c, w in HISTORY]
@@ -602,7 +647,7 @@ def main():
     ap.add_argument("--sample-causal", type=int, default=8, help="SMs sampled for causal rows (0: all)")
     ap.add_argument("--rows", choices=("quick", "validation", "paper"), default="quick")
     ap.add_argument("--only", default="gemm,fa3,flash3", help="comma list of gemm, fa3, flash3, bwd (flash3's "
-                    "backward d 128 and the training step; not in the default), equal (causal d 128 on one SM, "
+                    "backward d 128 and the training step, FA3's backward beside it with FA3_SRC; not in the default), equal (causal d 128 on one SM, "
                     "equal work for flash3 and FA3; not in the default)")
     ap.add_argument("--reuse", action="store_true", help="take a row's record from build/perf_model/ when there")
     ap.add_argument("--no-run", action="store_true", help="with --reuse: leave out rows without a record")
@@ -643,14 +688,19 @@ def main():
             r = flash3_row(drivers[d], d, causal, s, a.sample_causal if causal else a.sample)
             if r:
                 f3[(d, causal, s)] = r
-    bwd, steps = {}, {}
-    if "bwd" in only:   # d 128: full at 4k and 16k, causal at 16k; the training step's shape (h 32)
+    bwd, steps, fa3bwd = {}, {}, {}
+    if "bwd" in only:   # d 128: full at 4k and 16k, causal at 4k and 16k; the training step's shape (h 32)
         drv = smoke_sim_driver_bwd(128)
-        for causal, s, h, det in ((False, 4096, None, False), (False, 16384, None, False), (True, 16384, None, False),
-                                  (True, 16384, 32, False)):
+        fbin = fa3_bwd_binary(a.fa3_src, 128) if a.fa3_src else None
+        for causal, s, h, det in ((False, 4096, None, False), (True, 4096, None, False), (False, 16384, None, False),
+                                  (True, 16384, None, False), (True, 16384, 32, False)):
             r = flash3_bwd_row(drv, 128, causal, s, a.sample_causal if causal else a.sample, det, h)
             if r:
                 bwd[(128, causal, s, h or 16, det)] = r
+            if r and fbin and not det:   # FA3's backward at the same shape
+                o = fa3_bwd_row(fbin, 128, causal, s, a.sample_causal if causal else a.sample, det, h)
+                if o:
+                    fa3bwd[(128, causal, s, h or 16, det)] = o
             if r and h:   # the same shape's forward, for the step
                 fw = flash3_row(flash3_driver(128), 128, causal, s, a.sample_causal if causal else a.sample, h=h)
                 if fw:
@@ -662,7 +712,7 @@ def main():
             mine, peer = flash3_equal_work_row(drv, 128, True, s), fbin and fa3_equal_work_row(fbin, 128, True, s)
             if mine:
                 equal[(128, True, s)] = (mine, peer)
-    write_report(gemm, fa3, f3, a, commit, bwd, steps, equal)
+    write_report(gemm, fa3, f3, a, commit, bwd, steps, equal, fa3bwd)
 
 
 if __name__ == "__main__":
