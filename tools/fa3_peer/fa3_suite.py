@@ -7,7 +7,8 @@
 (or FA3_SRC=/path/to/flash-attention).  The checkout is read, never fetched.  FA3's test file is
 copied into a temporary directory with only the *device* changed -- ``device = "cuda"`` becomes
 ``"cpu"`` and the sm90 capability probe that gates FP8 is answered as Hopper; the race test's 70 GiB
-dummy allocation (GPU memory pressure) shrinks to 1 MiB -- next to its helpers
+dummy allocation (GPU memory pressure) shrinks to 1 MiB and its 1000 repetitions to 3 -- next to
+its helpers
 (test_util.py, padding.py, copied as they are).  A conftest in that directory
 
 * makes ``import flash_attn_interface`` load ``flash3.flash_attn_interface`` (a sys.modules
@@ -32,14 +33,17 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# (text in FA3's file, replacement, how many times it must occur at least): the device, and one
-# size -- the race test's 70 GiB "memory load" (GPU memory it fills to provoke races; a CPU run
-# cannot allocate it, and it touches no result).
+# (text in FA3's file, replacement, how many times it must occur at least): the device, and the
+# race test's sizes -- its 70 GiB "memory load" (GPU memory it fills to provoke races; a CPU run
+# cannot allocate it, and it touches no result) and its 1000 repetitions (a GPU race's odds; each
+# is a batch-60 forward and backward, minutes on the CPU): 3.
 DEVICE_PATCHES = [
     ('device = "cuda"', 'device = "cpu"', 1),
     ('torch.cuda.get_device_capability("cuda")[0] < 9', "False", 1),
     ("torch.empty(70 * 1024 ** 3, dtype=torch.uint8, device=device)",
      "torch.empty(1024 ** 2, dtype=torch.uint8, device=device)", 0),
+    ("    for i in range(1000):\n        torch.random.manual_seed(42)\n        out = flash_attn_func(",
+     "    for i in range(3):\n        torch.random.manual_seed(42)\n        out = flash_attn_func(", 0),
 ]
 
 CONFTEST = '''\
