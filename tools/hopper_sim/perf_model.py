@@ -343,19 +343,20 @@ def flash3_row(driver, d, causal, s, sample, h=None):
     return dict(tflops=flops / (rec["us"] * 1e-6) / 1e12, rec=rec, us=rec["us"], flops=flops)
 
 
-def write_bwd_case(case, b, s, h, d, causal, deterministic):
+def write_bwd_case(case, b, s, h, d, causal, deterministic, s_k=None):
     """A simulator case file for flash3's backward on random bf16 dout/q/k/v/out and lse of (b, s, h, d)
-    (the model needs no meaningful values)."""
+    (keys: s_k, default s; the model needs no meaningful values)."""
     case.mkdir(parents=True, exist_ok=True)
-    st = [s * h * d, h * d, d, 1]
+    s_k = s_k or s
     lines = ["flash3-sim-case 1", "op bwd"]
-    for name in ("dout", "q", "k", "v", "out"):
-        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
-    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 random")
-    for name in ("dq", "dk", "dv"):
-        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
+    for name in ("dout", "q", "k", "v", "out", "dq", "dk", "dv"):
+        n = s_k if name in ("k", "v", "dk", "dv") else s
+        lines.append(f"tensor {name} bf16 4 {b} {n} {h} {d} {n * h * d} {h * d} {d} 1 "
+                     + ("nan" if name.startswith("d") and name != "dout" else "random"))
+        if name == "out":
+            lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 random")
     scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
-                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, deterministic=int(deterministic), no_outputs=1)
+                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s_k, deterministic=int(deterministic), no_outputs=1)
     lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
     (case / "case.txt").write_text("\n".join(lines) + "\n")
 
@@ -365,7 +366,8 @@ def bwd_result(recs, flops, shape):
     if len(recs) < 3:   # a cut-short record is no row
         return None
     us = sum(r["us"] for r in recs)
-    main = max(recs, key=lambda r: r["us"])
+    # the main kernel (not the pre/postprocess, which can take longer when the main one has few CTAs)
+    main = next((r for r in recs if "bwd_kernel" in r["kernel"]), max(recs, key=lambda r: r["us"]))
     return dict(tflops=2.5 * flops / (us * 1e-6) / 1e12, us=us, rec=main, launches=len(recs), shape=shape)
 
 
@@ -394,6 +396,25 @@ def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
 # it replays the poll iterations the functional run executed (each a global load), so the ordering wait
 # is modelled only as far as those polls go; the rest of the mode (the writer's full-completion wait per
 # dQ add instead of .read, the fences, the atomic) is modelled as it is.
+def flash3_bwd_det_local(driver, d, s, sample=1):
+    """{False: row, True: row} at the paper's b and h with s queries and ONE key block: every CTA is its
+    query blocks' first key block (rank 0), so the deterministic mode never waits on another CTA and
+    samples like the default one. What it times: the mode's own cost per dQ add (the writer waits for
+    the reduce-add's global completion, fences, increments the semaphore) and whether the consumers feel
+    it; the ordering chain between key blocks is left out."""
+    b, s, h, d = paper_shape(s, d)
+    blk = 128 if d <= 128 else 64
+    rows = {}
+    for det in (False, True):
+        case = WORK / f"flash3-bwd-d{d}-full-s{s}-k{blk}-h{h}{'-det' if det else ''}{sample_tag(sample)}"
+        write_bwd_case(case, b, s, h, d, False, det, s_k=blk)
+        recs = run_timed([str(driver), str(case)], case.name, sample)
+        r = bwd_result(recs, flops_fwd(b, h, s, blk, d, False), f"b {b} s_q {s} s_k {blk} h {h}")
+        if r:
+            rows[det] = r
+    return rows
+
+
 def flash3_bwd_det_pair(driver, d, s):
     """{False: row, True: row} for the backward at b 1, h 1, s, non-deterministic and deterministic."""
     blocks = -(-s // (128 if d <= 128 else 64))   # key blocks = CTAs (attn_logic.h bwd_tile_shape)
@@ -599,23 +620,28 @@ def fp8_section(fp8):
 
 
 def det_section(det):
-    """{s: {False: row, True: row}}: the deterministic backward against the default one, same CTAs."""
+    """{"local" | "onewave": {False: row, True: row}}: the deterministic backward against the default one."""
     if not det:
         return []
     L = ["", "## Deterministic backward (flash3 in the model)", "",
-         "Both modes on every CTA of one head (b 1, h 1, d 128) on a GPU of as many SMs as key blocks: one "
-         "wave, every key block of the head at once, the ordering's worst case (`flash3_bwd_det_pair`, "
-         "perf_model.py; sampling cannot run the deterministic mode: a sampled CTA would wait on skipped "
-         "CTAs' semaphore). The replay has no event for the semaphore: the wait is the poll iterations "
-         "the functional run executed, replayed as global loads. Target (issue 31): <= 10% slower.", "",
-         "| row | shape | launches | us | TFLOP/s (2.5x fwd FLOPs) | deterministic / default | "
+         "Deterministic mode adds each query block's dQ in key-block order: a CTA polls a semaphore until "
+         "every key block before it has added (bwd/kernel.cuh write_dq). Sampling cannot run it at the paper's "
+         "shape (a sampled CTA would wait on skipped CTAs), and the replay has no event for a semaphore: it "
+         "replays the poll iterations the functional run happened to execute, each a global load. Two "
+         "measurements (perf_model.py): *local*, the paper's b and h with one key block (s_k 128: every CTA "
+         "is rank 0, so it never waits; the mode's own cost per dQ add: the writer waits for the reduce-add's "
+         "global completion, fences, increments the semaphore); *one wave*, every CTA of one head (b 1, h 1) "
+         "on a GPU of as many SMs as key blocks, where the deterministic time is the replayed polls (a model "
+         "artefact, not an estimate). Target (issue 31): <= 10% slower.", "",
+         "| row | shape | launches | us | deterministic / default | main kernel cycles | "
          "dominant stall (main kernel) |", "|---|---|---|---|---|---|---|"]
-    for s, pair in sorted(det.items()):
+    for kind, pair in sorted(det.items()):
         base = pair.get(False)
         for mode, r in sorted(pair.items()):
             rel = f"{r['us'] / base['us']:.3f}" if base else "-"
-            L.append(f"| bwd bf16 d 128{' deterministic' if mode else ''} | {r['shape']} | {r['launches']} | "
-                     f"{r['us']:.0f} | {r['tflops']:.0f} | {rel} | {dominant_stall(r['rec'])} |")
+            L.append(f"| bwd bf16 d 128{' deterministic' if mode else ''} ({'local' if kind == 'local' else 'one wave'}) | "
+                     f"{r['shape']} | {r['launches']} | {r['us']:.0f} | {rel} | {r['rec']['cycles']} | "
+                     f"{dominant_stall(r['rec'])} |")
     return L
 
 
@@ -636,7 +662,10 @@ def decode_section(dec):
     for (page, splits), r in sorted(dec.items()):
         rec = r["rec"]
         bound = "HBM" if rec.get("hbm_cycles", 0) > rec.get("sm_cycles", 0) else "SM"
-        L.append(f"| {f'pages of {page} rows' if page else 'contiguous'} | {splits or 'plan'} ({r['grid']}) | "
+        tiles = sh["b"] * sh["h_k"] * -(-(sh["h"] // sh["h_k"]) // 128)   # decode_tiles: GQA rows packed
+        ctas = r["grid"][0] * r["grid"][1] * r["grid"][2]
+        L.append(f"| {f'pages of {page} rows' if page else 'contiguous'} | "
+                 f"{f'plan: {ctas // tiles}' if not splits else splits} ({ctas} CTAs) | "
                  f"{r['us']:.1f} ({' + '.join(map(str, r['launch_us']))}) | {r['bytes'] / 1e6:.1f} MB | "
                  f"{r['tbps']:.2f} | {100 * r['hbm_frac']:.0f}% | {rec.get('sm_cycles')} | {rec.get('hbm_cycles')} | "
                  f"{bound} | {dominant_stall(rec)} |")
@@ -891,10 +920,12 @@ def main():
             if f8:
                 fp8[(256, causal, 4096)] = (f8, flash3_row(drv16, 256, causal, 4096, smp))
     det = {}
-    if "det" in only:   # d 128, s 4096: deterministic and default backward on one head's CTAs
-        pair = flash3_bwd_det_pair(smoke_sim_driver_bwd(128), 128, 4096)
-        if pair:
-            det[4096] = pair
+    if "det" in only:   # d 128, s 4096: deterministic and default backward (see flash3_bwd_det_local/_pair)
+        drv = smoke_sim_driver_bwd(128)
+        for kind, fn in (("local", flash3_bwd_det_local), ("onewave", flash3_bwd_det_pair)):
+            pair = fn(drv, 128, 4096)
+            if pair:
+                det[kind] = pair
     dec = flash3_decode_rows(decode_driver(128)) if "decode" in only else {}
     equal = {}
     if "equal" in only:
