@@ -124,7 +124,7 @@ MEASURED = [
     ("fwd bf16 d 128 causal", "b 1 s 16384 h 16", 754, 889, "1.18", 603, 844),
     ("bwd bf16 d 128", "b 4 s 4096 h 16", "-", "-", "-", 380, 457),
 ]
-# Other head dims against FA3, measured by hand (b 4 s 4096 h 16 = the paper's shape at 4k; flash3 at
+# Other head dims against FA3, measured by hand (b 4 s 4096 h 2048 / d = the paper's shape at 4k; flash3 at
 # commit f788c6f, FA3 0251105a built by tools/fa3_peer/build.py --hdim D; causal rows sample 8 SMs):
 # (row, flash3 TFLOP/s, FA3 TFLOP/s, flash3's dominant stall, FA3's dominant stall).
 HEAD_DIM_ROWS = [
@@ -135,7 +135,8 @@ HEAD_DIM_ROWS = [
     ("fwd bf16 d 256", 909, 917, "wgmma_wait 44%", "wgmma_wait 56%"),
     ("fwd bf16 d 256 causal", 692, 762, "wgmma_wait 41%", "wgmma_wait 47%"),
 ]
-HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model.py), b 4 s 4096 h 16. The causal "
+HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model.py), b 4 s 4096, h = 2048 / d (the "
+                 "paper's hidden 2048: h 32, 21, 8 at d 64, 96, 256; the case files say so). The causal "
                  "rows trail at every head dim, most at d 256 (tile 128 x 80 in both): flash3's consumers lose "
                  "more to dependency stalls (10.3M vs 6.9M cycles over 8 SMs) and its second warpgroup waits "
                  "at the pingpong barrier (0.93M cycles per warp, summed over the 8 SMs; FA3, which has no pingpong above d 128, 0.02M at its barriers); "
