@@ -71,7 +71,8 @@ HISTORY = [
      "producer: K one block ahead of V (K_n before V_{n+1}; commit ea80f38)",
      "stall profile: the consumers' largest mbarrier stall was K's full barrier (708k cycles on the sampled "
      "SM, FA3's 263k): K_n waited behind V_{n+1}'s slot and bytes"),
-    ("decode bf16 d 128, h 32 / h_k 8, b 8, cache 8192, pages of 16 rows (contiguous: 1371 us), 4 simulated SMs",
+    ("decode bf16 d 128, h 32 / h_k 8, b 8, cache 8192, pages of 16 rows (contiguous: 1371 us), 4 simulated SMs "
+     "(`simrun --sms 4`: the whole grid on a 4-SM GPU, 1 split, 16 waves; SM-bound, no bandwidth figure)",
      "10258 us", "3215 us (3.2x faster); 2836 us (3.6x) with the d 128 pass step",
      "decode producer: the block's page ids read once per block (one per lane, then shuffles) instead of a "
      "page-table read per 16-byte chunk; a pass loop without divisions, unrolled by 4; at d 128 a pass's "
