@@ -391,13 +391,11 @@ def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
 
 # Deterministic mode orders each query block's dQ adds by key block through a semaphore per query block
 # (bwd/kernel.cuh write_dq): a CTA polls until every key block before it has added. Sampling cannot run
-# it (the CTAs a sampled one waits for are skipped, --timing-sample-atomics would count the semaphore
-# wrong), so both modes run here on every CTA of one head (b 1, h 1): a GPU of as many SMs as key blocks,
-# one wave, every key block of the head at once (the ordering's worst case; on the paper's shape a wave
-# holds ~4 heads' key blocks side by side the same way). The replay has no event for the semaphore:
-# it replays the poll iterations the functional run executed (each a global load), so the ordering wait
-# is modelled only as far as those polls go; the rest of the mode (the writer's full-completion wait per
-# dQ add instead of .read, the fences, the atomic) is modelled as it is.
+# it at the paper's shape (the CTAs a sampled one waits for are skipped; --timing-sample-atomics would
+# count the semaphore wrong), and the replay has no event for a semaphore: it replays the poll iterations
+# the functional run happened to execute, each a global load. Hence two measurements: the mode's own cost
+# without waits (flash3_bwd_det_local) and one head's key blocks at once (flash3_bwd_det_pair), whose
+# deterministic time is those replayed polls.
 def flash3_bwd_det_local(driver, d, s, sample=1):
     """{False: row, True: row} at the paper's b and h with s queries and ONE key block: every CTA is its
     query blocks' first key block (rank 0), so the deterministic mode never waits on another CTA and
@@ -418,7 +416,10 @@ def flash3_bwd_det_local(driver, d, s, sample=1):
 
 
 def flash3_bwd_det_pair(driver, d, s):
-    """{False: row, True: row} for the backward at b 1, h 1, s, non-deterministic and deterministic."""
+    """{False: row, True: row} at b 1, h 1: every CTA of one head on a GPU of as many SMs as key blocks (one
+    wave, every key block at once, as a wave of the paper's shape holds ~4 heads'). The deterministic
+    time here is the functional run's polls replayed (777k at s 4096, ~380 per dQ add): a model artefact,
+    kept to show it, not an estimate."""
     blocks = -(-s // (128 if d <= 128 else 64))   # key blocks = CTAs (attn_logic.h bwd_tile_shape)
     rows = {}
     for det in (False, True):
@@ -910,7 +911,7 @@ def main():
         drv = smoke_sim_driver_bwd(128)
         # The backward's grid is static (key blocks fastest, 32 per head): SM k gets key blocks k, k + 4,
         # ... (132 = 4 mod 32), so 4 sampled SMs see every key block equally often, the causal work's
-        # exact mean; 8 SMs' traces did not fit in 24 GiB next to other jobs (killed).
+        # exact mean (8 SMs were killed for memory next to other jobs on a 24 GiB machine).
         r = flash3_bwd_row(drv, 128, True, 4096, 4, False, 32)
         fw = r and flash3_row(flash3_driver(128), 128, True, 4096, a.sample_causal, h=32)
         if r and fw:
