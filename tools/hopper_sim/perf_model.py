@@ -854,7 +854,7 @@ def main():
     ap.add_argument("--only", default="gemm,fa3,flash3", help="comma list of gemm, fa3, flash3, bwd (flash3's "
                     "backward d 128 and the training step; not in the default), equal (causal d 128 on one SM, "
                     "equal work for flash3 and FA3; not in the default), step (the training step: fwd + bwd at b 4 s 4096 h 32 "
-                    "causal), fp8 (e4m3 against bf16, d 256 s 4096), det (deterministic backward against the default "
+                    "causal), fp8 (e4m3 against bf16, d 256 and d 128 full, s 4096), det (deterministic backward against the default "
                     "one), decode (a decode step against HBM bandwidth); the last four not in the default")
     ap.add_argument("--reuse", action="store_true", help="take a row's record from build/perf_model/ when there")
     ap.add_argument("--no-run", action="store_true", help="with --reuse: leave out rows without a record")
@@ -917,13 +917,12 @@ def main():
         if r and fw:
             bwd[(128, True, 4096, 32, False)], steps[(128, True, 4096, 32)] = r, fw
     fp8 = {}
-    if "fp8" in only:   # d 256 at s 4096: the e4m3 kernel and the bf16 one, same shape and sample
-        drv8, drv16 = fp8_driver(256), flash3_driver(256)
-        for causal in (False, True):
+    if "fp8" in only:   # s 4096: the e4m3 kernel and the bf16 one, same shape and sample (d 256; d 128 full)
+        for d, causal in ((256, False), (256, True), (128, False)):
             smp = a.sample_causal if causal else a.sample
-            f8 = flash3_fp8_row(drv8, 256, causal, 4096, smp)
+            f8 = flash3_fp8_row(fp8_driver(d), d, causal, 4096, smp)
             if f8:
-                fp8[(256, causal, 4096)] = (f8, flash3_row(drv16, 256, causal, 4096, smp))
+                fp8[(d, causal, 4096)] = (f8, flash3_row(flash3_driver(d), d, causal, 4096, smp))
     det = {}
     if "det" in only:   # d 128, s 4096: deterministic and default backward (see flash3_bwd_det_local/_pair)
         drv = smoke_sim_driver_bwd(128)
