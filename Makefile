@@ -112,10 +112,11 @@ sim-check: sim
 # CUTLASS's GEMMs and FlashAttention-3 (FA3_SRC=<flash-attention checkout>; without it FA3's rows
 # are left out), flash3 at the same shapes, a plot -> benchmarks/results/perf_model.md.
 # PERF_ROWS=paper runs every published shape (hours of CPU); validation: d 128 full and causal at
-# 1k-16k plus the GEMMs at 4k/8k (~30 min of CPU with FA3); quick is a handful.
+# 1k-16k plus the GEMMs at 4k/8k (~30 min of CPU with FA3); quick is a handful. PERF_ONLY=fp8,det,decode,step
+# (a comma list, perf_model.py --only) runs only those rows.
 PERF_ROWS ?= quick
 perf-model: sim
-	$(SIM_PY) tools/hopper_sim/perf_model.py --rows $(PERF_ROWS) $(if $(FA3_SRC),--fa3-src $(FA3_SRC))
+	$(SIM_PY) tools/hopper_sim/perf_model.py --rows $(PERF_ROWS) $(if $(FA3_SRC),--fa3-src $(FA3_SRC)) $(if $(PERF_ONLY),--only $(PERF_ONLY))
 
 # CUTLASS's Hopper examples (all of them: --all) built and run under the simulator whatever the
 # record says; a passing run rewrites tools/hopper_sim/ground_truth.json (commit it: sim-check and

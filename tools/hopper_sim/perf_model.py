@@ -16,7 +16,7 @@ published H100 SXM5 number was measured, with CTAs sampled (--timing-sample K: t
 No number here is asserted by a test; the parameters are never fitted to these rows.
 
   python tools/hopper_sim/perf_model.py [--fa3-src PATH] [--sample K] [--rows quick|validation|paper]
-                             [--only gemm,fa3,flash3] [--reuse] [--no-run]
+                             [--only gemm,fa3,flash3,bwd,equal,step,fp8,det,decode] [--reuse] [--no-run]
 """
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ HISTORY = [
      "producer: K one block ahead of V (K_n before V_{n+1}; commit ea80f38)",
      "stall profile: the consumers' largest mbarrier stall was K's full barrier (708k cycles on the sampled "
      "SM, FA3's 263k): K_n waited behind V_{n+1}'s slot and bytes"),
-    ("decode bf16 d 128, h 32 / h_k 8, b 8, cache 8192, pages of 16 rows (contiguous: 1371 us), 4 simulated SMs",
+    ("decode bf16 d 128, h 32 / h_k 8, b 8, cache 8192, pages of 16 rows (contiguous: 1371 us), 4 simulated SMs "
+     "(`simrun --sms 4`: the whole grid on a 4-SM GPU, 1 split, 16 waves; SM-bound, no bandwidth figure)",
      "10258 us", "3215 us (3.2x faster); 2836 us (3.6x) with the d 128 pass step",
      "decode producer: the block's page ids read once per block (one per lane, then shuffles) instead of a "
      "page-table read per 16-byte chunk; a pass loop without divisions, unrolled by 4; at d 128 a pass's "
@@ -143,7 +144,7 @@ MEASURED = [
     ("fwd bf16 d 128 causal", "b 1 s 16384 h 16", 754, 889, "1.18", 603, 844),
     ("bwd bf16 d 128", "b 4 s 4096 h 16", "-", "-", "-", 380, 457),
 ]
-# Other head dims against FA3, measured by hand (b 4 s 4096 h 16 = the paper's shape at 4k; flash3 at
+# Other head dims against FA3, measured by hand (b 4 s 4096 h 2048 / d = the paper's shape at 4k; flash3 at
 # commit f788c6f, FA3 0251105a built by tools/fa3_peer/build.py --hdim D; causal rows sample 8 SMs):
 # (row, flash3 TFLOP/s, FA3 TFLOP/s, flash3's dominant stall, FA3's dominant stall).
 HEAD_DIM_ROWS = [
@@ -154,7 +155,8 @@ HEAD_DIM_ROWS = [
     ("fwd bf16 d 256", 909, 917, "wgmma_wait 44%", "wgmma_wait 56%"),
     ("fwd bf16 d 256 causal", 692, 762, "wgmma_wait 41%", "wgmma_wait 47%"),
 ]
-HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model.py), b 4 s 4096 h 16. The causal "
+HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model.py), b 4 s 4096, h = 2048 / d (the "
+                 "paper's hidden 2048: h 32, 21, 8 at d 64, 96, 256; the case files say so). The causal "
                  "rows trail at every head dim, most at d 256 (tile 128 x 80 in both): flash3's consumers lose "
                  "more to dependency stalls (10.3M vs 6.9M cycles over 8 SMs) and its second warpgroup waits "
                  "at the pingpong barrier (0.93M cycles per warp, summed over the 8 SMs; FA3, which has no pingpong above d 128, 0.02M at its barriers); "
@@ -390,35 +392,223 @@ def flash3_row(driver, d, causal, s, sample, h=None):
     return dict(tflops=flops / (rec["us"] * 1e-6) / 1e12, rec=rec, us=rec["us"], flops=flops)
 
 
+def write_bwd_case(case, b, s, h, d, causal, deterministic, s_k=None):
+    """A simulator case file for flash3's backward on random bf16 dout/q/k/v/out and lse of (b, s, h, d)
+    (keys: s_k, default s; the model needs no meaningful values)."""
+    case.mkdir(parents=True, exist_ok=True)
+    s_k = s_k or s
+    lines = ["flash3-sim-case 1", "op bwd"]
+    for name in ("dout", "q", "k", "v", "out", "dq", "dk", "dv"):
+        n = s_k if name in ("k", "v", "dk", "dv") else s
+        lines.append(f"tensor {name} bf16 4 {b} {n} {h} {d} {n * h * d} {h * d} {d} 1 "
+                     + ("nan" if name.startswith("d") and name != "dout" else "random"))
+        if name == "out":
+            lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 random")
+    scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
+                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s_k, deterministic=int(deterministic), no_outputs=1)
+    lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
+    (case / "case.txt").write_text("\n".join(lines) + "\n")
+
+
+def bwd_result(recs, flops, shape):
+    """A backward row from its launches (preprocess, main kernel, dQ conversion), or None when cut short."""
+    if len(recs) < 3:   # a cut-short record is no row
+        return None
+    us = sum(r["us"] for r in recs)
+    # the main kernel (not the pre/postprocess, which can take longer when the main one has few CTAs)
+    main = next((r for r in recs if "bwd_kernel" in r["kernel"]), max(recs, key=lambda r: r["us"]))
+    return dict(tflops=2.5 * flops / (us * 1e-6) / 1e12, us=us, rec=main, launches=len(recs), shape=shape,
+                parts=[r["us"] for r in recs])
+
+
 def flash3_bwd_row(driver, d, causal, s, sample, deterministic=False, h=None):
     """flash3's backward (preprocess, main kernel, dQ conversion: all its launches) at the paper's shape,
-    or with h heads at b*s = 16k (the training step's shape); random dout/out/lse (the model needs
-    no meaningful values). FLOPs: 2.5x the forward's."""
+    or with h heads at b*s = 16k (the training step's shape). FLOPs: 2.5x the forward's.
+    Not for deterministic=True with sampling: a sampled CTA would wait forever on the dQ semaphore of
+    the skipped CTAs before it (see flash3_bwd_det_pair)."""
     b, s, h0, d = paper_shape(s, d)
     h = h or h0
     b = max(1, 16384 // s) if h != h0 else b
     tag = (f"flash3-bwd-d{d}-{'causal' if causal else 'full'}-s{s}-h{h}{'-det' if deterministic else ''}"
            f"{sample_tag(sample)}")
     case = WORK / tag
+    write_bwd_case(case, b, s, h, d, causal, deterministic)
+    recs = run_timed([str(driver), str(case)], case.name, sample, atomics=True)
+    return bwd_result(recs, flops_fwd(b, h, s, s, d, causal), f"b {b} s {s} h {h}")
+
+
+# Deterministic mode orders each query block's dQ adds by key block through a semaphore per query block
+# (bwd/kernel.cuh write_dq): a CTA polls until every key block before it has added. Sampling cannot run
+# it at the paper's shape (the CTAs a sampled one waits for are skipped; --timing-sample-atomics would
+# count the semaphore wrong), and the replay has no event for a semaphore: it replays the poll iterations
+# the functional run happened to execute, each a global load. Hence two measurements: the mode's own cost
+# without waits (flash3_bwd_det_local) and one head's key blocks at once (flash3_bwd_det_pair), whose
+# deterministic time is those replayed polls.
+def flash3_bwd_det_local(driver, d, s, sample=1):
+    """{False: row, True: row} at the paper's b and h with s queries and ONE key block: every CTA is its
+    query blocks' first key block (rank 0), so the deterministic mode never waits on another CTA and
+    samples like the default one. What it times: the mode's own cost per dQ add (the writer waits for
+    the reduce-add's global completion, fences, increments the semaphore) and whether the consumers feel
+    it; the ordering chain between key blocks is left out."""
+    b, s, h, d = paper_shape(s, d)
+    blk = 128 if d <= 128 else 64
+    rows = {}
+    for det in (False, True):
+        case = WORK / f"flash3-bwd-d{d}-full-s{s}-k{blk}-h{h}{'-det' if det else ''}{sample_tag(sample)}"
+        write_bwd_case(case, b, s, h, d, False, det, s_k=blk)
+        recs = run_timed([str(driver), str(case)], case.name, sample)
+        r = bwd_result(recs, flops_fwd(b, h, s, blk, d, False), f"b {b} s_q {s} s_k {blk} h {h}")
+        if r:
+            rows[det] = r
+    return rows
+
+
+def flash3_bwd_det_pair(driver, d, s):
+    """{False: row, True: row} at b 1, h 1: every CTA of one head on a GPU of as many SMs as key blocks (one
+    wave, every key block at once, as a wave of the paper's shape holds ~4 heads'). The deterministic
+    time here is the functional run's polls replayed (777k at s 4096, ~380 per dQ add): a model artefact,
+    kept to show it, not an estimate."""
+    blocks = -(-s // (128 if d <= 128 else 64))   # key blocks = CTAs (attn_logic.h bwd_tile_shape)
+    rows = {}
+    for det in (False, True):
+        case = WORK / f"flash3-bwd-d{d}-full-s{s}-b1-h1{'-det' if det else ''}-onewave"
+        write_bwd_case(case, 1, s, 1, d, False, det)
+        recs = run_timed([str(driver), str(case)], case.name, 0, sms=blocks)
+        r = bwd_result(recs, flops_fwd(1, 1, s, s, d, False), f"b 1 s {s} h 1, {blocks} SMs")
+        if r:
+            rows[det] = r
+    return rows
+
+
+# ---- FP8 forward ------------------------------------------------------------------------------------
+def fp8_driver(d):
+    os.environ["FLASH3_HDIMS"], os.environ["FLASH3_DTYPES"] = str(d), "e4m3"
+    import smoke_sim
+    return smoke_sim.build_driver(kinds=("fwd",))
+
+
+def write_bin(path, make):
+    """path holds make()'s bytes (numpy array) unless it is already there (big inputs are written once)."""
+    if not path.exists():
+        make().tofile(path)
+
+
+def write_fp8_case(case, b, s, h, d, causal):
+    """A simulator case for torch.ops.flash3.fwd_fp8_sm90 as attention_fp8 calls it by default: e4m3 q, k
+    and vt (the packed V, (b, h, d, s padded to 16)) of N(0,1) values, written as .bin (the driver's
+    generated fills are 16/32-bit), descales per 64 query rows / 128 keys (block_size (64, 128)) and per
+    V channel, all 1."""
+    import numpy as np
+    import torch
     case.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(0)
+    e4m3 = lambda n: torch.randn(n, generator=gen).to(torch.float8_e4m3fn).view(torch.uint8).numpy()  # noqa: E731
+    s_pad = -(-s // 16) * 16
+    n, nv = b * s * h * d, b * h * d * s_pad
     st = [s * h * d, h * d, d, 1]
-    lines = ["flash3-sim-case 1", "op bwd"]
-    for name in ("dout", "q", "k", "v", "out"):
-        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " random")
-    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 random")
-    for name in ("dq", "dk", "dv"):
-        lines.append(f"tensor {name} bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
+    lines = ["flash3-sim-case 1", "op fwd_fp8"]
+    for name in ("q", "k"):
+        write_bin(case / f"{name}.bin", lambda: e4m3(n))
+        lines.append(f"tensor {name} e4m3 4 {b} {s} {h} {d} " + " ".join(map(str, st)))
+    write_bin(case / "v.bin", lambda: e4m3(nv))
+    lines.append(f"tensor v e4m3 4 {b} {h} {d} {s_pad} {h * d * s_pad} {d * s_pad} {s_pad} 1")
+    for name, blk in (("q_descale", 64), ("k_descale", 128), ("v_descale", 128)):
+        nb = -(-s // blk)
+        write_bin(case / f"{name}.bin", lambda: np.ones(b * h * nb, np.float32))
+        lines.append(f"tensor {name} f32 3 {b} {h} {nb} {h * nb} {nb} 1")
+    write_bin(case / "v_channel_descale.bin", lambda: np.ones(b * h * d, np.float32))
+    lines.append(f"tensor v_channel_descale f32 3 {b} {h} {d} {h * d} {d} 1")
+    lines.append(f"tensor out bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
+    lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 nan")
     scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
-                softcap=0.0, max_seqlen_q=s, max_seqlen_k=s, deterministic=int(deterministic), no_outputs=1)
+                softcap=0.0, q_block=64, kv_block=128, no_outputs=1)
     lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
     (case / "case.txt").write_text("\n".join(lines) + "\n")
+
+
+def flash3_fp8_row(driver, d, causal, s, sample):
+    """flash3's FP8 (e4m3) forward kernel alone (the quantization before it is not timed, as in FA3's FP8
+    figures) at the paper's shape."""
+    b, s, h, d = paper_shape(s, d)
+    case = WORK / f"flash3-e4m3-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}"
+    write_fp8_case(case, b, s, h, d, causal)
     recs = run_timed([str(driver), str(case)], case.name, sample, atomics=True)
-    if len(recs) < 3:   # preprocess, main kernel, dQ conversion: a cut-short record is no row
+    if not recs:
+        return None
+    rec = recs[-1]
+    flops = flops_fwd(b, h, s, s, d, causal)
+    return dict(tflops=flops / (rec["us"] * 1e-6) / 1e12, rec=rec, us=rec["us"], flops=flops)
+
+
+# ---- decode (KV cache) ------------------------------------------------------------------------------
+# The H200 rows of benchmarks/results/h200_2026-11-28.md: d 128, h 32 / h_k 8, b 8, one query per
+# sequence, 8192 keys in a bf16 cache, contiguous or in pages of 16 rows (page ids a fixed random
+# permutation), num_splits 0 (the decode plan's pick: decode/split_heuristic.h) or 1.
+DECODE_SHAPE = dict(b=8, h=32, h_k=8, d=128, keys=8192)
+
+
+def decode_driver(d):
+    os.environ["FLASH3_HDIMS"], os.environ["FLASH3_DTYPES"] = str(d), "bf16"
+    import smoke_sim
+    return smoke_sim.build_driver(kinds=("decode",))
+
+
+def decode_bytes(b, h, h_k, d, keys):
+    """What a decode step must move: K and V of every key, q in and out (bf16), lse (fp32)."""
+    return 2 * b * keys * h_k * d * 2 + 2 * b * h * d * 2 + b * h * 4
+
+
+def write_decode_case(case, b, h, h_k, d, keys, page, splits):
+    import numpy as np
+    case.mkdir(parents=True, exist_ok=True)
+    lines = ["flash3-sim-case 1", "op kvcache",
+             f"tensor q bf16 4 {b} 1 {h} {d} {h * d} {h * d} {d} 1 random"]
+    slabs, rows = (b * keys // page, page) if page else (b, keys)
+    for name in ("k_cache", "v_cache"):
+        lines.append(f"tensor {name} bf16 4 {slabs} {rows} {h_k} {d} {rows * h_k * d} {h_k * d} {d} 1 random")
+    lines += [f"tensor out bf16 4 {b} 1 {h} {d} {h * d} {h * d} {d} 1 nan",
+              f"tensor lse f32 3 {b} {h} 1 {h} 1 1 nan"]
+    write_bin(case / "seqused_k.bin", lambda: np.full(b, keys, np.int32))
+    lines.append(f"tensor seqused_k i32 1 {b} 1")
+    if page:
+        per = keys // page
+        write_bin(case / "page_table.bin", lambda: np.random.default_rng(0).permutation(slabs).astype(np.int32))
+        lines.append(f"tensor page_table i32 2 {b} {per} {per} 1")
+    scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=-1, softcap=0.0,
+                num_splits=splits, no_outputs=1)
+    lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
+    (case / "case.txt").write_text("\n".join(lines) + "\n")
+
+
+def flash3_decode_row(driver, page, splits, sample=1):
+    """One decode step (the decode kernel and, when split, the combine): every CTA does the same work, so
+    one sampled SM times the kernel; no --timing-sample-atomics (split-KV). The HBM bound counts TMA
+    sources once (the contiguous cache), cp.async gathers (the paged cache's rows) not at all: the model
+    has no bytes or latency for cp.async (tools/hopper_sim/src/timing.cpp), so the paged row's time is
+    the SM replay's only."""
+    sh = DECODE_SHAPE
+    case = WORK / (f"flash3-decode-d{sh['d']}-b{sh['b']}-h{sh['h']}-hk{sh['h_k']}-k{sh['keys']}-"
+                   f"{f'page{page}' if page else 'contig'}-splits{splits}{sample_tag(sample)}")
+    write_decode_case(case, sh["b"], sh["h"], sh["h_k"], sh["d"], sh["keys"], page, splits)
+    recs = run_timed([str(driver), str(case)], case.name, sample)
+    if not recs:
         return None
     us = sum(r["us"] for r in recs)
-    main = max(recs, key=lambda r: r["us"])
-    return dict(tflops=2.5 * flops_fwd(b, h, s, s, d, causal) / (us * 1e-6) / 1e12, us=us, rec=main,
-                launches=len(recs), shape=f"b {b} s {s} h {h}", parts=[r["us"] for r in recs])
+    nbytes = decode_bytes(sh["b"], sh["h"], sh["h_k"], sh["d"], sh["keys"])
+    main = recs[0]
+    return dict(us=us, bytes=nbytes, tbps=nbytes / (us * 1e-6) / 1e12, rec=main, launches=len(recs),
+                grid=main.get("grid"), hbm_frac=nbytes / (us * 1e-6) / 3.35e12,
+                launch_us=[round(r["us"], 1) for r in recs])
+
+
+def flash3_decode_rows(driver):
+    """{(page, splits): row}: contiguous and pages of 16, the plan's split count, and contiguous unsplit."""
+    rows = {}
+    for page, splits in ((0, 0), (16, 0), (0, 1)):
+        r = flash3_decode_row(driver, page, splits)
+        if r:
+            rows[(page, splits)] = r
+    return rows
 
 
 # ---- report --------------------------------------------------------------------------------------------
@@ -473,6 +663,81 @@ def bwd_section(bwd, steps, fa3bwd=None):
     return L
 
 
+def fp8_section(fp8):
+    """{(d, causal, s): (e4m3 row, bf16 row)}: flash3's FP8 forward against its bf16 forward, same shape."""
+    if not fp8:
+        return []
+    L = ["", "## FP8 forward (e4m3) against bf16 (flash3 in the model)", "",
+         "The FP8 kernel alone (`fwd_fp8_sm90` as `attention_fp8` calls it by default: q/k/v e4m3, descales per "
+         "64 query rows and 128 keys plus V's channel descales; the Hadamard rotation and quantization before "
+         "it are not timed, as in FA3's FP8 figures) beside the bf16 kernel at the same shape and sample "
+         "(`flash3_fp8_row`, perf_model.py). Target (issue 31): FP8 >= 1.6x bf16. Peak: 1978.9 TFLOP/s dense FP8.", "",
+         "| row | shape | e4m3 TFLOP/s | bf16 TFLOP/s | e4m3 / bf16 | e4m3 / 1978.9 peak | e4m3 dominant stall | "
+         "bf16 dominant stall | e4m3 tensor busy | bf16 tensor busy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (d, causal, s), (f8, bf) in sorted(fp8.items()):
+        b, s_, h, _ = paper_shape(s, d)
+        busy = lambda r: f"{100 * r['rec']['busy']['tensor']:.0f}%" if r else "-"  # noqa: E731
+        L.append(f"| fwd d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {f8['tflops']:.0f} | "
+                 f"{bf['tflops']:.0f} | {f8['tflops'] / bf['tflops']:.2f} | " if bf else
+                 f"| fwd d {d}{' causal' if causal else ''} | b {b} s {s} h {h} | {f8['tflops']:.0f} | - | - | ")
+        L[-1] += (f"{f8['tflops'] / 1978.9:.2f} | {dominant_stall(f8['rec'])} | "
+                  f"{dominant_stall(bf['rec']) if bf else '-'} | {busy(f8)} | {busy(bf)} |")
+    return L
+
+
+def det_section(det):
+    """{"local" | "onewave": {False: row, True: row}}: the deterministic backward against the default one."""
+    if not det:
+        return []
+    L = ["", "## Deterministic backward (flash3 in the model)", "",
+         "Deterministic mode adds each query block's dQ in key-block order: a CTA polls a semaphore until "
+         "every key block before it has added (bwd/kernel.cuh write_dq). Sampling cannot run it at the paper's "
+         "shape (a sampled CTA would wait on skipped CTAs), and the replay has no event for a semaphore: it "
+         "replays the poll iterations the functional run happened to execute, each a global load. Two "
+         "measurements (perf_model.py): *local*, the paper's b and h with one key block (s_k 128: every CTA "
+         "is rank 0, so it never waits; the mode's own cost per dQ add: the writer waits for the reduce-add's "
+         "global completion, fences, increments the semaphore); *one wave*, every CTA of one head (b 1, h 1) "
+         "on a GPU of as many SMs as key blocks, where the deterministic time is the replayed polls (a model "
+         "artefact, not an estimate). Target (issue 31): <= 10% slower.", "",
+         "| row | shape | launches | us | deterministic / default | main kernel cycles | "
+         "dominant stall (main kernel) |", "|---|---|---|---|---|---|---|"]
+    for kind, pair in sorted(det.items()):
+        base = pair.get(False)
+        for mode, r in sorted(pair.items()):
+            rel = f"{r['us'] / base['us']:.3f}" if base else "-"
+            L.append(f"| bwd bf16 d 128{' deterministic' if mode else ''} ({'local' if kind == 'local' else 'one wave'}) | "
+                     f"{r['shape']} | {r['launches']} | {r['us']:.0f} | {rel} | {r['rec']['cycles']} | "
+                     f"{dominant_stall(r['rec'])} |")
+    return L
+
+
+def decode_section(dec):
+    """{(page, splits): row}: a decode step's bytes over its model time, against 3.35 TB/s."""
+    if not dec:
+        return []
+    sh = DECODE_SHAPE
+    L = ["", "## Decode (KV cache) against HBM bandwidth (flash3 in the model)", "",
+         f"One decode step, d {sh['d']}, h {sh['h']} / h_k {sh['h_k']}, b {sh['b']}, {sh['keys']} keys per "
+         "sequence in a bf16 cache (`flash3_decode_row`, perf_model.py; one sampled SM: every CTA has the same "
+         "work). Bytes: K and V of every key plus q, out and lse; time: the decode kernel plus the combine "
+         "when split. Target (issue 31): >= 80% of 3.35 TB/s. The model's kernel time is max(SM replay, HBM "
+         "bound); the HBM bound counts TMA sources once and plain loads, but no cp.async bytes (the paged "
+         "cache's gathered rows), and cp.async carries neither latency nor bandwidth in the replay.", "",
+         "| cache | num_splits (grid) | model us (per launch) | bytes | TB/s | of 3.35 TB/s | sm_cycles | "
+         "hbm_cycles | bound | dominant stall (decode kernel) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (page, splits), r in sorted(dec.items()):
+        rec = r["rec"]
+        bound = "HBM" if rec.get("hbm_cycles", 0) > rec.get("sm_cycles", 0) else "SM"
+        tiles = sh["b"] * sh["h_k"] * -(-(sh["h"] // sh["h_k"]) // 128)   # decode_tiles: GQA rows packed
+        ctas = r["grid"][0] * r["grid"][1] * r["grid"][2]
+        L.append(f"| {f'pages of {page} rows' if page else 'contiguous'} | "
+                 f"{f'plan: {ctas // tiles}' if not splits else splits} ({ctas} CTAs) | "
+                 f"{r['us']:.1f} ({' + '.join(map(str, r['launch_us']))}) | {r['bytes'] / 1e6:.1f} MB | "
+                 f"{r['tbps']:.2f} | {100 * r['hbm_frac']:.0f}% | {rec.get('sm_cycles')} | {rec.get('hbm_cycles')} | "
+                 f"{bound} | {dominant_stall(rec)} |")
+    return L
+
+
 def equal_work_section(equal):
     if not equal:
         return []
@@ -492,7 +757,8 @@ def equal_work_section(equal):
     return L
 
 
-def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=None, fa3bwd=None):
+def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=None, fa3bwd=None, fp8=None,
+                 det=None, dec=None):
     prows, phash = params_table()
     L = ["# flash3 in the H100 timing model", "",
          f"Generated by `make perf-model` (tools/hopper_sim/perf_model.py) on {datetime.date.today().isoformat()}; "
@@ -536,7 +802,10 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "| row | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3's dominant stall | FA3's dominant stall |",
           "|---|---|---|---|---|---|"]
     L += [f"| {r} | {a} | {b} | {a / b:.2f} | {x} | {y} |" for r, a, b, x, y in HEAD_DIM_ROWS]
+    L += fp8_section(fp8 or {})
     L += bwd_section(bwd or {}, steps or {}, fa3bwd)
+    L += det_section(det or {})
+    L += decode_section(dec or {})
     L += ["", "## History (kernel changes, before / after in the model)", "",
           "| row | before | after | change | what motivated it |", "|---|---|---|---|---|"]
     L += [f"| {r} | {b} | {a} | {c} | {w} |" for r, b, a, c, w in HISTORY]
@@ -648,7 +917,9 @@ def main():
     ap.add_argument("--rows", choices=("quick", "validation", "paper"), default="quick")
     ap.add_argument("--only", default="gemm,fa3,flash3", help="comma list of gemm, fa3, flash3, bwd (flash3's "
                     "backward d 128 and the training step, FA3's backward beside it with FA3_SRC; not in the default), equal (causal d 128 on one SM, "
-                    "equal work for flash3 and FA3; not in the default)")
+                    "equal work for flash3 and FA3; not in the default), step (the training step: fwd + bwd at b 4 s 4096 h 32 "
+                    "causal), fp8 (e4m3 against bf16, d 256 and d 128 full, s 4096), det (deterministic backward against the default "
+                    "one), decode (a decode step against HBM bandwidth); the last four not in the default")
     ap.add_argument("--reuse", action="store_true", help="take a row's record from build/perf_model/ when there")
     ap.add_argument("--no-run", action="store_true", help="with --reuse: leave out rows without a record")
     a = ap.parse_args()
@@ -705,6 +976,30 @@ def main():
                 fw = flash3_row(flash3_driver(128), 128, causal, s, a.sample_causal if causal else a.sample, h=h)
                 if fw:
                     steps[(128, causal, s, h)] = fw
+    if "step" in only:   # the training step at b*s 16k, h 32, d 128, causal, s 4096: forward + backward
+        drv = smoke_sim_driver_bwd(128)
+        # The backward's grid is static (key blocks fastest, 32 per head): SM k gets key blocks k, k + 4,
+        # ... (132 = 4 mod 32), so 4 sampled SMs see every key block equally often, the causal work's
+        # exact mean (8 SMs were killed for memory next to other jobs on a 24 GiB machine).
+        r = flash3_bwd_row(drv, 128, True, 4096, 4, False, 32)
+        fw = r and flash3_row(flash3_driver(128), 128, True, 4096, a.sample_causal, h=32)
+        if r and fw:
+            bwd[(128, True, 4096, 32, False)], steps[(128, True, 4096, 32)] = r, fw
+    fp8 = {}
+    if "fp8" in only:   # s 4096: the e4m3 kernel and the bf16 one, same shape and sample (d 256; d 128 full)
+        for d, causal in ((256, False), (256, True), (128, False)):
+            smp = a.sample_causal if causal else a.sample
+            f8 = flash3_fp8_row(fp8_driver(d), d, causal, 4096, smp)
+            if f8:
+                fp8[(d, causal, 4096)] = (f8, flash3_row(flash3_driver(d), d, causal, 4096, smp))
+    det = {}
+    if "det" in only:   # d 128, s 4096: deterministic and default backward (see flash3_bwd_det_local/_pair)
+        drv = smoke_sim_driver_bwd(128)
+        for kind, fn in (("local", flash3_bwd_det_local), ("onewave", flash3_bwd_det_pair)):
+            pair = fn(drv, 128, 4096)
+            if pair:
+                det[kind] = pair
+    dec = flash3_decode_rows(decode_driver(128)) if "decode" in only else {}
     equal = {}
     if "equal" in only:
         drv, fbin = flash3_driver(128), (fa3_binary(a.fa3_src, 128) if a.fa3_src else None)
@@ -712,7 +1007,7 @@ def main():
             mine, peer = flash3_equal_work_row(drv, 128, True, s), fbin and fa3_equal_work_row(fbin, 128, True, s)
             if mine:
                 equal[(128, True, s)] = (mine, peer)
-    write_report(gemm, fa3, f3, a, commit, bwd, steps, equal, fa3bwd)
+    write_report(gemm, fa3, f3, a, commit, bwd, steps, equal, fa3bwd, fp8, det, dec)
 
 
 if __name__ == "__main__":
