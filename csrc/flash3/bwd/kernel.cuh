@@ -317,30 +317,39 @@ struct BwdKernel {
     typename Tr::TiledMmaDq mma_dq;
   };
 
+  // The per-query values (lse or dpsum) of a thread's score columns, read from shared memory into
+  // registers: read while the WGMMA that needs them runs, their latency (behind the WGMMAs' operand
+  // traffic) is hidden; read after its wait, each step waited for them.
+  template <int kCols, class TensorC>
+  static __device__ __forceinline__ cute::array<float, kCols> column_values(TensorC const& coord_rc,
+                                                                          const float* rows) {
+    cute::array<float, kCols> v;
+    CUTE_UNROLL
+    for (int ni = 0; ni < kCols; ++ni) v[ni] = rows[cute::get<1>(coord_rc(0, ni))];
+    return v;
+  }
+
   // P = exp2(S^T scale - lse) in place (lse already in the log2 domain, +inf for rows without keys
   // and padding rows: P = 0 there). Without softcap; masked entries were set to -inf.
-  template <class TensorS, class TensorC>
-  static __device__ __forceinline__ void exp_scores(TensorS& s_rc, TensorC const& coord_rc, const float* lse,
+  template <class TensorS, class Cols>
+  static __device__ __forceinline__ void exp_scores(TensorS& s_rc, Cols const& lse,
                                                     float scale_log2) {
     using namespace cute;
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-      const float l = lse[get<1>(coord_rc(0, ni))];
       CUTE_UNROLL
-      for (int mi = 0; mi < size<0>(s_rc); ++mi) s_rc(mi, ni) = exp2f(s_rc(mi, ni) * scale_log2 - l);
+      for (int mi = 0; mi < size<0>(s_rc); ++mi) s_rc(mi, ni) = exp2f(s_rc(mi, ni) * scale_log2 - lse[ni]);
     }
   }
 
   // dS = P (dP - dpsum) in dP's registers.
-  template <class TensorP, class TensorDp, class TensorC>
-  static __device__ __forceinline__ void grad_scores(TensorP const& p_rc, TensorDp& dp_rc, TensorC const& coord_rc,
-                                                     const float* dpsum) {
+  template <class TensorP, class TensorDp, class Cols>
+  static __device__ __forceinline__ void grad_scores(TensorP const& p_rc, TensorDp& dp_rc, Cols const& dpsum) {
     using namespace cute;
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(dp_rc); ++ni) {
-      const float dd = dpsum[get<1>(coord_rc(0, ni))];
       CUTE_UNROLL
-      for (int mi = 0; mi < size<0>(dp_rc); ++mi) dp_rc(mi, ni) = p_rc(mi, ni) * (dp_rc(mi, ni) - dd);
+      for (int mi = 0; mi < size<0>(dp_rc); ++mi) dp_rc(mi, ni) = p_rc(mi, ni) * (dp_rc(mi, ni) - dpsum[ni]);
     }
   }
 
@@ -459,12 +468,15 @@ struct BwdKernel {
     const float* lse = smem.lse[sq.index()];
     const float* dpsum = smem.dpsum[sd.index()];
     if (!params.mod.active()) {
+      constexpr int kCols = decltype(size<1>(s_rc))::value;
+      const auto lse_r = column_values<kCols>(tScS_rc, lse);  // under S^T's WGMMA
       warpgroup_wait<1>();  // S^T is ready; dP^T still running
       if (masked) apply_mask_transposed(s_rc, tScS_rc, w.mask, key0, query0, -INFINITY);
-      exp_scores(s_rc, tScS_rc, lse, params.mod.scale_log2);
+      exp_scores(s_rc, lse_r, params.mod.scale_log2);
+      const auto dpsum_r = column_values<kCols>(tScS_rc, dpsum);  // under dP^T's
       pin_before_wait(smem, s_rc);
       warpgroup_wait<0>();
-      grad_scores(s_rc, dp_rc, tScS_rc, dpsum);
+      grad_scores(s_rc, dp_rc, dpsum_r);
     } else {
       warpgroup_wait<0>();
       if (params.mod.has_alibi())

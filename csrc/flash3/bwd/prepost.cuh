@@ -19,9 +19,14 @@
 namespace flash3 {
 
 constexpr int kBwdPrePostThreads = 256;
+// CTAs of them per SM the build is for: ptxas gives them ~32 registers, so 4 (at most 64 each) costs
+// nothing and keeps many CTAs of these memory-bound kernels in flight. Stated rather than left to
+// ptxas, so the occupancy is a property of the kernel (the timing model reads it from the PTX's
+// .minnctapersm; without it must assume up to 255 registers, one CTA per SM).
+constexpr int kBwdPrePostMinBlocks = 4;
 
 template <class Tr>
-__global__ void __launch_bounds__(kBwdPrePostThreads) bwd_preprocess_kernel(BwdParams const p) {
+__global__ void __launch_bounds__(kBwdPrePostThreads, kBwdPrePostMinBlocks) bwd_preprocess_kernel(BwdParams const p) {
   using Element = typename Tr::Element;
   const int m = int(blockIdx.x), head = int(blockIdx.y), batch = int(blockIdx.z);
   const BwdSeq s = bwd_seq(p, batch);
@@ -77,7 +82,7 @@ __global__ void __launch_bounds__(kBwdPrePostThreads) bwd_preprocess_kernel(BwdP
 // a fixed shared-memory tree: the same order on every run and schedule (no atomics), fp32.
 // Not templated on the traits (nothing here depends on them) and `static`: each backward TU that
 // includes this header compiles its own copy of this small kernel without a host-stub clash at link.
-static __global__ void __launch_bounds__(kBwdPrePostThreads) bwd_sink_grad_kernel(BwdParams const p) {
+static __global__ void __launch_bounds__(kBwdPrePostThreads, kBwdPrePostMinBlocks) bwd_sink_grad_kernel(BwdParams const p) {
   const int head = int(blockIdx.x);
   const float sink = p.sinks[head];
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -108,7 +113,7 @@ static __global__ void __launch_bounds__(kBwdPrePostThreads) bwd_sink_grad_kerne
 }
 
 template <class Tr>
-__global__ void __launch_bounds__(kBwdPrePostThreads) bwd_postprocess_kernel(BwdParams const p) {
+__global__ void __launch_bounds__(kBwdPrePostThreads, kBwdPrePostMinBlocks) bwd_postprocess_kernel(BwdParams const p) {
   using namespace cute;
   using Element = typename Tr::Element;
   static_assert(kBwdPrePostThreads == Tr::kNumConsumerThreads, "one thread per main-kernel consumer thread");
