@@ -123,6 +123,16 @@ HISTORY = [
      "O's own buffer and the overlapped epilogue for three consumer warpgroups (kOwnOBuffer no longer "
      "requires two; bar_tile_full_of's third id)",
      "the d 128 tile-boundary change, where the shorter tiles of d 64/96 leave the boundary a larger share"),
+    ("bwd bf16 d 128, b 4 s 4096 h 16 (1 SM sampled; preprocess + main + dQ conversion)",
+     "508 TFLOP/s (2707 us: 168 + 2375 + 164; main kernel 4346474 cycles); 0.64x FA3",
+     "603 TFLOP/s (2281 us: 58 + 2167 + 56; main kernel 3965086 cycles, -8.8%); 0.76x FA3 (797)",
+     "main kernel: each step's lse and dpsum read from shared memory into registers while S^T's / dP^T's "
+     "WGMMA runs, not after its wait (bwd/kernel.cuh column_values); pre/postprocess declare 4 CTAs per SM "
+     "(`__launch_bounds__(256, 4)`: ptxas uses ~32 registers, so hardware occupancy is unchanged; the model, "
+     "which reads occupancy from the PTX, ran them 1 CTA per SM)",
+     "FA3's backward in the model beside flash3's (0.64x): flash3's consumers lost ~3.6M cycles on the sampled "
+     "SM to `memory` stalls on the sub right after each ld.shared of lse/dpsum (16 per step; FA3 41k); SASS: "
+     "the LDS came after WARPGROUP.DEPBAR"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
