@@ -22,7 +22,7 @@ constexpr int kBwdPrePostThreads = 256;
 // CTAs of them per SM the build is for: ptxas gives them ~32 registers, so 4 (at most 64 each) costs
 // nothing and keeps many CTAs of these memory-bound kernels in flight. Stated rather than left to
 // ptxas, so the occupancy is a property of the kernel (the timing model reads it from the PTX's
-// .minnctapersm; without it must assume up to 255 registers, one CTA per SM).
+// .minnctapersm; without it, it must assume up to 255 registers: one CTA per SM).
 constexpr int kBwdPrePostMinBlocks = 4;
 
 template <class Tr>
