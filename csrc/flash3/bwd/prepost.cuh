@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(kBwdPrePostThreads, kBwdPrePostMinBlocks) bwd_
 // a fixed shared-memory tree: the same order on every run and schedule (no atomics), fp32.
 // Not templated on the traits (nothing here depends on them) and `static`: each backward TU that
 // includes this header compiles its own copy of this small kernel without a host-stub clash at link.
-static __global__ void __launch_bounds__(kBwdPrePostThreads, kBwdPrePostMinBlocks) bwd_sink_grad_kernel(BwdParams const p) {
+static __global__ void __launch_bounds__(kBwdPrePostThreads, kBwdPrePostMinBlocks)
+    bwd_sink_grad_kernel(BwdParams const p) {
   const int head = int(blockIdx.x);
   const float sink = p.sinks[head];
   const bool varlen = p.cu_seqlens_q != nullptr;

@@ -78,7 +78,8 @@ struct FwdTraits
   // setmaxnreg moves registers within the CTA's pool: the launch allocation (64K / threads, rounded
   // down to a multiple of 8: 168 for 384 threads, 128 for 512) times the threads. With 2 consumers
   // the producer keeps 40, not FA3's 24: its tile bookkeeping (dynamic scheduler, kv-cache tail)
-  // spilled at 24 and 32 (d = 192); the consumers keep 232. 3 consumers: 32 + 160 fill the 512-thread pool exactly.
+  // spilled at 24 and 32 (d = 192); the consumers keep 232. 3 consumers: 32 + 160 fill the
+  // 512-thread pool exactly.
   // The decode kernel's producer is the whole warpgroup (gathered K/V loads of small pages, the
   // packed Q load) and needs more: 64 (at 40 it spilled, at 56 by 12 bytes for d = 96), taken
   // from the consumers (216; its tiles, decode_tile_shape, all have 2 consumers and at most the
