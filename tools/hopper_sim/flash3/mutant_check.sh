@@ -20,7 +20,8 @@
 #  4. varlen O rows copied out of shared memory without the consumers' barrier after the stmatrix
 #     that staged them (csrc/flash3/fwd/epilogue.cuh, the packed-rows branch): a thread reads rows
 #     another warp writes. The values often come out right (the simulator may run every stmatrix
-#     first); the simulator's shared-race check must report it. Built for bf16 d 64, its "varlen"
+#     first); the simulator's shared-race check must report it. Built for bf16 d 192 (its O is still
+#     staged in V's buffer; d <= 128 have O's own buffer and never take that branch), its "varlen"
 #     smoke case must end with that check (status "crash").
 #  5. not a kernel: a check added to the host layer (csrc/flash3/host/fwd.cpp, the code the torch
 #     bindings run) must refuse the simulator's smoke case too (status "error" with its message),
@@ -117,7 +118,7 @@ mutant_o_rows_unsynced() {
   replace_once "$dir/csrc/flash3/fwd/epilogue.cuh" $'    } else {\n      sync_consumers(w.index);\n      constexpr int kChunks' \
     $'    } else {\n      constexpr int kChunks' ||
     { echo "mutant_check: the O-rows mutation did not apply (epilogue.cuh changed?)"; return 1; }
-  caught_by_check "$dir" 64 bf16:64:64/varlen shared-race "varlen O rows read before the consumers' barrier"
+  caught_by_check "$dir" 192x192 bf16:192:192/varlen shared-race "varlen O rows read before the consumers' barrier"
 }
 
 mutant_o_slab_reuse() {
