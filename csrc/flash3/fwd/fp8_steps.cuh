@@ -24,7 +24,7 @@ struct FwdFp8Steps {
   using SharedStorage = typename Tr::SharedStorage;
   static constexpr int kRows = Tr::kRowsPerThread;
 
-  // Once per tile: this slab's q descale, and the v descale of the first P (block end - 1).
+  // Once per tile: this slab's q descale, and the k and v descales of the first block (end - 1).
   template <class F>
   static __device__ __forceinline__ void init(typename Tr::KernelParams const& params, const WorkTile& w,
                                               int consumer, F& fr) {
@@ -32,15 +32,14 @@ struct FwdFp8Steps {
     const int slab = imin(w.coord.m_block * Tr::kNumConsumers + consumer, (w.seq.seqlen_q - 1) / 64);
     fr.q_descale = params.p.fp8.q.at(w.coord.batch, w.coord.head, slab);
     fr.v_descale_p = params.p.fp8.v.at(w.coord.batch, w.head_k, w.blocks.end - 1);
+    fr.s_descale = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, w.blocks.end - 1);
   }
 
-  // The raw scores of block n times q_descale * k_descale[n] (before softcap and mask).
+  // The raw scores of block n times q_descale * k_descale[n] (fr.s_descale; before softcap and mask).
   template <class TensorS, class F>
-  static __device__ __forceinline__ void descale_scores(typename Tr::KernelParams const& params, TensorS& tSrS,
-                                                        const WorkTile& w, int n, F const& fr) {
-    const float f = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, n);
+  static __device__ __forceinline__ void descale_scores(TensorS& tSrS, F const& fr) {
     CUTE_UNROLL
-    for (int i = 0; i < cute::size(tSrS); ++i) tSrS(i) *= f;
+    for (int i = 0; i < cute::size(tSrS); ++i) tSrS(i) *= fr.s_descale;
   }
 
   // P as e4m3: converted in S's register order, then byte moves into the A-operand layout.
@@ -139,6 +138,8 @@ struct FwdFp8Steps {
     using namespace cute;
     Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
     const float v_descale_n = params.p.fp8.v.at(w.coord.batch, w.head_k, n);
+    // Read here, not after S_n's wait: a global load the softmax would wait out on every block.
+    fr.s_descale = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, n);
     if constexpr (Tr::kOChunks > 1) {
       C::wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
       C::pingpong_wait(consumer, w.index);
