@@ -138,8 +138,6 @@ struct FwdFp8Steps {
     using namespace cute;
     Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
     const float v_descale_n = params.p.fp8.v.at(w.coord.batch, w.head_k, n);
-    // Read here, not after S_n's wait: a global load the softmax would wait out on every block.
-    fr.s_descale = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, n);
     if constexpr (Tr::kOChunks > 1) {
       C::wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
       C::pingpong_wait(consumer, w.index);
@@ -151,6 +149,8 @@ struct FwdFp8Steps {
       C::wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
       C::pingpong_wait(consumer, w.index);
     }
+    // Read under S_n's WGMMA, not after its wait: a global load the softmax would wait out.
+    fr.s_descale = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, n);
     gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
     if constexpr (Tr::kOChunks == 1) {
       Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
