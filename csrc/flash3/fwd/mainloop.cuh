@@ -215,8 +215,9 @@ struct FwdConsumer {
     OnlineSoftmax<kRows, Tr::kFp8 ? 8 : 0> softmax;
     float scale_o[kRows];  // factor for O before (or after) the next P.V
     bool rescale;          // whether O needs it (false: the running maxes stayed, scale_o is stale)
-    // FP8 (set by Fp8): this slab's q descale, and the v descale of the block whose P is in tOrP.
-    float q_descale, v_descale_p;
+    // FP8 (set by Fp8): this slab's q descale, the v descale of the block whose P is in tOrP, and
+    // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on).
+    float q_descale, v_descale_p, s_descale;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
@@ -234,7 +235,7 @@ struct FwdConsumer {
     using namespace cute;
     constexpr bool kMasked = kMask != Masking::none;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
-    if constexpr (Tr::kFp8) Fp8::descale_scores(params, tSrS, w, n, fr);
+    if constexpr (Tr::kFp8) Fp8::descale_scores(tSrS, fr);
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
       const ScoreMod& mod = params.mod;
