@@ -133,6 +133,12 @@ HISTORY = [
      "FA3's backward in the model beside flash3's (0.64x): flash3's consumers lost ~3.6M cycles on the sampled "
      "SM to `memory` stalls on the sub right after each ld.shared of lse/dpsum (16 per step; FA3 41k); SASS: "
      "the LDS came after WARPGROUP.DEPBAR"),
+    ("fwd e4m3 d 128, b 4 s 4096 h 16 (1 SM sampled)", "441 TFLOP/s (2278927 cycles)",
+     "499 TFLOP/s (2014483 cycles, -11.6%); d 256 632.5 -> 628.5",
+     "FP8 forward: q_descale * k_descale[n] read before S_n's WGMMA is issued (Frags::s_descale) where the "
+     "tile has one P.V chunk, instead of a global load after S's wait",
+     "the FP8 rows: k's descale load, used right after S's wait, was the top stall line at d 128 and d 256 "
+     "(259 cycles per block per warp)"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
