@@ -48,7 +48,7 @@ extension-check:
 # download), and every kernel TU FLASH3_HDIMS/FLASH3_DTYPES select compiled (tools/build/prebuilt.py;
 # release and hang-diagnosis variants, the simulator's cache reused) and packed into
 # .carry/kernels/{release,hang}.tar.xz; prints what a call carries against its 64 MiB. The full
-# set is ~56 TUs per variant, 25-45 min each on 2 cores (PREP_JOBS nvcc at once, ~4 GB each).
+# set is 52 TUs per variant, 25-45 min each on 2 cores (PREP_JOBS nvcc at once, ~4 GB each).
 PREP_JOBS ?= 1
 device-prep:
 	mkdir -p .whl && $(PYTHON) -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d .whl
