@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run FlashAttention-3's own test suite (hopper/test_flash_attn.py) against flash3, on the CPU.
 
-    python tools/fa3_peer/fa3_suite.py --fa3-src /path/to/flash-attention [--max-seqlen 256] [--sample N] \
+    python tools/fa3_peer/fa3_suite.py --fa3-src /path/to/flash-attention [--max-seqlen 256] [--sample N [--shard K]] \
         [--max-hdim 128] [pytest args, e.g. -k "output or kvcache" -x --maxfail 5]
 
 (or FA3_SRC=/path/to/flash-attention).  The checkout is read, never fetched.  FA3's test file is
@@ -16,7 +16,8 @@ its helpers
 * changes the *sizes*: it deselects the parametrizations with seqlen_q or seqlen_k above
   --max-seqlen or a head dim above --max-hdim (the CPU reference materializes each entry's
   scores), and with --sample N keeps one case in N, chosen by a hash of its id (the same cases
-  on every run; ~27.5k cases remain at the default sizes, hours on two cores).
+  on every run; --shard K picks which: shards 0..N-1 cover the suite once; ~27.5k cases remain at
+  the default sizes, ~3.5 hours on two cores: a 1/16 shard took 13 min).
 
 Needs einops (FA3's test helpers import it) and pytest.  FA3's rotary tests need
 flash_attn.layers.rotary, which its file imports optionally (without it those cases use
@@ -59,10 +60,11 @@ sys.modules["flash_attn_interface"] = flash3.flash_attn_interface
 MAX_SEQLEN = int(os.environ["FA3_SUITE_MAX_SEQLEN"])
 MAX_HDIM = int(os.environ["FA3_SUITE_MAX_HDIM"])
 SAMPLE = int(os.environ["FA3_SUITE_SAMPLE"])
+SHARD = int(os.environ["FA3_SUITE_SHARD"])
 
 
 def sampled_out(nodeid):
-    return SAMPLE > 1 and zlib.crc32(nodeid.encode()) % SAMPLE != 0
+    return SAMPLE > 1 and zlib.crc32(nodeid.encode()) % SAMPLE != SHARD
 
 
 def pytest_collection_modifyitems(config, items):
@@ -107,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-hdim", type=int, default=128)
     ap.add_argument("--sample", type=int, default=1,
                     help="keep one case in N (a hash of the case id: the same cases every run)")
+    ap.add_argument("--shard", type=int, default=0,
+                    help="with --sample N: keep the cases whose hash is K mod N (shards 0..N-1 cover the suite)")
     ap.add_argument("--keep", action="store_true", help="keep the generated directory")
     args, pytest_args = ap.parse_known_args(argv)
     if not args.fa3_src:
@@ -120,6 +124,7 @@ def main(argv=None) -> int:
         os.environ["FA3_SUITE_MAX_SEQLEN"] = str(args.max_seqlen)
         os.environ["FA3_SUITE_MAX_HDIM"] = str(args.max_hdim)
         os.environ["FA3_SUITE_SAMPLE"] = str(args.sample)
+        os.environ["FA3_SUITE_SHARD"] = str(args.shard)
         import pytest
         return int(pytest.main([target, "--rootdir", where, "-p", "no:cacheprovider",
                                 *pytest_args]))
