@@ -738,6 +738,20 @@ def packed_lengths(name, cu, total):
     return lens
 
 
+def appended_lengths(q, k, varlen, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new):
+    """(new keys, queries) per batch entry of a call that appends new keys (validation mode: host
+    reads): ints when batched, lists when packed; packed queries longer than max_seqlen_q refused."""
+    news = (0 if k is None else k.shape[1] if cu_seqlens_k_new is None else
+            packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
+    if not varlen:
+        return news, q.shape[1]
+    qs = packed_lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0])
+    if qs and max(qs) > max_seqlen_q:
+        raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
+                         f"sequence ({max(qs)})")
+    return news, qs
+
+
 def varlen_cache_values(q, k_cache, cu_seqlens_q, seqused_k, page_table, cu_seqlens_k,
                         max_seqlen_q, k_descale, v_descale, lens_name="seqused_k",
                         cache_leftpad=None):

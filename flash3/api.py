@@ -419,13 +419,7 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
         raise NotImplementedError(f"{who}: new keys are appended in place, forward only (no "
                                   "backward); call it under torch.no_grad()")
     if validation.validation_enabled(q, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new):
-        news = (k.shape[1] if cu_seqlens_k_new is None else
-                _checks.packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
-        qs = q.shape[1] if not varlen else _checks.packed_lengths("cu_seqlens_q", cu_seqlens_q,
-                                                                   q.shape[0])
-        if varlen and qs and max(qs) > max_seqlen_q:
-            raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
-                             f"sequence ({max(qs)})")
+        news, qs = _checks.appended_lengths(q, k, varlen, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new)
         _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
                                k_descale, v_descale, rotary_seqlens=rotary_seqlens,
                                cache_leftpad=cache_leftpad)

@@ -530,13 +530,7 @@ def _mla_on_kernel(q, k_cache, v_cache, qv, k, v, cache_seqlens, page_table, cu_
     # per token (FA3's rule)
     if validation.validation_enabled(q, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new,
                                      cache_leftpad, rotary_seqlens):
-        news = (0 if k is None else k.shape[1] if cu_seqlens_k_new is None else
-                _checks.packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
-        qs = (q.shape[1] if not varlen else
-              _checks.packed_lengths("cu_seqlens_q", cu_seqlens_q, q.shape[0]))
-        if varlen and qs and max(qs) > max_seqlen_q:
-            raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
-                             f"sequence ({max(qs)})")
+        news, qs = _checks.appended_lengths(q, k, varlen, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new)
         _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
                                rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
     pt = None if page_table is None else page_table.contiguous()
@@ -601,13 +595,7 @@ def _fp8_rotary_on_kernel(q8, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                      "cu_seqlens_q")
     if validation.validation_enabled(qb, cache_seqlens, page_table, cu_seqlens_q, cu_seqlens_k_new,
                                      cache_leftpad, rotary_seqlens):
-        news = (k.shape[1] if cu_seqlens_k_new is None else
-                _checks.packed_lengths("cu_seqlens_k_new", cu_seqlens_k_new, k.shape[0]))
-        qs = (q8.shape[1] if not varlen else
-              _checks.packed_lengths("cu_seqlens_q", cu_seqlens_q, q8.shape[0]))
-        if varlen and qs and max(qs) > max_seqlen_q:
-            raise ValueError(f"max_seqlen_q ({max_seqlen_q}) is smaller than the longest "
-                             f"sequence ({max(qs)})")
+        news, qs = _checks.appended_lengths(q8, k, varlen, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new)
         _checks.kvcache_values(k_cache, cache_seqlens, news, page_table, qs, rotary_cos, local,
                                kd, vd, rotary_seqlens=rotary_seqlens, cache_leftpad=cache_leftpad)
     pt = None if page_table is None else page_table.contiguous()
