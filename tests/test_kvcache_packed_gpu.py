@@ -228,6 +228,33 @@ def test_fp8_rotary_new_keys_match_the_spec(packed_q, packed_k, page, causal, in
     torch.testing.assert_close(out.cpu().float()[rows_q], ref.float()[rows_q], atol=2e-2, rtol=2e-2)
 
 
+def _graph_replays_like_eager(run, inputs, first, kw):
+    """run(k_cache, v_cache, kw) captured into a CUDA graph on `first` (inputs(0)): two replays on
+    inputs(1), inputs(2) copied into its tensors (and shorter cache_seqlens) give an eager call's
+    output and cache bytes."""
+    q8, kn8, vn8, k8, v8, qd, kd, vd = first
+    kc_g, vc_g = k8.clone(), v8.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture
+        run(kc_g.clone(), vc_g.clone(), kw)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = run(kc_g, vc_g, kw)
+    for step in range(2):
+        (q2, kn2, vn2, k2, v2, qd2, kd2, vd2), _ = inputs(step + 1)
+        lens2 = (kw["cache_seqlens"] - 3 * step).clamp(min=0).to(torch.int32)
+        for dst, src in ((q8, q2), (kn8, kn2), (vn8, vn2), (kc_g, k2), (vc_g, v2), (qd, qd2), (kd, kd2),
+                         (vd, vd2), (kw["cache_seqlens"], lens2)):
+            dst.copy_(src)
+        graph.replay()
+        kc_e = k2.clone()
+        want = run(kc_e, v2.clone(), dict(kw, cache_seqlens=lens2.clone()))
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want) and torch.equal(kc_g.view(torch.uint8), kc_e.view(torch.uint8))
+
+
 def test_fp8_rotary_cuda_graph_replays_like_eager():
     """No host synchronization on FA3's FP8 rotary path (flash_attn_interface._fp8_rotary_on_kernel):
     it captures into a CUDA graph; replays on new bytes and lengths match eager calls."""
@@ -243,26 +270,7 @@ def test_fp8_rotary_cuda_graph_replays_like_eager():
     run = lambda kc, vc, kw: fai.flash_attn_with_kvcache(  # noqa: E731
         q8, kc, vc, kn8, vn8, rotary_cos=cos, rotary_sin=sin, q_descale=qd, k_descale=kd,
         v_descale=vd, causal=True, **kw)
-    kc_g, vc_g = k8.clone(), v8.clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture
-        run(kc_g.clone(), vc_g.clone(), kw)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_g = run(kc_g, vc_g, kw)
-    for step in range(2):
-        (q2, kn2, vn2, k2, v2, qd2, kd2, vd2), _ = inputs(step + 1)
-        lens2 = (kw["cache_seqlens"] - 3 * step).clamp(min=0).to(torch.int32)
-        for dst, src in ((q8, q2), (kn8, kn2), (vn8, vn2), (kc_g, k2), (vc_g, v2), (qd, qd2), (kd, kd2),
-                         (vd, vd2), (kw["cache_seqlens"], lens2)):
-            dst.copy_(src)
-        graph.replay()
-        kc_e = k2.clone()
-        want = run(kc_e, v2.clone(), dict(kw, cache_seqlens=lens2.clone()))
-        torch.cuda.synchronize()
-        assert torch.equal(out_g, want) and torch.equal(kc_g.view(torch.uint8), kc_e.view(torch.uint8))
+    _graph_replays_like_eager(run, inputs, (q8, kn8, vn8, k8, v8, qd, kd, vd), kw)
 
 
 def test_fp8_packed_append_cuda_graph_replays_like_eager():
@@ -278,23 +286,4 @@ def test_fp8_packed_append_cuda_graph_replays_like_eager():
     (q8, kn8, vn8, k8, v8, qd, kd, vd), kw = inputs(0)
     run = lambda kc, vc, kw: fai.flash_attn_with_kvcache(  # noqa: E731
         q8, kc, vc, kn8, vn8, q_descale=qd, k_descale=kd, v_descale=vd, causal=True, **kw)
-    kc_g, vc_g = k8.clone(), v8.clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture
-        run(kc_g.clone(), vc_g.clone(), kw)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_g = run(kc_g, vc_g, kw)
-    for step in range(2):
-        (q2, kn2, vn2, k2, v2, qd2, kd2, vd2), _ = inputs(step + 1)
-        lens2 = (kw["cache_seqlens"] - 3 * step).clamp(min=0).to(torch.int32)
-        for dst, src in ((q8, q2), (kn8, kn2), (vn8, vn2), (kc_g, k2), (vc_g, v2), (qd, qd2), (kd, kd2),
-                         (vd, vd2), (kw["cache_seqlens"], lens2)):
-            dst.copy_(src)
-        graph.replay()
-        kc_e = k2.clone()
-        want = run(kc_e, v2.clone(), dict(kw, cache_seqlens=lens2.clone()))
-        torch.cuda.synchronize()
-        assert torch.equal(out_g, want) and torch.equal(kc_g.view(torch.uint8), kc_e.view(torch.uint8))
+    _graph_replays_like_eager(run, inputs, (q8, kn8, vn8, k8, v8, qd, kd, vd), kw)
