@@ -191,6 +191,14 @@ HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model
                  "at the pingpong barrier (0.93M cycles per warp, summed over the 8 SMs; FA3, which has no pingpong above d 128, 0.02M at its barriers); "
                  "without the pingpong the rows moved 909 -> 910 and 692 -> 694 (the wait became wgmma_wait), "
                  "so it was not kept.")
+# The same at s 16k (b 1, h = 2048 / d; run by hand 2026-11-29 on main 0e694fb, 1 SM sampled for full
+# rows, 8 for causal): (row, flash3, FA3, flash3's dominant stall, FA3's).
+HEAD_DIM_ROWS_16K = [
+    ("fwd bf16 d 64", 778, 675, "dependency 43%", "pipe_throttle 31%"),
+    ("fwd bf16 d 64 causal", 696, 706, "dependency 41%", "pipe_throttle 30%"),
+    ("fwd bf16 d 256", 949, 952, "wgmma_wait 47%", "wgmma_wait 58%"),
+    ("fwd bf16 d 256 causal", 736, 827, "wgmma_wait 46%", "wgmma_wait 51%"),
+]
 # Changes to the model itself (not to a kernel): the same rows before / after, flash3 and FA3.
 MODEL_HISTORY = [
     ("ptxas list scheduling emulated (kSchedWindow 32 lookahead; commit 52a6a0a)",
@@ -835,6 +843,11 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "| row | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3's dominant stall | FA3's dominant stall |",
           "|---|---|---|---|---|---|"]
     L += [f"| {r} | {a} | {b} | {a / b:.2f} | {x} | {y} |" for r, a, b, x, y in HEAD_DIM_ROWS]
+    L += ["", "### Other head dims (s 16384)", "", "The same by hand at s 16384 (b 1, h = 2048 / d; HEAD_DIM_ROWS_16K): "
+          "d 256 causal trails FA3 most (0.89x), as at s 4096.", "",
+          "| row | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3's dominant stall | FA3's dominant stall |",
+          "|---|---|---|---|---|---|"]
+    L += [f"| {r} | {a} | {b} | {a / b:.2f} | {x} | {y} |" for r, a, b, x, y in HEAD_DIM_ROWS_16K]
     L += fp8_section(fp8 or {})
     L += bwd_section(bwd or {}, steps or {}, fa3bwd)
     L += det_section(det or {})
