@@ -7,9 +7,11 @@
 //  Warpgroups 1, 2 (240 registers): the five products of traits.cuh per step of 64 queries; dK and
 //   dV stay in registers over every step (every query head of the kv head: GQA sums there) and are
 //   stored at the end.
-// A step: S^T and dP^T are issued together; P = exp2(S^T * scale - lse) runs while dP^T is in
-// flight; dS = P (dP - dpsum); dS goes to shared memory for dQ while dV and dK are issued from
-// registers; then dQ = dS K (both warpgroups' dS), which is staged for the writer warp.
+// A step (d <= 128): S^T and dP^T are issued together; P = exp2(S^T * scale - lse) runs while dP^T
+// is in flight; dS = P (dP - dpsum); dV += P^T dO is issued from registers and runs while dS goes
+// to shared memory; then dQ = dS K (both warpgroups' dS) and dK += dS^T Q; dQ is staged for the
+// writer warp while dK runs. split_d issues dV and dK after dS's store and dQ after both
+// (BwdKernel::kOverlap).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -103,6 +105,9 @@ struct BwdKernel {
   using PipelineDo = typename Tr::PipelineDo;
   using StateQ = typename Tr::PipelineState;
   using StateDo = typename Tr::PipelineStateDo;
+  // d, d_v <= 128: a step overlaps dV with dS's math and dK with dQ's staging (step()). split_d
+  // keeps the serial order: its dQ accumulator needs P's and dS's registers dead first.
+  static constexpr bool kOverlap = !Tr::kSplitD;
 
   // What every role derives alike from the block index.
   struct Work {
@@ -494,8 +499,11 @@ struct BwdKernel {
 
     // P^T and dS^T in 16 bits, in the A-operand layout of dV and dK (same registers).
     Tensor p16 = convert_fragment<Element>(tSrS);
-    Tensor ds16 = convert_fragment<Element>(tdPrdP);
     Tensor tOrP = make_tensor(p16.data(), typename Tr::LayoutP{});
+    // kOverlap: dV = P^T dO runs under dS's conversion and store (issued earlier, under P's
+    // exponentials, it left ptxas too few registers: C7512, serialized WGMMA).
+    if constexpr (kOverlap) gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
+    Tensor ds16 = convert_fragment<Element>(tdPrdP);
     Tensor tOrDs = make_tensor(ds16.data(), typename Tr::LayoutP{});
 
     // dS to shared memory (this step's buffer) for the dQ product of both warpgroups.
@@ -507,25 +515,40 @@ struct BwdKernel {
       cutlass::arch::fence_view_async_shared();  // generic stores -> the WGMMA's async proxy
     }
 
-    gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
-    gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
-    named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
-    // split_d (d > 128): dQ's accumulator is d/4 >= 48 registers; P and dS must be dead first.
-    if constexpr (Tr::kSplitD) warpgroup_wait<0>();
     Tensor dq = partition_fragment_C(fr.mma_dq, Shape<typename Tr::BlkM, Int<Tr::kDQCols>>{});
     Tensor ds_a = tdQrDs(_, _, _, buf);
-    gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
-    warpgroup_wait<0>();
-    pipe_q.consumer_release(sq);
-    ++sq;
-    pipe_do.consumer_release(sd);
-    ++sd;
+    if constexpr (kOverlap) {
+      // dQ before dK: dQ's result is staged for the writer while dK runs.
+      named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
+      gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+      gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+      warpgroup_wait<1>();  // dV and dQ are done: dO is free; dK still reads Q^T
+      pipe_do.consumer_release(sd);
+      ++sd;
+    } else {
+      gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
+      gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+      named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
+      // split_d (d > 128): dQ's accumulator is d/4 >= 48 registers; P and dS must be dead first.
+      warpgroup_wait<0>();
+      gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+      warpgroup_wait<0>();
+      pipe_q.consumer_release(sq);
+      ++sq;
+      pipe_do.consumer_release(sd);
+      ++sd;
+    }
 
     if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty, Wait::DqEmpty, m);
     stage_dq(smem, dq, wg, lt);
     compiler_fence();
     cutlass::arch::fence_view_async_shared();  // generic stores -> the bulk reduce (async proxy)
     named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull);
+    if constexpr (kOverlap) {
+      warpgroup_wait<0>();  // dK is done with Q^T (and with dS^T's registers)
+      pipe_q.consumer_release(sq);
+      ++sq;
+    }
   }
 
   // dK (times softmax_scale) or dV of this warpgroup's keys and kCols columns from col0, straight
