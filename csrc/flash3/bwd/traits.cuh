@@ -139,9 +139,11 @@ struct BwdTraits {
 
   // Named barriers (user ids).
   static constexpr uint32_t kBarDsReady = 0;  // consumers: both warpgroups stored this step's dS
-  static constexpr uint32_t kBarDqFull = 1;   // consumers -> dQ writer: dQ tile staged
-  static constexpr uint32_t kBarDqEmpty = 2;  // dQ writer -> consumers: staged tile read
-  static constexpr uint32_t kDqHandoffThreads = kNumConsumerThreads + 32;
+  static constexpr uint32_t kBarDqFull = 1;   // + warpgroup: its dQ part staged -> dQ writer
+  static constexpr uint32_t kBarDqEmpty = kBarDqFull + kNumConsumers;  // + warpgroup: writer read its part
+  static constexpr uint32_t kBarIssueOrder = kBarDqEmpty + kNumConsumers;  // warpgroup 0 -> 1: S^T, dP^T issued
+  static constexpr uint32_t kDqHandoffThreads = 128 + 32;  // a warpgroup and the writer warp
+  static constexpr int kDqPart = kDqValues * 128;  // a warpgroup's part of the staged dQ tile (floats)
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
