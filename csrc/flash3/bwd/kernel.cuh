@@ -530,16 +530,23 @@ struct BwdKernel {
     Tensor dq = partition_fragment_C(fr.mma_dq, Shape<typename Tr::BlkM, Int<Tr::kDQCols>>{});
     Tensor ds_a = tdQrDs(_, _, _, buf);
     if constexpr (kOverlap) {
-      // Warpgroup 0 (ahead) issues dK before the barrier: it runs while warpgroup 1 computes dS.
+      // Warpgroup 0 (ahead) issues dK before dQ's barrier: it runs while warpgroup 1 computes dS.
       // Warpgroup 1 issues it after dQ: its dQ result is staged for the writer while dK runs.
-      if (wg == 0) gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
-      named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
-      gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
-      if (wg == 1) {
+      // Warpgroup 1 issues its dQ after warpgroup 0's, so warpgroup 0's dQ completes first and its
+      // staging and next S^T run under warpgroup 1's dQ and dK. Warpgroup 0 learns that warpgroup
+      // 1's dS is stored at kBarDsReady; warpgroup 1 that warpgroup 0's is at kBarDqIssued.
+      if (wg == 0) {
+        gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+        named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
+        gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+        named_arrive(Tr::kNumConsumerThreads, Tr::kBarDqIssued);
+        warpgroup_wait<0>();
+      } else {
+        named_arrive(Tr::kNumConsumerThreads, Tr::kBarDsReady);
+        named_sync(Tr::kNumConsumerThreads, Tr::kBarDqIssued, Wait::DsReady, m);
+        gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
         gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
         warpgroup_wait<1>();  // dV and dQ are done: dO is free; dK still reads Q^T
-      } else {
-        warpgroup_wait<0>();
       }
       pipe_do.consumer_release(sd);
       ++sd;

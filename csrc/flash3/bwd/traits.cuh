@@ -142,6 +142,7 @@ struct BwdTraits {
   static constexpr uint32_t kBarDqFull = 1;   // + warpgroup: its dQ part staged -> dQ writer
   static constexpr uint32_t kBarDqEmpty = kBarDqFull + kNumConsumers;  // + warpgroup: writer read its part
   static constexpr uint32_t kBarIssueOrder = kBarDqEmpty + kNumConsumers;  // warpgroup 0 -> 1: S^T, dP^T issued
+  static constexpr uint32_t kBarDqIssued = kBarIssueOrder + 1;  // warpgroup 0 -> 1: dQ issued (its dS stored)
   static constexpr uint32_t kDqHandoffThreads = 128 + 32;  // a warpgroup and the writer warp
   static constexpr int kDqPart = kDqValues * 128;  // a warpgroup's part of the staged dQ tile (floats)
 
