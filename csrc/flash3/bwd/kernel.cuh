@@ -108,7 +108,7 @@ struct BwdKernel {
   using StateDo = typename Tr::PipelineStateDo;
   // d, d_v <= 128: a step overlaps dV with dS's math and dK with dQ's staging (step()). split_d
   // keeps the serial order: its dQ accumulator needs P's and dS's registers dead first.
-  static constexpr bool kOverlap = !Tr::kSplitD;
+  static constexpr bool kOverlap = Tr::kOverlap;
 
   // What every role derives alike from the block index.
   struct Work {
@@ -279,10 +279,10 @@ struct BwdKernel {
       for (int m = w.queries.begin; m < w.queries.end; ++m, ++step) {
         float* dst = p.dq_accum + (ws_row + int64_t(m) * Tr::kBlockM) * Tr::kHeadDim;
         int* sem = p.dq_semaphore + (int64_t(w.batch) * p.num_heads + head) * m_blocks + m;
-        // Each warpgroup hands over its own part of the tile (its own barrier pair), so one that is
-        // ahead never waits for the other at the hand-off.
+        // kOverlap: each warpgroup hands over its own part of the tile (its own barrier pair), so
+        // one that is ahead never waits for the other at the hand-off.
 #pragma unroll 1
-        for (int g = 0; g < Tr::kNumConsumers; ++g) {
+        for (int g = 0; g < Tr::kDqParts; ++g) {
           named_sync(Tr::kDqHandoffThreads, Tr::kBarDqFull + g, Wait::DqFull, m);
           if (lane == 0) {
             if (p.deterministic && g == 0) {
@@ -301,7 +301,7 @@ struct BwdKernel {
               asm volatile("fence.proxy.async.global;\n" ::: "memory");
             }
             bulk_reduce_add_f32(dst + g * Tr::kDqPart, smem.dq.data() + g * Tr::kDqPart, Tr::kDqPart * sizeof(float));
-            if (p.deterministic && g + 1 == Tr::kNumConsumers) {
+            if (p.deterministic && g + 1 == Tr::kDqParts) {
               // The sum (both parts) is complete in global memory before the next key block may add.
               asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
               asm volatile("fence.proxy.async.global;\n" ::: "memory");
@@ -447,7 +447,7 @@ struct BwdKernel {
 
   template <class TensorAcc>
   static __device__ __forceinline__ void stage_dq(SharedStorage& smem, TensorAcc const& acc, int wg, int lt) {
-    float* dst = smem.dq.data() + wg * Tr::kDqPart + lt;
+    float* dst = smem.dq.data() + wg * Tr::kDqValues * 128 + lt;
     CUTE_UNROLL
     for (int i = 0; i < Tr::kDqValues; ++i) dst[i * 128] = acc(i);
   }
@@ -564,11 +564,12 @@ struct BwdKernel {
       ++sd;
     }
 
-    if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty + wg, Wait::DqEmpty, m);
+    const int part = Tr::kDqParts > 1 ? wg : 0;
+    if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty + part, Wait::DqEmpty, m);
     stage_dq(smem, dq, wg, lt);
     compiler_fence();
     cutlass::arch::fence_view_async_shared();  // generic stores -> the bulk reduce (async proxy)
-    named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull + wg);
+    named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull + part);
     if constexpr (kOverlap) {
       warpgroup_wait<0>();  // dK is done with Q^T (and with dS^T's registers)
       pipe_q.consumer_release(sq);
