@@ -586,12 +586,15 @@ struct BwdKernel {
     using namespace cute;
     Tensor tc = mma.get_thread_slice(lt).partition_C(make_identity_tensor(Shape<typename Tr::Slab, Int<kCols>>{}));
     static_assert(decltype(size(tc))::value == decltype(size(acc))::value, "accumulator coordinates");
+    // Addresses from the thread's first coordinate: the offsets of the others are compile-time (a
+    // thread's values lie on two rows), so no 64-bit row product per pair.
+    const int row0 = key0 + get<0>(tc(0)), col_0 = col0 + get<1>(tc(0));
+    Element* p0 = base + int64_t(row0) * row_stride + col_0;
     CUTE_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
-      const int row = key0 + get<0>(tc(i)), col = col0 + get<1>(tc(i));
-      if (row < rows && col < cols)  // one packed conversion per pair (two scalar ones cost twice the cvt slots)
-        *reinterpret_cast<uint32_t*>(base + int64_t(row) * row_stride + col) =
-            pack_pair<Element>(acc(i) * scale, acc(i + 1) * scale);
+      const int dr = get<0>(tc(i)) - get<0>(tc(0)), dc = get<1>(tc(i)) - get<1>(tc(0));
+      if (row0 + dr < rows && col_0 + dc < cols)  // one packed conversion per pair (two scalar ones cost twice the cvt slots)
+        *reinterpret_cast<uint32_t*>(p0 + dr * row_stride + dc) = pack_pair<Element>(acc(i) * scale, acc(i + 1) * scale);
     }
   }
 
