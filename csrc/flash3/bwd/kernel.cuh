@@ -2,14 +2,17 @@
 // key blocks fastest (deterministic mode relies on that order: attn_logic.h bwd_dq_rank).
 //  Warpgroup 0 (24 registers): warp 0 loads K and V once, then per step Q + lse and dO + dpsum
 //   through two mbarrier rings (TMA, bulk copies); warp 1 writes dQ: it sums each step's staged
-//   fp32 dQ tile into the global accumulator with one bulk reduce-add (ordered by a semaphore per
-//   query block in deterministic mode).
+//   fp32 dQ tile into the global accumulator with one bulk reduce-add per consumer warpgroup's part
+//   (ordered by a semaphore per query block in deterministic mode).
 //  Warpgroups 1, 2 (240 registers): the five products of traits.cuh per step of 64 queries; dK and
 //   dV stay in registers over every step (every query head of the kv head: GQA sums there) and are
 //   stored at the end.
-// A step: S^T and dP^T are issued together; P = exp2(S^T * scale - lse) runs while dP^T is in
-// flight; dS = P (dP - dpsum); dS goes to shared memory for dQ while dV and dK are issued from
-// registers; then dQ = dS K (both warpgroups' dS), which is staged for the writer warp.
+// A step (d <= 128): S^T and dP^T are issued together (warpgroup 1 after warpgroup 0); P =
+// exp2(S^T * scale - lse) runs while dP^T is in flight; dS = P (dP - dpsum); dV += P^T dO is issued
+// from registers and runs while dS goes to shared memory; then dQ = dS K (both warpgroups' dS) and
+// dK += dS^T Q (warpgroup 0 issues dK before dQ's barrier, warpgroup 1 after dQ: its dQ is staged
+// for the writer warp while dK runs). split_d issues dV and dK after dS's store and dQ after both
+// (BwdKernel::kOverlap).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -103,6 +106,9 @@ struct BwdKernel {
   using PipelineDo = typename Tr::PipelineDo;
   using StateQ = typename Tr::PipelineState;
   using StateDo = typename Tr::PipelineStateDo;
+  // d, d_v <= 128: a step overlaps dV with dS's math and dK with dQ's staging (step()). split_d
+  // keeps the serial order: its dQ accumulator needs P's and dS's registers dead first.
+  static constexpr bool kOverlap = Tr::kOverlap;
 
   // What every role derives alike from the block index.
   struct Work {
@@ -271,38 +277,43 @@ struct BwdKernel {
     for (int head = w.head_k * w.group; head < (w.head_k + 1) * w.group; ++head) {
       const int64_t ws_row = w.seq.ws_base + int64_t(head) * w.seq.ws_head_stride;
       for (int m = w.queries.begin; m < w.queries.end; ++m, ++step) {
-        named_sync(Tr::kDqHandoffThreads, Tr::kBarDqFull, Wait::DqFull, m);
-        if (lane == 0) {
-          float* dst = p.dq_accum + (ws_row + int64_t(m) * Tr::kBlockM) * Tr::kHeadDim;
-          int* sem = p.dq_semaphore + (int64_t(w.batch) * p.num_heads + head) * m_blocks + m;
-          if (p.deterministic) {
-            const int rank = bwd_dq_rank(w.mask, m, w.n_block, Tr::kBlockM, Tr::kBlockN);
-            // The turns before ours are other CTAs' (microseconds each): poll with a sleep
-            // doubling from 32 ns to 256 ns, leaving the issue slots and the L2 to the work we
-            // wait for, and waking at most ~256 ns late.
-            unsigned sleep_ns = 32;
-            for (;;) {
-              int seen;
-              asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
-              if (seen == rank) break;
-              __nanosleep(sleep_ns);
-              sleep_ns = sleep_ns < 256 ? 2 * sleep_ns : 256;
+        float* dst = p.dq_accum + (ws_row + int64_t(m) * Tr::kBlockM) * Tr::kHeadDim;
+        int* sem = p.dq_semaphore + (int64_t(w.batch) * p.num_heads + head) * m_blocks + m;
+        // kOverlap: each warpgroup hands over its own part of the tile (its own barrier pair), so
+        // one that is ahead never waits for the other at the hand-off.
+#pragma unroll 1
+        for (int g = 0; g < Tr::kDqParts; ++g) {
+          named_sync(Tr::kDqHandoffThreads, Tr::kBarDqFull + g, Wait::DqFull, m);
+          if (lane == 0) {
+            if (p.deterministic && g == 0) {
+              const int rank = bwd_dq_rank(w.mask, m, w.n_block, Tr::kBlockM, Tr::kBlockN);
+              // The turns before ours are other CTAs' (microseconds each): poll with a sleep
+              // doubling from 32 ns to 256 ns, leaving the issue slots and the L2 to the work we
+              // wait for, and waking at most ~256 ns late.
+              unsigned sleep_ns = 32;
+              for (;;) {
+                int seen;
+                asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
+                if (seen == rank) break;
+                __nanosleep(sleep_ns);
+                sleep_ns = sleep_ns < 256 ? 2 * sleep_ns : 256;
+              }
+              asm volatile("fence.proxy.async.global;\n" ::: "memory");
             }
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            bulk_reduce_add_f32(dst + g * Tr::kDqPart, smem.dq.data() + g * Tr::kDqPart, Tr::kDqPart * sizeof(float));
+            if (p.deterministic && g + 1 == Tr::kDqParts) {
+              // The sum (both parts) is complete in global memory before the next key block may add.
+              asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+              asm volatile("fence.proxy.async.global;\n" ::: "memory");
+              __threadfence();
+              atomicAdd(sem, 1);
+            } else {
+              asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            }
           }
-          bulk_reduce_add_f32(dst, smem.dq.data(), Tr::kBlockM * Tr::kHeadDim * sizeof(float));
-          if (p.deterministic) {
-            // The sum is complete in global memory before the next key block may add.
-            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
-            __threadfence();
-            atomicAdd(sem, 1);
-          } else {
-            asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-          }
+          __syncwarp();
+          if (step + 1 < steps) named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqEmpty + g);
         }
-        __syncwarp();
-        if (step + 1 < steps) named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqEmpty);
       }
     }
     if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -461,10 +472,16 @@ struct BwdKernel {
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     Tensor dp_rc = make_tensor(tdPrdP.data(), acc_rowcol(tdPrdP.layout()));
 
+    // kOverlap: warpgroup 1 issues its S^T and dP^T after warpgroup 0's, so the tensor pipe runs
+    // them in that order instead of interleaved: warpgroup 0's P and dS math runs under warpgroup
+    // 1's products, and its dV and dK fill the pipe while warpgroup 1 computes dS (interleaved, both
+    // warpgroups reached their dS math at once and the pipe idled there).
+    if (kOverlap && wg == 1) named_sync(Tr::kNumConsumerThreads, Tr::kBarIssueOrder, Wait::Pingpong, m);
     mbarrier_wait(full_barrier(smem.pipe_q, sq.index()), sq.phase(), Wait::QFull, m);
     gemm_async<true>(fr.mma_s, tSrK, tSrQ(_, _, _, sq.index()), tSrS);
     mbarrier_wait(full_barrier(smem.pipe_do, sd.index()), sd.phase(), Wait::DoFull, m);
     gemm_async<true>(fr.mma_dp, tdPrV, tdPrDo(_, _, _, sd.index()), tdPrdP);
+    if (kOverlap && wg == 0) named_arrive(Tr::kNumConsumerThreads, Tr::kBarIssueOrder);
     const float* lse = smem.lse[sq.index()];
     const float* dpsum = smem.dpsum[sd.index()];
     if (!params.mod.active()) {
@@ -494,8 +511,11 @@ struct BwdKernel {
 
     // P^T and dS^T in 16 bits, in the A-operand layout of dV and dK (same registers).
     Tensor p16 = convert_fragment<Element>(tSrS);
-    Tensor ds16 = convert_fragment<Element>(tdPrdP);
     Tensor tOrP = make_tensor(p16.data(), typename Tr::LayoutP{});
+    // kOverlap: dV = P^T dO runs under dS's conversion and store (issued earlier, under P's
+    // exponentials, it left ptxas too few registers: C7512, serialized WGMMA).
+    if constexpr (kOverlap) gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
+    Tensor ds16 = convert_fragment<Element>(tdPrdP);
     Tensor tOrDs = make_tensor(ds16.data(), typename Tr::LayoutP{});
 
     // dS to shared memory (this step's buffer) for the dQ product of both warpgroups.
@@ -507,25 +527,54 @@ struct BwdKernel {
       cutlass::arch::fence_view_async_shared();  // generic stores -> the WGMMA's async proxy
     }
 
-    gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
-    gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
-    named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
-    // split_d (d > 128): dQ's accumulator is d/4 >= 48 registers; P and dS must be dead first.
-    if constexpr (Tr::kSplitD) warpgroup_wait<0>();
     Tensor dq = partition_fragment_C(fr.mma_dq, Shape<typename Tr::BlkM, Int<Tr::kDQCols>>{});
     Tensor ds_a = tdQrDs(_, _, _, buf);
-    gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
-    warpgroup_wait<0>();
-    pipe_q.consumer_release(sq);
-    ++sq;
-    pipe_do.consumer_release(sd);
-    ++sd;
+    if constexpr (kOverlap) {
+      // Warpgroup 0 (ahead) issues dK before dQ's barrier: it runs while warpgroup 1 computes dS.
+      // Warpgroup 1 issues it after dQ: its dQ result is staged for the writer while dK runs.
+      // Warpgroup 1 issues its dQ after warpgroup 0's, so warpgroup 0's dQ completes first and its
+      // staging and next S^T run under warpgroup 1's dQ and dK. Warpgroup 0 learns that warpgroup
+      // 1's dS is stored at kBarDsReady; warpgroup 1 that warpgroup 0's is at kBarDqIssued.
+      if (wg == 0) {
+        gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+        named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
+        gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+        named_arrive(Tr::kNumConsumerThreads, Tr::kBarDqIssued);
+        warpgroup_wait<0>();
+      } else {
+        named_arrive(Tr::kNumConsumerThreads, Tr::kBarDsReady);
+        named_sync(Tr::kNumConsumerThreads, Tr::kBarDqIssued, Wait::DsReady, m);
+        gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+        gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+        warpgroup_wait<1>();  // dV and dQ are done: dO is free; dK still reads Q^T
+      }
+      pipe_do.consumer_release(sd);
+      ++sd;
+    } else {
+      gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
+      gemm_async<false>(fr.mma_dk, tOrDs, tdKrQ(_, _, _, sq.index()), dk);
+      named_sync(Tr::kNumConsumerThreads, Tr::kBarDsReady, Wait::DsReady, m);
+      // split_d (d > 128): dQ's accumulator is d/4 >= 48 registers; P and dS must be dead first.
+      warpgroup_wait<0>();
+      gemm_async<true>(fr.mma_dq, ds_a, tdQrK, dq);
+      warpgroup_wait<0>();
+      pipe_q.consumer_release(sq);
+      ++sq;
+      pipe_do.consumer_release(sd);
+      ++sd;
+    }
 
-    if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty, Wait::DqEmpty, m);
+    const int part = Tr::kDqParts > 1 ? wg : 0;
+    if (step_idx > 0) named_sync(Tr::kDqHandoffThreads, Tr::kBarDqEmpty + part, Wait::DqEmpty, m);
     stage_dq(smem, dq, wg, lt);
     compiler_fence();
     cutlass::arch::fence_view_async_shared();  // generic stores -> the bulk reduce (async proxy)
-    named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull);
+    named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull + part);
+    if constexpr (kOverlap) {
+      warpgroup_wait<0>();  // dK is done with Q^T (and with dS^T's registers)
+      pipe_q.consumer_release(sq);
+      ++sq;
+    }
   }
 
   // dK (times softmax_scale) or dV of this warpgroup's keys and kCols columns from col0, straight
@@ -537,16 +586,15 @@ struct BwdKernel {
     using namespace cute;
     Tensor tc = mma.get_thread_slice(lt).partition_C(make_identity_tensor(Shape<typename Tr::Slab, Int<kCols>>{}));
     static_assert(decltype(size(tc))::value == decltype(size(acc))::value, "accumulator coordinates");
-    using Pair = cutlass::Array<Element, 2>;
+    // Addresses from the thread's first coordinate: the offsets of the others are compile-time (a
+    // thread's values lie on two rows), so no 64-bit row product per pair.
+    const int row0 = key0 + get<0>(tc(0)), col_0 = col0 + get<1>(tc(0));
+    Element* p0 = base + int64_t(row0) * row_stride + col_0;
     CUTE_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
-      const int row = key0 + get<0>(tc(i)), col = col0 + get<1>(tc(i));
-      if (row < rows && col < cols) {
-        Pair v;
-        v[0] = Element(acc(i) * scale);
-        v[1] = Element(acc(i + 1) * scale);
-        *reinterpret_cast<Pair*>(base + int64_t(row) * row_stride + col) = v;
-      }
+      const int dr = get<0>(tc(i)) - get<0>(tc(0)), dc = get<1>(tc(i)) - get<1>(tc(0));
+      if (row0 + dr < rows && col_0 + dc < cols)  // one packed conversion per pair (two scalar ones cost twice the cvt slots)
+        *reinterpret_cast<uint32_t*>(p0 + dr * row_stride + dc) = pack_pair<Element>(acc(i) * scale, acc(i + 1) * scale);
     }
   }
 

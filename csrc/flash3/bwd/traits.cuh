@@ -139,9 +139,17 @@ struct BwdTraits {
 
   // Named barriers (user ids).
   static constexpr uint32_t kBarDsReady = 0;  // consumers: both warpgroups stored this step's dS
-  static constexpr uint32_t kBarDqFull = 1;   // consumers -> dQ writer: dQ tile staged
-  static constexpr uint32_t kBarDqEmpty = 2;  // dQ writer -> consumers: staged tile read
-  static constexpr uint32_t kDqHandoffThreads = kNumConsumerThreads + 32;
+  // d, d_v <= 128: the warpgroups run apart within a step (BwdKernel::step), so each hands its own
+  // part of the staged dQ tile to the writer (a barrier pair and a bulk reduce-add each); split_d
+  // runs them in lockstep and hands the tile over whole (per part it measured 0.7% slower).
+  static constexpr bool kOverlap = !kSplitD;
+  static constexpr int kDqParts = kOverlap ? kNumConsumers : 1;
+  static constexpr int kDqPart = kBlockM * kHeadDim / kDqParts;  // floats
+  static constexpr uint32_t kDqHandoffThreads = kNumConsumerThreads / kDqParts + 32;  // + the writer warp
+  static constexpr uint32_t kBarDqFull = 1;   // + part: staged -> dQ writer
+  static constexpr uint32_t kBarDqEmpty = kBarDqFull + kDqParts;  // + part: the writer read it
+  static constexpr uint32_t kBarIssueOrder = kBarDqEmpty + kDqParts;  // warpgroup 0 -> 1: S^T, dP^T issued
+  static constexpr uint32_t kBarDqIssued = kBarIssueOrder + 1;  // warpgroup 0 -> 1: dQ issued (its dS stored)
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
