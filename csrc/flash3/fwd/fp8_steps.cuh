@@ -32,6 +32,7 @@ struct FwdFp8Steps {
     const int slab = imin(w.coord.m_block * Tr::kNumConsumers + consumer, (w.seq.seqlen_q - 1) / 64);
     fr.q_descale = params.p.fp8.q.at(w.coord.batch, w.coord.head, slab);
     fr.v_descale_p = params.p.fp8.v.at(w.coord.batch, w.head_k, w.blocks.end - 1);
+    fr.o_unit = 1.f;  // O is 0: any unit
     fr.s_descale = fr.q_descale * params.p.fp8.k.at(w.coord.batch, w.head_k, w.blocks.end - 1);
   }
 
@@ -50,22 +51,49 @@ struct FwdFp8Steps {
     copy(make_tensor(p_low.data(), acc_as_a_operand_fp8(p_low.layout())), tOrP);  // byte moves
   }
 
+  // O's registers hold O / fr.o_unit, where o_unit is the v descale of the last block added (kept
+  // within 2^+-64 of the previous unit, which bounds O's registers whatever the descales), so that a
+  // block's fresh P.V is added with one FFMA per value: O = O * (scale * old_unit / unit) + fresh
+  // (FMUL + FFMA before). Where the block's descale is not the new unit (left that range, or 0),
+  // fresh is scaled too: a warp-uniform branch (every thread reads the same descale).
+  struct Fold {
+    float factor[kRows];  // O's per-row factor: the pending rescale times old_unit / unit
+    float fresh_scale;    // v_descale / unit (1: the common case)
+    bool exact;           // fresh_scale == 1
+  };
+  template <class F>
+  static __device__ __forceinline__ Fold fold(F& fr, const float (&scale)[kRows]) {
+    const float vd = fr.v_descale_p;
+    const float unit = fminf(fmaxf(vd, fr.o_unit * 0x1p-64f), fr.o_unit * 0x1p64f);
+    const float r = __fdiv_rn(fr.o_unit, unit);  // exactly 1 for equal descales
+    Fold f;
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) f.factor[mi] = scale[mi] * r;
+    f.exact = vd == unit;
+    f.fresh_scale = f.exact ? 1.f : __fdiv_rn(vd, unit);  // NaN descale: NaN, as fresh * NaN was
+    fr.o_unit = unit;
+    return f;
+  }
+
   // Two-level accumulation of one chunk of O, where fresh is the block's P.V from a
-  // zero-initialized accumulator: O = (O + fresh * v_descale) * scale, the rescale after the add
-  // (overlapped step), or with kScaleFirst O = O * scale + fresh * v_descale (a rescale still
-  // pending on O, chunked step).
-  template <bool kScaleFirst = false, class TensorOc, class TensorF>
-  static __device__ __forceinline__ void add_fresh(TensorOc& o, TensorF const& fresh, float v_descale,
-                                                   const float (&scale)[kRows]) {
+  // zero-initialized accumulator: O = O * factor + fresh (in O's unit; see Fold).
+  template <class TensorOc, class TensorF>
+  static __device__ __forceinline__ void add_fresh(TensorOc& o, TensorF const& fresh, Fold const& fd) {
     using namespace cute;
     Tensor o_rc = make_tensor(o.data(), acc_rowcol(fresh.layout()));
     Tensor f_rc = make_tensor(fresh.data(), acc_rowcol(fresh.layout()));
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) {
+    if (fd.exact) {
       CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(o_rc); ++ni) {
-        o_rc(mi, ni) = kScaleFirst ? fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni) * scale[mi])
-                                   : fmaf(f_rc(mi, ni), v_descale, o_rc(mi, ni)) * scale[mi];
+      for (int mi = 0; mi < kRows; ++mi) {
+        CUTE_UNROLL
+        for (int ni = 0; ni < size<1>(o_rc); ++ni) o_rc(mi, ni) = fmaf(o_rc(mi, ni), fd.factor[mi], f_rc(mi, ni));
+      }
+    } else {
+      CUTE_UNROLL
+      for (int mi = 0; mi < kRows; ++mi) {
+        CUTE_UNROLL
+        for (int ni = 0; ni < size<1>(o_rc); ++ni)
+          o_rc(mi, ni) = fmaf(f_rc(mi, ni), fd.fresh_scale, o_rc(mi, ni) * fd.factor[mi]);
       }
     }
   }
@@ -107,24 +135,25 @@ struct FwdFp8Steps {
   }
 
   // Several O chunks: P.V one chunk at a time, each chunk's fresh accumulator added (O = O * scale +
-  // fresh * v_descale) before the next is issued. `scale` is the rescale still pending on O.
+  // fresh, in O's unit) before the next is issued. `scale` is the rescale still pending on O.
   template <class TV, class TensorO, class F>
   static __device__ __forceinline__ void pv_chunks(TV const& tOrV, int stage, TensorO& tOrO, F& fr,
                                                    const float (&scale)[kRows]) {
     using namespace cute;
     Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
+    const Fold fd = fold(fr, scale);
     CUTE_UNROLL
     for (int c = 0; c < Tr::kOChunks; ++c) {
       gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, c, stage), fresh);
       warpgroup_wait<0>();
       Tensor oc = o_chunk(tOrO, c);
-      add_fresh<true>(oc, fresh, fr.v_descale_p, scale);
+      add_fresh(oc, fresh, fd);
     }
   }
 
   // Step for block n: S_n = Q K_n^T and the fresh accumulator of P_{n+1} V_{n+1}.
   //  One O chunk (d_v <= 128): issued together, the softmax of S_n runs under the P.V WGMMA, as in
-  //  C::step; then O = (O + fresh * v_descale[n+1]) * rescale(n).
+  //  C::step; then O = O * rescale(n+1) + fresh (in O's unit, Fold), rescale(n) left pending.
   //  Several chunks (d_v > 128, where O and a fresh chunk leave no room for S): P_{n+1} V_{n+1}
   //  first, chunk by chunk (pv_chunks, applying the rescale left pending by the previous softmax),
   //  then S_n and its softmax, whose rescale stays pending. No softmax/P.V overlap inside the
@@ -161,6 +190,7 @@ struct FwdFp8Steps {
       C::wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
       gemm_async<true>(fr.mma_o, fr.tOrP, tOrV(_, _, _, state_v.index()), fresh);
       C::pingpong_pass(consumer);
+      const Fold fd = fold(fr, fr.scale_o);  // the rescale pending on O, before the softmax's new one
       warpgroup_wait<1>();  // S_n is ready; P.V still running
       pipe_k.consumer_release(state_k);
       ++state_k;
@@ -169,7 +199,7 @@ struct FwdFp8Steps {
       warpgroup_wait<0>();
       pipe_v.consumer_release(state_v);
       ++state_v;
-      add_fresh(tOrO, fresh, fr.v_descale_p, fr.scale_o);
+      add_fresh(tOrO, fresh, fd);
     } else {
       // (P_{n+1} V_{n+1} was issued above, before S_n: see the comment of this function.)
       C::pingpong_pass(consumer);
@@ -183,24 +213,22 @@ struct FwdFp8Steps {
     fr.v_descale_p = v_descale_n;
   }
 
-  // The tile's last P.V (block `begin`), added without a rescale (already in O).
+  // The tile's last P.V (block `begin`), added with the last pending rescale.
   template <class TensorO, class TV, class F>
   static __device__ __forceinline__ void last_pv(SharedStorage& smem, PipelineKV& pipe_v, PipelineState& state_v,
                                                  const WorkTile& w, int consumer, TV const& tOrV, TensorO& tOrO,
                                                  F& fr, float (&inv_sum)[kRows], float (&lse)[kRows]) {
     using namespace cute;
     Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
-    float one[kRows];
-    CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) one[mi] = 1.f;
     C::wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
     C::pingpong_wait(consumer, w.index);
     if constexpr (Tr::kOChunks == 1) {
       gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, 0, state_v.index()), fresh);
       C::pingpong_pass(consumer);
       fr.softmax.finalize(inv_sum, lse);  // under the WGMMA
+      const Fold fd = fold(fr, fr.scale_o);
       warpgroup_wait<0>();
-      add_fresh(tOrO, fresh, fr.v_descale_p, one);  // O already carries every rescale
+      add_fresh(tOrO, fresh, fd);
     } else {
       pv_chunks(tOrV, state_v.index(), tOrO, fr, fr.scale_o);
       C::pingpong_pass(consumer);
@@ -218,6 +246,8 @@ struct FwdFp8Steps {
                                                 float (&lse)[kRows]) {
     float inv_sum[kRows];
     last_pv(smem, pipe_v, state_v, w, consumer, tOrV, tOrO, fr, inv_sum, lse);
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) inv_sum[mi] *= fr.o_unit;  // O's unit (Fold)
     C::rescale_o(tOrO, inv_sum);
     scale_columns(params.p, w, tOrO);
   }

@@ -216,8 +216,9 @@ struct FwdConsumer {
     float scale_o[kRows];  // factor for O before (or after) the next P.V
     bool rescale;          // whether O needs it (false: the running maxes stayed, scale_o is stale)
     // FP8 (set by Fp8): this slab's q descale, the v descale of the block whose P is in tOrP, and
-    // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on).
-    float q_descale, v_descale_p, s_descale;
+    // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on);
+    // o_unit: O's registers hold O / o_unit (FwdFp8Steps::Fold).
+    float q_descale, v_descale_p, s_descale, o_unit;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
