@@ -217,8 +217,10 @@ struct FwdConsumer {
     bool rescale;          // whether O needs it (false: the running maxes stayed, scale_o is stale)
     // FP8 (set by Fp8): this slab's q descale, the v descale of the block whose P is in tOrP, and
     // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on);
-    // o_unit: O's registers hold O / o_unit (FwdFp8Steps::Fold).
-    float q_descale, v_descale_p, s_descale, o_unit;
+    // o_unit: O's registers hold O / o_unit (FwdFp8Steps::Fold); k_next / v_next: the next block's
+    // k and v descales, read a step ahead from the tile's descale rows k_row / v_row.
+    float q_descale, v_descale_p, s_descale, o_unit, k_next, v_next;
+    int k_row, v_row;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
@@ -419,7 +421,10 @@ struct FwdConsumer {
       const int n = w.blocks.end - 1;
       Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
       wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
-      pingpong_wait(consumer, w.index);
+      if constexpr (Tr::kFp8)
+        Fp8::pingpong_wait(consumer, w.index);
+      else
+        pingpong_wait(consumer, w.index);
       gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
       pingpong_pass(consumer);
       if constexpr (kPending) {
