@@ -66,6 +66,7 @@ struct FwdFp8Steps {
     fr.v_row = row_of(d.v, w.coord.batch, w.head_k);
     fr.v_descale_p = entry(d.v, fr.v_row, w.blocks.end - 1);
     fr.o_unit = 1.f;  // O is 0: any unit
+    fr.vd_max = 0.f;
     fr.s_descale = fr.q_descale * entry(d.k, fr.k_row, w.blocks.end - 1);
     prefetch(params, fr, w.blocks.end - 2);
   }
@@ -104,11 +105,13 @@ struct FwdFp8Steps {
       d[w] = pack4_e4m3(a(4 * w), a(4 * w + 1), a(4 * w + 2), a(4 * w + 3));
   }
 
-  // O's registers hold O / fr.o_unit, where o_unit is the v descale of the last block added (kept
-  // within 2^+-64 of the previous unit, which bounds O's registers whatever the descales), so that a
-  // block's fresh P.V is added with one FFMA per value: O = O * (scale * old_unit / unit) + fresh
-  // (FMUL + FFMA before). Where the block's descale is not the new unit (left that range, or 0),
-  // fresh is scaled too: a warp-uniform branch (every thread reads the same descale).
+  // O's registers hold O / fr.o_unit, where o_unit is the v descale of a block already added, so
+  // that a block's fresh P.V is added with one FFMA per value: O = O * (scale * old_unit / unit) +
+  // fresh (FMUL + FFMA before). The unit becomes the block's descale when that is > 0 and at least
+  // 2^-64 of the largest descale so far (fr.vd_max): O's registers then stay below ~2^64 times the
+  // largest fresh sum per block, whatever the descales (0, tiny, huge). Otherwise (0, negative, NaN,
+  // or tiny) the unit stays and fresh is scaled too: a warp-uniform branch (every thread reads the
+  // same descale), which real quantizers' descales (> 0, within 2^64 of each other) never take.
   struct Fold {
     float factor[kRows];  // O's per-row factor: the pending rescale times old_unit / unit
     float fresh_scale;    // v_descale / unit (1: the common case)
@@ -117,7 +120,8 @@ struct FwdFp8Steps {
   template <class F>
   static __device__ __forceinline__ Fold fold(F& fr, const float (&scale)[kRows]) {
     const float vd = fr.v_descale_p;
-    const float unit = fminf(fmaxf(vd, fr.o_unit * 0x1p-64f), fr.o_unit * 0x1p64f);
+    const float unit = vd > 0.f && vd >= fr.vd_max * 0x1p-64f ? vd : fr.o_unit;
+    fr.vd_max = fmaxf(fr.vd_max, vd);
     const float r = __fdiv_rn(fr.o_unit, unit);  // exactly 1 for equal descales
     Fold f;
     CUTE_UNROLL

@@ -217,9 +217,9 @@ struct FwdConsumer {
     bool rescale;          // whether O needs it (false: the running maxes stayed, scale_o is stale)
     // FP8 (set by Fp8): this slab's q descale, the v descale of the block whose P is in tOrP, and
     // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on);
-    // o_unit: O's registers hold O / o_unit (FwdFp8Steps::Fold); k_next / v_next: the next block's
+    // o_unit, vd_max: O's registers hold O / o_unit (FwdFp8Steps::Fold); k_next / v_next: the next block's
     // k and v descales, read a step ahead from the tile's descale rows k_row / v_row.
-    float q_descale, v_descale_p, s_descale, o_unit, k_next, v_next;
+    float q_descale, v_descale_p, s_descale, o_unit, vd_max, k_next, v_next;
     int k_row, v_row;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
