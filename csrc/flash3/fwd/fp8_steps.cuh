@@ -71,11 +71,16 @@ struct FwdFp8Steps {
     prefetch(params, fr, w.blocks.end - 2);
   }
 
-  // The raw scores of block n times q_descale * k_descale[n] (fr.s_descale; before softcap and mask).
+  // The raw scores of block n carry q_descale * k_descale[n] (fr.s_descale). Before a score mod
+  // (softcap: tanh of the descaled score), or for a descale that is not > 0 (a positive factor keeps
+  // the row max), they are multiplied here and 1 is returned; otherwise the descale is returned, for
+  // the softmax to fold into its max and its exponentials' scale (a multiply per score less).
   template <class TensorS, class F>
-  static __device__ __forceinline__ void descale_scores(TensorS& tSrS, F const& fr) {
+  static __device__ __forceinline__ float descale_or_fold(TensorS& tSrS, F const& fr, bool score_mod) {
+    if (!score_mod && fr.s_descale > 0.f) return fr.s_descale;
     CUTE_UNROLL
     for (int i = 0; i < cute::size(tSrS); ++i) tSrS(i) *= fr.s_descale;
+    return 1.f;
   }
 
   // P as e4m3 in the A-operand layout: each 32-bit register of tOrP (compact: bytes in logical

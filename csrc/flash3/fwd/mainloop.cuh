@@ -238,7 +238,10 @@ struct FwdConsumer {
     using namespace cute;
     constexpr bool kMasked = kMask != Masking::none;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
-    if constexpr (Tr::kFp8) Fp8::descale_scores(tSrS, fr);
+    // FP8: the scores' descale, applied here only before a score mod (softcap); otherwise folded
+    // into the max and the exponentials (Fp8::descale_or_fold).
+    [[maybe_unused]] float fold = 1.f;
+    if constexpr (Tr::kFp8) fold = Fp8::descale_or_fold(tSrS, fr, params.mod.active());
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
       const ScoreMod& mod = params.mod;
@@ -265,8 +268,13 @@ struct FwdConsumer {
       apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
-    fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, !Tr::kFp8>(s_rc, fr.scale_o);
-    fr.softmax.template exp_and_sum<kMasked>(s_rc);
+    if constexpr (Tr::kFp8) {
+      fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, false>(s_rc, fr.scale_o, fold);
+      fr.softmax.template exp_and_sum<kMasked>(s_rc, fold);
+    } else {
+      fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, true>(s_rc, fr.scale_o);
+      fr.softmax.template exp_and_sum<kMasked>(s_rc);
+    }
   }
 
   template <class TensorS, class TensorP>
