@@ -376,13 +376,16 @@ struct OnlineSoftmax {
   // the LSE (from the kept max and the sum) accounts for. Warp-uniform, so the skip is a branch.
   // Returns whether O must be multiplied by `scale`.
   static constexpr int kLazyGrowLog2 = 8;
+  // FP8 (kMaxOffsetLog2 != 0): `fold` > 0 is a factor the scores still carry (their descale): the
+  // block max is taken over the raw scores and multiplied by it (exact: a positive factor keeps the
+  // order), and exp_and_sum applies it with the scale, so no multiply per score.
   template <bool kFirst, bool kCheckInf = true, bool kLazy = false, class TensorS>
-  __device__ __forceinline__ bool rescale_max(TensorS const& s_rc, float (&scale)[kRows]) {
+  __device__ __forceinline__ bool rescale_max(TensorS const& s_rc, float (&scale)[kRows], float fold = 1.f) {
     using namespace cute;
     static_assert(!kLazy || kMaxOffsetLog2 == 0, "FP8 P is already scaled up to e4m3's range");
     float m[kRows];
     CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) m[mi] = kFirst ? -INFINITY : row_max[mi];
+    for (int mi = 0; mi < kRows; ++mi) m[mi] = kFirst || kMaxOffsetLog2 != 0 ? -INFINITY : row_max[mi];
     CUTE_UNROLL
     for (int ni = 0; ni < size<1>(s_rc); ++ni) {
       CUTE_UNROLL
@@ -390,6 +393,10 @@ struct OnlineSoftmax {
     }
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) m[mi] = quad_allreduce_max(m[mi]);
+    if constexpr (kMaxOffsetLog2 != 0) {
+      CUTE_UNROLL
+      for (int mi = 0; mi < kRows; ++mi) m[mi] = kFirst ? m[mi] * fold : fmaxf(row_max[mi], m[mi] * fold);
+    }
     if constexpr (kLazy && !kFirst && !kCheckInf) {
       bool grow = false;
       CUTE_UNROLL
@@ -415,9 +422,12 @@ struct OnlineSoftmax {
   }
 
   // Pass 2: P = exp2(s*scale - max*scale) in place, added to the thread's partial row sums.
+  // FP8: `fold` as in rescale_max, s * (scale * fold) - max per score (ptxas makes it one FFMA; an
+  // explicit fmaf ran 20% slower at d 128 in the timing model, which replays the PTX).
   template <bool kCheckInf = true, class TensorS>
-  __device__ __forceinline__ void exp_and_sum(TensorS& s_rc) {
+  __device__ __forceinline__ void exp_and_sum(TensorS& s_rc, float fold = 1.f) {
     using namespace cute;
+    [[maybe_unused]] const float s_scale = scale_log2 * fold;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       // No key seen yet (max -inf): -FLT_MAX keeps s - max at -inf, so P = 0, not NaN.
@@ -426,7 +436,8 @@ struct OnlineSoftmax {
       float sum = 0.f;
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rc); ++ni) {
-        const float p = exp2f(s_rc(mi, ni) * scale_log2 - max_scaled);
+        const float p = kMaxOffsetLog2 != 0 ? exp2f(s_rc(mi, ni) * s_scale - max_scaled)
+                                            : exp2f(s_rc(mi, ni) * scale_log2 - max_scaled);
         s_rc(mi, ni) = p;
         sum += p;
       }

@@ -216,8 +216,11 @@ struct FwdConsumer {
     float scale_o[kRows];  // factor for O before (or after) the next P.V
     bool rescale;          // whether O needs it (false: the running maxes stayed, scale_o is stale)
     // FP8 (set by Fp8): this slab's q descale, the v descale of the block whose P is in tOrP, and
-    // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on).
-    float q_descale, v_descale_p, s_descale;
+    // q_descale * k_descale of the block whose S is in flight (read before its WGMMA is waited on);
+    // o_unit, vd_max: O's registers hold O / o_unit (FwdFp8Steps::Fold); k_next / v_next: the next block's
+    // k and v descales, read a step ahead from the tile's descale rows k_row / v_row.
+    float q_descale, v_descale_p, s_descale, o_unit, vd_max, k_next, v_next;
+    int k_row, v_row;
     // Decode with ALiBi: the rows' terms (alibi_rows), once per tile: a packed row's head and token
     // take a division, which the key loop should not repeat.
     float alibi_slope[Tr::kDecode && Tr::kAlibi ? kRows : 1];
@@ -235,7 +238,10 @@ struct FwdConsumer {
     using namespace cute;
     constexpr bool kMasked = kMask != Masking::none;
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
-    if constexpr (Tr::kFp8) Fp8::descale_scores(tSrS, fr);
+    // FP8: the scores' descale, applied here only before a score mod (softcap); otherwise folded
+    // into the max and the exponentials (Fp8::descale_or_fold).
+    [[maybe_unused]] float fold = 1.f;
+    if constexpr (Tr::kFp8) fold = Fp8::descale_or_fold(tSrS, fr, params.mod.active());
     const int row0 = w.coord.m_block * Tr::kBlockM;
     if (params.mod.active()) {  // softcap / ALiBi (common/score_mod.h)
       const ScoreMod& mod = params.mod;
@@ -262,8 +268,13 @@ struct FwdConsumer {
       apply_mask<false, kMask>(s_rc, tScS_rc, w.mask, row0, n * Tr::kBlockN);
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
-    fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, !Tr::kFp8>(s_rc, fr.scale_o);
-    fr.softmax.template exp_and_sum<kMasked>(s_rc);
+    if constexpr (Tr::kFp8) {
+      fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, false>(s_rc, fr.scale_o, fold);
+      fr.softmax.template exp_and_sum<kMasked>(s_rc, fold);
+    } else {
+      fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, true>(s_rc, fr.scale_o);
+      fr.softmax.template exp_and_sum<kMasked>(s_rc);
+    }
   }
 
   template <class TensorS, class TensorP>
@@ -418,7 +429,10 @@ struct FwdConsumer {
       const int n = w.blocks.end - 1;
       Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
       wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
-      pingpong_wait(consumer, w.index);
+      if constexpr (Tr::kFp8)
+        Fp8::pingpong_wait(consumer, w.index);
+      else
+        pingpong_wait(consumer, w.index);
       gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
       pingpong_pass(consumer);
       if constexpr (kPending) {
