@@ -25,7 +25,9 @@ formed):
 2. ``S *= softmax_scale * q_descale[row block] * k_descale[key block]``
    (q descale per block of ``B_r`` rows -- the kernel's native 64-row slab,
    or 128, or per head; k descale per block of ``B_c`` keys, a multiple of
-   ``tile_n``, so one descale covers ``B_c / tile_n`` tiles).
+   ``tile_n``, so one descale covers ``B_c / tile_n`` tiles).  (The kernel folds this
+   product, when it is > 0 and no softcap follows, into the row max and the exponentials'
+   scale instead of multiplying each score: the same math, fp32 rounding apart.)
 3. softcap (``cap * tanh(S / cap)``) if ``softcap > 0``, then the mask
    (``-inf``).
 4. Online softmax in fp32 in the exp2 domain with running row max ``m``:
