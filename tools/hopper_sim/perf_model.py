@@ -137,8 +137,28 @@ HISTORY = [
      "499 TFLOP/s (2014483 cycles, -11.6%); d 256 632.5 -> 628.5",
      "FP8 forward: q_descale * k_descale[n] read before S_n's WGMMA is issued (Frags::s_descale) where the "
      "tile has one P.V chunk, instead of a global load after S's wait",
-     "the FP8 rows: k's descale load, used right after S's wait, was the top stall line at d 128 and d 256 "
+     "the FP8 rows (helper): k's descale load, used right after S's wait, was the top stall line at d 128 and d 256 "
      "(259 cycles per block per warp)"),
+    ('fwd e4m3 d 256, b 4 s 4096 h 8 (1 SM sampled)',
+     '628.5 TFLOP/s (1600684 cycles)', '669.6 (1502434, -6.1%)',
+     'FP8: O held in the unit of the last v descale (FwdFp8Steps::Fold), fresh P.V added with one FFMA per value',
+     "the FP8 section's cause (2): 128 FMUL + FFMA a thread per block at d 256"),
+    ('fwd e4m3 d 256 / d 128 (1 SM sampled)',
+     '669.6 / -', '773.8 (1300122) / -',
+     'FP8: k/v descales read a step ahead (per-tile 32-bit row offsets, registers), v channel descales loaded before their products',
+     "`memory` stall 17% (k descale after S's wait; the epilogue's 64 load-use pairs, 16.5k cycles each)"),
+    ('fwd e4m3 d 256 / d 128 (1 SM sampled)',
+     '773.8 / 628', '996.9 (1009217) / 628',
+     'FP8: `__syncwarp()` before the pingpong wait (a model artefact, see the FP8 section)',
+     "trace (HSIM_TIMING_DEBUG): B's softmax held 957 cycles at a `bar.sync` event placed mid-softmax"),
+    ('fwd e4m3 d 256 / d 128 (1 SM sampled)',
+     '996.9 / 628', '1046.6 (961274) / 821.9 (1224096)',
+     'FP8: P as e4m3 by two packed conversions per register into the A-operand layout (pack4_e4m3), no byte moves',
+     "SASS: 91 LOP3/SHF/PRMT per 64-key block at d 128 for P's byte moves"),
+    ('fwd e4m3 d 256 / d 128 (1 SM sampled)',
+     '1043.4 / 818.2', '1037.5 (969715) / 832.9 (1207867)',
+     "FP8: q*k descale folded into the row max and the exponentials' scale (not before softcap or for a descale <= 0)",
+     'SASS: 32 FMUL per 64-key block; written as an explicit fmaf it was 20% slower at d 128 in the model (kept as mul - sub, which ptxas fuses)'),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
