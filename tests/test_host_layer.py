@@ -131,6 +131,13 @@ def test_fp8_forward_repeats_coarser_descales(driver):
     assert f["kernel"] == "e4m3:128:128" and f["q_descale_count"] == "2"
     assert driver(["fwd_fp8 q_block=100"])[0] == (
         "error: flash3.fwd_fp8_sm90: the block of q_descale (100 rows) must be a multiple of the kernel's 64")
+    # The kernel reads k/v descale rows at 32-bit offsets: a view whose strides reach element 2^31 is
+    # refused. k_descale (b 2, h_k 2, 5 blocks of the kernel's 64 keys; strides X, 5, 1) reaches
+    # element X + 5 + 4: X = 2^31 - 9 reaches 2^31; one less passes.
+    assert driver(["fwd_fp8 kv_block=64 kd_stride0=2147483639"])[0] == (
+        "error: flash3.fwd_fp8_sm90: k_descale reaches element 2147483648 through its strides; the kernel's "
+        "offsets take below 2^31 (pass a contiguous tensor)")
+    assert driver(["fwd_fp8 kv_block=64 kd_stride0=2147483638"])[0].startswith("ok")
 
 
 def test_decode_split_kv_and_its_combine(driver):

@@ -1,6 +1,8 @@
 #include "flash3/host/fwd.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "flash3/common/attn_logic.h"
@@ -89,17 +91,32 @@ namespace {
 
 constexpr const char* kFp8Op = "flash3.fwd_fp8_sm90";
 
-// A per-block descale (b, heads, blocks of `block` rows) as the kernel's Descale, one entry per
-// kernel block of `kernel_block` rows: `block` must be a multiple of it; coarser blocks are repeated
-// on the device by the backend (no host sync).
-Descale fp8_descale(Backend& be, const TensorView& t, const char* name, const TensorView& q, int64_t b, int64_t heads,
-                    int64_t rows, int64_t block, int64_t kernel_block) {
+// A per-block descale (b, heads, blocks of `block` rows): its checks, all made before any descale is
+// repeated (a refused call launches nothing). `block` must be a multiple of the kernel's block.
+void check_fp8_descale(const TensorView& t, const char* name, const TensorView& q, int64_t b, int64_t heads,
+                       int64_t rows, int64_t block, int64_t kernel_block) {
   check(t.dtype == DType::f32, kFp8Op, ": ", name, " must be float32, got ", t.dtype_name);
   check(t.device == q.device, kFp8Op, ": ", name, " must be on ", q.device);
   check(block > 0 && block % kernel_block == 0, kFp8Op, ": the block of ", name, " (", block,
         " rows) must be a multiple of the kernel's ", kernel_block);
   const int64_t nb = (rows + block - 1) / block, nk = (rows + kernel_block - 1) / kernel_block;
   check_shape(t, name, {b, heads, nb});
+  // The kernel reads a descale row at 32-bit element offsets (fwd/fp8_steps.cuh row_of / entry): the
+  // tensor as given, or its contiguous repeat (one entry per kernel block).
+  int64_t span = b * heads * nk - 1;
+  if (block == kernel_block) {
+    const int64_t extent[3] = {b, heads, nk};
+    span = 0;
+    for (int i = 0; i < 3; ++i) span += std::max<int64_t>(extent[i] - 1, 0) * std::abs(t.stride(i));
+  }
+  check(span < (int64_t(1) << 31), kFp8Op, ": ", name, " reaches element ", span,
+        " through its strides; the kernel's offsets take below 2^31 (pass a contiguous tensor)");
+}
+
+// The checked descale as the kernel's Descale, one entry per kernel block of `kernel_block` rows;
+// coarser blocks are repeated on the device by the backend (no host sync).
+Descale fp8_descale(Backend& be, const TensorView& t, int64_t rows, int64_t block, int64_t kernel_block) {
+  const int64_t nk = (rows + kernel_block - 1) / kernel_block;
   const TensorView keep = block == kernel_block ? t : be.repeat_last(t, block / kernel_block, nk);
   Descale d;
   d.ptr = keep.ptr<const float>();
@@ -179,9 +196,12 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   check(lse.stride(-1) == 1 || lse.size(-1) <= 1, kOp, ": lse must have a contiguous last dimension");
 
   FwdParams p;
-  p.fp8.q = fp8_descale(be, q_descale, "q_descale", q, b, h, s_q, q_block, 64);
-  p.fp8.k = fp8_descale(be, k_descale, "k_descale", q, b, h_k, s_k, kv_block, tile.block_n);
-  p.fp8.v = fp8_descale(be, v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
+  check_fp8_descale(q_descale, "q_descale", q, b, h, s_q, q_block, 64);
+  check_fp8_descale(k_descale, "k_descale", q, b, h_k, s_k, kv_block, tile.block_n);
+  check_fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
+  p.fp8.q = fp8_descale(be, q_descale, s_q, q_block, 64);
+  p.fp8.k = fp8_descale(be, k_descale, s_k, kv_block, tile.block_n);
+  p.fp8.v = fp8_descale(be, v_descale, s_k, kv_block, tile.block_n);
   if (v_channel_descale != nullptr) {
     const TensorView& vc = *v_channel_descale;
     check(vc.dtype == DType::f32 && vc.device == q.device, kOp, ": v_channel_descale must be float32 on ", q.device);
