@@ -11,6 +11,10 @@
 //   [LUO24] Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture",
 //          arXiv 2402.13499.   [LUO25] Luo et al., "Dissecting the NVIDIA Hopper Architecture
 //          through Microbenchmarking and Multiple Level Analysis", arXiv 2501.12084.
+//   [H200] benchmarks/results/h200_2026-11-28.md: a lent H200 SXM (the GH100 die: the H100 SXM5's
+//          132 SMs, clocks and 700 W limit, with HBM3e), Nsight Compute with --clock-control none:
+//          the SM clock it sustained under a tensor-bound attention forward (d 128, s 8192). A
+//          reading of the operating point, not a value solved for: no timing went into it.
 //   assumption: no published value found in the time given; the comment says what it stands on.
 #pragma once
 #include <cstdint>
@@ -21,7 +25,11 @@ namespace tp {
 // ---- machine ----
 constexpr int kSMs = 132;                    // [WP] H100 SXM5
 constexpr int kSubPartitions = 4;            // [WP] 4 SMSPs per SM, one warp scheduler each
-constexpr double kClockHz = 1.83e9;          // [WP] 989.4e12 / (132 SMs * 4096 FLOP/clk) = 1.83 GHz
+// The replay counts cycles; kClockHz turns them into time. It is the clock under load ([H200]: the
+// power limit holds a tensor-bound kernel below the boost clock), not the boost clock that the
+// whitepaper's peak TFLOP/s are quoted at (kBoostClockHz: 989.4 at 1830 MHz is 904.5 at 1673).
+constexpr double kClockHz = 1.673e9;         // [H200] 1673 MHz sustained under a d 128 attention forward
+constexpr double kBoostClockHz = 1.83e9;     // [WP] 989.4e12 / (132 SMs * 4096 FLOP/clk) = 1.83 GHz
 constexpr double kHbmBytesPerSec = 3.35e12;  // [WP] HBM3
 constexpr int kMaxWarpsPerSM = 64;           // [PG] compute capability 9.0
 
