@@ -725,7 +725,11 @@ def clock_section():
                      f"{fmt_err(model * k, meas)} |")
     name, meas, model, src = GEMM_REFERENCE
     L.append(f"| {name} | | {meas} | {model} | {fmt_err(model, meas)} | {model * k:.0f} | {fmt_err(model * k, meas)} |")
-    L += ["", f"The GEMM row compares CUTLASS's kernel with cuBLAS's ({src}).", "",
+    L += ["", f"The GEMM row compares CUTLASS's kernel with cuBLAS's ({src}). flash3's own kernels, as they were "
+          f"on the H200 (model columns of \"Measured on a GPU\"): the forward d 128 at b 2 s 8192, kernel alone "
+          f"(Nsight Compute), 701 measured against {918 * k:.0f} ({fmt_err(918 * k, 701)}; FA3 {fmt_err(922 * k, 742)} "
+          f"there), so the model rates flash3 against FA3 ~5% too high at that row; the backward d 128 at b 4 s 4096 "
+          f"through the API, 380 against {457 * k:.0f} ({fmt_err(457 * k, 380)}).", "",
           "**Against the FA3 paper** (its July 2024 code on an H100; the model runs 0251105a). On the H200 the "
           "current code measured 1.10-1.15x the paper's full-attention numbers and 1.11-1.22x its causal ones at "
           "the same shapes, so these rows hold a code change as well as the model's error:", "",
@@ -741,6 +745,11 @@ def clock_section():
     for kind, d, causal, b, s, h, pub, model, _, _ in VALIDATION_BY_HAND:
         paper.append((f"FA3 {kind} bf16 d {d}{' causal' if causal else ''}", f"b {b} s {s} h {h}", pub, model * k))
     L += [f"| {r} | {sh} | {pub} | {m:.0f} | {fmt_err(m, pub)} |" for r, sh, pub, m in paper]
+    L += ["", "Orderings do not change with the clock (one factor for every SM-bound row). The model's causal "
+          "d 128 above d 256 for FA3 (16k: 889 > 827 at 1830 MHz) is against the paper's order (616 < 642), but "
+          "cuDNN measured on the H200 orders them as the model does from 2k on (causal d 128 / d 256: 456 / 437 "
+          "at 2k, 535 / 513 at 4k, 579 / 573 at 8k, 622 / 615 at 16k; h200_2026-11-28.md): the paper's order is "
+          "its code's, not a law of the hardware. FA3's current code at d 256 was not measured."]
     return L
 
 
