@@ -198,15 +198,14 @@ def test_gpu_varlen_kernels_match_the_reference():
         assert not math.isnan(out.float().sum().item())
 
 
-def test_forward_kernels_take_a_chunk_up_to_d192(monkeypatch):
-    """The chunked mask is compiled into the forward kernels up to d 192 (FwdTraits::kChunk: it
-    spilled d 256's registers): a CUDA call above falls back to the reference by that reason; the
-    backward takes it at every head dim."""
+def test_forward_kernels_take_a_chunk_at_every_head_dim(monkeypatch):
+    """The 16-bit forward kernels take the chunk at every head dim (d 256 on a tile of its own,
+    attn_logic.h fwd_chunk_tile_shape), and so does the backward: no CUDA call falls back."""
     from flash3 import _backend
     monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
     cuda = lambda d: type("Q", (), {"is_cuda": True, "shape": (2, 8, 4, d)})()  # noqa: E731
-    assert "up to 192" in _backend.kernel_chunk_reason(cuda(256), "fwd", 64)
-    assert "up to 192" in _backend.kernel_chunk_reason(cuda(64), "fwd", 64, 256)
+    assert _backend.kernel_chunk_reason(cuda(256), "fwd", 64) is None
+    assert _backend.kernel_chunk_reason(cuda(64), "fwd", 64, 256) is None
     assert _backend.kernel_chunk_reason(cuda(192), "fwd", 64) is None
     assert _backend.kernel_chunk_reason(cuda(256), "bwd", 64) is None
     assert _backend.kernel_chunk_reason(cuda(256), "fwd", 0) is None  # no chunk: nothing to ask

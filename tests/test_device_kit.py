@@ -195,9 +195,8 @@ def test_cli_json_and_plan_for_bash(fake, tmp_path):
     kernels = "bf16:64:64,bf16:128:128,fp16:192:128,bf16:256:256"
     p, saved = run_smoke_cli(cmd, kernels, out)
     assert "smoke matrix" in p.stdout and "HANG" in p.stdout
-    # 4 kernels x 14 features, but alibi on the two above d 128 (forward ALiBi stops at 128) and
-    # chunk on the one above d 192
-    assert len(saved["cases"]) == 53 and "partial" not in saved
+    # 4 kernels x 14 features, but alibi on the two above d 128 (forward ALiBi stops at 128)
+    assert len(saved["cases"]) == 54 and "partial" not in saved
     meta = saved["meta"]  # how the run was made, for tools/smoke/sim_report.py
     assert meta["backend"] == "gpu" and "seeds" not in meta and len(meta["date"]) == 10
     assert "tools/smoke/smoke.py --kernels " + kernels in meta["command"]

@@ -1444,14 +1444,13 @@ def test_sim_report_main(tmp_path, capsys):
         sim_report.main(["--sim", str(tmp_path / "missing.json")])
 
 
-def test_chunk_runs_where_the_forward_kernels_take_it():
-    """`chunk` on forward kernels up to d 192 (flash3/_backend.py CHUNK_MAX_HEAD_DIM); backward
-    cases too, since each runs the forward kernel first."""
-    from flash3 import _backend
-    assert smoke.CHUNK_MAX_HEAD_DIM == _backend.CHUNK_MAX_HEAD_DIM == 192
-    assert smoke.applies("bf16:192:192", "chunk") and smoke.applies("fp16:192:128", "chunk")
-    assert smoke.applies("bwd:bf16:192:192", "chunk")
-    assert not smoke.applies("bf16:256:256", "chunk") and not smoke.applies("bwd:bf16:256:256", "chunk")
+def test_chunk_runs_on_every_16bit_forward_and_backward_kernel():
+    """`chunk` on every 16-bit forward kernel (d 256 on its chunk tile) and backward kernel; not on
+    the FP8 forward (its op takes no chunk)."""
+    for kid in ("bf16:192:192", "fp16:192:128", "bf16:256:256", "fp16:256:256", "bwd:bf16:192:192",
+                "bwd:bf16:256:256"):
+        assert smoke.applies(kid, "chunk"), kid
+    assert not smoke.applies("e4m3:256:256", "chunk")
 
 
 def test_dchunk_runs_where_the_decode_kernels_take_it():

@@ -257,10 +257,8 @@ def family_features(kid: str) -> list[str]:
 # ALIBI_MAX_HEAD_DIM: above it the term spilled registers; those calls run the reference), the
 # backward at every head dim.
 ALIBI_MAX_HEAD_DIM = 128
-# The same for attention_chunk in the forward kernels (flash3/_backend.py CHUNK_MAX_HEAD_DIM: the
-# chunked mask spilled d 256's registers). The backward kernels take it at every head dim, but a
-# backward case runs the forward kernel first (its out and lse), so "chunk" stops there too.
-CHUNK_MAX_HEAD_DIM = 192
+# attention_chunk: the 16-bit forward and backward kernels take it at every head dim (the forward's
+# d 256 on its chunk tile, csrc/flash3/common/attn_logic.h fwd_chunk_tile_shape).
 # The decode kernels' (16-bit and FP8 caches): flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM.
 DECODE_CHUNK_MAX_HEAD_DIM = 192
 
@@ -281,8 +279,6 @@ def applies(kid: str, feature: str) -> bool:
         return not dec_fp8_cache(kid)
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
-    if feature == "chunk":
-        return max(parse_kernel(kid)[1:]) <= CHUNK_MAX_HEAD_DIM
     if feature == "dchunk":
         return max(parse_kernel(kid)[1:]) <= DECODE_CHUNK_MAX_HEAD_DIM
     return True

@@ -277,6 +277,18 @@ FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int head_dim_v) {
                            : TileShape{128, 80, 2, 2};
 }
 
+// FA3's attention_chunk in the 16-bit forward: fwd_tile_shape's tiles up to d 192 take it
+// (FwdTraits::kChunk: the chunked mask's loops). At d 256 the 128 x 80 tile has no registers left
+// for them (compile-check, nvcc 13.0: a 16-40 byte spill however the rows' bounds were carried), so
+// a call with a chunk runs on fwd_chunk_tile_shape's 128 x 64 tile instead (S and P 12 registers a
+// thread fewer), built beside the plain one in the same TU (fwd/launch.cuh run_fwd).
+FLASH3_HD constexpr bool fwd_tile_takes_chunk(int head_dim, int head_dim_v) {
+  return head_dim <= 192 && head_dim_v <= 192;
+}
+FLASH3_HD constexpr TileShape fwd_chunk_tile_shape(int head_dim, int head_dim_v) {
+  return fwd_tile_takes_chunk(head_dim, head_dim_v) ? fwd_tile_shape(head_dim, head_dim_v) : TileShape{128, 64, 2, 2};
+}
+
 // FP8 (e4m3) forward tiles: 2 consumer warpgroups of 64 rows (the q descales are per 64-row
 // slab). Registers per consumer thread (232): S block_n/2, P block_n/8, O d_v/2 and the fresh
 // two-level accumulator d_v/2 (d_v <= 128) or 64 (a 128-column chunk), all live at once while the

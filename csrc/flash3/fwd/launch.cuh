@@ -107,8 +107,8 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
 
   // A kernel compiled without the chunked mask (FwdTraits::kChunk) would ignore the chunk.
   fwd_check(Tr::kChunk || p.attention_chunk == 0,
-            "attention_chunk: this kernel takes none (only the 16-bit forward tiles up to d 192 and the "
-            "decode kernels up to kDecodeChunkMaxHeadDim, and the MLA decode kernel)");
+            "attention_chunk: this kernel takes none (only the 16-bit forward and the decode kernels "
+            "up to kDecodeChunkMaxHeadDim, and the MLA decode kernel)");
   // seqused_q: the 16-bit forward over packed queries only; rows past it get LSE -inf, not a sink.
   fwd_check(p.seqused_q == nullptr || (varlen_q && !Tr::kFp8 && !Tr::kDecode && p.sinks == nullptr),
             "seqused_q needs packed queries (cu_seqlens_q) and the 16-bit forward kernel, without sinks");
@@ -211,6 +211,10 @@ template <bool kIsBf16, int kHeadDim, int kHeadDimV>
 void run_fwd(const FwdParams& p, void* cuda_stream) {
   detail::fwd_check(p.is_bf16 == kIsBf16, "dtype does not match the compiled kernel");
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
+  if constexpr (!fwd_tile_takes_chunk(kHeadDim, kHeadDimV)) {  // a chunk runs on its own tile here
+    if (p.attention_chunk > 0)
+      return launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV, false, Element, true>>(p, cuda_stream);
+  }
   launch_fwd<FwdTraits<Element, kHeadDim, kHeadDimV>>(p, cuda_stream);
 }
 

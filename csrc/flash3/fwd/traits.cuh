@@ -28,21 +28,26 @@ namespace flash3 {
 // cache, packed GQA, split-KV; FwdParams' KV-cache block), same tiles as the plain kernel.
 // Cache: the decode kernel's KV-cache element, Element or e4m3 (kFp8Cache: 16-bit q against an FP8
 // cache; the producer converts the gathered bytes into K/V's 16-bit stages, decode/load.cuh).
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_ = false, class Cache_ = Element_>
+// kChunkTile: the 16-bit forward's tile for calls with an attention chunk where the plain tile
+// has no registers for it (attn_logic.h fwd_chunk_tile_shape; fwd/launch.cuh run_fwd picks it).
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_ = false, class Cache_ = Element_,
+          bool kChunkTile_ = false>
 struct FwdTraits;
 
 // FwdTraits' tile (its reasons live in attn_logic.h, unit-tested on the CPU): a function of the
 // template parameters, so the base (the pipeline and barrier ids) gets its stages and consumers.
-template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode>
+template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode, bool kChunkTile>
 inline constexpr TileShape kFwdTraitsTile =
     sizeof(Element) == 1 ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
     : kDecode            ? decode_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
+    : kChunkTile         ? fwd_chunk_tile_shape(kHeadDim, kHeadDimV)
                          : fwd_tile_shape(kHeadDim, kHeadDimV);
 
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Cache_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Cache_, bool kChunkTile_>
 struct FwdTraits
-    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_>.stages,
-                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_>.num_consumers> {
+    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>.stages,
+                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>.num_consumers> {
+  static_assert(!kChunkTile_ || (!kDecode_ && sizeof(Element_) == 2), "the chunk tile is the 16-bit forward's");
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
   static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
@@ -55,19 +60,20 @@ struct FwdTraits
   // to the reference, ALIBI_MAX_HEAD_DIM).
   static constexpr bool kAlibi = !kFp8 && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
-  // FA3's attention_chunk: the 16-bit forward tiles up to d 192 and the decode kernels (16-bit
-  // and FP8 caches) up to attn_logic.h's kDecodeChunkMaxHeadDim take it (the host refuses a chunk
+  // FA3's attention_chunk: the 16-bit forward tiles that have registers for it (attn_logic.h
+  // fwd_tile_takes_chunk; elsewhere the chunk tile, kChunkTile) and the decode kernels (16-bit and
+  // FP8 caches) up to attn_logic.h's kDecodeChunkMaxHeadDim take it (the host refuses a chunk
   // above those: host/kernel_pick.cpp; launch_fwd checks); the others build their mask with chunk
-  // 0, which folds its branches away (d 256 had no registers for them: a 40-byte spill).
-  static constexpr bool kChunk = !kFp8 &&
-                                 (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
-                                           : kHeadDim_ <= 192 && kHeadDimV_ <= 192);
+  // 0, which folds its branches away.
+  static constexpr bool kChunkTile = kChunkTile_;
+  static constexpr bool kChunk = !kFp8 && (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
+                                                    : kChunkTile_ || fwd_tile_takes_chunk(kHeadDim_, kHeadDimV_));
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_>;
+  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;

@@ -36,9 +36,6 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
     return refuse("d_v above 256 runs on the MLA decode kernel, which takes d <= 64, got d=", d, " d_v=", d_v);
   const bool is_bf16 = dtype != DType::fp16;
   const int di = static_cast<int>(d), dvi = static_cast<int>(d_v);
-  // The chunked mask is compiled into the forward kernels up to d 192 (FwdTraits::kChunk).
-  if (family == KernelFamily::fwd && attention_chunk > 0 && (d > 192 || d_v > 192))
-    return refuse("attention_chunk: the forward kernels take it for head dims up to 192, got d=", d, " d_v=", d_v);
   // The decode kernels' limit (FwdTraits::kChunk; the MLA kernel takes it: attn_logic.h decode_takes_chunk).
   const bool decode = family == KernelFamily::decode || family == KernelFamily::decode_fp8_cache;
   if (decode && attention_chunk > 0 && !decode_takes_chunk(static_cast<int>(d), static_cast<int>(d_v)))
