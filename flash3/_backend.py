@@ -164,12 +164,9 @@ def has_chunk_kernel(kind: str) -> bool:
     return op_takes(_CHUNK_OPS[kind], "attention_chunk")
 
 
-# The 16-bit forward and backward kernels take the chunk at every head dim (the forward's d 256 on a
-# tile of its own: csrc/flash3/common/attn_logic.h fwd_chunk_tile_shape). The decode kernels take it
-# for head dims up to this (16-bit and FP8 caches; attn_logic.h kDecodeChunkMaxHeadDim).
-# The MLA decode kernel (d_v > 256) takes the chunk too (attn_logic.h decode_takes_chunk; asked of
-# the extension's pick, kernel_chunk_reason).
-DECODE_CHUNK_MAX_HEAD_DIM = 192
+# The 16-bit forward, decode and backward kernels take the chunk at every head dim (the forward's and
+# decode's d 256 on tiles of their own: csrc/flash3/common/attn_logic.h fwd_chunk_tile_shape,
+# decode_chunk_tile_shape); the MLA decode kernel too (asked of the extension's pick).
 
 
 def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = None) -> str | None:
@@ -181,12 +178,8 @@ def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = No
     if not has_chunk_kernel(kind):
         return f"flash3._C's {_CHUNK_OPS[kind]} takes no attention_chunk (an older build)"
     dims = (q.shape[-1], q.shape[-1] if d_v is None else d_v)
-    if kind == "decode" and dims[1] > 256:  # the MLA kernel: asked of the extension (whose pick
-        # refuses the chunk where its MLA kernel was built without it)
+    if kind == "decode" and dims[1] > 256:  # the MLA kernel: asked of the extension's pick
         return kernel_pick("decode", q.dtype, *dims, 1.0, attention_chunk=attention_chunk).get("reason")
-    if kind == "decode" and max(dims) > DECODE_CHUNK_MAX_HEAD_DIM:
-        return (f"the decode kernels take attention_chunk for head dims up to "
-                f"{DECODE_CHUNK_MAX_HEAD_DIM}, got (d, d_v) = {dims}")
     return None
 
 

@@ -205,8 +205,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``attention_chunk`` (int >= 0, FA3's chunked local attention, 0 = off) as in
     :func:`attention`, on row i's keys (positions from cache_leftpad[i]) and the queries aligned at
     their end; with rotary, q is then rotated per token (as for causal/local).  The decode
-    kernels take it for head dims up to 192 (larger ones run on the reference with a one-time
-    warning; with packed queries NotImplementedError on CUDA).
+    kernels take it at every head dim.
 
     Packed queries (``cu_seqlens_q`` int32 (b + 1,), ``max_seqlen_q``): q is (total_q, h, d),
     sequence i's queries q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] (any count, 0 included) attend

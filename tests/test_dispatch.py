@@ -276,12 +276,11 @@ def test_varlen_backward_kernel_branch_gets_the_forward_max_seqlens(fake_bwd_op,
 
 def test_mla_chunk_is_the_extensions_pick(cpp_pick, monkeypatch):
     """attention_chunk on the MLA decode kernel (d_v > 256) is asked of the extension's pick with the
-    chunk (kernel_pick.cpp: decode_takes_chunk takes the MLA kernel), not refused by the plain
-    decode kernels' d 192 limit; those keep it (decided here, as before)."""
+    chunk; the plain decode kernels take it at every head dim (decided here, no pick)."""
     monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
     q = type("Q", (), {"is_cuda": True, "shape": (1, 1, 16, 64), "dtype": torch.bfloat16})()
     assert _backend.kernel_chunk_reason(q, "decode", 48, 512) is None
     assert cpp_pick[-1] == ("decode", "bfloat16", 64, 512, 48)
     n = len(cpp_pick)
-    assert "up to 192" in _backend.kernel_chunk_reason(q, "decode", 48, 256)
+    assert _backend.kernel_chunk_reason(q, "decode", 48, 256) is None
     assert len(cpp_pick) == n

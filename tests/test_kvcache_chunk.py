@@ -209,14 +209,14 @@ def test_errors_name_the_argument():
         fai.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=lens, attention_chunk=-3)
 
 
-def test_decode_kernels_take_a_chunk_up_to_d192(monkeypatch):
-    """The decode kernels compile the chunked mask up to d 192 (attn_logic.h
-    kDecodeChunkMaxHeadDim: at d 256 it spilled): a CUDA call above falls back to the reference by
-    that reason."""
+def test_decode_kernels_take_a_chunk_at_every_head_dim(monkeypatch):
+    """The decode kernels take the chunk at every head dim (above attn_logic.h
+    kDecodeChunkMaxHeadDim on a tile of their own, decode_chunk_tile_shape): no CUDA call falls
+    back to the reference for it."""
     monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
     cuda = lambda d: type("Q", (), {"is_cuda": True, "shape": (2, 1, 4, d)})()  # noqa: E731
-    assert "up to 192" in _backend.kernel_chunk_reason(cuda(256), "decode", 64)
-    assert "up to 192" in _backend.kernel_chunk_reason(cuda(64), "decode", 64, 256)
+    assert _backend.kernel_chunk_reason(cuda(256), "decode", 64) is None
+    assert _backend.kernel_chunk_reason(cuda(64), "decode", 64, 256) is None
     assert _backend.kernel_chunk_reason(cuda(192), "decode", 64) is None
     assert _backend.kernel_chunk_reason(cuda(192), "decode", 64, 128) is None
     assert _backend.kernel_chunk_reason(cuda(256), "decode", 0) is None

@@ -1453,16 +1453,11 @@ def test_chunk_runs_on_every_16bit_forward_and_backward_kernel():
     assert not smoke.applies("e4m3:256:256", "chunk")
 
 
-def test_dchunk_runs_where_the_decode_kernels_take_it():
-    """`dchunk` on decode kernels (16-bit and FP8 caches) up to d 192: one limit in attn_logic.h
-    (kDecodeChunkMaxHeadDim, FwdTraits::kChunk and kernel_pick), flash3/_backend.py and the smoke."""
-    import re
-    from flash3 import _backend
-    src = (ROOT / "csrc/flash3/common/attn_logic.h").read_text()
-    limit = int(re.search(r"constexpr int kDecodeChunkMaxHeadDim = (\d+);", src).group(1))
-    assert smoke.DECODE_CHUNK_MAX_HEAD_DIM == _backend.DECODE_CHUNK_MAX_HEAD_DIM == limit == 192
+def test_dchunk_runs_on_every_decode_kernel():
+    """`dchunk` on every decode kernel (16-bit and FP8 caches; d 256 on its chunk tile), not on the
+    forward or backward ones (their feature is `chunk`) nor the MLA kernel (`mlachunk`)."""
     for kid in ("dec:bf16:128:128", "dec:fp16:64:64", "dec:kve4m3:bf16:96:96", "dec:bf16:192:128",
-                "dec:kve4m3:fp16:192:192"):
+                "dec:kve4m3:fp16:192:192", "dec:bf16:256:256", "dec:kve4m3:bf16:256:256"):
         assert smoke.applies(kid, "dchunk"), kid
-    for kid in ("dec:bf16:256:256", "dec:kve4m3:bf16:256:256", "bf16:128:128", "bwd:bf16:128:128"):
+    for kid in ("bf16:128:128", "bwd:bf16:128:128", "dec:bf16:64:512"):
         assert not smoke.applies(kid, "dchunk"), kid

@@ -259,8 +259,7 @@ def family_features(kid: str) -> list[str]:
 ALIBI_MAX_HEAD_DIM = 128
 # attention_chunk: the 16-bit forward and backward kernels take it at every head dim (the forward's
 # d 256 on its chunk tile, csrc/flash3/common/attn_logic.h fwd_chunk_tile_shape).
-# The decode kernels' (16-bit and FP8 caches): flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM.
-DECODE_CHUNK_MAX_HEAD_DIM = 192
+# So do the decode kernels (16-bit and FP8 caches; d 256 on its chunk tile, decode_chunk_tile_shape).
 
 
 def is_mla(kid: str) -> bool:
@@ -279,8 +278,6 @@ def applies(kid: str, feature: str) -> bool:
         return not dec_fp8_cache(kid)
     if feature == "alibi" and family(kid) != "bwd":
         return max(parse_kernel(kid)[1:]) <= ALIBI_MAX_HEAD_DIM
-    if feature == "dchunk":
-        return max(parse_kernel(kid)[1:]) <= DECODE_CHUNK_MAX_HEAD_DIM
     return True
 
 

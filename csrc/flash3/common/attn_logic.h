@@ -329,16 +329,24 @@ FLASH3_HD constexpr TileShape decode_tile_shape(int head_dim, int head_dim_v, bo
   return t;
 }
 
-// FA3's attention_chunk in the decode kernels (16-bit and FP8 caches; FwdTraits::kChunk): compiled
-// for head dims up to this, where the chunked mask (Mask::row_keys per packed row in the masked
-// blocks) leaves the consumers without spills (compile-check, nvcc 13.0: at d 256 the 16-bit-cache
-// kernel spilled 16 bytes and took an 8-byte stack frame); host/kernel_pick.cpp refuses a chunk
-// above it, flash3/_backend.py DECODE_CHUNK_MAX_HEAD_DIM sends such calls to the reference. The
-// MLA decode kernel (d_v > 256, decode/mla_traits.cuh) takes it too: its masks are consumer 0's,
-// which holds half of O (compile-check: no spills with the chunk).
+// FA3's attention_chunk in the decode kernels (16-bit and FP8 caches; FwdTraits::kChunk): the plain
+// tiles take it for head dims up to this, where the chunked mask (Mask::row_keys per packed row in
+// the masked blocks) leaves the consumers without spills (compile-check, nvcc 13.0: at d 256 the
+// 16-bit-cache kernel spilled 16 bytes and took an 8-byte stack frame). The MLA decode kernel
+// (d_v > 256, decode/mla_traits.cuh) takes it too: its masks are consumer 0's, which holds half of
+// O (compile-check: no spills with the chunk).
 constexpr int kDecodeChunkMaxHeadDim = 192;
 FLASH3_HD constexpr bool decode_takes_chunk(int head_dim, int head_dim_v) {
   return head_dim_v > 256 || (head_dim <= kDecodeChunkMaxHeadDim && head_dim_v <= kDecodeChunkMaxHeadDim);
+}
+// Above it, a call with a chunk runs on a decode tile of its own, built beside the plain one (as
+// fwd_chunk_tile_shape): 16 keys fewer (d 256: 16-bit cache 80 -> 64, FP8 cache 48 -> 32), S and
+// P 12 registers a thread fewer (decode/launch.cuh run_decode; no spills, 2026-11-29). The host
+// sizes the split count by the tile the call runs on (host/kvcache.cpp).
+FLASH3_HD constexpr TileShape decode_chunk_tile_shape(int head_dim, int head_dim_v, bool fp8_cache = false) {
+  TileShape t = decode_tile_shape(head_dim, head_dim_v, fp8_cache);
+  if (!decode_takes_chunk(head_dim, head_dim_v)) t.block_n -= 16;
+  return t;
 }
 
 // A packed tensor whose sequences each start at a multiple of `align` rows: sequence `batch`, whose

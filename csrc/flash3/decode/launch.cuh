@@ -75,6 +75,10 @@ void run_decode(const FwdParams& p, void* cuda_stream) {
   using Element = std::conditional_t<kIsBf16, cutlass::bfloat16_t, cutlass::half_t>;
   using Cache = std::conditional_t<kFp8Cache, cutlass::float_e4m3_t, Element>;
   using Tr = FwdTraits<Element, kHeadDim, kHeadDimV, true, Cache>;
+  if constexpr (!decode_takes_chunk(kHeadDim, kHeadDimV)) {  // a chunk runs on its own tile here
+    using Chunk = FwdTraits<Element, kHeadDim, kHeadDimV, true, Cache, true>;
+    if (p.attention_chunk > 0) return launch_fwd<Chunk, DecodeFamily<Chunk>>(p, cuda_stream);
+  }
   launch_fwd<Tr, DecodeFamily<Tr>>(p, cuda_stream);
 }
 

@@ -107,8 +107,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
 
   // A kernel compiled without the chunked mask (FwdTraits::kChunk) would ignore the chunk.
   fwd_check(Tr::kChunk || p.attention_chunk == 0,
-            "attention_chunk: this kernel takes none (only the 16-bit forward and the decode kernels "
-            "up to kDecodeChunkMaxHeadDim, and the MLA decode kernel)");
+            "attention_chunk: this kernel takes none (the FP8 forward)");
   // seqused_q: the 16-bit forward over packed queries only; rows past it get LSE -inf, not a sink.
   fwd_check(p.seqused_q == nullptr || (varlen_q && !Tr::kFp8 && !Tr::kDecode && p.sinks == nullptr),
             "seqused_q needs packed queries (cu_seqlens_q) and the 16-bit forward kernel, without sinks");

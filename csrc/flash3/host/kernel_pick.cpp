@@ -9,7 +9,7 @@
 namespace flash3::host {
 
 KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
-                       const char* dtype_name, int64_t attention_chunk) {
+                       const char* dtype_name, int64_t /*attention_chunk: every kernel takes it*/) {
   KernelPick k;
   auto refuse = [&k](auto... parts) {
     std::ostringstream os;
@@ -36,11 +36,6 @@ KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v,
     return refuse("d_v above 256 runs on the MLA decode kernel, which takes d <= 64, got d=", d, " d_v=", d_v);
   const bool is_bf16 = dtype != DType::fp16;
   const int di = static_cast<int>(d), dvi = static_cast<int>(d_v);
-  // The decode kernels' limit (FwdTraits::kChunk; the MLA kernel takes it: attn_logic.h decode_takes_chunk).
-  const bool decode = family == KernelFamily::decode || family == KernelFamily::decode_fp8_cache;
-  if (decode && attention_chunk > 0 && !decode_takes_chunk(static_cast<int>(d), static_cast<int>(d_v)))
-    return refuse("attention_chunk: the decode kernels take it for head dims up to ", kDecodeChunkMaxHeadDim,
-                  ", got d=", d, " d_v=", d_v);
   switch (family) {
     case KernelFamily::fwd:
       k.fwd = pick_fwd_kernel(fwd_kernels(), is_bf16, di, dvi);

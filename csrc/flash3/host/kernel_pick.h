@@ -28,10 +28,10 @@ struct KernelPick {
 // finite scale > 0 (the online softmax takes row maxes of the raw scores), head dims multiples of
 // 8 (FP8: 16) in [8, 256] for TMA, then the next compiled head dims up (api.h pick_fwd_kernel,
 // find_bwd_kernel). dtype_name names q's dtype in the reason (dtype_torch_name when null).
-// An attention chunk (> 0): the 16-bit forward kernels take it (at d 256 on a tile of its own,
-// fwd/launch.cuh run_fwd), the decode ones up to
-// kDecodeChunkMaxHeadDim and the MLA decode kernel (attn_logic.h decode_takes_chunk), FP8 forward
-// none (its op has no chunk).
+// An attention chunk (> 0) chooses no kernel: the 16-bit forward and decode kernels take it at
+// every head dim (above d 192 on tiles of their own: fwd/launch.cuh run_fwd, decode/launch.cuh
+// run_decode), the MLA decode kernel too; the FP8 forward's op has none. attention_chunk stays in
+// the signature for its callers (torch.ops.flash3.pick_kernel).
 KernelPick pick_kernel(KernelFamily family, DType dtype, int64_t d, int64_t d_v, double softmax_scale,
                        const char* dtype_name = nullptr, int64_t attention_chunk = 0);
 

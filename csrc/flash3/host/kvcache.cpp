@@ -179,7 +179,8 @@ void fwd_kvcache_sm90(Backend& be, const TensorView& q, const TensorView& k_cach
   }
 
   // Split count from shapes only (the lengths live on the device): the capacity bounds the keys.
-  const TileShape tile = decode_tile_shape(entry->head_dim, entry->head_dim_v, fp8_cache);
+  const TileShape tile = attention_chunk > 0 ? decode_chunk_tile_shape(entry->head_dim, entry->head_dim_v, fp8_cache)
+                                             : decode_tile_shape(entry->head_dim, entry->head_dim_v, fp8_cache);
   const int tiles = decode::decode_tiles(int(b), int(s_q), int(h), int(h_k), tile.block_m);
   const int n_blocks = int(decode::ceil_div64(capacity, tile.block_n));
   p.num_splits = decode::resolve_num_splits(int(num_splits), tiles, dev.num_sms, n_blocks);

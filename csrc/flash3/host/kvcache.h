@@ -15,8 +15,8 @@
 //   dtype, scores softmax_scale * (q.k + qv.v); only with the MLA decode kernel (d <= 64,
 //   256 < d_v <= 512, caches of q's dtype), which also runs such calls without qv.
 //   attention_chunk: FA3's chunked local attention (0 = off; attn_logic.h Mask) on the tokens'
-//   positions (bottom-right aligned on each row's keys), intersecting the window; the decode
-//   kernels take it up to kDecodeChunkMaxHeadDim, and the MLA kernel (kernel_pick). No host
+//   positions (bottom-right aligned on each row's keys), intersecting the window; every decode
+//   kernel takes it (above kDecodeChunkMaxHeadDim on its chunk tile), the MLA kernel too. No host
 //   synchronization.
 #pragma once
 #include <cstdint>
