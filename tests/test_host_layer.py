@@ -138,6 +138,11 @@ def test_fp8_forward_repeats_coarser_descales(driver):
         "error: flash3.fwd_fp8_sm90: k_descale reaches element 2147483648 through its strides; the kernel's "
         "offsets take below 2^31 (pass a contiguous tensor)")
     assert driver(["fwd_fp8 kv_block=64 kd_stride0=2147483638"])[0].startswith("ok")
+    # v_channel_descale is checked with the others: a wrong one is refused before q's coarser
+    # descale is repeated on the device (nothing launched).
+    bad, good = driver(["fwd_fp8 q_block=256 vchan=64", "fwd_fp8 q_block=256 vchan=128"])
+    assert bad == "error: flash3: v_channel_descale has shape [2, 2, 64], expected [2, 2, 128]", bad
+    assert good.startswith("ok"), good
 
 
 def test_decode_split_kv_and_its_combine(driver):

@@ -216,7 +216,9 @@ static void fwd_fp8(FakeBackend& be, const Args& a) {
                       &vd = make({b, hk, (sk + kv_block - 1) / kv_block}, h::DType::f32);
   // kd_stride0: k_descale's batch stride (a strided view; the fake tensor's memory is never read)
   if (num(a, "kd_stride0", 0)) const_cast<int64_t*>(kd.stride_)[0] = num(a, "kd_stride0", 0);
-  h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, nullptr, q_block, kv_block, 0.1, -1, num(a, "wr", -1), 0.0, nullptr, nullptr, 0, 0);
+  // vchan=N: a v_channel_descale of (b, h_k, N) (d_v = d is the right N)
+  const h::TensorView* vc = num(a, "vchan", 0) ? &make({b, hk, num(a, "vchan", 0)}, h::DType::f32) : nullptr;
+  h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, vc, q_block, kv_block, 0.1, -1, num(a, "wr", -1), 0.0, nullptr, nullptr, 0, 0);
 }
 
 static void kvcache(FakeBackend& be, const Args& a) {

@@ -12,7 +12,7 @@
 // from registers and runs while dS goes to shared memory; then dQ = dS K (both warpgroups' dS) and
 // dK += dS^T Q (warpgroup 0 issues dK before dQ's barrier, warpgroup 1 after dQ: its dQ is staged
 // for the writer warp while dK runs). split_d issues dV and dK after dS's store and dQ after both
-// (BwdKernel::kOverlap).
+// (BwdTraits::kOverlap).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -106,9 +106,9 @@ struct BwdKernel {
   using PipelineDo = typename Tr::PipelineDo;
   using StateQ = typename Tr::PipelineState;
   using StateDo = typename Tr::PipelineStateDo;
-  // d, d_v <= 128: a step overlaps dV with dS's math and dK with dQ's staging (step()). split_d
-  // keeps the serial order: its dQ accumulator needs P's and dS's registers dead first.
-  static constexpr bool kOverlap = Tr::kOverlap;
+  // Tr::kOverlap (d, d_v <= 128): a step overlaps dV with dS's math and dK with dQ's staging
+  // (step()). split_d keeps the serial order: its dQ accumulator needs P's and dS's registers dead
+  // first.
 
   // What every role derives alike from the block index.
   struct Work {
@@ -279,7 +279,7 @@ struct BwdKernel {
       for (int m = w.queries.begin; m < w.queries.end; ++m, ++step) {
         float* dst = p.dq_accum + (ws_row + int64_t(m) * Tr::kBlockM) * Tr::kHeadDim;
         int* sem = p.dq_semaphore + (int64_t(w.batch) * p.num_heads + head) * m_blocks + m;
-        // kOverlap: each warpgroup hands over its own part of the tile (its own barrier pair), so
+        // Tr::kOverlap: each warpgroup hands over its own part of the tile (its own barrier pair), so
         // one that is ahead never waits for the other at the hand-off.
 #pragma unroll 1
         for (int g = 0; g < Tr::kDqParts; ++g) {
@@ -472,16 +472,16 @@ struct BwdKernel {
     Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
     Tensor dp_rc = make_tensor(tdPrdP.data(), acc_rowcol(tdPrdP.layout()));
 
-    // kOverlap: warpgroup 1 issues its S^T and dP^T after warpgroup 0's, so the tensor pipe runs
+    // Tr::kOverlap: warpgroup 1 issues its S^T and dP^T after warpgroup 0's, so the tensor pipe runs
     // them in that order instead of interleaved: warpgroup 0's P and dS math runs under warpgroup
     // 1's products, and its dV and dK fill the pipe while warpgroup 1 computes dS (interleaved, both
     // warpgroups reached their dS math at once and the pipe idled there).
-    if (kOverlap && wg == 1) named_sync(Tr::kNumConsumerThreads, Tr::kBarIssueOrder, Wait::Pingpong, m);
+    if (Tr::kOverlap && wg == 1) named_sync(Tr::kNumConsumerThreads, Tr::kBarIssueOrder, Wait::Pingpong, m);
     mbarrier_wait(full_barrier(smem.pipe_q, sq.index()), sq.phase(), Wait::QFull, m);
     gemm_async<true>(fr.mma_s, tSrK, tSrQ(_, _, _, sq.index()), tSrS);
     mbarrier_wait(full_barrier(smem.pipe_do, sd.index()), sd.phase(), Wait::DoFull, m);
     gemm_async<true>(fr.mma_dp, tdPrV, tdPrDo(_, _, _, sd.index()), tdPrdP);
-    if (kOverlap && wg == 0) named_arrive(Tr::kNumConsumerThreads, Tr::kBarIssueOrder);
+    if (Tr::kOverlap && wg == 0) named_arrive(Tr::kNumConsumerThreads, Tr::kBarIssueOrder);
     const float* lse = smem.lse[sq.index()];
     const float* dpsum = smem.dpsum[sd.index()];
     if (!params.mod.active()) {
@@ -512,9 +512,9 @@ struct BwdKernel {
     // P^T and dS^T in 16 bits, in the A-operand layout of dV and dK (same registers).
     Tensor p16 = convert_fragment<Element>(tSrS);
     Tensor tOrP = make_tensor(p16.data(), typename Tr::LayoutP{});
-    // kOverlap: dV = P^T dO runs under dS's conversion and store (issued earlier, under P's
+    // Tr::kOverlap: dV = P^T dO runs under dS's conversion and store (issued earlier, under P's
     // exponentials, it left ptxas too few registers: C7512, serialized WGMMA).
-    if constexpr (kOverlap) gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
+    if constexpr (Tr::kOverlap) gemm_async<false>(fr.mma_dv, tOrP, tdVrDo(_, _, _, sd.index()), dv);
     Tensor ds16 = convert_fragment<Element>(tdPrdP);
     Tensor tOrDs = make_tensor(ds16.data(), typename Tr::LayoutP{});
 
@@ -529,7 +529,7 @@ struct BwdKernel {
 
     Tensor dq = partition_fragment_C(fr.mma_dq, Shape<typename Tr::BlkM, Int<Tr::kDQCols>>{});
     Tensor ds_a = tdQrDs(_, _, _, buf);
-    if constexpr (kOverlap) {
+    if constexpr (Tr::kOverlap) {
       // Warpgroup 0 (ahead) issues dK before dQ's barrier: it runs while warpgroup 1 computes dS.
       // Warpgroup 1 issues it after dQ: its dQ result is staged for the writer while dK runs.
       // Warpgroup 1 issues its dQ after warpgroup 0's, so warpgroup 0's dQ completes first and its
@@ -570,7 +570,7 @@ struct BwdKernel {
     compiler_fence();
     cutlass::arch::fence_view_async_shared();  // generic stores -> the bulk reduce (async proxy)
     named_arrive(Tr::kDqHandoffThreads, Tr::kBarDqFull + part);
-    if constexpr (kOverlap) {
+    if constexpr (Tr::kOverlap) {
       warpgroup_wait<0>();  // dK is done with Q^T (and with dS^T's registers)
       pipe_q.consumer_release(sq);
       ++sq;

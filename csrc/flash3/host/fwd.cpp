@@ -91,6 +91,9 @@ namespace {
 
 constexpr const char* kFp8Op = "flash3.fwd_fp8_sm90";
 
+// Entries of a descale row as the kernel reads it: one per kernel block of `kernel_block` rows.
+int64_t kernel_blocks(int64_t rows, int64_t kernel_block) { return (rows + kernel_block - 1) / kernel_block; }
+
 // A per-block descale (b, heads, blocks of `block` rows): its checks, all made before any descale is
 // repeated (a refused call launches nothing). `block` must be a multiple of the kernel's block.
 void check_fp8_descale(const TensorView& t, const char* name, const TensorView& q, int64_t b, int64_t heads,
@@ -99,7 +102,7 @@ void check_fp8_descale(const TensorView& t, const char* name, const TensorView& 
   check(t.device == q.device, kFp8Op, ": ", name, " must be on ", q.device);
   check(block > 0 && block % kernel_block == 0, kFp8Op, ": the block of ", name, " (", block,
         " rows) must be a multiple of the kernel's ", kernel_block);
-  const int64_t nb = (rows + block - 1) / block, nk = (rows + kernel_block - 1) / kernel_block;
+  const int64_t nb = (rows + block - 1) / block, nk = kernel_blocks(rows, kernel_block);
   check_shape(t, name, {b, heads, nb});
   // The kernel reads a descale row at 32-bit element offsets (fwd/fp8_steps.cuh row_of / entry): the
   // tensor as given, or its contiguous repeat (one entry per kernel block).
@@ -116,7 +119,7 @@ void check_fp8_descale(const TensorView& t, const char* name, const TensorView& 
 // The checked descale as the kernel's Descale, one entry per kernel block of `kernel_block` rows;
 // coarser blocks are repeated on the device by the backend (no host sync).
 Descale fp8_descale(Backend& be, const TensorView& t, int64_t rows, int64_t block, int64_t kernel_block) {
-  const int64_t nk = (rows + kernel_block - 1) / kernel_block;
+  const int64_t nk = kernel_blocks(rows, kernel_block);
   const TensorView keep = block == kernel_block ? t : be.repeat_last(t, block / kernel_block, nk);
   Descale d;
   d.ptr = keep.ptr<const float>();
@@ -199,15 +202,15 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   check_fp8_descale(q_descale, "q_descale", q, b, h, s_q, q_block, 64);
   check_fp8_descale(k_descale, "k_descale", q, b, h_k, s_k, kv_block, tile.block_n);
   check_fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
-  p.fp8.q = fp8_descale(be, q_descale, s_q, q_block, 64);
-  p.fp8.k = fp8_descale(be, k_descale, s_k, kv_block, tile.block_n);
-  p.fp8.v = fp8_descale(be, v_descale, s_k, kv_block, tile.block_n);
-  if (v_channel_descale != nullptr) {
+  if (v_channel_descale != nullptr) {  // checked with the others, before any repeat launches
     const TensorView& vc = *v_channel_descale;
     check(vc.dtype == DType::f32 && vc.device == q.device, kOp, ": v_channel_descale must be float32 on ", q.device);
     check_shape(vc, "v_channel_descale", {b, h_k, d_v});
     p.fp8.v_channel = Descale{vc.ptr<const float>(), vc.stride(0), vc.stride(1), vc.stride(2), static_cast<int>(d_v)};
   }
+  p.fp8.q = fp8_descale(be, q_descale, s_q, q_block, 64);
+  p.fp8.k = fp8_descale(be, k_descale, s_k, kv_block, tile.block_n);
+  p.fp8.v = fp8_descale(be, v_descale, s_k, kv_block, tile.block_n);
   set_q_k_out(p, q, k, out, lse, cu_seqlens_q, cu_seqlens_k, b, s_q, s_k);
   to_int(cols, "vt columns");
   p.v = vt.data_ptr();
