@@ -24,6 +24,61 @@ namespace hsim {
 // =============================================================================================
 // Recording
 
+// ---------------------------------------------------------------------------------------------
+// Lane-split events. The functional engine runs a warp's lanes as independent threads, so another
+// lane may execute an event instruction (bar.sync, an arrive, a TMA copy, a bulk wait) before the
+// recorded lane has: the recorded lane can still be in its mbarrier spin, or anywhere in the
+// instructions before it. On the machine the warp's lanes execute that instruction together, at its
+// place in the recorded stream, so the event is held pending, named by its dynamic instance: the
+// instruction and how many times this lane had executed it (event instructions are counted per lane
+// at the top of each execution, predicated off or not). When the recorded lane executes the same
+// instance, the event annotates that trace entry.
+//
+// A pending event whose instance the recorded lane never executes (a lane set it does not join) is
+// placed, at the latest, just before the recorded lane's next wait that it might be a cause of: a
+// bar.sync (another lane of the warp did the event before arriving at that barrier, as no lane passes
+// a round without the recorded one), a cluster wait, or an mbarrier wait on a phase that no lane had
+// seen complete before the event happened (a phase that had completed cannot depend on it). A
+// change of recorded lane (it exited) places what is pending at once; the launch's end, the rest.
+// Kept out of timing.h, as g_load_sectors is.
+namespace {
+bool counted_op(Op o) {
+  switch (o) {
+    case Op::BarSync: case Op::BarArrive: case Op::BarRed: case Op::MbarArrive: case Op::CpAsyncMbarArrive:
+    case Op::ClusterArrive: case Op::BulkTensor: case Op::BulkCopy: case Op::BulkWait:
+      return true;
+    default: return false;
+  }
+}
+struct Pending {
+  TEvent e;
+  uint32_t k = 0;      // the instance: e.d's k-th execution by the lane
+  uint64_t seq = 0;    // when it happened (Split::seq)
+};
+struct Split {
+  std::unordered_map<const Thread*, std::unordered_map<const DInstr*, uint32_t>> occ;   // per lane
+  std::unordered_map<const WarpTrace*, std::vector<Pending>> pending;
+  std::unordered_map<uint64_t, uint64_t> first_ok;   // mbarrier phase key -> first successful wait seen
+  uint64_t seq = 0;                                  // events and successful waits, in engine order
+};
+}  // namespace
+static std::unordered_map<const Recorder*, Split> g_split;
+
+// Places pending events (those `take` selects) as synthetic entries before the trace's last entry.
+template <class F> static void place_before_last(WarpTrace* tr, std::vector<Pending>& P, F take) {
+  std::vector<TEvent> put;
+  for (size_t i = 0; i < P.size();) {
+    if (take(P[i])) {
+      bool keyed = P[i].e.kind != TEvent::kTma && P[i].e.kind != TEvent::kBulkWait;
+      if (!keyed || tr->seen.insert(P[i].e.key).second) put.push_back(P[i].e);
+      P.erase(P.begin() + i);
+    } else ++i;
+  }
+  if (put.empty()) return;
+  size_t at = tr->ev.empty() ? 0 : tr->ev.size() - 1;
+  tr->ev.insert(tr->ev.begin() + at, put.begin(), put.end());
+}
+
 // The recorded lane: the lowest live lane; lanes run independently in the functional engine, so
 // when it exits the next lowest takes over only past the point the previous one reached (counted
 // in executed instructions), which for converged code continues the same stream.
@@ -52,6 +107,8 @@ void Recorder::cta_started(Cta* c, uint64_t cluster_index) {
   cta_index_[c] = ci;
   rounds_[c].assign(16, 0);
   cluster_id_[c->cluster] = (uint32_t)cluster_index;
+  auto& occ = g_split[this].occ;   // a new CTA's threads may reuse an exited one's address
+  for (auto& th : c->threads) occ.erase(th.get());
   for (auto& w : c->warps) {
     auto tr = std::make_unique<WarpTrace>();
     tr->cta_index = ci;
@@ -67,6 +124,8 @@ void Recorder::cta_started(Cta* c, uint64_t cluster_index) {
 static std::unordered_map<const Recorder*, std::unordered_set<uint64_t>> g_load_sectors;
 
 void Recorder::instr(Thread* t, const DInstr* d) {
+  Split& sp = g_split[this];
+  uint32_t k = counted_op(d->op) ? ++sp.occ[t][d] : 0;
   if ((d->op == Op::Ld || d->op == Op::Ldu) && d->sp == Sp::Global && d->nops > 1 && d->ops[1].kind == Operand::kMem &&
       d->ops[1].sym < 0 && !t->frames.empty()) {
     const Operand& m = d->ops[1];
@@ -79,6 +138,16 @@ void Recorder::instr(Thread* t, const DInstr* d) {
   }
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
+  auto pit = sp.pending.find(tr);
+  std::vector<Pending>* P = pit != sp.pending.end() && !pit->second.empty() ? &pit->second : nullptr;
+  if (P && tr->rec_owner && tr->rec_owner != t) {   // a new recorded lane: what is pending, here
+    for (auto& p : *P) {
+      bool keyed = p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait;
+      if (!keyed || tr->seen.insert(p.e.key).second) tr->ev.push_back(p.e);
+    }
+    P->clear();
+    P = nullptr;
+  }
   tr->rec_owner = t;
   tr->rec_pos = t->instructions;
   TEvent e;
@@ -86,31 +155,79 @@ void Recorder::instr(Thread* t, const DInstr* d) {
   e.lanes = (uint32_t)__builtin_popcount(t->warp->live_mask);
   tr->ev.push_back(e);
   if (d->op == Op::St && d->sp == Sp::Global) global_st_bytes += (uint64_t)std::max(1, tbits(d->t) / 8) * d->vec * e.lanes;
+  if (!P || !k) return;
+  // other lanes' events of this very instance: this entry is where they happen
+  for (size_t i = 0; i < P->size();) {
+    Pending& p = (*P)[i];
+    if (p.e.d != d || p.k != k) { ++i; continue; }
+    bool keyed = p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait;
+    if (!keyed || tr->seen.insert(p.e.key).second) {
+      TEvent& b = tr->ev.back();
+      if (b.d == d && b.kind == TEvent::kPlain) {
+        b.kind = p.e.kind; b.key = p.e.key; b.aux = p.e.aux;
+      } else {
+        tr->ev.push_back(p.e);
+      }
+    }
+    P->erase(P->begin() + i);
+  }
 }
 
 // The leader's event annotates the instruction it is executing (the trace's last entry); another
-// lane's event is placed at the leader's current position, once per warp and key.
+// lane's event is held pending (see "Lane-split events" above), once per warp and key (TMA copies:
+// tma() keeps one per copy; bulk waits: one per instance).
 void Recorder::event(Thread* t, const DInstr* d, TEvent::Kind k, uint64_t key, uint32_t aux) {
   WarpTrace* tr = trace(t);
-  if (k != TEvent::kTma && k != TEvent::kBulkWait) {
-    if (!tr->seen.insert(key).second) return;
-  }
-  if (leader(t) && !tr->ev.empty() && tr->ev.back().d == d && tr->ev.back().kind == TEvent::kPlain) {
-    tr->ev.back().kind = k;
-    tr->ev.back().key = key;
-    tr->ev.back().aux = aux;
+  Split& sp = g_split[this];
+  uint64_t seq = ++sp.seq;
+  bool keyed = k != TEvent::kTma && k != TEvent::kBulkWait;
+  if (keyed && tr->seen.count(key)) return;
+  if (leader(t)) {
+    auto pit = sp.pending.find(tr);
+    if (keyed) {
+      tr->seen.insert(key);
+      if (pit != sp.pending.end()) {   // another lane's event for the same key: this one stands for it
+        auto& P = pit->second;
+        P.erase(std::remove_if(P.begin(), P.end(), [&](const Pending& p) {
+                  return p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait && p.e.key == key; }), P.end());
+      }
+    }
+    if (!tr->ev.empty() && tr->ev.back().d == d) {
+      TEvent& b = tr->ev.back();
+      if (b.kind == TEvent::kPlain) { b.kind = k; b.key = key; b.aux = aux; return; }
+      if (k == TEvent::kBulkWait && b.kind == TEvent::kBulkWait) return;   // another lane's, this instance
+    }
+    TEvent e;
+    e.d = d;
+    e.kind = k;
+    e.key = key;
+    e.aux = aux;
+    e.synthetic = true;
+    tr->ev.push_back(e);
     return;
   }
-  TEvent e;
-  e.d = d;
-  e.kind = k;
-  e.key = key;
-  e.aux = aux;
-  e.synthetic = true;
-  tr->ev.push_back(e);
+  auto occ = sp.occ[t].find(d);
+  uint32_t inst = occ == sp.occ[t].end() ? 0 : occ->second;
+  auto& P = sp.pending[tr];
+  for (const Pending& p : P) {
+    if (keyed && p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait && p.e.key == key) return;
+    if (k == TEvent::kBulkWait && p.e.kind == k && p.e.d == d && p.k == inst) return;
+  }
+  Pending p;
+  p.e.d = d;
+  p.e.kind = k;
+  p.e.key = key;
+  p.e.aux = aux;
+  p.e.synthetic = true;
+  p.k = inst;
+  p.seq = seq;
+  P.push_back(p);
 }
 
 void Recorder::wait_result(Thread* t, const DInstr* d, bool ok, uint32_t mbar_id, uint32_t phase, uint32_t off) {
+  Split& sp = g_split[this];
+  uint64_t pkey = phase_key(kKeyMbar, mbar_id, phase);
+  if (ok && phase != 0xFFFFFFFFu) sp.first_ok.emplace(pkey, ++sp.seq);
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
   if (!ok) {   // a spin: remember where it started
@@ -131,9 +248,16 @@ void Recorder::wait_result(Thread* t, const DInstr* d, bool ok, uint32_t mbar_id
     tr->spin_pos = -1;
   }
   if (phase == 0xFFFFFFFFu) return;   // waits for the phase before the first: no dependency
+  // other lanes' pending events that this phase might wait for (none had seen it complete before
+  // they happened) go before the wait
+  auto pit = sp.pending.find(tr);
+  if (pit != sp.pending.end() && !pit->second.empty()) {
+    uint64_t seen_at = sp.first_ok.at(pkey);
+    place_before_last(tr, pit->second, [&](const Pending& p) { return p.seq < seen_at; });
+  }
   TEvent& e = tr->ev.back();
   e.kind = TEvent::kWait;
-  e.key = phase_key(kKeyMbar, mbar_id, phase);
+  e.key = pkey;
   e.aux = off;
 }
 
@@ -144,6 +268,13 @@ void Recorder::arrive(Thread* t, const DInstr* d, uint32_t mbar_id, uint32_t pha
 void Recorder::bar(Thread* t, const DInstr* d, uint32_t id, bool wait) {
   uint32_t ci = cta_index_.at(t->cta);
   uint64_t key = phase_key(kKeyNamedBar, ci * 16 + id, bar_round(t->cta)[id]);
+  if (wait && leader(t)) {   // other lanes' pending events of other instances happened before this round
+    WarpTrace* tr = trace(t);
+    auto& sp = g_split[this];
+    auto pit = sp.pending.find(tr);
+    if (pit != sp.pending.end() && !tr->ev.empty() && tr->ev.back().d == d)
+      place_before_last(tr, pit->second, [&](const Pending& p) { return p.e.key != key; });
+  }
   event(t, d, wait ? TEvent::kBarSync : TEvent::kBarArrive, key, id);
 }
 
@@ -154,6 +285,9 @@ void Recorder::cluster_wait(Thread* t, const DInstr* d, uint64_t gen) {
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
   if (tr->ev.empty() || tr->ev.back().d != d) return;
+  auto& sp = g_split[this];
+  auto pit = sp.pending.find(tr);
+  if (pit != sp.pending.end()) place_before_last(tr, pit->second, [](const Pending&) { return true; });
   tr->ev.back().kind = TEvent::kWait;
   tr->ev.back().key = phase_key(kKeyCluster, cluster_id_.at(t->cta->cluster), (uint32_t)gen);
 }
@@ -638,6 +772,17 @@ std::string jstr(const std::string& s) {
 
 void Recorder::report(const Function* fn, const std::string& kernel, const LaunchParams& lp, uint64_t total_clusters, uint32_t csize,
                       int ctas_per_sm, int sample_sms, const std::string& json_path) {
+  // events still pending (no lane recorded after them): at their warp's end
+  for (auto& tr : warps) {
+    auto& sp = g_split[this];
+    auto pit = sp.pending.find(tr.get());
+    if (pit == sp.pending.end()) continue;
+    for (auto& p : pit->second) {
+      bool keyed = p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait;
+      if (!keyed || tr->seen.insert(p.e.key).second) tr->ev.push_back(p.e);
+    }
+  }
+  g_split.erase(this);
   Replay rp(*this);
   rp.ctas_per_sm = std::max(1, ctas_per_sm);
   // placement: cluster ci -> group (ci % groups) of csize SMs; CTA rank r -> SM group*csize + r
