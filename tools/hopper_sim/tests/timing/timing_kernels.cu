@@ -181,6 +181,32 @@ __global__ void bar_after_split(float* out, float a, float b) {
   out[threadIdx.x] = x;
 }
 
+// 9. An arrive by a lane the recorded lane (lane 0) does not join: in warp 0 only lane 8 arrives on
+// the mbarrier (as CUTLASS's PipelineTmaAsync::consumer_release spreads its arrivals over lanes),
+// then the warp runs N dependent FMAs; warp 1 waits on the mbarrier, then runs N dependent FMAs. On
+// the machine lane 8's arrive runs at its branch, before warp 0's chain, so the two chains overlap.
+template <int N>
+__global__ void arrive_in_branch(float* out, float a, float b) {
+  __shared__ __align__(8) uint64_t bar;
+  uint32_t m = (uint32_t)__cvta_generic_to_shared(&bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(m));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  float x = threadIdx.x;
+  if (threadIdx.x / 32 == 0) {
+    if (threadIdx.x == 8) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(m) : "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+  } else {
+    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(m) : "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+  }
+  out[threadIdx.x] = x;
+}
+
 int main(int argc, char** argv) {
   float* f;
   int* i;
@@ -202,6 +228,8 @@ int main(int argc, char** argv) {
   sched_window<192><<<1, 32>>>(f + 4096);
   bar_after_split<64><<<1, 64>>>(f + 6144, 1.0001f, 0.5f);
   bar_after_split<192><<<1, 64>>>(f + 6144, 1.0001f, 0.5f);
+  arrive_in_branch<64><<<1, 64>>>(f + 8192, 1.0001f, 0.5f);
+  arrive_in_branch<192><<<1, 64>>>(f + 8192, 1.0001f, 0.5f);
   cudaError_t e = cudaDeviceSynchronize();
   // a hash of every output byte: the runner compares it with and without --timing (recording must
   // not change what the program computes)
