@@ -24,17 +24,6 @@ struct FwdFp8Steps {
   using SharedStorage = typename Tr::SharedStorage;
   static constexpr int kRows = Tr::kRowsPerThread;
 
-  // The pingpong wait with the warp reconverged first (free on converged hardware). Not for the
-  // hardware: the simulator runs a warp's lanes apart after the mbarrier spin loops, and a lane that
-  // reached bar.sync first placed the warp's barrier event where its leader lane was, often inside
-  // the previous softmax, so the timing replay held that softmax for the other warpgroup's GEMMs
-  // (d 256 e4m3 in the timing model: 774 -> 992 TFLOP/s; bf16 d 256 with the same change: 909 ->
-  // 909, tensor-bound).
-  static __device__ __forceinline__ void pingpong_wait(int consumer, int tile) {
-    __syncwarp();
-    C::pingpong_wait(consumer, tile);
-  }
-
   // Entry i of the descale row (batch, head) that starts at element `row`, clamped to the row
   // (32-bit offsets: a descale tensor has b * h * blocks entries; 64-bit row pointers spilled at d 256).
   static __device__ __forceinline__ int row_of(const Descale& d, int batch, int head) {
@@ -239,14 +228,14 @@ struct FwdFp8Steps {
     const Fold fd = fold(fr, fr.scale_o);
     if constexpr (Tr::kOChunks > 1) {
       C::wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
-      pingpong_wait(consumer, w.index);
+      C::pingpong_wait(consumer, w.index);
       pv_chunks(tOrV, state_v.index(), tOrO, fr, fd);
       pipe_v.consumer_release(state_v);
       ++state_v;
       C::wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
     } else {
       C::wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
-      pingpong_wait(consumer, w.index);
+      C::pingpong_wait(consumer, w.index);
     }
     gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
     if constexpr (Tr::kOChunks == 1) {
@@ -284,7 +273,7 @@ struct FwdFp8Steps {
     Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
     const Fold fd = fold(fr, fr.scale_o);
     C::wait_full(smem.pipe_v, state_v, Wait::VFull, w.index);
-    pingpong_wait(consumer, w.index);
+    C::pingpong_wait(consumer, w.index);
     if constexpr (Tr::kOChunks == 1) {
       gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, 0, state_v.index()), fresh);
       C::pingpong_pass(consumer);

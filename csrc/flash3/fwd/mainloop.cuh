@@ -462,10 +462,7 @@ struct FwdConsumer {
       const int n = w.blocks.end - 1;
       Tensor tSrS = partition_fragment_C(fr.mma_s, Shape<typename Tr::BlkM, typename Tr::BlkN>{});
       wait_full(smem.pipe_k, state_k, Wait::KFull, w.index);
-      if constexpr (Tr::kFp8)
-        Fp8::pingpong_wait(consumer, w.index);
-      else
-        pingpong_wait(consumer, w.index);
+      pingpong_wait(consumer, w.index);
       gemm_async<true>(fr.mma_s, tSrQ, tSrK(_, _, _, state_k.index()), tSrS);
       pingpong_pass(consumer);
       if constexpr (kPending) {

@@ -24,6 +24,118 @@ namespace hsim {
 // =============================================================================================
 // Recording
 
+// ---------------------------------------------------------------------------------------------
+// Lane-split events. The functional engine runs a warp's lanes as independent threads, so another
+// lane may execute an event instruction (bar.sync, an arrive, a TMA copy, a bulk wait) before or
+// after the recorded lane does: the recorded lane can still be in its mbarrier spin, or anywhere in
+// the instructions before it, or already past it. On the machine the warp's lanes execute that
+// instruction together, at its place in the recorded stream. So events are named by their dynamic
+// instance: the instruction and how many times the lane had executed it ("counted" instructions:
+// the event instructions and branches, counted per lane at the top of each execution, predicated
+// off or not; the retry branch after a failed mbarrier wait is not counted, as lanes spin different
+// numbers of times). Another lane's event
+//   - of an instance the recorded lane already executed annotates the recorded lane's entry for it
+//     (or follows it, when that entry has an event of its own);
+//   - otherwise is held pending, and annotates the recorded lane's entry for that instance when it
+//     executes it.
+// A lane set the recorded lane does not join (if (lane == 8) arrive; as CUTLASS's consumer_release
+// spreads its arrivals over lanes): the event's lane executed counted instance Y last before it (the
+// branch where its path left the recorded one) and X first after it; when the recorded lane executes
+// X (or had, when the lane reaches X) without having executed the event's instance, the paths went
+// apart after Y and met again by X, and the event goes right after the recorded lane's entry for Y
+// (on the machine the other path runs at the branch; else, right before X). Pending events the
+// recorded lane has not placed by its next wait they might be a cause of go before that wait at the
+// latest: a bar.sync (another lane did the event before arriving at that barrier round, as no lane
+// passes a round without the recorded one), a cluster wait, or an mbarrier wait on a phase no lane
+// had seen complete before the event happened (a completed phase cannot depend on it). A change of
+// recorded lane (it exited) places what is pending at once, the launch's end the rest (as diverged).
+// Kept out of timing.h, as g_load_sectors is.
+namespace {
+bool counted_op(Op o) {
+  switch (o) {
+    case Op::BarSync: case Op::BarArrive: case Op::BarRed: case Op::MbarArrive: case Op::CpAsyncMbarArrive:
+    case Op::ClusterArrive: case Op::BulkTensor: case Op::BulkCopy: case Op::BulkWait: case Op::Bra:
+      return true;
+    default: return false;
+  }
+}
+struct Lane {
+  std::unordered_map<const DInstr*, uint32_t> occ;   // executions of each counted instruction
+  bool spin = false;                                 // its last mbarrier wait failed: a retry follows
+  bool unanchored = false;                           // it has pending events without an anchor yet
+  const DInstr* last = nullptr;                      // its last two counted instances
+  uint32_t last_k = 0;
+  const DInstr* prev = nullptr;
+  uint32_t prev_k = 0;
+};
+struct Pending {
+  TEvent e;
+  uint32_t k = 0;      // the instance: e.d's k-th execution by the lane
+  uint64_t seq = 0;    // when it happened (Split::seq)
+  const Thread* lane = nullptr;
+  const DInstr* ax = nullptr;   // the anchor: the lane's next counted instance after the event
+  uint32_t akx = 0;
+  const DInstr* py = nullptr;   // the lane's last counted instance before it (a branch where paths split)
+  uint32_t pky = 0;
+};
+struct At {
+  uint32_t index = 0;  // trace entry
+};
+struct Split {
+  std::unordered_map<const Thread*, Lane> lanes;
+  std::unordered_map<const WarpTrace*, std::vector<Pending>> pending;
+  // the recorded lane's trace entries of event instructions: (instruction, instance) -> index
+  // (the last kAtKeep instances of each)
+  std::unordered_map<const WarpTrace*, std::map<std::pair<const DInstr*, uint32_t>, At>> at;
+  std::unordered_map<uint64_t, uint64_t> first_ok;   // mbarrier phase key -> first successful wait seen
+  uint64_t seq = 0;                                  // events and successful waits, in engine order
+};
+}  // namespace
+static std::unordered_map<const Recorder*, Split> g_split;
+constexpr uint32_t kAtKeep = 64;
+
+// Inserts n entries at trace index i, keeping the recorded indices and the spin start right.
+static void insert_at(Split& sp, WarpTrace* tr, size_t i, const std::vector<TEvent>& put) {
+  if (put.empty()) return;
+  tr->ev.insert(tr->ev.begin() + i, put.begin(), put.end());
+  for (auto& kv : sp.at[tr])
+    if (kv.second.index >= i) kv.second.index += (uint32_t)put.size();
+  if (tr->spin_pos >= (int64_t)i) tr->spin_pos += (int64_t)put.size();
+}
+
+// Places the pending events `take` selects, which the recorded lane went around (it did not execute
+// their instances): right after its entry for the lane's last counted instance before the event (the
+// branch where the lane's path left the recorded one, when it is a branch: on the machine the lanes
+// that take the other path run it there), else before trace index `at`.
+template <class F> static void place_diverged(Split& sp, WarpTrace* tr, std::vector<Pending>& P, size_t at, F take) {
+  std::vector<Pending> sel;
+  for (size_t i = 0; i < P.size();) {
+    if (take(P[i])) { sel.push_back(P[i]); P.erase(P.begin() + i); }
+    else ++i;
+  }
+  if (sel.empty()) return;
+  auto& A = sp.at[tr];
+  std::vector<TEvent> rest;
+  std::vector<std::pair<const DInstr*, uint32_t>> after;
+  std::vector<TEvent> after_e;
+  for (auto& p : sel) {
+    bool keyed = p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait;
+    if (keyed && !tr->seen.insert(p.e.key).second) continue;
+    auto it = p.py ? A.find({p.py, p.pky}) : A.end();
+    if (it != A.end() && it->second.index < at && tr->ev[it->second.index].d == p.py) {
+      after.push_back({p.py, p.pky});
+      after_e.push_back(p.e);
+    } else {
+      rest.push_back(p.e);
+    }
+  }
+  insert_at(sp, tr, at, rest);
+  for (size_t i = 0; i < after.size(); ++i) insert_at(sp, tr, A.at(after[i]).index + 1, {after_e[i]});
+}
+template <class F> static void place_before_last(Split& sp, WarpTrace* tr, std::vector<Pending>& P, F take) {
+  place_diverged(sp, tr, P, tr->ev.empty() ? 0 : tr->ev.size() - 1, take);
+}
+
 // The recorded lane: the lowest live lane; lanes run independently in the functional engine, so
 // when it exits the next lowest takes over only past the point the previous one reached (counted
 // in executed instructions), which for converged code continues the same stream.
@@ -52,6 +164,8 @@ void Recorder::cta_started(Cta* c, uint64_t cluster_index) {
   cta_index_[c] = ci;
   rounds_[c].assign(16, 0);
   cluster_id_[c->cluster] = (uint32_t)cluster_index;
+  auto& lanes = g_split[this].lanes;   // a new CTA's threads may reuse an exited one's address
+  for (auto& th : c->threads) lanes.erase(th.get());
   for (auto& w : c->warps) {
     auto tr = std::make_unique<WarpTrace>();
     tr->cta_index = ci;
@@ -61,12 +175,44 @@ void Recorder::cta_started(Cta* c, uint64_t cluster_index) {
   }
 }
 
+// Lane t executed counted instance (d, k) after events of its still pending without an anchor: that
+// instance anchors them. If the recorded lane already executed it, and not the events' instances,
+// it went another way around them: they go right before its entry for (d, k).
+static void anchor(Split& sp, WarpTrace* tr, const Thread* t, const DInstr* d, uint32_t k) {
+  sp.lanes[t].unanchored = false;
+  auto pit = sp.pending.find(tr);
+  if (pit == sp.pending.end()) return;
+  auto& P = pit->second;
+  auto& A = sp.at[tr];
+  auto it = A.find({d, k});
+  bool past = it != A.end() && it->second.index < tr->ev.size() && tr->ev[it->second.index].d == d;
+  for (auto& p : P)
+    if (p.lane == t && !p.ax) { p.ax = d; p.akx = k; }
+  if (past)
+    place_diverged(sp, tr, P, it->second.index, [&](const Pending& p) { return p.lane == t && p.ax == d && p.akx == k; });
+}
+
 // Plain global loads' HBM traffic: each 32-byte sector once per launch (a re-read hits L2), not once
 // per access; every thread's address counts. The set lives here rather than in Recorder so that
 // timing.h, which every run compiles (and the CUTLASS ground-truth key hashes), stays as it is.
 static std::unordered_map<const Recorder*, std::unordered_set<uint64_t>> g_load_sectors;
 
 void Recorder::instr(Thread* t, const DInstr* d) {
+  Split& sp = g_split[this];
+  uint32_t k = 0;
+  if (counted_op(d->op)) {
+    Lane& ln = sp.lanes[t];
+    if (d->op == Op::Bra && ln.spin) {
+      // the retry branch of a spin loop: lanes spin different numbers of times, so its executions
+      // are not counted (the loop's exit is, once per wait on every lane)
+      ln.spin = false;
+    } else {
+      k = ++ln.occ[d];
+      if (ln.unanchored) anchor(sp, trace(t), t, d, k);
+      ln.prev = ln.last; ln.prev_k = ln.last_k;
+      ln.last = d; ln.last_k = k;
+    }
+  }
   if ((d->op == Op::Ld || d->op == Op::Ldu) && d->sp == Sp::Global && d->nops > 1 && d->ops[1].kind == Operand::kMem &&
       d->ops[1].sym < 0 && !t->frames.empty()) {
     const Operand& m = d->ops[1];
@@ -79,6 +225,12 @@ void Recorder::instr(Thread* t, const DInstr* d) {
   }
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
+  auto pit = sp.pending.find(tr);
+  std::vector<Pending>* P = pit != sp.pending.end() && !pit->second.empty() ? &pit->second : nullptr;
+  if (P && tr->rec_owner && tr->rec_owner != t) {   // a new recorded lane: what is pending, now
+    place_diverged(sp, tr, *P, tr->ev.size(), [](const Pending&) { return true; });
+    P = nullptr;
+  }
   tr->rec_owner = t;
   tr->rec_pos = t->instructions;
   TEvent e;
@@ -86,31 +238,117 @@ void Recorder::instr(Thread* t, const DInstr* d) {
   e.lanes = (uint32_t)__builtin_popcount(t->warp->live_mask);
   tr->ev.push_back(e);
   if (d->op == Op::St && d->sp == Sp::Global) global_st_bytes += (uint64_t)std::max(1, tbits(d->t) / 8) * d->vec * e.lanes;
+  if (k) {
+    auto& A = sp.at[tr];
+    A[{d, k}] = At{(uint32_t)(tr->ev.size() - 1)};
+    if (k > kAtKeep) A.erase({d, k - kAtKeep});
+  }
+  if (!P || !k) return;
+  // events of lanes that reached this instance after theirs, which this lane skipped: they were on
+  // a path this lane did not take, before the paths met again here
+  place_before_last(sp, tr, *P, [&](const Pending& p) { return p.ax == d && p.akx == k; });
+  // other lanes' events of this very instance: this entry is where they happen
+  for (size_t i = 0; i < P->size();) {
+    Pending& p = (*P)[i];
+    if (p.e.d != d || p.k != k) { ++i; continue; }
+    bool keyed = p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait;
+    if (!keyed || tr->seen.insert(p.e.key).second) {
+      TEvent& b = tr->ev.back();
+      if (b.d == d && b.kind == TEvent::kPlain) {
+        b.kind = p.e.kind; b.key = p.e.key; b.aux = p.e.aux;
+      } else {
+        tr->ev.push_back(p.e);
+      }
+    }
+    P->erase(P->begin() + i);
+  }
 }
 
 // The leader's event annotates the instruction it is executing (the trace's last entry); another
-// lane's event is placed at the leader's current position, once per warp and key.
+// lane's event is held pending (see "Lane-split events" above), once per warp and key (TMA copies:
+// tma() keeps one per copy; bulk waits: one per instance).
 void Recorder::event(Thread* t, const DInstr* d, TEvent::Kind k, uint64_t key, uint32_t aux) {
   WarpTrace* tr = trace(t);
-  if (k != TEvent::kTma && k != TEvent::kBulkWait) {
-    if (!tr->seen.insert(key).second) return;
-  }
-  if (leader(t) && !tr->ev.empty() && tr->ev.back().d == d && tr->ev.back().kind == TEvent::kPlain) {
-    tr->ev.back().kind = k;
-    tr->ev.back().key = key;
-    tr->ev.back().aux = aux;
+  Split& sp = g_split[this];
+  uint64_t seq = ++sp.seq;
+  bool keyed = k != TEvent::kTma && k != TEvent::kBulkWait;
+  if (keyed && tr->seen.count(key)) return;
+  if (leader(t)) {
+    auto pit = sp.pending.find(tr);
+    if (keyed) {
+      tr->seen.insert(key);
+      if (pit != sp.pending.end()) {   // another lane's event for the same key: this one stands for it
+        auto& P = pit->second;
+        P.erase(std::remove_if(P.begin(), P.end(), [&](const Pending& p) {
+                  return p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait && p.e.key == key; }), P.end());
+      }
+    }
+    if (!tr->ev.empty() && tr->ev.back().d == d) {
+      TEvent& b = tr->ev.back();
+      if (b.kind == TEvent::kPlain) { b.kind = k; b.key = key; b.aux = aux; return; }
+      if (k == TEvent::kBulkWait && b.kind == TEvent::kBulkWait) return;   // another lane's, this instance
+    }
+    TEvent e;
+    e.d = d;
+    e.kind = k;
+    e.key = key;
+    e.aux = aux;
+    e.synthetic = true;
+    tr->ev.push_back(e);
     return;
   }
+  Lane& me = sp.lanes[t];
+  auto occ = me.occ.find(d);
+  uint32_t inst = occ == me.occ.end() ? 0 : occ->second;
   TEvent e;
   e.d = d;
   e.kind = k;
   e.key = key;
   e.aux = aux;
   e.synthetic = true;
-  tr->ev.push_back(e);
+  // the recorded lane already executed this instance: the event belongs to its entry there
+  const Thread* L = tr->rec_owner;
+  Lane* lead = L ? &sp.lanes[L] : nullptr;
+  auto count = [&](const DInstr* x) -> uint32_t {
+    if (!lead) return 0;
+    auto i = lead->occ.find(x);
+    return i == lead->occ.end() ? 0 : i->second;
+  };
+  auto& A = sp.at[tr];
+  if (count(d) >= inst) {
+    auto it = A.find({d, inst});
+    if (keyed) tr->seen.insert(key);
+    if (it != A.end() && it->second.index < tr->ev.size() && tr->ev[it->second.index].d == d) {
+      TEvent& x = tr->ev[it->second.index];
+      if (x.kind == TEvent::kPlain) { x.kind = k; x.key = key; x.aux = aux; return; }
+      if (k == TEvent::kBulkWait && x.kind == TEvent::kBulkWait) return;
+      insert_at(sp, tr, it->second.index + 1, {e});
+      return;
+    }
+    tr->ev.push_back(e);   // (an instance it executed before it was the recorded lane: here)
+    return;
+  }
+  auto& P = sp.pending[tr];
+  for (const Pending& p : P) {
+    if (keyed && p.e.kind != TEvent::kTma && p.e.kind != TEvent::kBulkWait && p.e.key == key) return;
+    if (k == TEvent::kBulkWait && p.e.kind == k && p.e.d == d && p.k == inst) return;
+  }
+  Pending p;
+  p.e = e;
+  p.k = inst;
+  p.lane = t;
+  p.py = me.last == d && me.last_k == inst ? me.prev : me.last;
+  p.pky = me.last == d && me.last_k == inst ? me.prev_k : me.last_k;
+  me.unanchored = true;
+  p.seq = seq;
+  P.push_back(p);
 }
 
 void Recorder::wait_result(Thread* t, const DInstr* d, bool ok, uint32_t mbar_id, uint32_t phase, uint32_t off) {
+  Split& sp = g_split[this];
+  uint64_t pkey = phase_key(kKeyMbar, mbar_id, phase);
+  if (ok && phase != 0xFFFFFFFFu) sp.first_ok.emplace(pkey, ++sp.seq);
+  sp.lanes[t].spin = !ok;
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
   if (!ok) {   // a spin: remember where it started
@@ -131,9 +369,16 @@ void Recorder::wait_result(Thread* t, const DInstr* d, bool ok, uint32_t mbar_id
     tr->spin_pos = -1;
   }
   if (phase == 0xFFFFFFFFu) return;   // waits for the phase before the first: no dependency
+  // other lanes' pending events that this phase might wait for (none had seen it complete before
+  // they happened) go before the wait
+  auto pit = sp.pending.find(tr);
+  if (pit != sp.pending.end() && !pit->second.empty()) {
+    uint64_t seen_at = sp.first_ok.at(pkey);
+    place_before_last(sp, tr, pit->second, [&](const Pending& p) { return p.seq < seen_at; });
+  }
   TEvent& e = tr->ev.back();
   e.kind = TEvent::kWait;
-  e.key = phase_key(kKeyMbar, mbar_id, phase);
+  e.key = pkey;
   e.aux = off;
 }
 
@@ -144,6 +389,13 @@ void Recorder::arrive(Thread* t, const DInstr* d, uint32_t mbar_id, uint32_t pha
 void Recorder::bar(Thread* t, const DInstr* d, uint32_t id, bool wait) {
   uint32_t ci = cta_index_.at(t->cta);
   uint64_t key = phase_key(kKeyNamedBar, ci * 16 + id, bar_round(t->cta)[id]);
+  if (wait && leader(t)) {   // other lanes' pending events of other instances happened before this round
+    WarpTrace* tr = trace(t);
+    auto& sp = g_split[this];
+    auto pit = sp.pending.find(tr);
+    if (pit != sp.pending.end() && !tr->ev.empty() && tr->ev.back().d == d)
+      place_before_last(sp, tr, pit->second, [&](const Pending& p) { return p.e.key != key; });
+  }
   event(t, d, wait ? TEvent::kBarSync : TEvent::kBarArrive, key, id);
 }
 
@@ -154,6 +406,9 @@ void Recorder::cluster_wait(Thread* t, const DInstr* d, uint64_t gen) {
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
   if (tr->ev.empty() || tr->ev.back().d != d) return;
+  auto& sp = g_split[this];
+  auto pit = sp.pending.find(tr);
+  if (pit != sp.pending.end()) place_before_last(sp, tr, pit->second, [](const Pending&) { return true; });
   tr->ev.back().kind = TEvent::kWait;
   tr->ev.back().key = phase_key(kKeyCluster, cluster_id_.at(t->cta->cluster), (uint32_t)gen);
 }
@@ -638,6 +893,15 @@ std::string jstr(const std::string& s) {
 
 void Recorder::report(const Function* fn, const std::string& kernel, const LaunchParams& lp, uint64_t total_clusters, uint32_t csize,
                       int ctas_per_sm, int sample_sms, const std::string& json_path) {
+  // events still pending: the recorded lane never executed their instances (a path only other lanes
+  // took, with no counted instance after it before they exited)
+  for (auto& tr : warps) {
+    auto& sp = g_split[this];
+    auto pit = sp.pending.find(tr.get());
+    if (pit == sp.pending.end()) continue;
+    place_diverged(sp, tr.get(), pit->second, tr->ev.size(), [](const Pending&) { return true; });
+  }
+  g_split.erase(this);
   Replay rp(*this);
   rp.ctas_per_sm = std::max(1, ctas_per_sm);
   // placement: cluster ci -> group (ci % groups) of csize SMs; CTA rank r -> SM group*csize + r

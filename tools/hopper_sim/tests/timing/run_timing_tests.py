@@ -57,7 +57,7 @@ def main():
     recs = run()
     by = {}
     for r in recs:
-        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window|tma_store_read)ILi(\d+)E", r["kernel"])
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch)ILi(\d+)E", r["kernel"])
         by[(m.group(1), int(m.group(2)))] = r["cycles"]
     l2_per_sm = P["kL2BytesPerClkGPU"] / P["kSMs"]
     cases = [
@@ -85,6 +85,14 @@ def main():
         # outlasts the L2 drain of either size
         ("tma_store_read", 4, 12, (12 - 4) * (P["kTmaIssueCycles"] + 8192 / P["kSmemBytesPerClk"] + 1
                                               + P["kAluLatency"])),
+        # warp 0's bar.sync issues one cycle after the last of its N chained FMAs (4 cycles apart); warp 1,
+        # already waiting there (64 FMAs before its arrive, warp 0's chain starts after the arrive),
+        # resumes kNamedBarLatency later and runs its own N chained FMAs; its store of x ends the
+        # kernel. Both chains grow with N: two FMA latencies per element
+        ("bar_after_split", 64, 192, (192 - 64) * 2 * P["kFmaLatency"]),
+        # lane 8's arrive goes where its branch is, before warp 0's chain: warp 1's wait ends a fixed
+        # time after the kernel's start, and the two chains of N FMAs overlap: one FMA latency each
+        ("arrive_in_branch", 64, 192, (192 - 64) * P["kFmaLatency"]),
     ]
     bad = 0
     for name, a, b, want in cases:

@@ -148,6 +148,65 @@ __global__ void mbar_pingpong(int* out) {
   if (threadIdx.x == 0) out[0] = R;
 }
 
+// 8. A warp's lanes split around an mbarrier wait, then a named barrier. Warp 1 runs 64 dependent
+// FMAs, lane 0 arrives on the mbarrier, the warp does bar.sync 1, 64, then N dependent FMAs. Warp 0
+// (all 32 lanes) spins on the mbarrier, runs N dependent FMAs, then bar.sync 1, 64. The functional
+// engine runs lanes independently, so a lane of warp 0 other than the recorded one usually reaches
+// the bar.sync while the recorded lane is still in its FMA chain (or its wait); the bar.sync belongs
+// after the chain all the same (a warp's lanes execute its instructions together), so warp 1's chain
+// starts only after warp 0's chain: the two chains run one after the other.
+template <int N>
+__global__ void bar_after_split(float* out, float a, float b) {
+  __shared__ __align__(8) uint64_t bar;
+  uint32_t m = (uint32_t)__cvta_generic_to_shared(&bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(m));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  float x = threadIdx.x;
+  if (threadIdx.x / 32 == 1) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    if (threadIdx.x % 32 == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(m) : "memory");
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+  } else {
+    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(m) : "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+  }
+  out[threadIdx.x] = x;
+}
+
+// 9. An arrive by a lane the recorded lane (lane 0) does not join: in warp 0 only lane 8 arrives on
+// the mbarrier (as CUTLASS's PipelineTmaAsync::consumer_release spreads its arrivals over lanes),
+// then the warp runs N dependent FMAs; warp 1 waits on the mbarrier, then runs N dependent FMAs. On
+// the machine lane 8's arrive runs at its branch, before warp 0's chain, so the two chains overlap.
+template <int N>
+__global__ void arrive_in_branch(float* out, float a, float b) {
+  __shared__ __align__(8) uint64_t bar;
+  uint32_t m = (uint32_t)__cvta_generic_to_shared(&bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(m));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  float x = threadIdx.x;
+  if (threadIdx.x / 32 == 0) {
+    if (threadIdx.x == 8) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(m) : "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+  } else {
+    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(m) : "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+  }
+  out[threadIdx.x] = x;
+}
+
 int main(int argc, char** argv) {
   float* f;
   int* i;
@@ -167,6 +226,10 @@ int main(int argc, char** argv) {
   tma_store_read<12><<<1, 32>>>(f + 8192, 1.0001f, 0.5f);
   sched_window<64><<<1, 32>>>(f + 4096);
   sched_window<192><<<1, 32>>>(f + 4096);
+  bar_after_split<64><<<1, 64>>>(f + 6144, 1.0001f, 0.5f);
+  bar_after_split<192><<<1, 64>>>(f + 6144, 1.0001f, 0.5f);
+  arrive_in_branch<64><<<1, 64>>>(f + 8192, 1.0001f, 0.5f);
+  arrive_in_branch<192><<<1, 64>>>(f + 8192, 1.0001f, 0.5f);
   cudaError_t e = cudaDeviceSynchronize();
   // a hash of every output byte: the runner compares it with and without --timing (recording must
   // not change what the program computes)
