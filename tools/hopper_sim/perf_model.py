@@ -252,6 +252,17 @@ MODEL_HISTORY = [
      "bound 1.1 GB -> 67 MB; 48 and flash3/FA3 (single-lane TMA) unchanged",
      "CUTLASS's epilogue issues each TMA store from all 32 lanes of warp 0; its SASS has one UTMASTG under "
      "VOTEU.ALL (uniform datapath), the replay issued 32"),
+    ("a lane's barrier/arrive/TMA event lands where the recorded lane runs the same dynamic instance "
+     "(instruction, k-th execution), an event of a path that lane skips right after the branch where they "
+     "split (commits 856d70d, 495b79e; timing tests bar_after_split, arrive_in_branch)",
+     "cycles, 1830 MHz TFLOP/s: FA3 d 128 s 4096 full 1149777 -> 1143831 (875.0 -> 879.5), causal (8 SMs) "
+     "623601 -> 614262 (806.6 -> 818.9); flash3 full 1096178 -> 1087378 (917.8 -> 925.2), causal 639230 -> "
+     "635809 (786.9 -> 791.2); e4m3 d 256 b 4 s 4096 h 8 with / without the kernel's __syncwarp before its "
+     "pingpong wait 969715 / 1190792 -> 960458 / 960379 (the __syncwarp is gone); named-barrier stall cycles "
+     "-70..-93%; 1-SM rows now the same for every schedule seed",
+     "the functional run executes a warp's lanes apart; another lane's first bar.sync/arrive of a warp landed "
+     "at the recorded lane's current position (mid-softmax, or before its mbarrier wait), so a warp waited "
+     "early, or released its peer early, and results moved with the seed"),
 ]
 
 
