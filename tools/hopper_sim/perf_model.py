@@ -164,6 +164,15 @@ HISTORY = [
      '863 TFLOP/s (1593 us: 58.4 + 1478.7 + 55.8; main kernel 2706078 cycles, -31.8%, tensor 97% busy); 1.08x FA3 (797); causal (4 SMs) 702 vs FA3 577 (1.22x); s 16k 933 vs 863 (1.08x)',
      "backward d <= 128: the two consumer warpgroups run apart: warpgroup 1 issues S^T / dP^T and dQ after warpgroup 0's (named barriers), dV issued as soon as P is converted, warpgroup 0's dK before the dS barrier, each warpgroup hands its half of dQ to the writer warp (own barrier pair, own bulk reduce-add); packed dK/dV conversion (branch bwdfast; benchmarks/results/bwd_d128_overlap.md)",
      'trace (b 1 h 1 s 1024, one SM): ~3770 cycles a step against 2560 of tensor work; the warpgroups ran in lockstep and the tensor pipe idled ~730 cycles after dP^T (both computing dS) and ~460 after dQ (its wait also covered dV and dK; the top stall line)'),
+    ('fwd / decode bf16 with attention_chunk (SASS, not a model row)',
+     'd 256: the reference (the 128 x 80 tile spilled with the chunk); d 128 / 192: 709 / 681 and 700 / 594 '
+     'non-GMMA instructions per chunked masked block',
+     'd 256 in the kernels (128 x 64 chunk tile: 466 / 341; decode: 16 keys fewer); d 128 565 / 562, d 192 '
+     '561 / 464; unmasked loops 412 -> 410, 380 -> 371; the plain d 256 loops unchanged',
+     "each row's chunk bounds made once per tile (FwdConsumer::kChunkRuns); chunk tiles beside the plain ones at "
+     "d 256 (attn_logic.h fwd_chunk_tile_shape / decode_chunk_tile_shape)",
+     'issue 33: FA3 runs attention_chunk in its kernels at every head dim; the per-row floored divisions of '
+     'every chunked block'),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
