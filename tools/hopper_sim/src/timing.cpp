@@ -273,6 +273,12 @@ void Recorder::event(Thread* t, const DInstr* d, TEvent::Kind k, uint64_t key, u
   uint64_t seq = ++sp.seq;
   bool keyed = k != TEvent::kTma && k != TEvent::kBulkWait;
   if (keyed && tr->seen.count(key)) return;
+  TEvent e;   // the event as a trace entry of its own (when no plain entry of the instruction takes it)
+  e.d = d;
+  e.kind = k;
+  e.key = key;
+  e.aux = aux;
+  e.synthetic = true;
   if (leader(t)) {
     auto pit = sp.pending.find(tr);
     if (keyed) {
@@ -288,24 +294,12 @@ void Recorder::event(Thread* t, const DInstr* d, TEvent::Kind k, uint64_t key, u
       if (b.kind == TEvent::kPlain) { b.kind = k; b.key = key; b.aux = aux; return; }
       if (k == TEvent::kBulkWait && b.kind == TEvent::kBulkWait) return;   // another lane's, this instance
     }
-    TEvent e;
-    e.d = d;
-    e.kind = k;
-    e.key = key;
-    e.aux = aux;
-    e.synthetic = true;
     tr->ev.push_back(e);
     return;
   }
   Lane& me = sp.lanes[t];
   auto occ = me.occ.find(d);
   uint32_t inst = occ == me.occ.end() ? 0 : occ->second;
-  TEvent e;
-  e.d = d;
-  e.kind = k;
-  e.key = key;
-  e.aux = aux;
-  e.synthetic = true;
   // the recorded lane already executed this instance: the event belongs to its entry there
   const Thread* L = tr->rec_owner;
   Lane* lead = L ? &sp.lanes[L] : nullptr;
