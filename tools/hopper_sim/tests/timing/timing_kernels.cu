@@ -6,12 +6,28 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+// Pieces the cases share (inlined: the PTX is what each case would spell out).
+// N dependent FMAs on x.
+template <int N>
+__device__ __forceinline__ void fma_dep(float& x, float a, float b) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+}
+// An mbarrier at shared address m expecting one arrival, made visible to the async proxy.
+__device__ __forceinline__ void mbar_init(uint32_t m) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(m));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Spins until phase 0 of the mbarrier at m completes.
+__device__ __forceinline__ void mbar_wait_phase0(uint32_t m) {
+  asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(m) : "memory");
+}
+
 // 1. A dependent FMA chain of N instructions in one warp: each FMA waits for the previous one.
 template <int N>
 __global__ void fma_chain(float* out, float a, float b) {
   float x = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+  fma_dep<N>(x, a, b);
   out[threadIdx.x] = x;
 }
 
@@ -82,14 +98,13 @@ __global__ void tma_stream(const float* src, float* out) {
   __shared__ __align__(8) uint64_t bar;
   uint32_t b = (uint32_t)__cvta_generic_to_shared(&bar), s = (uint32_t)__cvta_generic_to_shared(buf);
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init(b);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(NT * 8192));
 #pragma unroll
     for (int i = 0; i < NT; ++i)
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 8192, [%2];"
                    :: "r"(s + i * 8192), "l"(src + i * 2048), "r"(b) : "memory");
-    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(b) : "memory");
+    mbar_wait_phase0(b);
     out[0] = *(const float*)buf;
   }
 }
@@ -115,8 +130,7 @@ __global__ void tma_store_read(float* dst, float a, float b) {
       asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
     float x = a;
-#pragma unroll
-    for (int i = 0; i < 1024; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    fma_dep<1024>(x, a, b);
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     dst[2048 * NT] = x;
   }
@@ -160,22 +174,18 @@ __global__ void bar_after_split(float* out, float a, float b) {
   __shared__ __align__(8) uint64_t bar;
   uint32_t m = (uint32_t)__cvta_generic_to_shared(&bar);
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(m));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init(m);
   }
   __syncthreads();
   float x = threadIdx.x;
   if (threadIdx.x / 32 == 1) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    fma_dep<64>(x, a, b);
     if (threadIdx.x % 32 == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(m) : "memory");
     asm volatile("bar.sync 1, 64;" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    fma_dep<N>(x, a, b);
   } else {
-    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(m) : "memory");
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    mbar_wait_phase0(m);
+    fma_dep<N>(x, a, b);
     asm volatile("bar.sync 1, 64;" ::: "memory");
   }
   out[threadIdx.x] = x;
@@ -190,19 +200,16 @@ __global__ void arrive_in_branch(float* out, float a, float b) {
   __shared__ __align__(8) uint64_t bar;
   uint32_t m = (uint32_t)__cvta_generic_to_shared(&bar);
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(m));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init(m);
   }
   __syncthreads();
   float x = threadIdx.x;
   if (threadIdx.x / 32 == 0) {
     if (threadIdx.x == 8) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(m) : "memory");
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    fma_dep<N>(x, a, b);
   } else {
-    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}" :: "r"(m) : "memory");
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x) : "f"(a), "f"(b));
+    mbar_wait_phase0(m);
+    fma_dep<N>(x, a, b);
   }
   out[threadIdx.x] = x;
 }
