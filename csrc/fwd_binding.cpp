@@ -11,12 +11,15 @@
 //       so torch.compile can trace calls.
 //   flash3::fwd_fp8_sm90(q, k, vt, out!, lse!, q_descale, k_descale, v_descale, v_channel_descale?,
 //                        q_block, kv_block, softmax_scale, window_left, window_right, softcap,
-//                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k) -> ()
-//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out. No
-//       sinks argument: attention sinks are not offered with FP8 inputs (flash3/_checks.py sinks).
+//                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k, seqused_q?,
+//                        seqused_k?, attention_chunk) -> ()
+//       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out;
+//       seqused_q/k with packed q/k only. No sinks argument: attention sinks are not offered with
+//       FP8 inputs (flash3/_checks.py sinks).
 //   Every op takes the mask as one window (window_left, window_right): -1 = unbounded, causal =
-//   (-1, 0), folded once at the Python API (flash3/masking.py normalize_window); fwd_sm90 (and
-//   bwd_sm90) also FA3's attention_chunk (chunked local attention, 0 = off) intersecting it.
+//   (-1, 0), folded once at the Python API (flash3/masking.py normalize_window); fwd_sm90,
+//   fwd_fp8_sm90 (and bwd_sm90) also FA3's attention_chunk (chunked local attention, 0 = off)
+//   intersecting it.
 //   flash3::pick_kernel(family, dtype, d, d_v, softmax_scale, attention_chunk=0) -> str
 //       Whether a kernel of family ("fwd", "fwd_fp8", "decode", "decode_fp8_cache", "bwd") runs such
 //       a call (dtype: torch's name, "bfloat16"), by the rule the ops refuse by
@@ -77,19 +80,23 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
                        int64_t q_block, int64_t kv_block, double softmax_scale,
                        int64_t window_left, int64_t window_right, double softcap,
                        const std::optional<Tensor>& cu_seqlens_q, const std::optional<Tensor>& cu_seqlens_k,
-                       int64_t max_seqlen_q, int64_t max_seqlen_k) {
-  const auto vc = view(v_channel_descale), cu_q = view(cu_seqlens_q), cu_k = view(cu_seqlens_k);
+                       int64_t max_seqlen_q, int64_t max_seqlen_k, const std::optional<Tensor>& seqused_q,
+                       const std::optional<Tensor>& seqused_k, int64_t attention_chunk) {
+  const auto vc = view(v_channel_descale), cu_q = view(cu_seqlens_q), cu_k = view(cu_seqlens_k),
+             used_q = view(seqused_q), used_k = view(seqused_k);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_fp8_sm90(be, view(q), view(k), view(vt), view(out), view(lse), view(q_descale), view(k_descale),
                        view(v_descale), ptr(vc), q_block, kv_block, softmax_scale, window_left, window_right,
-                       softcap, ptr(cu_q), ptr(cu_k), max_seqlen_q, max_seqlen_k);
+                       softcap, ptr(cu_q), ptr(cu_k), max_seqlen_q, max_seqlen_k, ptr(used_q), ptr(used_k),
+                       attention_chunk);
   });
 }
 
 void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                        const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t,
                        int64_t, double, int64_t, int64_t, double, const std::optional<Tensor>&,
-                       const std::optional<Tensor>&, int64_t, int64_t) {}
+                       const std::optional<Tensor>&, int64_t, int64_t, const std::optional<Tensor>&,
+                       const std::optional<Tensor>&, int64_t) {}
 
 // Shapes and dtypes of out/lse are fixed by the caller, so the fake/meta kernel has nothing to do.
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -123,7 +130,8 @@ TORCH_LIBRARY(flash3, m) {
       "fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, Tensor(a!) out, Tensor(b!) lse, Tensor q_descale, "
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "
       "float softmax_scale, int window_left, int window_right, float softcap, "
-      "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, int max_seqlen_k=0) -> ()");
+      "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, int max_seqlen_k=0, "
+      "Tensor? seqused_q=None, Tensor? seqused_k=None, int attention_chunk=0) -> ()");
   // No tensor arguments: a catch-all kernel, callable without a GPU.
   m.def("kernel_info() -> str", &flash3::kernel_info);
   m.def("pick_kernel(str family, str dtype, int d, int d_v, float softmax_scale, int attention_chunk=0) -> str",

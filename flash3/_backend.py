@@ -155,22 +155,24 @@ def has_alibi_kernel(kind: str) -> bool:
     return op_takes(_ALIBI_OPS[kind], "alibi_slopes")
 
 
-_CHUNK_OPS = {"fwd": "fwd_sm90", "decode": "fwd_kvcache_sm90", "bwd": "bwd_sm90"}
+_CHUNK_OPS = {"fwd": "fwd_sm90", "fwd_fp8": "fwd_fp8_sm90", "decode": "fwd_kvcache_sm90",
+              "bwd": "bwd_sm90"}
 
 
 def has_chunk_kernel(kind: str) -> bool:
-    """True when flash3._C's `kind` op ("fwd", "decode", "bwd") takes FA3's attention_chunk (an
+    """True when flash3._C's `kind` op ("fwd", "fwd_fp8", "decode", "bwd") takes FA3's attention_chunk (an
     ``attention_chunk`` argument in its schema)."""
     return op_takes(_CHUNK_OPS[kind], "attention_chunk")
 
 
-# The 16-bit forward, decode and backward kernels take the chunk at every head dim (the forward's and
-# decode's d 256 on tiles of their own: csrc/flash3/common/attn_logic.h fwd_chunk_tile_shape,
-# decode_chunk_tile_shape); the MLA decode kernel too (asked of the extension's pick).
+# The 16-bit forward, decode and backward kernels and the FP8 forward take the chunk at every head
+# dim (the 16-bit forward's and decode's d 256 on tiles of their own: csrc/flash3/common/attn_logic.h
+# fwd_chunk_tile_shape, decode_chunk_tile_shape); the MLA decode kernel too (asked of the extension's
+# pick).
 
 
 def kernel_chunk_reason(q, kind: str, attention_chunk: int, d_v: int | None = None) -> str | None:
-    """Why the `kind` kernel ("fwd", "decode", "bwd") cannot take this attention_chunk for head
+    """Why the `kind` kernel ("fwd", "fwd_fp8", "decode", "bwd") cannot take this attention_chunk for head
     dims (q's, d_v) (checked after the kernel's own reason); None if it can (or there is no
     chunk)."""
     if attention_chunk <= 0 or not q.is_cuda:
@@ -538,9 +540,11 @@ def fp8_tile_n(d: int, d_v: int) -> int:
     return kernel_tile_n(max(d, d_v))
 
 
-def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n) -> str | None:
+def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk=0,
+                      seqused=False) -> str | None:
     """Why the FP8 kernel cannot run this call (q/k/v as the kernel gets them: e4m3, batched or
-    packed; the caller may quantize 16-bit ones first); None if it can."""
+    packed; the caller may quantize 16-bit ones first) with this attention_chunk and, if
+    ``seqused``, seqused_q/seqused_k; None if it can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
     if not has_extension() or not kernel_fp8_configs():
@@ -556,7 +560,9 @@ def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n) -> str | None:
         return f"q descale blocks of {block_m} rows (the kernel needs a multiple of 64)"
     if block_n % fp8_tile_n(dd, dv):
         return f"k/v descale blocks of {block_n} keys (the kernel needs a multiple of {fp8_tile_n(dd, dv)})"
-    return None
+    if seqused and not op_takes("fwd_fp8_sm90", "seqused_k"):
+        return "flash3._C's fwd_fp8_sm90 takes no seqused_q/seqused_k (an older build)"
+    return kernel_chunk_reason(q, "fwd_fp8", attention_chunk)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -565,14 +571,17 @@ def _round_up(x: int, m: int) -> int:
 
 def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, left, right,
                        softcap, block_m, block_n, v_channel_descale=None, vt=None, *, cu_seqlens_q=None,
-                       cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
+                       cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_q=None,
+                       seqused_k=None, attention_chunk=0):
     """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d) or packed; returns (out bf16, lse).
 
     Descales as flash3.attention takes them: (b, h_k) per head or per block (b, heads, blocks of
     block_m / block_n rows). v is packed here (fp8_quant.pack_v_fp8: transposed, tokens permuted) unless
     the caller passes the packed ``vt`` already (the quantize kernel writes it directly).
     Varlen (cu_seqlens_q/k): q, k, v packed (total, heads, dim), descales per sequence with blocks
-    of max_seqlen_q/k (fp8_quant.pack_v_fp8_varlen packs v), out (total_q, h, d_v), lse (h, total_q)."""
+    of max_seqlen_q/k (fp8_quant.pack_v_fp8_varlen packs v, zero past seqused_k), out (total_q, h,
+    d_v), lse (h, total_q); seqused_q/k int32 (b,) as run_kernel_fwd's. ``attention_chunk`` (0 =
+    off) as flash3.attention's. Reads no device value on the host."""
     varlen = cu_seqlens_q is not None
     h, h_k = q.shape[-2], k.shape[-2]
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
@@ -598,7 +607,7 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
 
     q, k = _tma_ready(q), _tma_ready(k)
     if vt is None:
-        vt = pack_v_fp8_varlen(v, cu_seqlens_k) if varlen else pack_v_fp8(v)
+        vt = pack_v_fp8_varlen(v, cu_seqlens_k, seqused_k) if varlen else pack_v_fp8(v)
     d_v = vt.shape[-2]
     out = torch.empty(*q.shape[:-2], h, d_v, dtype=torch.bfloat16, device=q.device)
     lse_shape = (h, q.shape[0]) if varlen else (b, h, s_q)
@@ -606,7 +615,10 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
     torch.ops.flash3.fwd_fp8_sm90(q, k, vt, out, lse, qd, kv3(k_descale), kv3(v_descale),
                                   v_channel_descale, int(q_block), int(kv_block), float(softmax_scale),
                                   int(left), int(right), float(softcap),
-                                  cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+                                  cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                  **({} if seqused_q is None else {"seqused_q": seqused_q.contiguous()}),
+                                  **({} if seqused_k is None else {"seqused_k": seqused_k.contiguous()}),
+                                  **({"attention_chunk": int(attention_chunk)} if attention_chunk else {}))
     return out, lse
 
 

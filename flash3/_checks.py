@@ -472,13 +472,11 @@ def sdpa_tensor(name, x):
                          f"got shape {tuple(x.shape)}")
 
 
-def attention_chunk(q, chunk, **excluded):
+def attention_chunk(chunk, **excluded):
     """FA3's attention_chunk: an int >= 0 (0 = off), returned as int. `excluded`: name -> whether
     that argument is given, for the paths with no chunked attention (named in the error)."""
     chunk = int_at_least("attention_chunk", chunk, 0)
     if chunk:
-        if is_fp8(q):
-            excluded = {"float8_e4m3fn inputs": True, **excluded}
         for name, given in excluded.items():
             if given:
                 raise NotImplementedError(f"attention_chunk is not supported with {name} "

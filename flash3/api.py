@@ -44,7 +44,8 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     ``attention_chunk`` int >= 0: FA3's chunked local attention (Llama 4), 0 = off. Query row i
     (diagonal p = i + s_k - s_q) sees only the keys of its chunk, ``[p - p % c, p - p % c + c)``
     (Python's ``%``), intersected with the window/causal mask (flash3/masking.py). Forward and
-    backward kernels on Hopper; not with sinks or float8 inputs (NotImplementedError).
+    backward kernels on Hopper (float8 inputs: the FP8 forward kernel); not with sinks
+    (NotImplementedError).
     """
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
@@ -53,14 +54,14 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     _checks.flag("deterministic", deterministic)
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
-    chunk = _checks.attention_chunk(q, attention_chunk, sinks=sinks is not None)
+    chunk = _checks.attention_chunk(attention_chunk, sinks=sinks is not None)
     if sinks is not None:
         out, lse = ops_serve.attention_sinks_fwd(q, k, v, sinks, scale, left, right, softcap,
                                                  deterministic, alibi_slopes)
     elif _checks.is_fp8(q):
         out, lse = ops.attention_fp8(q, k, v, q_descale, k_descale, v_descale, scale, left,
                                      right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
-                                     v_channel_descale)
+                                     v_channel_descale, chunk)
     else:
         out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic,
                                      alibi_slopes, chunk)
@@ -87,16 +88,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     ``seqused_q`` int32 (b,) (FA3's): sequence i's queries are only its first seqused_q[i] packed
     rows (any value is clamped into [0, its length]); masks and ALiBi align on that count, its
-    other rows get out 0, lse -inf, and in the backward dq 0 (they add nothing to dk/dv).  16-bit
-    inputs only (kernel on CUDA, forward and backward); not with FP8 inputs, sinks, page_table or
+    other rows get out 0, lse -inf, and in the backward dq 0 (they add nothing to dk/dv).  Kernels
+    on CUDA (16-bit: forward and backward; float8: the FP8 forward); not with sinks, page_table or
     seqused_k on a cache (NotImplementedError).
 
-    ``seqused_k`` int32 (b,) with packed 16-bit (or fp32) k/v (``cu_seqlens_k``, no page_table,
-    no sinks): sequence i sees only its first seqused_k[i] packed keys (any value clamped into
-    [0, its length]; FA3's), masks aligned on that count; with seqused_q and attention_chunk too,
-    and autograd (dk/dv 0 for the unused keys).  On CUDA the varlen forward kernel takes it, and
-    the backward kernel runs on the used keys gathered into packed k/v of their own (a copy of
-    them; no host reads).
+    ``seqused_k`` int32 (b,) with packed 16-bit (or fp32) k/v, or float8_e4m3fn q/k/v
+    (``cu_seqlens_k``, no page_table, no sinks): sequence i sees only its first seqused_k[i] packed
+    keys (any value clamped into [0, its length]; FA3's), masks aligned on that count; with
+    seqused_q and attention_chunk too, and autograd for 16-bit inputs (dk/dv 0 for the unused
+    keys).  On CUDA the varlen forward kernel (16-bit or FP8) takes it, and the backward kernel
+    runs on the used keys gathered into packed k/v of their own (a copy of them; no host reads).
+    FP8 descale blocks still count from each sequence's first row.
 
     Keys from a cache (chunked prefill, prefix caching, mixed prefill/decode batches), forward
     only; on CUDA the decode kernel runs paged and contiguous caches (16-bit q, a cache of q's
@@ -110,17 +112,18 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ``v_descale`` (num_pages, h_k), as :func:`attention_with_kvcache`'s FP8 cache.
     """
     # seqused_k on packed 16-bit/fp32 k/v (FA3's varlen seqused_k): the varlen kernels (the forward
-    # takes it, the backward runs on the used keys gathered), with seqused_q, chunk and autograd.
-    # Other key layouts (paged, contiguous cache), FP8 and sinks: the cache path (forward only).
+    # takes it, the backward runs on the used keys gathered), with seqused_q, chunk and autograd;
+    # on packed float8 q/k/v the FP8 varlen forward. Other key layouts (paged, contiguous cache), an
+    # FP8 cache with 16-bit q and sinks: the cache path (forward only).
     on_cache = page_table is not None or (seqused_k is not None and (
-        cu_seqlens_k is None or sinks is not None or _checks.is_fp8(q) or _checks.is_fp8(k)
-        or k_descale is not None or v_descale is not None))
+        cu_seqlens_k is None or sinks is not None or (not _checks.is_fp8(q) and (
+            _checks.is_fp8(k) or k_descale is not None or v_descale is not None))))
     if seqused_q is not None:
         for n, t in (("sinks", sinks), ("page_table", page_table),
                      ("seqused_k", seqused_k if on_cache else None)):
             if t is not None:
                 raise NotImplementedError(f"attention_varlen: seqused_q with {n} is not implemented")
-    _checks.attention_chunk(q, attention_chunk, **{"page_table/seqused_k": on_cache})
+    _checks.attention_chunk(attention_chunk, **{"page_table/seqused_k": on_cache})
     if on_cache:
         for n, t in (("q_descale", q_descale), ("v_channel_descale", v_channel_descale)):
             if t is not None:
@@ -138,10 +141,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         _checks.seqused_q(q, seqused_k, cu_seqlens_q.shape[0] - 1, "seqused_k")
     if seqused_q is not None:
         _checks.seqused_q(q, seqused_q, cu_seqlens_q.shape[0] - 1)
-        if _checks.is_fp8(q):
-            raise NotImplementedError("attention_varlen: seqused_q with float8_e4m3fn inputs is not "
-                                      "implemented (flash_attn_interface.flash_attn_varlen_func runs "
-                                      "FA3's spec for it)")
     _checks.flag("deterministic", deterministic)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
@@ -150,7 +149,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                          varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, b)
-    chunk = _checks.attention_chunk(q, attention_chunk, sinks=sinks is not None)
+    chunk = _checks.attention_chunk(attention_chunk, sinks=sinks is not None)
     if sinks is not None:
         out, lse = ops_serve.attention_varlen_sinks_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks,
                                                         int(max_seqlen_q), int(max_seqlen_k),
@@ -160,7 +159,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         out, lse = ops.attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), q_descale, k_descale, v_descale, scale,
                                             left, right, softcap, int(fp8_block_size[0]),
-                                            int(fp8_block_size[1]), v_channel_descale)
+                                            int(fp8_block_size[1]), v_channel_descale, seqused_q,
+                                            seqused_k, chunk)
     else:
         out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), scale, left, right, softcap,
@@ -269,7 +269,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     capacity) keys; a key behind a bad page id reads as zero.  Rotary positions are clamped
     to [0, seqlen_ro - 1] everywhere.
     """
-    chunk = _checks.attention_chunk(q, attention_chunk)
+    chunk = _checks.attention_chunk(attention_chunk)
     varlen = cu_seqlens_q is not None or max_seqlen_q is not None
     if cu_seqlens_k_new is not None or (varlen and (k is not None or v is not None)):
         return _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,

@@ -11,6 +11,9 @@ conventions, and map onto flash3's public API:
   ``return_attn_probs=True`` returns ``(out, softmax_lse)`` (lse (b, h, s_q), or (h, total_q)
   for varlen), as FA3 does.  float8_e4m3fn q/k/v: descales are optional (FA3: None means 1)
   and may be any shape that broadcasts to (batch, h_k), e.g. (1,); the output is bf16.
+  ``seqused_q``/``seqused_k`` (the first seqused[i] queries/keys of sequence i, alone or
+  together; query rows past seqused_q get out 0, lse -inf; keys past seqused_k are not seen and,
+  16-bit, get dk/dv 0) and ``attention_chunk`` run on flash3's kernels for every dtype.
   Descales given with 16-bit inputs are ignored, as in FA3.
 * ``flash_attn_with_kvcache``: ``rotary_interleaved=True`` by default (FA3's default; flash3's
   own ``attention_with_kvcache`` defaults to False).  ``cache_seqlens=None`` means the whole
@@ -36,8 +39,8 @@ conventions, and map onto flash3's public API:
   rounded once to e4m3, saturating at +-448 -- and the decode kernel reads the rotated q8 as bf16
   (_fp8_rotary_on_kernel).  New keys not e4m3, or rotary with a 16-bit q (not FA3's): batched q
   on a contiguous cache as before (q dequantized to bf16), otherwise the spec (below).
-  ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, head dims up to
-  192; above, the reference, for packed queries FA3's spec; MLA calls: the MLA decode kernel).
+  ``attention_chunk`` runs on flash3's decode kernels (16-bit and FP8 caches, every head dim;
+  MLA calls: the MLA decode kernel).
   FP8 (e4m3) rotary tables are converted to float32 (exact) and take the same path as other
   tables.
 * ``flash_attn_combine``: merges split partials (out (S, b, s, h, d) fp32, lse (S, b, s, h));
@@ -62,12 +65,9 @@ FA3's forward (on CUDA tensors with the package's one-time fallback warning; for
 ``flash_attn_func``/``flash_attn_varlen_func``, autograd through it): ``qv`` (MLA; d_v up to 512
 when d <= 64, with or without qv; default scale 1/sqrt(d + d_v)) but in ``flash_attn_with_kvcache``
 where the MLA decode kernel takes it (below), ``attention_chunk`` (chunked local attention,
-intersected with causal/windows) with FP8 inputs or on the spec's MLA route (16-bit
-``flash_attn_func``/``flash_attn_varlen_func`` run it on flash3's kernels, forward and backward,
+intersected with causal/windows) on the spec's MLA route (``flash_attn_func``/
+``flash_attn_varlen_func`` run it on flash3's kernels: 16-bit forward and backward, FP8 forward,
 ``seqused_k`` included; ``flash_attn_with_kvcache`` on the decode kernels, the MLA one too),
-``seqused_q`` or ``seqused_k`` with
-FP8 inputs (16-bit: flash3's kernels, alone or together, forward and backward: query rows past
-seqused_q get out 0, lse -inf; keys past seqused_k are not seen and get dk/dv 0),
 with an FP8 cache, new keys not float8_e4m3fn (or with rotary tables and a 16-bit q) when packed
 by ``cu_seqlens_k_new``, with packed queries or on a paged cache (16-bit caches, and FA3's e4m3
 q/keys with rotary, take them on flash3's kernels; ``cu_seqlens_k_new`` without new keys is
@@ -192,9 +192,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     _speed_only(num_splits, pack_gqa, sm_margin)
     qd, kd, vd = _fp8_descales(q, k, q.shape[0], q_descale, k_descale, v_descale)
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # attention_chunk runs on flash3's kernels (16-bit); FP8 inputs take it on the reference spec.
-    reason = _reference_reason(qv=qv, attention_chunk=chunk if _checks.is_fp8(q) else 0,
-                               head_dim_v_over_256=v.shape[-1] > 256)
+    # attention_chunk runs on flash3's kernels (16-bit and FP8).
+    reason = _reference_reason(qv=qv, head_dim_v_over_256=v.shape[-1] > 256)
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 4, "(batch, seqlen, heads, headdim)")
@@ -247,18 +246,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """FA3 ``flash_attn_varlen_func``: packed q (total_q, h, d), k/v (total_k, h_k, ·) -> out,
     or (out, softmax_lse (h, total_q)).  ``seqused_q`` and ``seqused_k`` (the first seqused[i]
     queries/keys of sequence i), alone or together, run attention_varlen(seqused_q=, seqused_k=)
-    (16-bit: the kernels on CUDA, with autograd; FP8 inputs: the spec)."""
+    (the kernels on CUDA: 16-bit with autograd, FP8 the FP8 forward)."""
     _speed_only(num_splits, pack_gqa, sm_margin)
     b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
     qd, kd, vd = _fp8_descales(q, k, b, q_descale, k_descale, v_descale)
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    # flash3's 16-bit varlen path takes seqused_q, seqused_k (together too) and the chunk, with
-    # autograd; FP8 inputs take them on the reference spec.
-    fp8 = _checks.is_fp8(q)
-    reason = _reference_reason(seqused_q=seqused_q if fp8 else None,
-                               seqused_k_with_fp8=seqused_k if fp8 else None, qv=qv,
-                               attention_chunk=chunk if fp8 else 0,
-                               head_dim_v_over_256=v.shape[-1] > 256)
+    # flash3's varlen path takes seqused_q, seqused_k (together too) and the chunk: 16-bit with
+    # autograd, FP8 inputs on the FP8 forward.
+    reason = _reference_reason(qv=qv, head_dim_v_over_256=v.shape[-1] > 256)
     _no_alibi_on_reference(reason, alibi_slopes)
     if reason is not None:
         _reference_shapes(q, k, v, 3, "(total, heads, headdim)")

@@ -276,15 +276,19 @@ def dequantize_fp8(x8: torch.Tensor, descale: torch.Tensor, *, block_size: Optio
 # the FP8 kernel's operands: key tile width, packed V
 # --------------------------------------------------------------------------
 
-def kernel_tile_n(d: int) -> int:
+def kernel_tile_n(d: int, attention_chunk: int = 0) -> int:
     """Key tile width ``tile_n`` of the Hopper FP8 forward kernel for head dim ``d``.
 
     128 keys for ``d <= 64``, 64 keys above: S, P, O and the fresh two-level
     accumulator must fit in a consumer thread's registers (at d = 128, 128
-    keys spilled); csrc/flash3/common/attn_logic.h fwd_fp8_tile_shape.
+    keys spilled); csrc/flash3/common/attn_logic.h fwd_fp8_tile_shape.  With an
+    ``attention_chunk`` (> 0), 32 keys above d = 128 (the chunk's bounds spilled
+    on 64: fwd_fp8_chunk_tile_shape).
     """
     if not _checks.is_int(d) or d <= 0:
         raise ValueError(f"head dim must be a positive int, got {d!r}")
+    if attention_chunk > 0 and d > 128:
+        return 32
     return 128 if d <= 64 else 64
 
 
@@ -342,13 +346,16 @@ def varlen_vt_offset(first_key, batch):
     return (first_key + 15 * batch + 15) // 16 * 16
 
 
-def pack_v_fp8_varlen(v8: torch.Tensor, cu_seqlens_k: torch.Tensor) -> torch.Tensor:
+def pack_v_fp8_varlen(v8: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                      seqused_k: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Kernel layout of packed (varlen) FP8 v: ``vt`` (h_k, d_v, varlen_vt_offset(total_k, b)).
 
     Sequence i (tokens ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of ``v8`` (total_k, h_k, d_v)) is
     laid out as :func:`pack_v_fp8` lays out one batch row, starting at column
     ``varlen_vt_offset(cu_seqlens_k[i], i)``; every other column is zero (finite: the kernel
-    multiplies the padding by P = 0).  A gather over the output columns on v8's device: no host
+    multiplies the padding by P = 0).  With ``seqused_k`` (b,) only sequence i's first
+    ``seqused_k[i]`` tokens (clamped into [0, its length]) are copied, its other columns zero: the
+    kernel reads them in the used keys' last tile, and they may hold anything (a cache's unused rows).  A gather over the output columns on v8's device: no host
     sync, so it can run inside CUDA graph capture.  v8 must be finite: the kernel's last key tile of
     a sequence also covers the next one's first columns (times P = 0, and 0 * NaN is NaN).
     """
@@ -368,6 +375,8 @@ def pack_v_fp8_varlen(v8: torch.Tensor, cu_seqlens_k: torch.Tensor) -> torch.Ten
     r = j % 16  # V_PERM16[r] by its formula (no host-to-device copy: capturable)
     i = j - r + 2 * (r // 4) + 8 * ((r // 2) % 2) + r % 2  # the token (within its sequence) at column c
     lens = cu[1:] - cu[:-1]
+    if seqused_k is not None:
+        lens = torch.minimum(seqused_k.to(device=dev, dtype=torch.int64).clamp_min(0), lens)
     valid = ((j >= 0) & (i < lens[seq])) if b else torch.zeros_like(c, dtype=torch.bool)
     src = torch.where(valid, cu[seq] + i if b else c, torch.zeros_like(c)).clamp(0, max(total - 1, 0))
     u = _as_bytes(v8)

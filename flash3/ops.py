@@ -387,24 +387,26 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, windo
 def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale: Tensor,
                   v_descale: Tensor, softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, block_m: int,
-                  block_n: int, v_channel_descale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                  block_n: int, v_channel_descale: Optional[Tensor] = None,
+                  attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     if q.is_cuda:
-        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n)
+        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk)
         if reason is None:
             return _backend.run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale,
                                                window_left, window_right, softcap, block_m, block_n,
-                                               v_channel_descale=v_channel_descale)
+                                               v_channel_descale=v_channel_descale,
+                                               attention_chunk=attention_chunk)
         _backend.warn_fallback(reason, "FP8 forward")
     out, lse = fp8_attention_reference(
         q, k, v, q_descale, k_descale, v_descale, softmax_scale=softmax_scale,
         window_left=window_left, window_right=window_right, softcap=softcap, block_size=(block_m, block_n),
-        v_channel_descale=v_channel_descale)
+        v_channel_descale=v_channel_descale, attention_chunk=attention_chunk)
     return out.to(torch.bfloat16), lse.to(torch.float32).clone()
 
 
 @attention_fp8.register_fake
 def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
-      softcap, block_m, block_n, v_channel_descale=None):
+      softcap, block_m, block_n, v_channel_descale=None, attention_chunk=0):
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_batched(q)
 
@@ -414,22 +416,27 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
                          max_seqlen_q: int, max_seqlen_k: int, q_descale: Tensor, k_descale: Tensor,
                          v_descale: Tensor, softmax_scale: float, window_left: int,
                          window_right: int, softcap: float, block_m: int, block_n: int,
-                         v_channel_descale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                         v_channel_descale: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None,
+                         seqused_k: Optional[Tensor] = None,
+                         attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
     if q.is_cuda:
-        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n)
+        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk,
+                                            seqused=seqused_q is not None or seqused_k is not None)
         if reason is None:
             return _backend.run_kernel_fwd_fp8(
                 q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
                 softcap, block_m, block_n, v_channel_descale=v_channel_descale,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                max_seqlen_k=max_seqlen_k)
+                max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k,
+                attention_chunk=attention_chunk)
         _backend.warn_fallback(reason, "FP8 forward")
     out, lse = fp8_attention_varlen_reference(
         q, k, v, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_channel_descale=v_channel_descale,
+        seqused_q=seqused_q, seqused_k=seqused_k, attention_chunk=attention_chunk,
         softmax_scale=softmax_scale, window_left=window_left, window_right=window_right, softcap=softcap, block_size=(block_m, block_n))
     return out.to(torch.bfloat16), lse
 
@@ -437,6 +444,6 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
 @attention_fp8_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale, k_descale,
       v_descale, softmax_scale, window_left, window_right, softcap, block_m, block_n,
-      v_channel_descale=None):
+      v_channel_descale=None, seqused_q=None, seqused_k=None, attention_chunk=0):
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_varlen(q)

@@ -104,16 +104,11 @@ def test_bad_chunk_is_refused_naming_it(chunk, exc, msg):
 
 
 def test_paths_without_chunks_refuse_it():
-    """Sinks, float8 inputs and keys from a cache have no chunked path in flash3's own API: a clear
-    error naming attention_chunk (flash_attn_interface runs FP8 and cache calls on FA3's spec)."""
+    """Sinks and keys from a cache have no chunked path in flash3's own API: a clear error naming
+    attention_chunk (flash_attn_interface runs cache calls on FA3's spec)."""
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(NotImplementedError, match="attention_chunk .* sinks"):
         flash3.attention(q, q, q, attention_chunk=4, sinks=torch.zeros(2))
-    q8 = q.to(torch.float8_e4m3fn)
-    with pytest.raises(NotImplementedError, match="attention_chunk .* float8"):
-        ones = torch.ones(1, 2)
-        flash3.attention(q8, q8, q8, attention_chunk=4, q_descale=ones, k_descale=ones,
-                         v_descale=ones)
     qp = q[0]
     with pytest.raises(NotImplementedError, match="attention_chunk .* page_table/seqused_k"):
         kc = qp.view(8, 1, 2, 16)  # keys from a paged cache (seqused_k on packed keys takes it)
@@ -209,3 +204,27 @@ def test_forward_kernels_take_a_chunk_at_every_head_dim(monkeypatch):
     assert _backend.kernel_chunk_reason(cuda(192), "fwd", 64) is None
     assert _backend.kernel_chunk_reason(cuda(256), "bwd", 64) is None
     assert _backend.kernel_chunk_reason(cuda(256), "fwd", 0) is None  # no chunk: nothing to ask
+
+
+def test_interface_fp8_chunk_runs_flash3_fp8(monkeypatch):
+    """e4m3 flash_attn_func / flash_attn_varlen_func with attention_chunk: flash3's FP8 path (its
+    kernel on CUDA; tests/test_fp8.py checks the emulation's chunk against fp64), not FA3's spec."""
+    def no_spec(*a, **k):
+        raise AssertionError("an FP8 chunked call went to the FA3 spec")
+    monkeypatch.setattr(fai, "fa3_forward", no_spec)
+    g = torch.Generator().manual_seed(3)
+    q8, k8, v8 = (torch.randn(2, n, h, 64, generator=g).to(torch.float8_e4m3fn)
+                  for n, h in ((40, 4), (50, 2), (50, 2)))
+    ones = torch.ones(2, 2)
+    out = fai.flash_attn_func(q8, k8, v8, causal=True, attention_chunk=16)
+    want = flash3.attention(q8, k8, v8, causal=True, attention_chunk=16, q_descale=ones,
+                            k_descale=ones, v_descale=ones)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, want)
+    assert not torch.equal(out, flash3.attention(q8, k8, v8, causal=True, q_descale=ones,
+                                                 k_descale=ones, v_descale=ones))
+    lens = [40, 40]
+    out = fai.flash_attn_varlen_func(q8.flatten(0, 1), k8[:, :40].flatten(0, 1), v8[:, :40].flatten(0, 1),
+                                     cu(lens), cu(lens), 40, 40, causal=True, attention_chunk=16)
+    want = flash3.attention(q8, k8[:, :40], v8[:, :40], causal=True, attention_chunk=16,
+                            q_descale=ones, k_descale=ones, v_descale=ones)
+    assert torch.equal(out, want.flatten(0, 1))

@@ -337,7 +337,8 @@ FP8_FEATURES = [f for f in smoke.FEATURES if smoke.applies("e4m3:64:64", f)]
 
 
 def test_fp8_features_and_kernel_ids(monkeypatch):
-    assert FP8_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "sq_gt_sk", "perhead", "nantail"]
+    assert FP8_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "sq_gt_sk", "perhead", "nantail",
+                            "sequsedq", "chunk"]
     info = {"fwd": [["bf16", 64, 64, "v0"], ["bf16", 64, 64, "v1"], ["fp16", 192, 128]],
             "fwd_fp8": [[64, 64], [128, 128], [256, 256]], "arch": "sm_90a"}
     ids = ["bf16:64:64", "fp16:192:128", "e4m3:64:64", "e4m3:128:128", "e4m3:256:256"]
@@ -366,7 +367,9 @@ def test_fp8_case_shapes(feature):
     for n in ("causal", "window", "softcap", "max_q", "max_k", "lens_q", "lens_k"):
         assert c[n] == ref[n], n
     h, hk = c["q"].shape[-2], c["k"].shape[-2]
-    b = 4 if feature in ("varlen", "nantail") else 2  # varlen: one descale block row per sequence, 4 sequences
+    packed = feature in ("varlen", "nantail", "sequsedq", "chunk")
+    # packed: one descale block row per sequence
+    b = len(c["lens_q"]) if packed else 2
     if feature == "perhead":  # the sequence rounded up to the kernel's 64 rows / 128 keys
         assert c["fp8_block"] == (256, 384) == (-(-smoke.SQ // 64) * 64, -(-smoke.SK // 128) * 128)
         nq = nk = 1
@@ -375,7 +378,7 @@ def test_fp8_case_shapes(feature):
         nq, nk = -(-c["max_q"] // 64), -(-c["max_k"] // 128)
     assert [tuple(x.shape) for x in c["descales"]] == [(b, h, nq), (b, hk, nk), (b, hk, nk), (b, hk, 128)]
     assert all(x.dtype == torch.float32 and (x > 0).all() for x in c["descales"])
-    assert (c["cu_q"] is not None) == (feature in ("varlen", "nantail")) and c["seqused_k"] is None
+    assert (c["cu_q"] is not None) == packed and (c["seqused_k"] is not None) == (feature == "sequsedq")
     if feature == "varlen":
         assert c["cu_q"].tolist() == [0, smoke.SQ, smoke.SQ, smoke.SQ + 77, smoke.SQ + 78] and c["q"].dim() == 3
         assert c["cu_k"].tolist() == [0, smoke.SK, smoke.SK + 40, smoke.SK + 190, smoke.SK + 190]
@@ -386,12 +389,15 @@ def test_fp8_case_shapes(feature):
         assert c["q"].shape[0] == sum(lq) + pq and c["k"].shape[0] == c["v"].shape[0] == sum(lk) + pk
         assert torch.isnan(c["q"][sum(lq):].float()).any() and torch.isnan(c["k"][sum(lk):].float()).any()
         assert not torch.isnan(c["q"][:sum(lq)].float()).any() and not torch.isnan(c["k"][:sum(lk)].float()).any()
+    elif feature in ("sequsedq", "chunk"):  # packed, FA3's seqused_q/k, attention_chunk
+        assert c["q"].shape[0] == sum(c["lens_q"]) and c["k"].shape[0] == sum(c["lens_k"])
+        assert (c.get("seqused_q") is not None) == (feature == "sequsedq") and bool(c.get("chunk")) == (feature == "chunk")
     elif feature == "sq_gt_sk":  # more queries than keys
         assert c["q"].shape[:2] == (b, smoke.SK) and c["k"].shape[1] == smoke.SQ and c["causal"]
         assert (c["max_q"], c["max_k"]) == (smoke.SK, smoke.SQ)
     else:
         assert c["q"].shape[:2] == (b, smoke.SQ) and c["k"].shape[1] == smoke.SK
-    assert (h, hk) == ((6, 2) if feature == "gqa" else (2, 2))
+    assert (h, hk) == ((6, 2) if feature == "gqa" else (4, 2) if feature == "chunk" else (2, 2))
 
 
 @pytest.mark.parametrize("feature", FP8_FEATURES)
@@ -401,7 +407,7 @@ def test_fp8_case_check_classifies_on_cpu(feature):
     c = smoke.make_case(feature, "e4m3", 64, 64, device="cpu")
     ref, ref_lse = smoke.fp8_reference(c)
     out, lse = ref.to(torch.bfloat16), ref_lse.clone()
-    nq = c["q"].shape[0] if feature in ("varlen", "nantail") else c["q"].shape[0] * c["q"].shape[1]
+    nq = c["q"].shape[0] if c["cu_q"] is not None else c["q"].shape[0] * c["q"].shape[1]
     assert out.shape == (*c["q"].shape[:-1], 64) and lse.numel() == nq * c["q"].shape[-2]
     used = smoke.used_rows(c, "out")
     if feature == "nantail":  # rows past cu_seqlens_q[-1]: the op leaves them (NaN poison)
@@ -410,7 +416,12 @@ def test_fp8_case_check_classifies_on_cpu(feature):
     r = smoke.check(c, out, lse)
     assert r["status"] == "ok" and r["err"] < r["tol"], r
     bad = out.clone()
-    bad[used].view(-1)[-5] += 1.0
+    # one value off by twice the RMS tolerance's worth, in a row that is a query (not past seqused_q)
+    bump = max(1.0, 2 * r["tol"] * out[used].numel() ** 0.5)
+    if c["cu_q"] is not None:
+        bad[int(torch.isfinite(lse[0, used]).nonzero()[-1]), 0, -1] += bump
+    else:
+        bad[used].view(-1)[-5] += bump
     r = smoke.check(c, bad, lse)
     assert r["status"] == "wrong" and r["detail"].startswith("rms err"), r
     i = int(torch.isfinite(lse).view(-1).nonzero()[0])  # sq_gt_sk: the rows without keys are -inf
@@ -421,10 +432,13 @@ def test_fp8_case_check_classifies_on_cpu(feature):
     assert r["status"] == "wrong" and r["detail"].startswith("lse err"), r
     bad_lse.view(-1)[i] = float("-inf")
     assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
-    if feature in ("sq_gt_sk", "varlen", "nantail"):  # a row without keys given a finite lse
-        assert torch.isinf(lse).any()  # varlen: a sequence of queries and 0 keys
+    if feature in ("sq_gt_sk", "varlen", "nantail", "sequsedq", "chunk"):  # a row without keys given a finite lse
+        assert torch.isinf(lse).any()  # varlen, chunk: a sequence of queries and 0 keys
         bad_lse = lse.clone()
-        bad_lse.view(-1)[int(torch.isinf(lse).view(-1).nonzero()[0])] = 0.0
+        no_keys = torch.isinf(lse)  # rows of queries that see no key (rows past seqused_q are no queries)
+        if c.get("seqused_q") is not None:
+            no_keys &= ~smoke.past_seqused_q(c)[None]
+        bad_lse.view(-1)[int(no_keys.view(-1).nonzero()[0])] = 0.0
         assert smoke.check(c, out, bad_lse)["detail"].startswith("lse: -inf pattern")
     else:
         assert torch.isfinite(lse).all()
@@ -441,17 +455,17 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 14 + 9 + 9  # e4m3 has no sequsedq, chunk ("n/a", with kvcache and the rest)
+    assert len(cases) == 14 + 11 + 11  # e4m3 has no kvcache, sinks, alibi ("n/a", with the rest)
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse", "onekey")]
     assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a"] + ["ok"] * 6  # perhead: FP8 only
     assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a", "n/a", "n/a", "n/a"]  # sinks, alibi, sequsedq, chunk: not with FP8
+                                "n/a", "n/a", "ok", "ok"]  # sinks, alibi: not with FP8
     assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a", "n/a", "n/a", "n/a"]
-    assert "32 cases: 30 ok, 1 wrong, 1 hang" in lines[4]
+                                "n/a", "n/a", "ok", "ok"]
+    assert "36 cases: 34 ok, 1 wrong, 1 hang" in lines[4]
     assert "e4m3 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"

@@ -541,6 +541,7 @@ def test_public_attention_routes_e4m3_to_the_fp8_path(per_block):
 def test_kernel_tile_n():
     from flash3.fp8 import kernel_tile_n
     assert [kernel_tile_n(d) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 64, 64, 64, 64]
+    assert [kernel_tile_n(d, 48) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 64, 64, 32, 32]
     with pytest.raises(ValueError):
         kernel_tile_n(0)
 
@@ -953,3 +954,104 @@ def test_descale_division_is_correctly_rounded():
     assert torch.equal(fp8_quant._amax_over_fp8_max(amax), want)
     recip = amax * (1.0 / 448.0)  # what the scalar-divisor CUDA path computes
     assert not torch.equal(recip, want)  # so this test would notice a regression to it
+
+
+# --------------------------------------------------------------------------
+# FA3's seqused_q / seqused_k and attention_chunk with e4m3 inputs
+# --------------------------------------------------------------------------
+
+def test_pack_v_fp8_varlen_zeroes_columns_past_seqused_k():
+    """With seqused_k each sequence is packed as its used tokens alone: the rest of its columns are
+    zero (the kernel's last used tile reads them times P = 0; a cache's unused rows may be NaN)."""
+    from flash3.fp8 import pack_v_fp8_varlen
+    lens, used = [17, 0, 3, 130, 16], [5, 0, 9, 128, -2]  # 9 > 3 and -2 are clamped
+    cu = _cu(lens)
+    v8 = _e4m3((int(cu[-1]), 3, 32), 12)
+    v8[::7] = float("nan")  # e4m3's NaN, in the used rows too: where they go must be the same
+    want_v = v8.clone()
+    for i, (n, u) in enumerate(zip(lens, used)):  # the unused rows zeroed: the same packing
+        want_v[int(cu[i]) + min(max(u, 0), n):int(cu[i + 1])] = 0
+    got = pack_v_fp8_varlen(v8, cu, torch.tensor(used, dtype=torch.int32))
+    want = pack_v_fp8_varlen(want_v, cu)
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("causal,window,chunk", [(False, (-1, -1), 0), (True, (-1, -1), 0),
+                                                 (True, (-1, -1), 48), (False, (20, 5), 32)])
+def test_attention_varlen_fp8_seqused_is_attention_on_used_rows(causal, window, chunk):
+    """seqused_q/seqused_k with e4m3 inputs: per sequence exactly flash3.attention on its used
+    rows (descale blocks still counted from its first row); rows past seqused_q get out 0, lse -inf;
+    the unused keys are never read, so NaN there changes nothing."""
+    import flash3
+    lens_q, lens_k = [5, 0, 70, 33, 9], [17, 3, 130, 40, 0]
+    used_q, used_k = [3, 0, 80, 0, 4], [17, 2, 65, 11, 5]  # 80 and 5 clamp to the lengths
+    b, h, hk, d = len(lens_q), 4, 2, 64
+    cq, ck = _cu(lens_q), _cu(lens_k)
+    q8, k8, v8 = _e4m3((int(cq[-1]), h, d), 1), _e4m3((int(ck[-1]), hk, d), 2), _e4m3((int(ck[-1]), hk, 32), 3)
+    for i in range(b):  # NaN in every unused key and value
+        k8[int(ck[i]) + min(used_k[i], lens_k[i]):int(ck[i + 1])] = float("nan")
+        v8[int(ck[i]) + min(used_k[i], lens_k[i]):int(ck[i + 1])] = float("nan")
+    mq, mk = max(lens_q), max(lens_k)
+    qd = torch.rand(b, h, -(-mq // 64), generator=_gen(4)) + 0.5
+    kd, vd = (torch.rand(b, hk, -(-mk // 128), generator=_gen(s)) + 0.5 for s in (5, 6))
+    args = dict(causal=causal, window_size=window, attention_chunk=chunk, fp8_block_size=(64, 128),
+                return_lse=True)
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    out, lse = flash3.attention_varlen(q8, k8, v8, cq, ck, mq, mk, q_descale=qd, k_descale=kd,
+                                       v_descale=vd, seqused_q=i32(used_q), seqused_k=i32(used_k), **args)
+    assert out.dtype == torch.bfloat16 and out.shape == (int(cq[-1]), h, 32)
+    for i in range(b):
+        uq, uk = min(used_q[i], lens_q[i]), min(used_k[i], lens_k[i])
+        rows = slice(int(cq[i]), int(cq[i]) + uq)
+        rest = slice(int(cq[i]) + uq, int(cq[i + 1]))
+        assert not out[rest].any() and bool((lse[:, rest] == -math.inf).all()), i
+        if uq == 0:
+            continue
+        nq, nk = -(-uq // 64), -(-uk // 128)
+        keys = slice(int(ck[i]), int(ck[i]) + uk)
+        o, l_ = flash3.attention(q8[None, rows], k8[None, keys], v8[None, keys],
+                                 q_descale=qd[i:i + 1, :, :nq], k_descale=kd[i:i + 1, :, :nk],
+                                 v_descale=vd[i:i + 1, :, :nk], **args)
+        assert torch.equal(out[rows], o[0]) and torch.equal(lse[:, rows], l_[0]), i
+
+
+@pytest.mark.usefixtures("exact_mma")
+@pytest.mark.parametrize("s_q,s_k,causal,window,chunk", [(203, 203, True, (-1, -1), 64),
+                                                          (113, 256, False, (-1, -1), 50),
+                                                          (96, 200, False, (30, 10), 37)])
+def test_attention_chunk_fp8_matches_fp64_on_dequantized_inputs(s_q, s_k, causal, window, chunk):
+    """attention_chunk in the FP8 emulation: given its quantized inputs only P is rounded, against
+    fp64 with the same chunked mask (flash3/masking.py)."""
+    b, h, hk, d = 2, 4, 2, 64
+    q, k, v = _randn((b, s_q, h, d), 31), _randn((b, s_k, hk, d), 32), _randn((b, s_k, hk, d), 33, 2.0)
+    q8, qd = quantize_fp8(q, block_size=64)
+    k8, kd = quantize_fp8(k, block_size=64)
+    v8, vd = quantize_fp8(v, block_size=64)
+    qq, kk, vv = (dequantize_fp8(x8, xd, block_size=64) for x8, xd in ((q8, qd), (k8, kd), (v8, vd)))
+    out, lse = fp8_attention_reference(q8, k8, v8, qd, kd, vd, causal=causal, window_left=window[0],
+                                       window_right=window[1], block_size=(64, 64), attention_chunk=chunk)
+    ref, ref_lse, bound = _p_rounding_bound(qq, kk, vv, s_k, causal=causal, window_size=window,
+                                            attention_chunk=chunk)
+    assert torch.all((out.double() - ref).abs() <= bound)
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), fin)
+    assert (lse.double()[fin] - ref_lse[fin]).abs().max().item() < 1e-4
+    # the chunk matters here: without it the result differs
+    plain, _ = fp8_attention_reference(q8, k8, v8, qd, kd, vd, causal=causal, window_left=window[0],
+                                       window_right=window[1], block_size=(64, 64))
+    assert not torch.equal(plain, out)
+
+
+def test_tile_skipping_with_chunk_matches_masking_spec():
+    import flash3.fp8 as F
+    from flash3 import masking
+
+    for s_q, s_k, left, right, chunk in itertools.product([1, 9], [4, 9], [-1, 2], [-1, 0], [1, 3, 4]):
+        for r0, r1, c0, c1 in [(0, s_q, 0, s_k), (1, 3, 0, 2), (2, 7, 1, 5), (0, 2, 6, 9)]:
+            r1, c1 = min(r1, s_q), min(c1, s_k)
+            if r1 <= r0 or c1 <= c0:
+                continue
+            spec = masking.visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, chunk=chunk)
+            state = F._tile_state(r0, r1, c0, c1, s_q, s_k, left, right, chunk)
+            assert (state == "skip") == (not spec.any())
+            assert (state == "full") == bool(spec.all())

@@ -145,6 +145,21 @@ def test_fp8_forward_repeats_coarser_descales(driver):
     assert good.startswith("ok"), good
 
 
+def test_fp8_forward_chunk_tile_and_seqused(driver):
+    """An attention chunk reaches the FP8 kernel; at d 256 it runs on the 32-key chunk tile
+    (attn_logic.h fwd_fp8_chunk_tile_shape), so k/v descales are sized per 32 keys (300 keys: 10
+    entries against 5); d 128 keeps its 64-key tile. seqused_q/k need packed sequences."""
+    plain, chunk, d128 = (fields(driver([c])[0]) for c in (
+        "fwd_fp8 d=256 kv_block=128", "fwd_fp8 d=256 kv_block=128 chunk=48", "fwd_fp8 d=128 kv_block=128 chunk=48"))
+    assert plain["kernel"] == chunk["kernel"] == "e4m3:256:256" and d128["kernel"] == "e4m3:128:128"
+    assert (plain["chunk"], chunk["chunk"], d128["chunk"]) == ("0", "48", "48")
+    assert (plain["k_descale_count"], chunk["k_descale_count"], d128["k_descale_count"]) == ("5", "10", "5")
+    for arg in ("usedq=1", "usedk=1"):
+        assert driver([f"fwd_fp8 {arg}"])[0] == (
+            "error: flash3.fwd_fp8_sm90: seqused_q/seqused_k need packed sequences (cu_seqlens_q/k)")
+    assert driver(["fwd_fp8 chunk=-1"])[0].startswith("error: flash3.fwd_fp8_sm90: attention_chunk")
+
+
 def test_decode_split_kv_and_its_combine(driver):
     split, one, varlen = driver(["kvcache splits=3", "kvcache splits=1",
                                  "kvcache varlen=1 sq=7 page=16 total_q=9"])
@@ -281,7 +296,7 @@ def test_append_fa3_fp8_copies_e4m3_keys(driver):
 
 def test_kernel_lists(driver):
     assert driver(["kernel_info"])[0] == (
-        'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128]], '
+        'ok "fwd": [["bf16", 64, 64], ["bf16", 128, 128], ["fp16", 128, 128]], "fwd_fp8": [[128, 128], [256, 256]], '
         '"bwd": [["bf16", 128, 128]], "decode": [["bf16", 64, 512], ["bf16", 128, 128]], '  # + the MLA stand-in
         '"decode_fp8_cache": [["bf16", 128, 128]]')
 

@@ -471,6 +471,18 @@ def test_pick_next_kernel_up(driver, d, dv):
         assert answer == f"{a} {b}"
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp8_emulation_key_tiles_are_the_kernel_tiles(driver, d):
+    """flash3.fp8_quant.kernel_tile_n (the emulation's key tiles, which its numerics depend on) is
+    the FP8 kernel's block_n, with and without an attention chunk (attn_logic.h fwd_fp8_tile_shape,
+    fwd_fp8_chunk_tile_shape); a chunk keeps the plain tile where it fits (fwd_fp8_tile_takes_chunk)."""
+    from flash3.fp8_quant import kernel_tile_n
+    plain, chunked = (list(map(int, driver([f"fp8_tile_shape {d} {d} {c}"])[0].split())) for c in (0, 1))
+    assert plain[1] == kernel_tile_n(d) and chunked[1] == kernel_tile_n(d, attention_chunk=48)
+    assert (plain == chunked) == (d <= 128)
+    assert 128 % chunked[1] == 0 and chunked[0] == plain[0] and chunked[3] == plain[3]
+
+
 def test_extra_wgmma_n_matches_the_tiles(driver):
     """generate_kernels.py's EXTRA_WGMMA_N (flash3's own WGMMA atoms, csrc/generated/wgmma_extra.h) is
     exactly the n-extents outside CuTe's basic list that the 16-bit tiles use; the traits static_assert

@@ -130,11 +130,17 @@ def test_bad_seqused_q():
 
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="no float8_e4m3fn")
-def test_fp8_refused_naming_seqused_q():
-    q, k, v = (x.nan_to_num().to(torch.float8_e4m3fn) for x in inputs())
-    with pytest.raises(NotImplementedError, match="seqused_q"):
-        flash3.attention_varlen(q, k, v, cu(LQ), cu(LK), max(LQ), max(LK),
-                                seqused_q=torch.tensor(USED, dtype=torch.int32))
+def test_fp8_takes_seqused_q():
+    """e4m3 inputs with seqused_q: the FP8 path (tests/test_fp8.py checks it row by row); the rows
+    past it (NaN in q) come out 0, lse -inf."""
+    q, k, v = (x.to(torch.float8_e4m3fn) for x in inputs())
+    ones = torch.ones(len(LQ), k.shape[1])
+    out, lse = flash3.attention_varlen(q, k, v, cu(LQ), cu(LK), max(LQ), max(LK), return_lse=True,
+                                       seqused_q=torch.tensor(USED, dtype=torch.int32),
+                                       q_descale=ones, k_descale=ones, v_descale=ones)
+    cut = past_used()
+    assert out.dtype == torch.bfloat16 and not out[cut].any() and not out[~cut].isnan().any()
+    assert bool((lse[:, cut] == -math.inf).all())
 
 
 def test_opcheck_with_seqused_q():

@@ -150,16 +150,20 @@ def test_op_call_fp8(feature):
     out, lse = smoke_sim.poisoned_outputs(c)
     assert out.dtype == torch.bfloat16
     op, t, s = smoke_sim.op_call(c, out, lse)
-    assert op == "fwd_fp8" and "seqused_k" not in t
+    assert op == "fwd_fp8"
+    for n in ("seqused_q", "seqused_k"):  # FA3's, on packed sequences ("sequsedq")
+        assert (t[n] is not None) == (feature == "sequsedq") and t[n] is c.get(n), n
+    assert s.get("attention_chunk", 0) == (c["chunk"] if feature == "chunk" else 0)
     # perhead: one descale per (batch, head), its block the sequence rounded up to 64 rows / 128 keys
     want_block = (256, 384) if feature == "perhead" else smoke.FP8_BLOCK
     assert c["fp8_block"] == want_block and (s["q_block"], s["kv_block"]) == want_block
     if feature == "perhead":
         assert [tuple(x.shape) for x in c["descales"][:3]] == [(2, 2, 1)] * 3
     assert [t[n] for n in ("q_descale", "k_descale", "v_descale", "v_channel_descale")] == list(c["descales"])
-    if feature in ("varlen", "nantail"):  # nantail: v's rows past cu_seqlens_k[-1] are not packed
-        assert torch.equal(t["v"].view(torch.uint8), fp8.pack_v_fp8_varlen(c["v"], c["cu_k"]).view(torch.uint8))
-        assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (smoke.SQ, smoke.SK)
+    if c["cu_q"] is not None:  # nantail: v's rows past cu_seqlens_k[-1] are not packed (nor past seqused_k)
+        want = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"], c.get("seqused_k"))
+        assert torch.equal(t["v"].view(torch.uint8), want.view(torch.uint8))
+        assert (s["max_seqlen_q"], s["max_seqlen_k"]) == (c["max_q"], c["max_k"])
     else:
         vt = t["v"]
         s_k = smoke.SQ if feature == "sq_gt_sk" else smoke.SK
@@ -1203,7 +1207,8 @@ def test_ci_cases_cover_every_kernel_and_feature():
     assert got["dec:kve4m3:bf16:128:128"] == [f for f in smoke.DEC_FEATURES
                                               if f not in smoke.CI_ONCE | {"vappend", *smoke.MLA_FEATURES}]
     assert set(got["dec:bf16:128:128"]).isdisjoint(got["dec:fp16:64:64"])
-    assert got["e4m3:128:128"] == smoke.kernel_features("e4m3:128:128") and "perhead" in got["e4m3:128:128"]
+    assert got["e4m3:128:128"] == [f for f in smoke.kernel_features("e4m3:128:128") if f not in smoke.CI_ONCE]
+    assert "perhead" in got["e4m3:128:128"] and "chunk" in got["e4m3:128:128"]
     assert got["quant:bf16"] == smoke_quant.QUANT_FEATURES
     bwd_cases = got["bwd:bf16:64:64"] + got["bwd:bf16:128:128"] + got["bwd:fp16:128:128"]
     assert set(bwd_cases) >= {"determ", "dlse", "sinks", "alibi"}
@@ -1444,13 +1449,11 @@ def test_sim_report_main(tmp_path, capsys):
         sim_report.main(["--sim", str(tmp_path / "missing.json")])
 
 
-def test_chunk_runs_on_every_16bit_forward_and_backward_kernel():
-    """`chunk` on every 16-bit forward kernel (d 256 on its chunk tile) and backward kernel; not on
-    the FP8 forward (its op takes no chunk)."""
+def test_chunk_runs_on_every_forward_and_backward_kernel():
+    """`chunk` on every forward kernel (16-bit and FP8; d 256 on its chunk tile) and backward kernel."""
     for kid in ("bf16:192:192", "fp16:192:128", "bf16:256:256", "fp16:256:256", "bwd:bf16:192:192",
-                "bwd:bf16:256:256"):
+                "bwd:bf16:256:256", "e4m3:64:64", "e4m3:128:128", "e4m3:256:256"):
         assert smoke.applies(kid, "chunk"), kid
-    assert not smoke.applies("e4m3:256:256", "chunk")
 
 
 def test_dchunk_runs_on_every_decode_kernel():

@@ -12,7 +12,7 @@ shape ``(batch, heads_q, seqlen_q)``.
 
 Numerics of :func:`fp8_attention_reference` (queries are processed per tile
 of rows, which are independent; keys in tiles of ``tile_n`` keys --
-:func:`kernel_tile_n`: 128 for d <= 64, 64 above -- walked from the LAST
+:func:`kernel_tile_n`: 128 for d <= 64, 64 above, 32 above 128 with a chunk -- walked from the LAST
 key tile to the FIRST, as the kernel does; the full score matrix is never
 formed):
 
@@ -56,7 +56,9 @@ formed):
 
 Masking: query ``i`` sees key ``j`` iff
 ``(left < 0 or j >= i + s_k - s_q - left) and (right < 0 or j <= i + s_k - s_q + right)``;
-``causal`` means ``right = 0``.
+``causal`` means ``right = 0``; with ``attention_chunk`` c > 0 also j in the chunk of
+p = i + s_k - s_q, ``[p - p % c, p - p % c + c)`` (FA3's; flash3/masking.py).  Key tiles no row of a
+query tile sees are skipped, as the kernel skips them (visiting one would change nothing).
 """
 
 from __future__ import annotations
@@ -116,8 +118,11 @@ def fp8_mma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return acc.float()
 
 
-def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right):
+def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right, chunk=0):
     """'skip' if no (i, j) in the tile is visible, 'full' if all are, else 'partial'."""
+    if chunk:
+        vis = visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, chunk=chunk)
+        return "skip" if not bool(vis.any()) else "full" if bool(vis.all()) else "partial"
     off = s_k - s_q
     if right >= 0 and c0 > (r1 - 1) + off + right:
         return "skip"
@@ -132,7 +137,7 @@ def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right):
 
 
 def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, kblk,
-                p_dtype, p_offset_log2, vcd=None, mma=torch.matmul):
+                p_dtype, p_offset_log2, vcd=None, mma=torch.matmul, chunk=0):
     """FlashAttention tile loop, key tiles walked from the LAST to the FIRST.
 
     qf: (b, hk, g, s_q, d) fp32;  kf: (b, hk, 1, s_k, d);  vf: (b, hk, 1, s_k, dv).
@@ -143,7 +148,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
     descale block).  Tiles start at multiples of ``bn``; the last one may be short.
     vcd: (b, hk, 1, 1, dv) or None, applied to the output columns at the end.
     P is rounded to ``p_dtype`` before the PV product (None = no rounding).  ``mma`` computes
-    both products (:func:`fp8_mma` for the FP8 kernel's tensor cores).
+    both products (:func:`fp8_mma` for the FP8 kernel's tensor cores).  ``chunk``: attention_chunk.
     Returns out (b, hk, g, s_q, dv) fp32 and lse (b, hk, g, s_q) fp32.
     """
     assert kblk % bn == 0, (kblk, bn)
@@ -164,7 +169,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
         for c0 in key_tiles:
             c1 = min(c0 + bn, s_k)
             kj = c0 // kblk  # descale block of this tile
-            state = _tile_state(r0, r1, c0, c1, s_q, s_k, left, right)
+            state = _tile_state(r0, r1, c0, c1, s_q, s_k, left, right, chunk)
             if state == "skip":
                 continue
             s_tile = mma(qt, kf[:, :, :, c0:c1].transpose(-1, -2))  # (b, hk, g, R, C)
@@ -177,7 +182,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
             if softcap > 0.0:
                 s_tile = torch.tanh(s_tile / softcap) * softcap
             if state == "partial":
-                vis = visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, device=dev)
+                vis = visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, device=dev, chunk=chunk)
                 s_tile = s_tile.masked_fill(~vis, -math.inf)
             m_new = torch.maximum(m, s_tile.amax(dim=-1))
             m_safe = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
@@ -226,10 +231,10 @@ def _descale_blocks(desc, name, *, b, heads_ok, hk, g, s, blk, is_q, device):
                      f"rows), got {tuple(desc.shape)}")
 
 
-def _key_tiling(block_c, tile_n, d):
+def _key_tiling(block_c, tile_n, d, attention_chunk=0):
     """(descale block, key tile) for the emulation; see fp8_attention_reference."""
     if tile_n is None:
-        tile = kernel_tile_n(d)
+        tile = kernel_tile_n(d, attention_chunk)
         if block_c is not None and block_c % tile:
             tile = math.gcd(block_c, tile)  # not a kernel configuration: finer tiles
     else:
@@ -261,7 +266,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             softmax_scale: Optional[float] = None, causal: bool = False,
                             window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                             block_size=(128, 128), tile_n: Optional[int] = None,
-                            v_channel_descale: Optional[torch.Tensor] = None,
+                            v_channel_descale: Optional[torch.Tensor] = None, attention_chunk: int = 0,
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Emulate the Hopper FP8 forward kernel (see the module docstring).
 
@@ -273,13 +278,14 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     for k and v.  ``block_size`` entries of ``None``/-1 mean 128.
     ``v_channel_descale``: optional ``(b, h_k, d_v)`` scale of v's channels,
     applied to the output columns at the end (``v = v8 * v_descale[block] *
-    v_channel_descale[channel]``).
+    v_channel_descale[channel]``).  ``attention_chunk`` (0 = off): FA3's chunked local attention.
 
     Tiling: query rows are independent (the tile height does not change the
     result); keys are processed in tiles of ``tile_n`` keys from the last tile
-    to the first.  ``tile_n=None`` is the kernel's :func:`kernel_tile_n` (128
-    for d <= 64, 64 above), reduced to ``gcd(B_c, tile_n)`` when ``B_c`` is
-    not a multiple of it (a configuration the kernel does not run).  An
+    to the first.  ``tile_n=None`` is the kernel's :func:`kernel_tile_n` of
+    max(d, d_v) (128 up to 64, 64 above; with a chunk 32 above 128), reduced to
+    ``gcd(B_c, tile_n)`` when ``B_c`` is not a multiple of it (a configuration
+    the kernel does not run).  An
     explicit ``tile_n`` must divide ``B_c``.
     Returns ``(out, lse)``: out fp32 (b, s_q, h_q, d_v), lse fp32 (b, h_q, s_q).
     """
@@ -290,7 +296,8 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     br, bc = _checks.quant_block_pair(block_size)
     br = 128 if br is None else br
     bc = 128 if bc is None else bc
-    kblk, bn = _key_tiling(bc, tile_n, d)
+    chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
+    kblk, bn = _key_tiling(bc, tile_n, max(d, dv), chunk)  # the kernel that runs: the larger dim's
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, d)
     left, right = normalize_window(causal, _checks.window(window_left, window_right, causal))
     dev = q.device
@@ -306,7 +313,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vf = v.float().permute(0, 2, 1, 3).unsqueeze(2)
     out, lse = _tiled_core(qf, kf, vf, qd, kd, vd, scale=scale, softcap=softcap, left=left, right=right,
                            br=br, bn=bn, kblk=kblk, p_dtype=FP8_DTYPE, p_offset_log2=P_MAX_OFFSET_LOG2,
-                           vcd=vcd, mma=fp8_mma)
+                           vcd=vcd, mma=fp8_mma, chunk=chunk)
     out = out.reshape(b, h, s_q, dv).permute(0, 2, 1, 3).contiguous()
     return out, lse.reshape(b, h, s_q)
 
@@ -317,7 +324,9 @@ def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Te
                                    k_descale: Optional[torch.Tensor] = None,
                                    v_descale: Optional[torch.Tensor] = None, *,
                                    max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
-                                   v_channel_descale: Optional[torch.Tensor] = None, **kwargs,
+                                   v_channel_descale: Optional[torch.Tensor] = None,
+                                   seqused_q: Optional[torch.Tensor] = None,
+                                   seqused_k: Optional[torch.Tensor] = None, **kwargs,
                                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`fp8_attention_reference` over packed sequences, as the kernel's varlen mode runs it.
 
@@ -325,9 +334,12 @@ def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Te
     ``cu_seqlens[i]:cu_seqlens[i+1]``.  Descales are indexed by sequence: ``(b, heads)`` per
     head, or ``(b, heads, ceil(max_seqlen / B))`` with blocks counted from each sequence's first
     row (``max_seqlen_*`` default to the longest sequence).  ``v_channel_descale`` (b, h_k, d_v).
-    Other keywords as :func:`fp8_attention_reference`.  Reads cu_seqlens on the host (the
-    emulation syncs; the kernel does not).  Returns out fp32 (total_q, h, d_v), lse fp32
-    (h, total_q); rows past ``cu_seqlens_q[-1]`` get out 0 and lse -inf.
+    ``seqused_q``/``seqused_k`` (b,) int (FA3's): sequence i's queries/keys are only its first
+    seqused[i] rows (clamped into [0, its length]); masks align on those counts, its other query
+    rows get out 0 and lse -inf.  Other keywords as :func:`fp8_attention_reference`.  Reads
+    cu_seqlens and seqused on the host (the emulation syncs; the kernel does not).  Returns out
+    fp32 (total_q, h, d_v), lse fp32 (h, total_q); rows past ``cu_seqlens_q[-1]`` get out 0 and
+    lse -inf.
     """
     for n, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
@@ -338,6 +350,11 @@ def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Te
     lk = [e - a for a, e in zip(ck, ck[1:])]
     mq = max(lq, default=0) if max_seqlen_q is None else max_seqlen_q
     mk = max(lk, default=0) if max_seqlen_k is None else max_seqlen_k
+
+    def used(t, lens):  # FA3's seqused: the first t[i] rows of each sequence, clamped
+        return lens if t is None else [min(max(int(u), 0), n) for u, n in zip(t.tolist(), lens)]
+
+    uq, uk = used(seqused_q, lq), used(seqused_k, lk)
     h, dv = q.shape[1], v.shape[2]
     out = torch.zeros(q.shape[0], h, dv, dtype=torch.float32, device=q.device)
     lse = torch.full((h, q.shape[0]), -math.inf, dtype=torch.float32, device=q.device)
@@ -355,15 +372,15 @@ def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Te
         return desc[i:i + 1, :, :-(-n // blocks[name])]
 
     for i in range(b):
-        if lq[i] == 0:
+        if uq[i] == 0:
             continue
-        qi = q[cq[i]:cq[i + 1]][None]
-        ki, vi = k[ck[i]:ck[i + 1]][None], v[ck[i]:ck[i + 1]][None]
+        qi = q[cq[i]:cq[i] + uq[i]][None]
+        ki, vi = k[ck[i]:ck[i] + uk[i]][None], v[ck[i]:ck[i] + uk[i]][None]
         vcd = None if v_channel_descale is None else v_channel_descale[i:i + 1]
-        o, l_ = fp8_attention_reference(qi, ki, vi, one(q_descale, "q", i, lq[i]), one(k_descale, "k", i, lk[i]),
-                                        one(v_descale, "v", i, lk[i]), v_channel_descale=vcd, **kwargs)
-        out[cq[i]:cq[i + 1]] = o[0]
-        lse[:, cq[i]:cq[i + 1]] = l_[0]
+        o, l_ = fp8_attention_reference(qi, ki, vi, one(q_descale, "q", i, uq[i]), one(k_descale, "k", i, uk[i]),
+                                        one(v_descale, "v", i, uk[i]), v_channel_descale=vcd, **kwargs)
+        out[cq[i]:cq[i] + uq[i]] = o[0]
+        lse[:, cq[i]:cq[i] + uq[i]] = l_[0]
     return out, lse
 
 
@@ -401,12 +418,13 @@ def attention_tiled_lowp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, c
 
 def attention_fp64_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                              softmax_scale: Optional[float] = None, window_size=(-1, -1),
-                             softcap: float = 0.0, q_chunk: int = 1024):
+                             softcap: float = 0.0, q_chunk: int = 1024, attention_chunk: int = 0):
     """Ground truth for accuracy measurements: plain softmax attention in float64.
 
     Any float input dtype (float8 included: its values are taken as-is).
     Returns ``(out, lse)`` in float64: (b, s_q, h, d_v) and (b, h, s_q);
-    rows that see no key get 0 and -inf.  Chunked over query rows and heads.
+    rows that see no key get 0 and -inf.  Chunked over query rows and heads.  ``attention_chunk``
+    as :func:`fp8_attention_reference`'s.
     """
     for nm, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
@@ -433,7 +451,8 @@ def attention_fp64_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             s = torch.einsum("bid,bjd->bij", qd[:, r0:r1, hh], kh) * scale
             if softcap > 0:
                 s = torch.tanh(s / softcap) * softcap
-            vis = visible_mask(r0, r1, 0, s_k, s_q, s_k, False, left, right, device=q.device)
+            vis = visible_mask(r0, r1, 0, s_k, s_q, s_k, False, left, right, device=q.device,
+                               chunk=attention_chunk)
             s = s.masked_fill(~vis, -math.inf)
             mx = s.amax(dim=-1, keepdim=True)
             has = torch.isfinite(mx)

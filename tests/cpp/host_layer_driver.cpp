@@ -82,6 +82,7 @@ static const flash3::FwdKernelRegistration r1(true, 128, 128, fake_fwd<true, 128
 static const flash3::FwdKernelRegistration r3(true, 64, 64, fake_fwd<true, 64, 64>);
 static const flash3::FwdKernelRegistration r4(false, 128, 128, fake_fwd<false, 128, 128>);
 static const flash3::Fp8KernelRegistration r5(128, 128, fake_fp8<128>);
+static const flash3::Fp8KernelRegistration r5b(256, 256, fake_fp8<256>);
 static const flash3::DecodeKernelRegistration r6(true, 128, 128, false, fake_decode<false>);
 static const flash3::DecodeKernelRegistration r7(true, 128, 128, true, fake_decode<true>);
 static const flash3::BwdKernelRegistration r8(true, 128, 128, fake_bwd);
@@ -218,7 +219,11 @@ static void fwd_fp8(FakeBackend& be, const Args& a) {
   if (num(a, "kd_stride0", 0)) const_cast<int64_t*>(kd.stride_)[0] = num(a, "kd_stride0", 0);
   // vchan=N: a v_channel_descale of (b, h_k, N) (d_v = d is the right N)
   const h::TensorView* vc = num(a, "vchan", 0) ? &make({b, hk, num(a, "vchan", 0)}, h::DType::f32) : nullptr;
-  h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, vc, q_block, kv_block, 0.1, -1, num(a, "wr", -1), 0.0, nullptr, nullptr, 0, 0);
+  // usedq=1 / usedk=1: a seqused_q / seqused_k (b,) int32 (batched here: refused); chunk=N
+  const h::TensorView* used_q = num(a, "usedq", 0) ? &make({b}, h::DType::i32) : nullptr;
+  const h::TensorView* used_k = num(a, "usedk", 0) ? &make({b}, h::DType::i32) : nullptr;
+  h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, vc, q_block, kv_block, 0.1, -1, num(a, "wr", -1), 0.0, nullptr,
+                  nullptr, 0, 0, used_q, used_k, num(a, "chunk", 0));
 }
 
 static void kvcache(FakeBackend& be, const Args& a) {

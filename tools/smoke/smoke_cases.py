@@ -194,11 +194,11 @@ WINDOW_PARTS = [(97, 13), (200, -1)]
 # "chunk"'s launches: (attention_chunk, causal, window, (q lengths, k lengths)).
 CHUNK_PARTS = [(48, True, (-1, -1), ([SQ, 77, 150, 1, 5], [SK, 40, 97, 64, 0])),
                (160, False, (200, 150), ([SQ, 150, 97, 0], [SK, 170, 40, 20]))]
-# Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op has no
-# seqused_k, so no kv cache; nor bwd_sm90; "determ" is the backward's deterministic mode, "dlse" its
-# gradient flowing into lse; the FP8 op takes no sinks). Keyed by family(): the dtype, or "bwd".
-NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi", "sequsedq",
-                           "chunk"},
+# Features a kernel family has no path for: never run, "n/a" in the matrix (the FP8 op takes
+# seqused_k over packed keys only, so no kv cache; nor bwd_sm90; "determ" is the backward's
+# deterministic mode, "dlse" its gradient flowing into lse; the FP8 op takes no sinks). Keyed by
+# family(): the dtype, or "bwd".
+NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi"},
                   "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
                   "bwd": {"kvcache", "perhead"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
@@ -1148,12 +1148,16 @@ def _launch_fwd(c, out, lse):
 def _launch_fp8(c, out, lse):
     import torch
     from flash3 import fp8
-    if c["cu_q"] is not None:
-        vt, tail = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"]), (c["cu_q"], c["cu_k"], c["max_q"], c["max_k"])
+    extra = {n: c[n] for n in ("seqused_q", "seqused_k") if c.get(n) is not None}
+    if c.get("chunk"):  # builds without attention_chunk: no argument
+        extra["attention_chunk"] = c["chunk"]
+    if c["cu_q"] is not None:  # packed V past seqused_k zeroed (flash3._backend.run_kernel_fwd_fp8)
+        vt = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"], c.get("seqused_k"))
+        tail = (c["cu_q"], c["cu_k"], c["max_q"], c["max_k"])
     else:
         vt, tail = fp8.pack_v_fp8(c["v"]), ()
     torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, *c["descales"], *c["fp8_block"],
-                                  c["q"].shape[-1] ** -0.5, *op_window(c), c["softcap"], *tail)
+                                  c["q"].shape[-1] ** -0.5, *op_window(c), c["softcap"], *tail, **extra)
 
 
 def _pieces(c, out, lse):
@@ -1272,10 +1276,12 @@ def fp8_reference(c: dict):
     qd, kd, vd, vcd = map(cpu, c["descales"])
     kw = dict(softmax_scale=q.shape[-1] ** -0.5, causal=c["causal"], window_left=c["window"][0],
               window_right=c["window"][1], softcap=c["softcap"], block_size=c["fp8_block"],
-              v_channel_descale=vcd)
+              v_channel_descale=vcd, attention_chunk=int(c.get("chunk") or 0))
     if c["cu_q"] is not None:
         return fp8.fp8_attention_varlen_reference(q, k, v, cpu(c["cu_q"]), cpu(c["cu_k"]), qd, kd, vd,
-                                                  max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"], **kw)
+                                                  max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"],
+                                                  seqused_q=cpu(c.get("seqused_q")),
+                                                  seqused_k=cpu(c.get("seqused_k")), **kw)
     return fp8.fp8_attention_reference(q, k, v, qd, kd, vd, **kw)
 
 

@@ -148,8 +148,11 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
             scalars["attention_chunk"] = int(c["chunk"])
         return "fwd", tensors, scalars
     from flash3 import fp8
+    tensors["seqused_q"], tensors["seqused_k"] = c.get("seqused_q"), c.get("seqused_k")
+    if c.get("chunk"):
+        scalars["attention_chunk"] = int(c["chunk"])
     if c["cu_q"] is not None:
-        tensors["v"] = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"])
+        tensors["v"] = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"], c.get("seqused_k"))
     else:  # the op takes max_seqlen_* only with cu_seqlens (0 otherwise)
         tensors["v"] = fp8.pack_v_fp8(c["v"])
         scalars.update(max_seqlen_q=0, max_seqlen_k=0)

@@ -300,6 +300,19 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
          : head_dim <= 128 && head_dim_v <= 128 ? TileShape{128, 64, 4, 2}
                                                 : TileShape{128, 64, 3, 2};
 }
+// An attention chunk in the FP8 forward: the d <= 128 tiles take it as they are; above (O in
+// 128-column chunks), whose consumers sit at the register limit, its bounds spilled on the 64-key
+// tile (compile-check, 2026-11-29: 4-15 LDL, whether carried per tile or made per block), so a call
+// with a chunk runs on a tile of 32 keys (S and P 20 registers a thread fewer; 4 stages of the
+// half-size K/V blocks), built beside the plain one (fwd/launch.cuh run_fwd_fp8). Its key tiles
+// are the emulation's too (flash3/fp8_quant.py kernel_tile_n).
+FLASH3_HD constexpr bool fwd_fp8_tile_takes_chunk(int head_dim, int head_dim_v) {
+  return head_dim <= 128 && head_dim_v <= 128;
+}
+FLASH3_HD constexpr TileShape fwd_fp8_chunk_tile_shape(int head_dim, int head_dim_v) {
+  return fwd_fp8_tile_takes_chunk(head_dim, head_dim_v) ? fwd_fp8_tile_shape(head_dim, head_dim_v)
+                                                        : TileShape{128, 32, 4, 2};
+}
 
 // Decode (KV-cache) kernel tiles: the plain tiles with 2 consumer warpgroups everywhere. A decode
 // step has few rows (s_q * g packed), so the 192-row tiles of d <= 96 would mostly compute padding,

@@ -106,13 +106,16 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   };
 
   // A kernel compiled without the chunked mask (FwdTraits::kChunk) would ignore the chunk.
-  fwd_check(Tr::kChunk || p.attention_chunk == 0,
-            "attention_chunk: this kernel takes none (the FP8 forward)");
-  // seqused_q: the 16-bit forward over packed queries only; rows past it get LSE -inf, not a sink.
-  fwd_check(p.seqused_q == nullptr || (varlen_q && !Tr::kFp8 && !Tr::kDecode && p.sinks == nullptr),
-            "seqused_q needs packed queries (cu_seqlens_q) and the 16-bit forward kernel, without sinks");
+  fwd_check(Tr::kChunk || p.attention_chunk == 0, "attention_chunk: this kernel takes none");
+  // seqused_q: the forward (16-bit or FP8) over packed queries only; rows past it get LSE -inf, not
+  // a sink.
+  fwd_check(p.seqused_q == nullptr || (varlen_q && !Tr::kDecode && p.sinks == nullptr),
+            "seqused_q needs packed queries (cu_seqlens_q) and the forward kernel, without sinks");
   if constexpr (Tr::kFp8) {
-    fwd_check(p.seqused_k == nullptr && varlen_q == varlen_k, "the FP8 kernel takes no kv cache, and q and k both packed (varlen) or both batched");
+    // seqused_k over packed keys only: the packed vt holds zeros past it (fp8.pack_v_fp8_varlen),
+    // which the mainloop's last key block reads (times P = 0).
+    fwd_check(varlen_q == varlen_k && (p.seqused_k == nullptr || varlen_k),
+              "the FP8 kernel takes q and k both packed (varlen) or both batched, and seqused_k with packed keys only");
     fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");
   }
   const int eb = int(sizeof(Element)), eb_out = int(sizeof(ElementOut));
@@ -220,7 +223,12 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
 // The FP8 kernel: e4m3 q, k and Vt (FwdParams' comments), per-block descales, bf16 output.
 template <int kHeadDim, int kHeadDimV>
 void run_fwd_fp8(const FwdParams& p, void* cuda_stream) {
-  launch_fwd<FwdTraits<cutlass::float_e4m3_t, kHeadDim, kHeadDimV>>(p, cuda_stream);
+  using E4m3 = cutlass::float_e4m3_t;
+  if constexpr (!fwd_fp8_tile_takes_chunk(kHeadDim, kHeadDimV)) {  // a chunk runs on its own tile here
+    if (p.attention_chunk > 0)
+      return launch_fwd<FwdTraits<E4m3, kHeadDim, kHeadDimV, false, E4m3, true>>(p, cuda_stream);
+  }
+  launch_fwd<FwdTraits<E4m3, kHeadDim, kHeadDimV>>(p, cuda_stream);
 }
 
 }  // namespace flash3

@@ -156,8 +156,9 @@ struct FwdProducer {
     if (n - 1 >= w.blocks.begin) load_k(n - 1);
     // Rows past seqlen_k in the first (rightmost) block lie inside the tensor with a kv cache or
     // packed sequences; batched tensors end at seqlen_k, where TMA fills zeros. FP8 takes no kv
-    // cache, and its packed vt (fp8.pack_v_fp8_varlen) holds zeros between sequences and past
-    // cu_seqlens_k[-1]; the next sequence's columns are finite (e4m3 v must be finite).
+    // cache, and its packed vt (fp8.pack_v_fp8_varlen) holds zeros past each sequence's used keys
+    // (seqused_k), between sequences and past cu_seqlens_k[-1]; the next sequence's columns are
+    // finite (e4m3 v must be finite).
     const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
     const bool rows_past_end_in_tensor = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
     if (!Tr::kFp8 && rows_past_end_in_tensor && valid_rows < Tr::kBlockN) {

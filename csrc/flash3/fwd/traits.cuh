@@ -28,9 +28,9 @@ namespace flash3 {
 // cache, packed GQA, split-KV; FwdParams' KV-cache block), same tiles as the plain kernel.
 // Cache: the decode kernel's KV-cache element, Element or e4m3 (kFp8Cache: 16-bit q against an FP8
 // cache; the producer converts the gathered bytes into K/V's 16-bit stages, decode/load.cuh).
-// kChunkTile: the 16-bit forward's (decode's) tile for calls with an attention chunk where the
-// plain tile has no registers for it (attn_logic.h fwd_chunk_tile_shape, decode_chunk_tile_shape;
-// fwd/launch.cuh run_fwd and decode/launch.cuh run_decode pick it).
+// kChunkTile: the forward's (16-bit or FP8) or decode's tile for calls with an attention chunk where
+// the plain tile has no registers for it (attn_logic.h fwd_chunk_tile_shape, fwd_fp8_chunk_tile_shape,
+// decode_chunk_tile_shape; fwd/launch.cuh run_fwd / run_fwd_fp8 and decode/launch.cuh run_decode pick it).
 template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_ = false, class Cache_ = Element_,
           bool kChunkTile_ = false>
 struct FwdTraits;
@@ -39,7 +39,8 @@ struct FwdTraits;
 // template parameters, so the base (the pipeline and barrier ids) gets its stages and consumers.
 template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode, bool kChunkTile>
 inline constexpr TileShape kFwdTraitsTile =
-    sizeof(Element) == 1 ? fwd_fp8_tile_shape(kHeadDim, kHeadDimV)
+    sizeof(Element) == 1 ? (kChunkTile ? fwd_fp8_chunk_tile_shape(kHeadDim, kHeadDimV)
+                                       : fwd_fp8_tile_shape(kHeadDim, kHeadDimV))
     : kDecode && kChunkTile ? decode_chunk_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
     : kDecode            ? decode_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
     : kChunkTile         ? fwd_chunk_tile_shape(kHeadDim, kHeadDimV)
@@ -49,7 +50,6 @@ template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Ca
 struct FwdTraits
     : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>.stages,
                 kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>.num_consumers> {
-  static_assert(!kChunkTile_ || sizeof(Element_) == 2, "the chunk tiles are the 16-bit forward's and decode's");
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
   static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
@@ -62,13 +62,13 @@ struct FwdTraits
   // to the reference, ALIBI_MAX_HEAD_DIM).
   static constexpr bool kAlibi = !kFp8 && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr bool kFp8Cache = !std::is_same_v<Cache_, Element_>;
-  // FA3's attention_chunk: the 16-bit forward and decode tiles that have registers for it
-  // (attn_logic.h fwd_tile_takes_chunk, decode_takes_chunk) and the chunk tiles (kChunkTile, built
-  // for the others) take it (launch_fwd checks); the FP8 forward builds its mask with chunk 0, which
-  // folds its branches away.
+  // FA3's attention_chunk: the forward (16-bit, FP8) and decode tiles that have registers for it
+  // (attn_logic.h fwd_tile_takes_chunk, fwd_fp8_tile_takes_chunk, decode_takes_chunk) and the chunk
+  // tiles (kChunkTile, built for the others) take it (launch_fwd checks).
   static constexpr bool kChunkTile = kChunkTile_;
-  static constexpr bool kChunk = !kFp8 && (kChunkTile_ || (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
-                                                                    : fwd_tile_takes_chunk(kHeadDim_, kHeadDimV_)));
+  static constexpr bool kChunk = kChunkTile_ || (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
+                                                 : kFp8   ? fwd_fp8_tile_takes_chunk(kHeadDim_, kHeadDimV_)
+                                                          : fwd_tile_takes_chunk(kHeadDim_, kHeadDimV_));
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 

@@ -137,7 +137,8 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
                   const TensorView& v_descale, const TensorView* v_channel_descale, int64_t q_block, int64_t kv_block,
                   double softmax_scale, int64_t window_left, int64_t window_right, double softcap,
                   const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
-                  int64_t max_seqlen_k) {
+                  int64_t max_seqlen_k, const TensorView* seqused_q, const TensorView* seqused_k,
+                  int64_t attention_chunk) {
   constexpr const char* kOp = kFp8Op;
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k, &vt, &out, &lse})
@@ -169,17 +170,24 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
     check_seqlens(cu_seqlens_q, "cu_seqlens_q", b + 1, q);
     check_seqlens(cu_seqlens_k, "cu_seqlens_k", b + 1, q);
   } else {
+    check(seqused_q == nullptr && seqused_k == nullptr, kOp,
+          ": seqused_q/seqused_k need packed sequences (cu_seqlens_q/k)");
     check_shape(k, "k", {b, s_k, h_k, d});
     check(vt.size(0) == b && vt.size(1) == h_k && cols % 16 == 0 && cols >= s_k, kOp,
           ": vt must be (b, h_k, d_v, s_pad) with s_pad a multiple of 16 >= s_k, got ", vt.sizes());
     check_shape(out, "out", {b, s_q, h, d_v});
     check_shape(lse, "lse", {b, h, s_q});
   }
+  check_seqlens(seqused_q, "seqused_q", b, q);
+  check_seqlens(seqused_k, "seqused_k", b, q);
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
+  check_attention_chunk(kOp, attention_chunk);
   const FwdKernelEntry* picked = checked_pick(kOp, be.build_name(), KernelFamily::fwd_fp8, q, d, d_v, softmax_scale).fwd;
-  // The tile of the kernel that runs (possibly a larger head dim's): descales index its key blocks.
-  const TileShape tile = fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
+  // The tile of the kernel that runs (possibly a larger head dim's; with a chunk, its chunk tile):
+  // descales index its key blocks.
+  const TileShape tile = attention_chunk > 0 ? fwd_fp8_chunk_tile_shape(picked->head_dim, picked->head_dim_v)
+                                             : fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
   if (be.tracing()) {
     std::ostringstream os;
     os << "kernel e4m3 d=" << picked->head_dim << " d_v=" << picked->head_dim_v << " (block_n " << tile.block_n << ")";
@@ -218,9 +226,11 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   p.v_batch_stride = varlen ? 0 : tma_stride(vt, 0);
   p.v_head_stride = tma_stride(vt, qdim - 3);
   p.v_row_stride = tma_stride(vt, qdim - 2);
+  p.seqused_q = seqused_q != nullptr ? seqused_q->ptr<const int>() : nullptr;
+  p.seqused_k = seqused_k != nullptr ? seqused_k->ptr<const int>() : nullptr;
   p.is_bf16 = true;
   set_mask_and_launch(p, picked->launch, be, dev, softmax_scale, softcap, window_left, window_right, kOp,
-                      nullptr);
+                      nullptr, attention_chunk);
 }
 
 }  // namespace flash3::host

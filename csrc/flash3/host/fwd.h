@@ -30,12 +30,15 @@ void fwd_sm90(Backend& be, const TensorView& q, const TensorView& k, const Tenso
 // Varlen (cu_seqlens_q/k given): q (total_q, h, d), k (total_k, h_k, d), vt (h_k, d_v, columns)
 // with sequence i at column fp8_varlen_vt_offset(cu_seqlens_k[i], i) (fp8.pack_v_fp8_varlen),
 // out (total_q, h, d_v), lse (h, total_q); descale blocks count from each sequence's start, s_q and
-// s_k above being max_seqlen_q/k.
+// s_k above being max_seqlen_q/k. seqused_q/seqused_k int32 (b,), varlen only: as fwd_sm90's (vt's
+// columns past seqused_k must be finite: pack_v_fp8_varlen zeroes them). attention_chunk as
+// fwd_sm90's.
 void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const TensorView& vt, const TensorView& out,
                   const TensorView& lse, const TensorView& q_descale, const TensorView& k_descale,
                   const TensorView& v_descale, const TensorView* v_channel_descale, int64_t q_block, int64_t kv_block,
                   double softmax_scale, int64_t window_left, int64_t window_right, double softcap,
                   const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
-                  int64_t max_seqlen_k);
+                  int64_t max_seqlen_k, const TensorView* seqused_q = nullptr,
+                  const TensorView* seqused_k = nullptr, int64_t attention_chunk = 0);
 
 }  // namespace flash3::host

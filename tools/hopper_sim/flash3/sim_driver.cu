@@ -26,13 +26,13 @@
 //                                                driver: N(0,1) values / NaN (large timing cases)
 //   NAME VALUE                                   scalars: max_seqlen_q max_seqlen_k softmax_scale
 //                                                window_left window_right softcap q_block
-//                                                kv_block, optional attention_chunk (fwd, bwd,
-//                                                kvcache)
+//                                                kv_block, optional attention_chunk (fwd,
+//                                                fwd_fp8, bwd, kvcache)
 //                                                (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
 // cu_seqlens_q cu_seqlens_k seqused_k seqused_q sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
 // (float32 (h,) or (b, h); fwd, kvcache, bwd); fwd_fp8:
-// q_descale k_descale v_descale, optional v_channel_descale. kvcache: q k_cache v_cache out lse
+// q_descale k_descale v_descale, optional v_channel_descale seqused_q seqused_k. kvcache: q k_cache v_cache out lse
 // seqused_k, optional page_table, k_descale v_descale (FP8 caches), sinks, cache_leftpad, qv (MLA), cu_seqlens_q (varlen q:
 // q/out (total_q, h, .), lse (h, total_q), scalar max_seqlen_q); scalars softmax_scale
 // window_left window_right softcap num_splits, optional descale_per_batch (k/v descales (b, h_k),
@@ -77,13 +77,15 @@ void fwd(const Case& c, host::Backend& be) {
 // torch.ops.flash3.fwd_fp8_sm90 (tensor v is the op's vt)
 void fwd_fp8(const Case& c, host::Backend& be) {
   const auto vc = view(c.opt("v_channel_descale")), cu_q = view(c.opt("cu_seqlens_q")),
-             cu_k = view(c.opt("cu_seqlens_k"));
+             cu_k = view(c.opt("cu_seqlens_k")), used_q = view(c.opt("seqused_q")),
+             used_k = view(c.opt("seqused_k"));
   host::fwd_fp8_sm90(be, view(c.t("q")), view(c.t("k")), view(c.t("v")), view(c.t("out")), view(c.t("lse")),
                      view(c.t("q_descale")), view(c.t("k_descale")), view(c.t("v_descale")), ptr(vc),
                      c.integer("q_block"), c.integer("kv_block"), c.num("softmax_scale"),
                      c.integer("window_left"), c.integer("window_right"), c.num("softcap"), ptr(cu_q), ptr(cu_k),
                      c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0,
-                     c.has("max_seqlen_k") ? c.integer("max_seqlen_k") : 0);
+                     c.has("max_seqlen_k") ? c.integer("max_seqlen_k") : 0, ptr(used_q), ptr(used_k),
+                     c.has("attention_chunk") ? c.integer("attention_chunk") : 0);
 }
 
 // q_out.to(torch.bfloat16) of flash_attn_interface._fp8_rotary_on_kernel: FA3's rotated e4m3 q as the
