@@ -165,6 +165,46 @@ def test_fp8_kernel_varlen_matches_emulation(d, causal, window, softcap):
     assert torch.equal(pub, out)
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("chunk", [0, 48])
+def test_fp8_kernel_seqused_and_chunk_match_emulation(d, chunk):
+    """FA3's seqused_q/seqused_k and attention_chunk through attention_varlen on e4m3 inputs (the
+    kernel; d 256 with a chunk on its 32-key tile) against the emulation on the CPU: the rows past
+    seqused_q exactly 0 / -inf, NaN in every unused key and value never read."""
+    _needs_kernel(d)
+    lens_q, lens_k = [113, 0, 70, 300, 9], [203, 5, 130, 1023, 0]
+    used_q, used_k = [100, 0, 80, 3, 9], [150, 2, 130, 1000, 4]
+    b, h, h_k = len(lens_q), 4, 2
+    cu = lambda n: torch.tensor([0] + list(torch.tensor(n).cumsum(0)), dtype=torch.int32)  # noqa: E731
+    cq, ck = cu(lens_q), cu(lens_k)
+    q, k, v = (x[0] for x in _inputs(1, int(cq[-1]), int(ck[-1]), h, h_k, d, seed=7))
+    q8, k8, v8 = (x.float().clamp(-448, 448).to(torch.float8_e4m3fn).cpu() for x in (q, k, v))
+    for i in range(b):  # NaN in the keys and values past seqused_k
+        k8[int(ck[i]) + min(used_k[i], lens_k[i]):int(ck[i + 1])] = float("nan")
+        v8[int(ck[i]) + min(used_k[i], lens_k[i]):int(ck[i + 1])] = float("nan")
+    g = torch.Generator().manual_seed(2)
+    mq, mk = max(lens_q), max(lens_k)
+    qd = torch.rand(b, h, -(-mq // 64), generator=g) + 0.5
+    kd, vd = (torch.rand(b, h_k, -(-mk // 128), generator=g) + 0.5 for _ in range(2))
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    args = dict(causal=True, attention_chunk=chunk, q_descale=qd, k_descale=kd, v_descale=vd,
+                fp8_block_size=(64, 128), seqused_q=i32(used_q), seqused_k=i32(used_k), return_lse=True)
+    cuda = {n: x.cuda() if isinstance(x, torch.Tensor) else x for n, x in args.items()}
+    out, lse = flash3.attention_varlen(q8.cuda(), k8.cuda(), v8.cuda(), cq.cuda(), ck.cuda(), mq, mk, **cuda)
+    ref, ref_lse = flash3.attention_varlen(q8, k8, v8, cq, ck, mq, mk, **args)  # the emulation
+    out, lse = out.cpu(), lse.cpu()
+    assert not out.isnan().any() and not lse.isnan().any()
+    diff = _rms(out.double() - ref.double())
+    assert diff <= 2 ** -7 * _rms(ref) + 1e-6, (diff, _rms(ref))
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-3
+    past = torch.ones(out.shape[0], dtype=torch.bool)
+    for i in range(b):
+        past[int(cq[i]):int(cq[i]) + min(used_q[i], lens_q[i])] = False
+    assert not out[past].any() and bool((lse[:, past] == -math.inf).all())
+
+
 def test_attention_fp8_varlen_end_to_end_and_graph():
     """attention_fp8_varlen on CUDA (device quantization, packing, the kernel) against the same call
     on the CPU (emulation), then captured in a CUDA graph and replayed to the eager result."""
