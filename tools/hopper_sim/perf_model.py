@@ -173,6 +173,16 @@ HISTORY = [
      "d 256 (attn_logic.h fwd_chunk_tile_shape / decode_chunk_tile_shape)",
      'issue 33: FA3 runs attention_chunk in its kernels at every head dim; the per-row floored divisions of '
      'every chunked block'),
+    ('fwd FP8 (e4m3) with attention_chunk or seqused_q / seqused_k (SASS, not a model row)',
+     'the FA3 spec on CUDA (flash_attn_interface), NotImplementedError in flash3.attention / attention_varlen',
+     'the FP8 kernel: d 64 / 128 on their tiles (unmasked loops unchanged, 459 and 354 per block; two chunk '
+     'loops beside the three masked ones, which moved 577/566/566 -> 578/571/568 and 435/427/425 -> 437/430/429 '
+     'in binary order); d 256 on a 128 x 32 chunk tile (~203 masked / 178.5 unmasked per 32-key block, the '
+     'plain kernel unchanged: 257/252.5/217/252.5)',
+     'FwdTraits::kChunk on the FP8 forward (attn_logic.h fwd_fp8_tile_takes_chunk / fwd_fp8_chunk_tile_shape); '
+     'the op takes seqused_q / seqused_k over packed sequences (pack_v_fp8_varlen zeroes V past seqused_k)',
+     'issue 33: FA3 runs them in its FP8 kernels (vLLM passes seqused_k); at d 256 the chunk bounds spilled on '
+     'the 64-key tile (15 LDL carried per tile, 4 made per block)'),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
