@@ -131,7 +131,7 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
         if fast is not None:
             out, lse = fast
             return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
-    kblk, bn = _key_tiling(bc or 128, tile_n, q.shape[-1])
+    kblk, bn = _key_tiling(bc or 128, tile_n, max(q.shape[-1], v.shape[-1]))  # the kernel's: the larger dim's
     q8, qd = quantize_fp8(q, block_size=br, hadamard=hadamard, seed=seed)
     if smooth_k:
         k8, kd, k_mean = quantize_fp8(k, block_size=bc, hadamard=hadamard, seed=seed, smooth=True)

@@ -1043,15 +1043,43 @@ def test_attention_chunk_fp8_matches_fp64_on_dequantized_inputs(s_q, s_k, causal
 
 
 def test_tile_skipping_with_chunk_matches_masking_spec():
+    """The tile classifier with a chunk against each pair's visibility by the formula: row i at
+    diagonal p = i + s_k - s_q sees key j iff the window holds and p - p % c <= j < p - p % c + c."""
     import flash3.fp8 as F
-    from flash3 import masking
+
+    def sees(i, j, s_q, s_k, left, right, chunk):
+        p = i + s_k - s_q
+        start = p - p % chunk  # Python's floored %, as FA3's spec
+        return ((left < 0 or j >= p - left) and (right < 0 or j <= p + right)
+                and start <= j < start + chunk)
 
     for s_q, s_k, left, right, chunk in itertools.product([1, 9], [4, 9], [-1, 2], [-1, 0], [1, 3, 4]):
         for r0, r1, c0, c1 in [(0, s_q, 0, s_k), (1, 3, 0, 2), (2, 7, 1, 5), (0, 2, 6, 9)]:
             r1, c1 = min(r1, s_q), min(c1, s_k)
             if r1 <= r0 or c1 <= c0:
                 continue
-            spec = masking.visible_mask(r0, r1, c0, c1, s_q, s_k, False, left, right, chunk=chunk)
+            vis = [sees(i, j, s_q, s_k, left, right, chunk) for i in range(r0, r1) for j in range(c0, c1)]
             state = F._tile_state(r0, r1, c0, c1, s_q, s_k, left, right, chunk)
-            assert (state == "skip") == (not spec.any())
-            assert (state == "full") == bool(spec.all())
+            assert (state == "skip") == (not any(vis))
+            assert (state == "full") == all(vis)
+    # by hand: s_q = s_k = 9, causal, chunk 4: rows 4..7 see keys 4..row; keys 0..3 of them: skip
+    assert F._tile_state(4, 8, 0, 4, 9, 9, -1, 0, 4) == "skip"
+    assert F._tile_state(4, 8, 4, 8, 9, 9, -1, 0, 4) == "partial"
+    assert F._tile_state(7, 8, 4, 8, 9, 9, -1, 0, 4) == "full"
+
+
+def test_emulation_walks_the_kernel_key_tiles_by_default():
+    """fp8_attention_reference's default key tile is the kernel's: 32 keys at d 256 with a chunk (the
+    chunk tile), 64 without; the larger head dim's at d != d_v (d 64, d_v 128 runs the d 128
+    kernel's 64 keys). The tile changes the result (P's e4m3 rounding follows the running max per
+    tile), so each default equals its explicit tile_n and differs from the other tile."""
+    def run(d, dv, **kw):
+        q8, k8, v8 = _e4m3((1, 70, 2, d), 41), _e4m3((1, 300, 2, d), 42, 3.0), _e4m3((1, 300, 2, dv), 43)
+        return fp8_attention_reference(q8, k8, v8, causal=True, block_size=(64, 128), **kw)[0]
+    chunked = run(256, 256, attention_chunk=100)
+    assert torch.equal(chunked, run(256, 256, attention_chunk=100, tile_n=32))
+    assert not torch.equal(chunked, run(256, 256, attention_chunk=100, tile_n=64))
+    plain = run(256, 256)
+    assert torch.equal(plain, run(256, 256, tile_n=64)) and not torch.equal(plain, run(256, 256, tile_n=32))
+    mixed = run(64, 128)
+    assert torch.equal(mixed, run(64, 128, tile_n=64)) and not torch.equal(mixed, run(64, 128, tile_n=128))

@@ -203,6 +203,15 @@ def test_fp8_kernel_seqused_and_chunk_match_emulation(d, chunk):
     for i in range(b):
         past[int(cq[i]):int(cq[i]) + min(used_q[i], lens_q[i])] = False
     assert not out[past].any() and bool((lse[:, past] == -math.inf).all())
+    # the op itself into NaN-poisoned out/lse: every row written (rows past seqused_q too), the same bits
+    dev = {n: x.cuda() for n, x in dict(q=q8, k=k8, cq=cq, ck=ck, qd=qd, kd=kd, vd=vd).items()}
+    used = dict(seqused_q=i32(used_q).cuda(), seqused_k=i32(used_k).cuda())
+    out2 = torch.full((q8.shape[0], h, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse2 = torch.full((h, q8.shape[0]), float("nan"), dtype=torch.float32, device="cuda")
+    torch.ops.flash3.fwd_fp8_sm90(dev["q"], dev["k"], fp8.pack_v_fp8_varlen(v8.cuda(), dev["ck"], used["seqused_k"]),
+                                  out2, lse2, dev["qd"], dev["kd"], dev["vd"], None, 64, 128, d ** -0.5, -1, 0, 0.0,
+                                  dev["cq"], dev["ck"], mq, mk, **used, attention_chunk=chunk)
+    assert torch.equal(out2.cpu(), out) and torch.equal(lse2.cpu(), lse)
 
 
 def test_attention_fp8_varlen_end_to_end_and_graph():
