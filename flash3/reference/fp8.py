@@ -71,6 +71,7 @@ import torch
 from .. import _checks
 from ..fp8_quant import FP8_DTYPE, kernel_tile_n
 from ..masking import normalize_window, visible_mask
+from . import _used_ends
 
 P_MAX_OFFSET_LOG2 = 8  # P = exp2(... + 8) spans [0, 256]
 _LOG2E = math.log2(math.e)
@@ -350,11 +351,7 @@ def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Te
     lk = [e - a for a, e in zip(ck, ck[1:])]
     mq = max(lq, default=0) if max_seqlen_q is None else max_seqlen_q
     mk = max(lk, default=0) if max_seqlen_k is None else max_seqlen_k
-
-    def used(t, lens):  # FA3's seqused: the first t[i] rows of each sequence, clamped
-        return lens if t is None else [min(max(int(u), 0), n) for u, n in zip(t.tolist(), lens)]
-
-    uq, uk = used(seqused_q, lq), used(seqused_k, lk)
+    qe, ke = _used_ends(cq, seqused_q), _used_ends(ck, seqused_k)  # where each sequence's used rows end
     h, dv = q.shape[1], v.shape[2]
     out = torch.zeros(q.shape[0], h, dv, dtype=torch.float32, device=q.device)
     lse = torch.full((h, q.shape[0]), -math.inf, dtype=torch.float32, device=q.device)
@@ -372,15 +369,16 @@ def fp8_attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Te
         return desc[i:i + 1, :, :-(-n // blocks[name])]
 
     for i in range(b):
-        if uq[i] == 0:
+        nq, nk = qe[i] - cq[i], ke[i] - ck[i]
+        if nq <= 0:
             continue
-        qi = q[cq[i]:cq[i] + uq[i]][None]
-        ki, vi = k[ck[i]:ck[i] + uk[i]][None], v[ck[i]:ck[i] + uk[i]][None]
+        qi = q[cq[i]:qe[i]][None]
+        ki, vi = k[ck[i]:ke[i]][None], v[ck[i]:ke[i]][None]
         vcd = None if v_channel_descale is None else v_channel_descale[i:i + 1]
-        o, l_ = fp8_attention_reference(qi, ki, vi, one(q_descale, "q", i, uq[i]), one(k_descale, "k", i, uk[i]),
-                                        one(v_descale, "v", i, uk[i]), v_channel_descale=vcd, **kwargs)
-        out[cq[i]:cq[i] + uq[i]] = o[0]
-        lse[:, cq[i]:cq[i] + uq[i]] = l_[0]
+        o, l_ = fp8_attention_reference(qi, ki, vi, one(q_descale, "q", i, nq), one(k_descale, "k", i, nk),
+                                        one(v_descale, "v", i, nk), v_channel_descale=vcd, **kwargs)
+        out[cq[i]:qe[i]] = o[0]
+        lse[:, cq[i]:qe[i]] = l_[0]
     return out, lse
 
 
