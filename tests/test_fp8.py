@@ -219,6 +219,29 @@ def test_fp8_mma_matches_the_rule_on_random_e4m3():
     assert not torch.equal(got, (a.float() @ b.float()))
 
 
+def test_fp8_mma_slabs_and_products_near_fp32s_floor():
+    """fp8_mma forms the products a slab of batch entries at a time: many slabs give what one
+    entry at a time gives, and the rule; products down at 2^-122 (no FP8 data reaches them; the
+    truncation unit is then subnormal, from ldexp) still follow it exactly."""
+    g = _gen(11)
+    a = (torch.randn(40, 64, 64, generator=g) * 4).to(FP8_DTYPE).float()
+    b = (torch.randn(40, 64, 64, generator=g)).to(FP8_DTYPE).float()
+    got = fp8_mma(a, b)  # 512 KiB of products per entry and chunk: 20 slabs
+    assert fp8_reference._MMA_SLAB_BYTES // (32 * 64 * 64 * 4) < 40
+    for e in (0, 1, 2, 21, 39):
+        assert torch.equal(got[e], fp8_mma(a[e], b[e])), e
+    for e, i, j in ((0, 0, 0), (21, 5, 63), (39, 63, 1)):
+        assert got[e, i, j].item() == _scalar_rule(a[e, i].tolist(), b[e, :, j].tolist())
+    a2, b2 = a[0, :6].clone(), b[0, :, :5].clone()
+    a2[:3] *= 2.0 ** -60
+    b2[:, :2] *= 2.0 ** -62
+    got2 = fp8_mma(a2, b2)
+    for i in range(6):
+        for j in range(5):
+            want = _scalar_rule(a2[i].double().tolist(), b2[:, j].double().tolist())
+            assert got2[i, j].item() == want, (i, j)
+
+
 def test_fp8_mma_batched_and_exact_mode(monkeypatch):
     g = _gen(8)
     a = (torch.randn(2, 3, 4, 64, generator=g)).to(FP8_DTYPE).float()
