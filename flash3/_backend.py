@@ -534,10 +534,10 @@ def kernel_fp8_configs() -> frozenset:
     return frozenset((int(d), int(dv)) for d, dv in kernel_info().get("fwd_fp8", []))
 
 
-def fp8_tile_n(d: int, d_v: int) -> int:
-    """Keys per tile of the FP8 kernel (attn_logic.h fwd_fp8_tile_shape): k/v descale blocks must
-    be multiples of it."""
-    return kernel_tile_n(max(d, d_v))
+def fp8_tile_n(d: int, d_v: int, attention_chunk: int = 0) -> int:
+    """Keys per tile of the FP8 kernel that runs (attn_logic.h fwd_fp8_tile_shape, with a chunk
+    fwd_fp8_chunk_tile_shape): k/v descale blocks must be multiples of it."""
+    return kernel_tile_n(max(d, d_v), attention_chunk)
 
 
 def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk=0,
@@ -558,8 +558,9 @@ def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk=
     dd, dv = pick["kernel"][:2]
     if block_m % 64:
         return f"q descale blocks of {block_m} rows (the kernel needs a multiple of 64)"
-    if block_n % fp8_tile_n(dd, dv):
-        return f"k/v descale blocks of {block_n} keys (the kernel needs a multiple of {fp8_tile_n(dd, dv)})"
+    tile_n = fp8_tile_n(dd, dv, attention_chunk)
+    if block_n % tile_n:
+        return f"k/v descale blocks of {block_n} keys (the kernel needs a multiple of {tile_n})"
     if seqused and not op_takes("fwd_fp8_sm90", "seqused_k"):
         return "flash3._C's fwd_fp8_sm90 takes no seqused_q/seqused_k (an older build)"
     return kernel_chunk_reason(q, "fwd_fp8", attention_chunk)
