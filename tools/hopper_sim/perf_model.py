@@ -183,6 +183,16 @@ HISTORY = [
      'the op takes seqused_q / seqused_k over packed sequences (pack_v_fp8_varlen zeroes V past seqused_k)',
      'issue 33: FA3 runs them in its FP8 kernels (vLLM passes seqused_k); at d 256 the chunk bounds spilled on '
      'the 64-key tile (15 LDL carried per tile, 4 made per block)'),
+    ('fwd e4m3 d 256, b 4 s 4096 h 8: full (1 SM sampled) / causal (8 SMs sampled), 1673 MHz',
+     '957.7 (960379 cycles, tensor 55% busy) / 709.1 (648561)',
+     '1104.7 (832535, -13.3%, tensor 63%) / 809.7 (567948, -12.4%); e4m3 / bf16 1.33 / 1.27 (bf16 831 / 639 on '
+     'this tree), 1.15 / 1.11 before; SASS, unmasked 64-key block: 435 -> 449 non-GMMA instructions (8 P.V WGMMAs '
+     'of 64 columns instead of 4 of 128), no spills',
+     'FP8 d_v > 128: P.V in 64-column chunks into two fresh accumulators in turn (the same 64 registers as one '
+     '128-column chunk), each chunk added to O while the next chunk\'s WGMMA runs (FwdFp8Steps::pv_chunks); the '
+     'sums over keys, so the numerics, are unchanged',
+     'the FP8 section: each 128-column chunk was waited on and added before the next was issued, inside the '
+     'pingpong\'s critical section (wgmma_wait 31% of stall cycles; the top three stall lines were those waits)'),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.

@@ -190,25 +190,36 @@ struct FwdFp8Steps {
     return make_tensor(b.data(), make_layout(layout<0>(b), Layout<_1>{}, layout<1>(b)));
   }
 
-  // Several O chunks: P.V one chunk at a time, each chunk's fresh accumulator added (O = O * scale +
-  // fresh, in O's unit) before the next is issued. `fd` carries the rescale still pending on O.
+  // Several O chunks: P.V chunk by chunk into two fresh accumulators in turn, each chunk added
+  // (O = O * scale + fresh, in O's unit) while the next chunk's WGMMA runs; only the last add
+  // waits out its WGMMA. `fd` carries the rescale still pending on O.
   template <class TV, class TensorO, class F>
   static __device__ __forceinline__ void pv_chunks(TV const& tOrV, int stage, TensorO& tOrO, F& fr, Fold const& fd) {
     using namespace cute;
-    Tensor fresh = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
-    CUTE_UNROLL
-    for (int c = 0; c < Tr::kOChunks; ++c) {
-      gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, c, stage), fresh);
-      warpgroup_wait<0>();
-      Tensor oc = o_chunk(tOrO, c);
-      add_fresh(oc, fresh, fd);
-    }
+    static_assert(Tr::kOChunks >= 2, "one chunk: FwdFp8Steps::step issues it beside S");
+    Tensor fresh0 = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
+    Tensor fresh1 = partition_fragment_C(fr.mma_o, Shape<typename Tr::BlkM, Int<Tr::kOChunkCols>>{});
+    gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, 0, stage), fresh0);
+    for_each(make_int_sequence<Tr::kOChunks>{}, [&](auto c) {
+      constexpr int kC = decltype(c)::value;
+      auto& done = [&]() -> auto& { if constexpr (kC % 2 == 0) return fresh0; else return fresh1; }();
+      auto& next = [&]() -> auto& { if constexpr (kC % 2 == 0) return fresh1; else return fresh0; }();
+      if constexpr (kC + 1 < Tr::kOChunks) {
+        gemm_async<true>(fr.mma_o, fr.tOrP, v_chunk(tOrV, kC + 1, stage), next);
+        warpgroup_wait<1>();  // chunk kC is in; kC + 1 still running
+      } else {
+        warpgroup_wait<0>();
+      }
+      warpgroup_fence_operand(done);
+      Tensor oc = o_chunk(tOrO, kC);
+      add_fresh(oc, done, fd);
+    });
   }
 
   // Step for block n: S_n = Q K_n^T and the fresh accumulator of P_{n+1} V_{n+1}.
   //  One O chunk (d_v <= 128): issued together, the softmax of S_n runs under the P.V WGMMA, as in
   //  C::step; then O = O * rescale(n+1) + fresh (in O's unit, Fold), rescale(n) left pending.
-  //  Several chunks (d_v > 128, where O and a fresh chunk leave no room for S): P_{n+1} V_{n+1}
+  //  Several chunks (d_v > 128, where O and the fresh chunks leave no room for S): P_{n+1} V_{n+1}
   //  first, chunk by chunk (pv_chunks, applying the rescale left pending by the previous softmax),
   //  then S_n and its softmax, whose rescale stays pending. No softmax/P.V overlap inside the
   //  warpgroup; the other warpgroup's softmax still runs under these GEMMs through pingpong.
