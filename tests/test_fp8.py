@@ -242,6 +242,23 @@ def test_fp8_mma_slabs_and_products_near_fp32s_floor():
             assert got2[i, j].item() == want, (i, j)
 
 
+def test_fp8_mma_wider_rule_in_fp64_and_empty_inner_dim(monkeypatch):
+    """A wider rule (20 kept bits: the fp64 path, its unit from int64 exponent bits) follows the
+    scalar rule too; an empty inner dimension gives zeros of the broadcast (..., m, n) shape."""
+    g = _gen(12)
+    a = (torch.randn(2, 5, 70, generator=g) * 3).to(FP8_DTYPE).float()
+    b = (torch.randn(70, 4, generator=g) * 0.1).to(FP8_DTYPE).float()
+    monkeypatch.setattr(fp8_reference, "FP8_MMA_KEPT_BITS", 20)
+    got = fp8_mma(a, b)
+    assert got.dtype == torch.float32
+    for e, i, j in ((0, 0, 0), (1, 4, 3), (0, 2, 1)):
+        assert got[e, i, j].item() == _scalar_rule(a[e, i].tolist(), b[:, j].tolist(), bits=20)
+    monkeypatch.setattr(fp8_reference, "FP8_MMA_KEPT_BITS", 13)
+    for sa, sb, want in (((2, 5, 0), (0, 3), (2, 5, 3)), ((4, 0), (0, 4), (4, 4)), ((3, 1, 2, 0), (5, 0, 1), (3, 5, 2, 1))):
+        z = fp8_mma(torch.ones(sa), torch.ones(sb))
+        assert z.shape == want and not z.any(), (sa, sb)
+
+
 def test_fp8_mma_batched_and_exact_mode(monkeypatch):
     g = _gen(8)
     a = (torch.randn(2, 3, 4, 64, generator=g)).to(FP8_DTYPE).float()

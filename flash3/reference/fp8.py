@@ -125,7 +125,7 @@ def _fp8_mma_slab(at: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if acc is not None:
             mx = torch.maximum(mx, acc.abs())
         unit = _truncation_unit(mx)
-        s = torch.div(prod, unit.unsqueeze(1), rounding_mode="trunc").sum(dim=1)
+        s = prod.div_(unit.unsqueeze(1), rounding_mode="trunc").sum(dim=1)
         if acc is not None:
             s += torch.div(acc, unit, rounding_mode="trunc")
         acc = s.mul_(unit)
@@ -138,7 +138,9 @@ def _truncation_unit(mx: torch.Tensor) -> torch.Tensor:
     """2^(e - bits) for mx's leading bit 2^e (1 where mx is 0: every term is 0 and any unit will
     do): mx's exponent field less ``bits``, by integer arithmetic on its bits (frexp and ldexp
     cost as much as a pass over the products).  Where that leaves the normal range (mx below
-    2^(bits - 126) in fp32: never for FP8 products, which are at least 2^-18), ldexp computes it."""
+    2^(bits - 126) in fp32: never for FP8 products, which are at least 2^-18), ldexp computes it,
+    a subnormal unit, exact down to mx = 2^(bits - 149); below that the unit is 0 and the terms NaN
+    or inf (far outside FP8 data; the old frexp/reciprocal code went NaN from 2^(bits - 126) down)."""
     bits = FP8_MMA_KEPT_BITS
     ints, mant = (torch.int32, 23) if mx.dtype == torch.float32 else (torch.int64, 52)
     field = mx.view(ints) & ((torch.iinfo(ints).max >> mant) << mant)  # mx >= 0: no sign bit

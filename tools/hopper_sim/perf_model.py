@@ -185,8 +185,9 @@ HISTORY = [
      'the 64-key tile (15 LDL carried per tile, 4 made per block)'),
     ('fwd e4m3 d 256, b 4 s 4096 h 8: full (1 SM sampled) / causal (8 SMs sampled), 1673 MHz',
      '957.7 (960379 cycles, tensor 55% busy) / 709.1 (648561)',
-     '1104.7 (832535, -13.3%, tensor 63%) / 809.7 (567948, -12.4%); e4m3 / bf16 1.33 / 1.27 (bf16 831 / 639 on '
-     'this tree), 1.15 / 1.11 before; SASS, unmasked 64-key block: 435 -> 449 non-GMMA instructions (8 P.V WGMMAs '
+     '1104.7 (832535, -13.3%, tensor 63%) / 809.7 (567948, -12.4%; a sampled causal row, see "Causal on equal '
+     'work": the firmer figure is the full row\'s); e4m3 / bf16 1.33 / 1.27 (bf16 831 / 639 on this tree), 1.15 / '
+     '1.11 before; SASS, unmasked 64-key block: 435 -> 449 non-GMMA instructions (8 P.V WGMMAs '
      'of 64 columns instead of 4 of 128), no spills',
      'FP8 d_v > 128: P.V in 64-column chunks into two fresh accumulators in turn (the same 64 registers as one '
      '128-column chunk), each chunk added to O while the next chunk\'s WGMMA runs (FwdFp8Steps::pv_chunks); the '
@@ -251,7 +252,7 @@ VALIDATION_BY_HAND = [
 ]
 HEAD_DIM_NOTE = ("Measured by hand (HEAD_DIM_ROWS in tools/hopper_sim/perf_model.py), b 4 s 4096, h = 2048 / d (the "
                  "paper's hidden 2048: h 32, 21, 8 at d 64, 96, 256; the case files say so). The causal "
-                 "rows trail at every head dim, most at d 256 (tile 128 x 80 in both; on equal work, below \"Causal on equal work\", the d 256 causal rows are equal: 1.00x at s 4096 and 16384): flash3's consumers lose "
+                 "rows trail at every head dim, most at d 256 (tile 128 x 80 in both; on equal work, above \"Causal on equal work\", the d 256 causal rows are equal: 1.00x at s 4096 and 16384): flash3's consumers lose "
                  "more to dependency stalls (10.3M vs 6.9M cycles over 8 SMs) and its second warpgroup waits "
                  "at the pingpong barrier (0.93M cycles per warp, summed over the 8 SMs; FA3, which has no pingpong above d 128, 0.02M at its barriers); "
                  "without the pingpong the rows moved 909 -> 910 and 692 -> 694 (the wait became wgmma_wait), "
@@ -923,7 +924,7 @@ EQUAL_WORK_D256_NOTE = (
     "rows above, which are at 1830 MHz). On the same tiles flash3 and FA3 run at the same rate, where the sampled "
     "rows (\"Other head dims\") put flash3 at 0.89-0.91x. Re-run on this tree at 8 sampled SMs, b 4 s 4096 h 8: "
     "flash3 639.3 TFLOP/s (719325 cycles, tensor 85% busy), FA3 698.7 (658138, 90.5%), while the equal-work rate "
-    "gives that grid's work in ~562k cycles per SM (9.28M cycles x 32 (b, h) pairs / 4 / 132): both sampled rows "
+    "gives that grid's work in ~563k cycles per SM (9.28M cycles x 32 (b, h) pairs / 4 / 132): both sampled rows "
     "are 17-28% above a balanced grid, by different amounts. A sampled CTA takes its tiles in the order of the "
     "functional run's atomic fetches (its random thread interleaving), not of the replay's timing, so its share "
     "is not the longest-processing-time balance a dynamic scheduler reaches on hardware: a sampled causal row "
