@@ -96,7 +96,7 @@ def fp8_mma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     integers below 2^(bits + 1) whose 33-term sum stays below 2^24.  Wider rules (a tool's --bits)
     run in fp64.  The FP8 tests and FA3's suite spend most of their time here: the products are
     formed a slab of batch entries at a time (_MMA_SLAB_BYTES) so that the few passes over them
-    stay in the CPU's cache, 3-5x faster than one pass over a whole tile batch."""
+    stay in the CPU's cache, 3-4x faster than one pass over a whole tile batch."""
     if FP8_MMA_KEPT_BITS is None:
         return torch.matmul(a.float(), b.float())
     work = torch.float32 if FP8_MMA_KEPT_BITS <= 17 else torch.float64

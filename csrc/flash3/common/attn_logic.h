@@ -294,18 +294,19 @@ FLASH3_HD constexpr TileShape fwd_chunk_tile_shape(int head_dim, int head_dim_v)
 // two-level accumulator d_v/2 (d_v <= 128: all live at once while the softmax runs under P.V) or 64
 // (two 64-column chunks in turn, d_v > 128: P.V before S, no softmax overlap). d = 64 keeps 128
 // keys (64 + 16 + 32 + 32); at d = 128, 128 keys need 208 and spilled (ptxas), so 64 keys
-// (32 + 8 + 64 + 64) with 4 stages; d = 256 (O 128 + chunks 64) 64 keys, 3 stages. block_n divides 128: k/v descales per 128 keys hold per tile.
+// (32 + 8 + 64 + 64) with 4 stages; d = 256 (O 128 + chunks 64) 64 keys, 3 stages. block_n
+// divides 128: k/v descales per 128 keys hold per tile.
 FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
   return head_dim <= 64 && head_dim_v <= 64     ? TileShape{128, 128, 2, 2}
          : head_dim <= 128 && head_dim_v <= 128 ? TileShape{128, 64, 4, 2}
                                                 : TileShape{128, 64, 3, 2};
 }
 // An attention chunk in the FP8 forward: the d <= 128 tiles take it as they are; above (O beside
-// two 64-column fresh chunks), whose consumers sit at the register limit, its bounds spilled on the 64-key
-// tile (compile-check, 2026-11-29: 4-15 LDL, whether carried per tile or made per block), so a call
-// with a chunk runs on a tile of 32 keys (S and P 20 registers a thread fewer; 4 stages of the
-// half-size K/V blocks), built beside the plain one (fwd/launch.cuh run_fwd_fp8). Its key tiles
-// are the emulation's too (flash3/fp8_quant.py kernel_tile_n).
+// two 64-column fresh chunks), whose consumers sit at the register limit, its bounds spilled on the
+// 64-key tile (compile-check, 2026-11-29: 4-15 LDL, whether carried per tile or made per block; with
+// 128-column chunks then), so a call with a chunk runs on a tile of 32 keys (S and P 20 registers a
+// thread fewer; 4 stages of the half-size K/V blocks), built beside the plain one (fwd/launch.cuh
+// run_fwd_fp8). Its key tiles are the emulation's too (flash3/fp8_quant.py kernel_tile_n).
 FLASH3_HD constexpr bool fwd_fp8_tile_takes_chunk(int head_dim, int head_dim_v) {
   return head_dim <= 128 && head_dim_v <= 128;
 }
