@@ -921,14 +921,14 @@ EQUAL_WORK_D256 = [
 ]
 EQUAL_WORK_D256_NOTE = (
     "d 256 causal, by hand (EQUAL_WORK_D256 in perf_model.py; 2026-11-30, 1673 MHz, so not comparable with the d 128 "
-    "rows above, which are at 1830 MHz). On the same tiles flash3 and FA3 run at the same rate, where the sampled "
+    "rows above, where there are any: those are at 1830 MHz). On the same tiles flash3 and FA3 run at the same rate, where the sampled "
     "rows (\"Other head dims\") put flash3 at 0.89-0.91x. Re-run on this tree at 8 sampled SMs, b 4 s 4096 h 8: "
     "flash3 639.3 TFLOP/s (719325 cycles, tensor 85% busy), FA3 698.7 (658138, 90.5%), while the equal-work rate "
     "gives that grid's work in ~563k cycles per SM (9.28M cycles x 32 (b, h) pairs / 4 / 132): both sampled rows "
     "are 17-28% above a balanced grid, by different amounts. A sampled CTA takes its tiles in the order of the "
     "functional run's atomic fetches (its random thread interleaving), not of the replay's timing, so its share "
     "is not the longest-processing-time balance a dynamic scheduler reaches on hardware: a sampled causal row "
-    "measures how that order fell, not the kernel's tail (README \"Sampling\").")
+    "measures how that order fell, not the kernel's tail (tools/hopper_sim/README.md, \"Sampling\").")
 
 
 def equal_work_d256_rows():
@@ -945,7 +945,7 @@ def equal_work_d256_rows():
 
 def equal_work_section(equal):
     if not equal:
-        return equal_work_d256_rows()
+        return ["", "### Causal on equal work (one SM)"] + equal_work_d256_rows()
     L = ["", "### Causal on equal work (one SM)", "",
          "Each kernel alone on a 1-SM GPU (`simrun --sms 1`: one persistent CTA) over every query block of b 1, "
          "h = 16384 / s heads: the same tiles for both, where the sampled rows above give flash3's and FA3's "
