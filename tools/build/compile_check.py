@@ -80,8 +80,8 @@ _GMMA = ("HGMMA", "QGMMA")
 def kernel_checks(k) -> tuple[tuple, bool]:
     """(required instructions, whether the softmax/P.V overlap check applies) for a TU.
     The FP8 kernel with d_v > 128 runs P.V in 64-column chunks (FwdFp8Steps::pv_chunks) without the
-    softmax overlap
-    (csrc/flash3/fwd/fp8_steps.cuh FwdFp8Steps::step), so only the FP8 d_v <= 128 kernels are checked for it.
+    softmax overlap (csrc/flash3/fwd/fp8_steps.cuh FwdFp8Steps::step), so only the FP8 d_v <= 128
+    kernels are checked for it.
     The backward (bwd_*) has no softmax under a P.V product: the rest of the forward's checks."""
     if isinstance(k, PlainTU):
         return k.required, k.mainloop
