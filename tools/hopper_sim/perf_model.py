@@ -931,10 +931,12 @@ EQUAL_WORK_D256_NOTE = (
     "measures how that order fell, not the kernel's tail (tools/hopper_sim/README.md, \"Sampling\").")
 
 
+EQUAL_WORK_TABLE_HEAD = ["| row | shape | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3 cycles | FA3 cycles |",
+                         "|---|---|---|---|---|---|---|"]
+
+
 def equal_work_d256_rows():
-    L = ["", EQUAL_WORK_D256_NOTE, "",
-         "| row | shape | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3 cycles | FA3 cycles |",
-         "|---|---|---|---|---|---|---|"]
+    L = ["", EQUAL_WORK_D256_NOTE, ""] + EQUAL_WORK_TABLE_HEAD
     for s, mine, peer, mc, pc in EQUAL_WORK_D256:
         b, s_, h = equal_work_shape(s)
         ratio = f"{mine / peer:.2f}" if mine and peer else "-"
@@ -944,15 +946,14 @@ def equal_work_d256_rows():
 
 
 def equal_work_section(equal):
+    L = ["", "### Causal on equal work (one SM)"]
     if not equal:
-        return ["", "### Causal on equal work (one SM)"] + equal_work_d256_rows()
-    L = ["", "### Causal on equal work (one SM)", "",
+        return L + equal_work_d256_rows()
+    L += ["",
          "Each kernel alone on a 1-SM GPU (`simrun --sms 1`: one persistent CTA) over every query block of b 1, "
          "h = 16384 / s heads: the same tiles for both, where the sampled rows above give flash3's and FA3's "
          "sampled SMs each their own scheduler's share (`flash3_equal_work_row`, perf_model.py). TFLOP/s = the "
-         "work's FLOPs / its time x 132 SMs (no grid tail, no L2/HBM contention).", "",
-         "| row | shape | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3 cycles | FA3 cycles |",
-         "|---|---|---|---|---|---|---|"]
+         "work's FLOPs / its time x 132 SMs (no grid tail, no L2/HBM contention).", ""] + EQUAL_WORK_TABLE_HEAD
     for (d, causal, s), (mine, peer) in sorted(equal.items()):
         b, s_, h = equal_work_shape(s)
         pt = f"{peer['tflops']:.0f} | {mine['tflops'] / peer['tflops']:.2f}" if peer else "- | -"
