@@ -279,17 +279,18 @@ def dequantize_fp8(x8: torch.Tensor, descale: torch.Tensor, *, block_size: Optio
 def kernel_tile_n(d: int, attention_chunk: int = 0) -> int:
     """Key tile width ``tile_n`` of the Hopper FP8 forward kernel for head dim ``d``.
 
-    128 keys for ``d <= 64``, 64 keys above: S, P, O and the fresh two-level
-    accumulator must fit in a consumer thread's registers (at d = 128, 128
-    keys spilled); csrc/flash3/common/attn_logic.h fwd_fp8_tile_shape.  With an
-    ``attention_chunk`` (> 0), 32 keys above d = 128 (the chunk's bounds spilled
-    on 64: fwd_fp8_chunk_tile_shape).
+    128 keys for ``d <= 128``, 64 keys above: S, P, O and the fresh two-level
+    accumulator must fit in a consumer thread's registers (at d = 128 the P.V
+    runs in two 64-column chunks to make room for 128 keys; at d = 256, O alone
+    takes 128 registers); csrc/flash3/common/attn_logic.h fwd_fp8_tile_shape.
+    With an ``attention_chunk`` (> 0), 32 keys above d = 128 (the chunk's bounds
+    spilled on 64: fwd_fp8_chunk_tile_shape).
     """
     if not _checks.is_int(d) or d <= 0:
         raise ValueError(f"head dim must be a positive int, got {d!r}")
     if attention_chunk > 0 and d > 128:
         return 32
-    return 128 if d <= 64 else 64
+    return 128 if d <= 128 else 64
 
 
 V_PERM16 = (0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)

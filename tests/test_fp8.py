@@ -580,8 +580,8 @@ def test_public_attention_routes_e4m3_to_the_fp8_path(per_block):
 
 def test_kernel_tile_n():
     from flash3.fp8 import kernel_tile_n
-    assert [kernel_tile_n(d) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 64, 64, 64, 64]
-    assert [kernel_tile_n(d, 48) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 64, 64, 32, 32]
+    assert [kernel_tile_n(d) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 128, 128, 64, 64]
+    assert [kernel_tile_n(d, 48) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 128, 128, 32, 32]
     with pytest.raises(ValueError):
         kernel_tile_n(0)
 
@@ -1111,7 +1111,7 @@ def test_tile_skipping_with_chunk_matches_masking_spec():
 def test_emulation_walks_the_kernel_key_tiles_by_default():
     """fp8_attention_reference's default key tile is the kernel's: 32 keys at d 256 with a chunk (the
     chunk tile), 64 without; the larger head dim's at d != d_v (d 64, d_v 128 runs the d 128
-    kernel's 64 keys). The tile changes the result (P's e4m3 rounding follows the running max per
+    kernel's 128 keys; d 128, d_v 256 the d 256 kernel's 64). The tile changes the result (P's e4m3 rounding follows the running max per
     tile), so each default equals its explicit tile_n and differs from the other tile."""
     def run(d, dv, **kw):
         q8, k8, v8 = _e4m3((1, 70, 2, d), 41), _e4m3((1, 300, 2, d), 42, 3.0), _e4m3((1, 300, 2, dv), 43)
@@ -1122,4 +1122,6 @@ def test_emulation_walks_the_kernel_key_tiles_by_default():
     plain = run(256, 256)
     assert torch.equal(plain, run(256, 256, tile_n=64)) and not torch.equal(plain, run(256, 256, tile_n=32))
     mixed = run(64, 128)
-    assert torch.equal(mixed, run(64, 128, tile_n=64)) and not torch.equal(mixed, run(64, 128, tile_n=128))
+    assert torch.equal(mixed, run(64, 128, tile_n=128)) and not torch.equal(mixed, run(64, 128, tile_n=64))
+    mixed = run(128, 256)
+    assert torch.equal(mixed, run(128, 256, tile_n=64)) and not torch.equal(mixed, run(128, 256, tile_n=128))

@@ -12,7 +12,7 @@ shape ``(batch, heads_q, seqlen_q)``.
 
 Numerics of :func:`fp8_attention_reference` (queries are processed per tile
 of rows, which are independent; keys in tiles of ``tile_n`` keys --
-:func:`kernel_tile_n`: 128 for d <= 64, 64 above, 32 above 128 with a chunk -- walked from the LAST
+:func:`kernel_tile_n`: 128 for d <= 128, 64 above, 32 above 128 with a chunk -- walked from the LAST
 key tile to the FIRST, as the kernel does; the full score matrix is never
 formed):
 
@@ -318,7 +318,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Tiling: query rows are independent (the tile height does not change the
     result); keys are processed in tiles of ``tile_n`` keys from the last tile
     to the first.  ``tile_n=None`` is the kernel's :func:`kernel_tile_n` of
-    max(d, d_v) (128 up to 64, 64 above; with a chunk 32 above 128), reduced to
+    max(d, d_v) (128 up to 128, 64 above; with a chunk 32 above 128), reduced to
     ``gcd(B_c, tile_n)`` when ``B_c`` is not a multiple of it (a configuration
     the kernel does not run).  An
     explicit ``tile_n`` must divide ``B_c``.

@@ -79,9 +79,10 @@ _GMMA = ("HGMMA", "QGMMA")
 
 def kernel_checks(k) -> tuple[tuple, bool]:
     """(required instructions, whether the softmax/P.V overlap check applies) for a TU.
-    The FP8 kernel with d_v > 128 runs P.V in 64-column chunks (FwdFp8Steps::pv_chunks) without the
-    softmax overlap (csrc/flash3/fwd/fp8_steps.cuh FwdFp8Steps::step), so only the FP8 d_v <= 128
-    kernels are checked for it.
+    The FP8 kernels with d_v > 64 (d_v 128 on 128-key tiles, 256 on 64) run P.V in 64-column chunks
+    (FwdFp8Steps::pv_chunks, FwdTraits::kOChunks) without the softmax overlap
+    (csrc/flash3/fwd/fp8_steps.cuh FwdFp8Steps::step), so only the FP8 d_v <= 64 kernel is checked
+    for it.
     The backward (bwd_*) has no softmax under a P.V product: the rest of the forward's checks."""
     if isinstance(k, PlainTU):
         return k.required, k.mainloop
@@ -90,7 +91,7 @@ def kernel_checks(k) -> tuple[tuple, bool]:
     if getattr(k, "kind", "") == "decode":
         return (REQUIRED_DECODE_FP8_CACHE if getattr(k, "cache", "") else REQUIRED_DECODE), True
     if "fp8" in k.name:
-        return REQUIRED_FP8, k.head_dim_v <= 128
+        return REQUIRED_FP8, k.head_dim_v <= 64
     return REQUIRED, True
 
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Build FlashAttention-3's sm90 bf16 forward or backward (our benchmark peer) from a flash-attention
+"""Build FlashAttention-3's sm90 bf16 forward (or its e4m3 forward, --fp8) or backward (our benchmark peer) from a flash-attention
 checkout for the Hopper simulator: FA3's own instantiation file for one head dim (+ the forward's
 scheduler-prepare TU) + our driver (fa3_fwd_driver.cu / fa3_bwd_driver.cu), with the simulator's
 flags, against the nvidia-cutlass wheel. FA3's sources are read from the checkout, never copied
 into this tree.
 
-  FA3_SRC=/path/to/flash-attention python tools/fa3_peer/build.py --hdim 128 [--bwd] [--out DIR]
+  FA3_SRC=/path/to/flash-attention python tools/fa3_peer/build.py --hdim 128 [--bwd | --fp8] [--out DIR]
 
 Prints the binary's path. Forward: ~3-5 min and ~5 GB per head dim (FA3's FLASHATTENTION_DISABLE_*
 defines keep one TU to the batched, non-paged, no-split, no-softcap bf16 kernels; clusters stay
@@ -96,17 +96,22 @@ def main():
     ap.add_argument("--cudart", choices=["shared", "static"], default="shared")
     ap.add_argument("--bwd", action="store_true", help="FA3's backward (preprocess, main kernel, dQ conversion) "
                     "with fa3_bwd_driver.cu instead of the forward")
+    ap.add_argument("--fp8", action="store_true", help="FA3's e4m3 forward (flash_fwd_hdim<D>_e4m3_sm90.cu: q/k/v "
+                    "FP8, out bf16, V transposed in the kernel) instead of the bf16 one")
     a = ap.parse_args()
+    if a.bwd and a.fp8:
+        sys.exit("fa3_peer: --fp8 is a forward; FA3 has no FP8 backward")
     if not a.fa3_src or not os.path.isfile(os.path.join(a.fa3_src, "hopper", "flash.h")):
         sys.exit("fa3_peer: give the flash-attention checkout (FA3_SRC=... or --fa3-src): hopper/flash.h not found")
     hopper = os.path.join(a.fa3_src, "hopper")
     disabled = [d for d in DISABLED if not (a.bwd and d == "BACKWARD")] + [f"HDIM{x}" for x in (64, 96, 128, 192, 256) if x != a.hdim]
     flags = SIM_FLAGS + ["-cudart", a.cudart] + FA3_FLAGS + [f"-DFLASHATTENTION_DISABLE_{d}" for d in disabled] + [
-        f"-DFA3_HDIM={a.hdim}", "-I" + hopper, "-I" + cutlass_include()]
+        f"-DFA3_HDIM={a.hdim}", "-I" + hopper, "-I" + cutlass_include()] + (["-DFA3_FP8"] if a.fp8 else [])
     if a.bwd:
         print(build_bwd(a, hopper, flags))
         return
-    inst = os.path.join(hopper, "instantiations", f"flash_fwd_hdim{a.hdim}_bf16_sm90.cu")
+    dtype = "e4m3" if a.fp8 else "bf16"
+    inst = os.path.join(hopper, "instantiations", f"flash_fwd_hdim{a.hdim}_{dtype}_sm90.cu")
     srcs = [inst, os.path.join(hopper, "flash_prepare_scheduler.cu"), os.path.join(HERE, "fa3_fwd_driver.cu")]
     h = hashlib.sha1()
     for s in srcs:
@@ -115,7 +120,7 @@ def main():
     hopper_headers_hash(hopper, h)
     h.update("\0".join(flags).encode())
     os.makedirs(a.out, exist_ok=True)
-    binary = os.path.join(a.out, f"fa3_fwd_hdim{a.hdim}-{h.hexdigest()[:12]}")
+    binary = os.path.join(a.out, f"fa3_fwd{'_e4m3' if a.fp8 else ''}_hdim{a.hdim}-{h.hexdigest()[:12]}")
     if not os.path.isfile(binary):
         print("fa3_peer: building", os.path.basename(binary), "(FA3 commit", fa3_commit(a.fa3_src) or "unknown", ")",
               file=sys.stderr, flush=True)

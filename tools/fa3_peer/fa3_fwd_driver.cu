@@ -1,6 +1,7 @@
 // Runs FlashAttention-3's own sm90 forward kernel (built from a flash-attention checkout, never
-// copied here) on random bf16 inputs, for the Hopper simulator and its timing model: FA3 is our
-// benchmark peer. The parameters are filled as FA3's hopper/flash_api.cpp fills them for a batched,
+// copied here) on random bf16 inputs (e4m3 with -DFA3_FP8: q, k, v in FP8, descales of 1 per
+// (batch, kv head), out bf16, as FA3's FP8 API call), for the Hopper simulator and its timing
+// model: FA3 is our benchmark peer. The parameters are filled as FA3's hopper/flash_api.cpp fills them for a batched,
 // non-varlen, non-paged, no-split call (read there, written here from scratch); no torch.
 //
 //   fa3_fwd_driver B S H D [causal 0|1] [check_rows N] [num_sm N] [time_iters N]
@@ -12,7 +13,8 @@
 // check_rows > 0 compares that many query rows of every (batch, head) with an fp64 reference
 // (exit 1 beyond bf16 tolerance); 0 skips the check (timing runs with CTAs sampled away leave most
 // of O unwritten). The kernel instance comes from FA3's instantiation file for head dim D
-// (flash_fwd_hdim<D>_bf16_sm90.cu), linked beside this file by tools/fa3_peer/build.py.
+// (flash_fwd_hdim<D>_bf16_sm90.cu, or _e4m3_ with FA3_FP8), linked beside this file by
+// tools/fa3_peer/build.py.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +40,23 @@ uint16_t to_bf16(float f) {   // round to nearest even
   uint32_t u; std::memcpy(&u, &f, 4);
   u += 0x7FFF + ((u >> 16) & 1);
   return uint16_t(u >> 16);
+}
+uint8_t to_e4m3(float f) {   // round to nearest even, saturating at 448 (no NaN from finite input)
+  const uint8_t sign = f < 0 ? 0x80 : 0;
+  double a = std::fabs(double(f));
+  if (a >= 464) return sign | 0x7E;   // 448 = 1.75 * 2^8; 464 rounds past it
+  int e = a > 0 ? int(std::floor(std::log2(a))) : -10;
+  if (e < -6) e = -6;                  // subnormals: unit 2^-9
+  const double unit = std::ldexp(1.0, e - 3);
+  double m = std::nearbyint(a / unit);   // round half even (default rounding mode)
+  if (m >= 16) { m /= 2; ++e; }
+  if (m < 8) return sign | uint8_t(m);   // subnormal (e == -6)
+  return sign | uint8_t(((e + 7) << 3) | (int(m) - 8));
+}
+double from_e4m3(uint8_t x) {
+  const int e = (x >> 3) & 15, m = x & 7;
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+  return x & 0x80 ? -v : v;
 }
 double from_bf16(uint16_t h) {
   uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4);
@@ -67,23 +86,49 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t n = size_t(b) * s * h * d;
-  std::vector<uint16_t> hq(n), hk(n), hv(n);
+#ifdef FA3_FP8
+  using Element = cutlass::float_e4m3_t;
+  using Raw = uint8_t;
+  auto encode = to_e4m3;
+  auto decode = from_e4m3;
+#else
+  using Element = cutlass::bfloat16_t;
+  using Raw = uint16_t;
+  auto encode = to_bf16;
+  auto decode = from_bf16;
+#endif
+  std::vector<Raw> hq(n), hk(n), hv(n);
   Lcg rng{12345};
   for (auto* t : {&hq, &hk, &hv})
-    for (auto& x : *t) x = to_bf16(float(rng.normal()));
+    for (auto& x : *t) x = encode(float(rng.normal()));
 
   void *q, *k, *v, *o, *lse;
-  CK(cudaMalloc(&q, n * 2)); CK(cudaMalloc(&k, n * 2)); CK(cudaMalloc(&v, n * 2));
+  const size_t in_bytes = n * sizeof(Raw);
+  CK(cudaMalloc(&q, in_bytes)); CK(cudaMalloc(&k, in_bytes)); CK(cudaMalloc(&v, in_bytes));
   CK(cudaMalloc(&o, n * 2)); CK(cudaMalloc(&lse, size_t(b) * h * s * 4));
-  CK(cudaMemcpy(q, hq.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(k, hk.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(v, hv.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(o, 0xFF, n * 2));   // poison: NaN in bf16
+  CK(cudaMemcpy(q, hq.data(), in_bytes, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(k, hk.data(), in_bytes, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v, hv.data(), in_bytes, cudaMemcpyHostToDevice));
+  CK(cudaMemset(o, 0xFF, n * 2));   // poison: NaN in bf16 (the output is bf16 for FP8 inputs too)
 
   // Layout (b, s, h, d), contiguous: strides in elements.
   Flash_fwd_params p;
   std::memset(&p, 0, sizeof(p));
+#ifdef FA3_FP8
+  p.is_e4m3 = true;   // flash_api: is_bf16 is the input's dtype; the FP8 kernel writes bf16
+  // Descales of 1, one per (batch, kv head) as FA3's API takes them (loaded, as a real call's are).
+  float* descale[3];
+  std::vector<float> ones(size_t(b) * h, 1.f);
+  for (auto*& dp : descale) {
+    CK(cudaMalloc(&dp, ones.size() * 4));
+    CK(cudaMemcpy(dp, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+  }
+  p.q_descale_ptr = descale[0]; p.k_descale_ptr = descale[1]; p.v_descale_ptr = descale[2];
+  p.q_descale_batch_stride = p.k_descale_batch_stride = p.v_descale_batch_stride = h;
+  p.q_descale_head_stride = p.k_descale_head_stride = p.v_descale_head_stride = 1;
+#else
   p.is_bf16 = true;
+#endif
   p.q_ptr = q; p.k_ptr = k; p.v_ptr = v; p.o_ptr = o;
   p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(h) * d;
   p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
@@ -110,7 +155,7 @@ int main(int argc, char** argv) {
   int* sem = nullptr;   // the dynamic (causal) scheduler's tile counter, zeroed
   if (causal) { CK(cudaMalloc(&sem, 16)); CK(cudaMemset(sem, 0, 16)); p.tile_count_semaphore = sem; }
 
-  run_mha_fwd_<90, cutlass::bfloat16_t, FA3_HDIM, FA3_HDIM, false, false, false, false>(p, nullptr);
+  run_mha_fwd_<90, Element, FA3_HDIM, FA3_HDIM, false, false, false, false>(p, nullptr);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::printf("fa3_fwd_driver: b=%d s=%d h=%d d=%d causal=%d ran\n", b, s, h, d, int(causal));
@@ -121,7 +166,7 @@ int main(int argc, char** argv) {
     for (int it = -3; it < time_iters; ++it) {
       if (sem) CK(cudaMemsetAsync(sem, 0, 16));
       CK(cudaEventRecord(e0));
-      run_mha_fwd_<90, cutlass::bfloat16_t, FA3_HDIM, FA3_HDIM, false, false, false, false>(p, nullptr);
+      run_mha_fwd_<90, Element, FA3_HDIM, FA3_HDIM, false, false, false, false>(p, nullptr);
       CK(cudaEventRecord(e1));
       CK(cudaGetLastError());
       CK(cudaEventSynchronize(e1));
@@ -145,8 +190,8 @@ int main(int argc, char** argv) {
     for (int hi = 0; hi < h; ++hi)
       for (int r = 0; r < check_rows && r < s; ++r) {
         const int i = int((int64_t(r) * 7919 + bi * 31 + hi * 17) % s);   // spread over the tiles
-        auto at = [&](const std::vector<uint16_t>& t, int row, int c) {
-          return from_bf16(t[((size_t(bi) * s + row) * h + hi) * d + c]);
+        auto at = [&](const auto& t, int row, int c) {
+          return decode(t[((size_t(bi) * s + row) * h + hi) * d + c]);
         };
         const int last = causal ? i : s - 1;
         double mx = -1e300;
@@ -162,13 +207,18 @@ int main(int argc, char** argv) {
           for (int c = 0; c < d; ++c) acc[c] += pj * at(hv, j, c);
         }
         for (int c = 0; c < d; ++c) {
-          const double got = at(ho, i, c), want = acc[c] / sum;
+          const double got = from_bf16(ho[((size_t(bi) * s + i) * h + hi) * d + c]), want = acc[c] / sum;
           const double err = std::isnan(got) ? 1e30 : std::fabs(got - want);
           max_err = std::max(max_err, err);
         }
       }
-  // bf16 output of values |O| < ~1: a few ulps of 2^-8 plus the kernel's bf16 P rounding
+  // bf16 output of values |O| < ~1: a few ulps of 2^-8 plus the kernel's bf16 P rounding (FP8: P in
+  // e4m3, 3 mantissa bits, and FA3's truncating FP8 accumulation; the reference uses the same e4m3 inputs)
+#ifdef FA3_FP8
+  const double tol = 6e-2;
+#else
   const double tol = 2e-2;
+#endif
   std::printf("fa3_fwd_driver: max |O - O_fp64| over %d rows per head = %.3g (tol %.3g)\n", check_rows, max_err, tol);
   return max_err <= tol ? 0 : 1;
 }

@@ -194,6 +194,20 @@ HISTORY = [
      'sums over keys, so the numerics, are unchanged',
      'the FP8 section: each 128-column chunk was waited on and added before the next was issued, inside the '
      'pingpong\'s critical section (wgmma_wait 31% of stall cycles; the top three stall lines were those waits)'),
+    ('fwd e4m3 d 128, b 4 s 4096 h 16 (1 SM sampled), 1673 MHz; d 256 (b 4 s 4096 h 8) beside it',
+     '788.3 TFLOP/s (1166785 cycles, tensor 45% busy, issue slots 73% used); d 256 1104.7 (832535)',
+     '881.2 (1043757, -10.5%, tensor 50%); FA3\'s FP8 forward in the same model 1083.5 (0.81x); d 256 1106.8 '
+     '(831025, -0.2%; FA3 1599.4, 0.69x); the model\'s descales are all 1, so the fold\'s division was skipped '
+     'every block (per-128-key descales: every second block at d 256, none at d 128); SASS non-GMMA instructions per key (unmasked loop): '
+     'd 128 5.53 -> 5.38 (fold) -> 3.9 (128-key blocks: 498 per block), no spills',
+     'FP8 d 128 on 128-key blocks (attn_logic.h fwd_fp8_tile_shape: 128 x 128, 3 stages) with P.V in two '
+     '64-column chunks (FwdTraits::kOChunks, the d 256 path: P.V before S, no softmax overlap inside the '
+     'warpgroup); the emulation\'s key tile follows (fp8_quant.kernel_tile_n: 128 up to d 128), so k/v descale '
+     'blocks must be multiples of 128 at d 128; Fold skips its IEEE division when the unit stays; a row sum '
+     'starts from its first P, not 0 + P (the same bits)',
+     'the record at d 128: issue slots 73% used for 45% tensor busy: 5.5 non-GMMA instructions a key per '
+     'consumer warp (64 FFMA two-level adds and ~140 of per-block overhead per 64-key block: descale reads, the '
+     'fold\'s division, waits, WGMMA descriptors); FA3 (224-key blocks, one accumulator) in the same model'),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
@@ -390,6 +404,30 @@ def fa3_binary(fa3_src, d):
         print(f"perf_model: FA3 d {d} build failed:\n{r.stderr[-3000:]}")
         return None
     return r.stdout.strip().splitlines()[-1]
+
+
+def fa3_fp8_binary(fa3_src, d):
+    """FA3's e4m3 forward (flash_fwd_hdim<d>_e4m3_sm90.cu with fa3_fwd_driver.cu -DFA3_FP8): q/k/v
+    e4m3, descales of 1 per (batch, kv head), out bf16, V in (b, s, h, d) as FA3's API takes it (its
+    producer transposes V in the kernel, inside the timed launch)."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d), "--fp8",
+                        "--fa3-src", fa3_src], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"perf_model: FA3 e4m3 d {d} build failed:\n{r.stderr[-3000:]}")
+        return None
+    return r.stdout.strip().splitlines()[-1]
+
+
+def fa3_fp8_row(binary, d, causal, s, sample):
+    """FA3's FP8 forward at the paper's shape (fa3_row's arguments; the binary from fa3_fp8_binary)."""
+    b, s, h, d = paper_shape(s, d)
+    recs = run_timed([binary, str(b), str(s), str(h), str(d), str(int(causal)), "0", "132"],
+                     f"fa3-e4m3-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}", sample,
+                     only="FlashAttnFwdSm90", atomics=True)
+    if not recs:
+        return None
+    rec = recs[-1]
+    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
 
 
 def fa3_row(binary, d, causal, s, sample):

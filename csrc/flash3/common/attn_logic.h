@@ -291,14 +291,16 @@ FLASH3_HD constexpr TileShape fwd_chunk_tile_shape(int head_dim, int head_dim_v)
 
 // FP8 (e4m3) forward tiles: 2 consumer warpgroups of 64 rows (the q descales are per 64-row
 // slab). Registers per consumer thread (232): S block_n/2, P block_n/8, O d_v/2 and the fresh
-// two-level accumulator d_v/2 (d_v <= 128: all live at once while the softmax runs under P.V) or 64
-// (two 64-column chunks in turn, d_v > 128: P.V before S, no softmax overlap). d = 64 keeps 128
-// keys (64 + 16 + 32 + 32); at d = 128, 128 keys need 208 and spilled (ptxas), so 64 keys
-// (32 + 8 + 64 + 64) with 4 stages; d = 256 (O 128 + chunks 64) 64 keys, 3 stages. block_n
-// divides 128: k/v descales per 128 keys hold per tile.
+// two-level accumulator: d_v/2 with one P.V chunk (d_v <= 64: all live at once while the softmax
+// runs under P.V), or 64 (two 64-column chunks in turn, FwdTraits::kOChunks > 1: P.V before S, no
+// softmax overlap inside the warpgroup). d = 64 keeps 128 keys (64 + 16 + 32 + 32); d = 128 takes
+// 128 keys with chunks (O 64 + chunks 64, then S 64 + P 16; with one chunk and the overlap, 128
+// keys needed 208 at once and spilled, and 64-key blocks ran 5.4 instructions a key against 3.9:
+// benchmarks/results/perf_model.md, History), 3 stages; d = 256 (O 128 + chunks 64) 64 keys, 3
+// stages. block_n divides 128: k/v descales per 128 keys hold per tile.
 FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
   return head_dim <= 64 && head_dim_v <= 64     ? TileShape{128, 128, 2, 2}
-         : head_dim <= 128 && head_dim_v <= 128 ? TileShape{128, 64, 4, 2}
+         : head_dim <= 128 && head_dim_v <= 128 ? TileShape{128, 128, 3, 2}
                                                 : TileShape{128, 64, 3, 2};
 }
 // An attention chunk in the FP8 forward: the d <= 128 tiles take it as they are; above (O beside

@@ -433,13 +433,13 @@ struct OnlineSoftmax {
       // No key seen yet (max -inf): -FLT_MAX keeps s - max at -inf, so P = 0, not NaN.
       const float max_scaled =
           (kCheckInf ? fmaxf(row_max[mi] * scale_log2, -FLT_MAX) : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
-      float sum = 0.f;
+      float sum;  // from the first P, not 0 + P: an FADD less per row (the same bits: P is never -0)
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(s_rc); ++ni) {
         const float p = kMaxOffsetLog2 != 0 ? exp2f(s_rc(mi, ni) * s_scale - max_scaled)
                                             : exp2f(s_rc(mi, ni) * scale_log2 - max_scaled);
         s_rc(mi, ni) = p;
-        sum += p;
+        sum = ni == 0 ? p : sum + p;
       }
       row_sum[mi] += sum;
     }

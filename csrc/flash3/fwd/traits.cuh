@@ -107,12 +107,12 @@ struct FwdTraits
   static constexpr int kMmaK = kFp8 ? 32 : 16;  // k-extent of one WGMMA instruction
   static_assert(kBlockN % kMmaK == 0, "block_n is the k-extent of P.V");
   // FP8: each P.V block goes into a fresh fp32 accumulator that is then added to O (two-level
-  // accumulation). Past d_v = 128 that accumulator would not fit beside O, so P.V runs in chunks
-  // of 64 columns, two fresh accumulators in turn (64 registers, as one 128-column chunk took): a
-  // chunk is added to O while the next one's WGMMA runs (fp8_steps.cuh FwdFp8Steps::pv_chunks),
-  // without the softmax overlap (FwdFp8Steps::step). Chunking the columns leaves each output's
-  // sums (over the keys) as they were.
-  static constexpr int kOChunks = kFp8 && kHeadDimV > 128 ? kHeadDimV / 64 : 1;
+  // accumulation). Past d_v = 128, or at d_v = 128 on 128-key blocks, that accumulator would not
+  // fit beside O and S, so P.V runs in chunks of 64 columns, two fresh accumulators in turn (64
+  // registers): a chunk is added to O while the next one's WGMMA runs (fp8_steps.cuh
+  // FwdFp8Steps::pv_chunks), without the softmax overlap (FwdFp8Steps::step). Chunking the columns
+  // leaves each output's sums (over the keys) as they were.
+  static constexpr int kOChunks = kFp8 && (kHeadDimV > 128 || (kHeadDimV > 64 && kBlockN > 64)) ? kHeadDimV / 64 : 1;
   static constexpr int kOChunkCols = kHeadDimV / kOChunks;
   static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims must be multiples of 16");
 
