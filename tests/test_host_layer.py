@@ -131,13 +131,16 @@ def test_fp8_forward_repeats_coarser_descales(driver):
     assert f["kernel"] == "e4m3:128:128" and f["q_descale_count"] == "2"
     assert driver(["fwd_fp8 q_block=100"])[0] == (
         "error: flash3.fwd_fp8_sm90: the block of q_descale (100 rows) must be a multiple of the kernel's 64")
+    # d 128 runs 128-key tiles: k/v descale blocks of 64 keys are finer than the kernel reads.
+    assert driver(["fwd_fp8 kv_block=64"])[0] == (
+        "error: flash3.fwd_fp8_sm90: the block of k_descale (64 rows) must be a multiple of the kernel's 128")
     # The kernel reads k/v descale rows at 32-bit offsets: a view whose strides reach element 2^31 is
-    # refused. k_descale (b 2, h_k 2, 5 blocks of the kernel's 64 keys; strides X, 5, 1) reaches
-    # element X + 5 + 4: X = 2^31 - 9 reaches 2^31; one less passes.
-    assert driver(["fwd_fp8 kv_block=64 kd_stride0=2147483639"])[0] == (
+    # refused. k_descale (b 2, h_k 2, 3 blocks of the kernel's 128 keys over 300; strides X, 3, 1)
+    # reaches element X + 3 + 2: X = 2^31 - 5 reaches 2^31; one less passes.
+    assert driver(["fwd_fp8 kv_block=128 kd_stride0=2147483643"])[0] == (
         "error: flash3.fwd_fp8_sm90: k_descale reaches element 2147483648 through its strides; the kernel's "
         "offsets take below 2^31 (pass a contiguous tensor)")
-    assert driver(["fwd_fp8 kv_block=64 kd_stride0=2147483638"])[0].startswith("ok")
+    assert driver(["fwd_fp8 kv_block=128 kd_stride0=2147483642"])[0].startswith("ok")
     # v_channel_descale is checked with the others: a wrong one is refused before q's coarser
     # descale is repeated on the device (nothing launched).
     bad, good = driver(["fwd_fp8 q_block=256 vchan=64", "fwd_fp8 q_block=256 vchan=128"])
@@ -148,12 +151,12 @@ def test_fp8_forward_repeats_coarser_descales(driver):
 def test_fp8_forward_chunk_tile_and_seqused(driver):
     """An attention chunk reaches the FP8 kernel; at d 256 it runs on the 32-key chunk tile
     (attn_logic.h fwd_fp8_chunk_tile_shape), so k/v descales are sized per 32 keys (300 keys: 10
-    entries against 5); d 128 keeps its 64-key tile. seqused_q/k need packed sequences."""
+    entries against 5); d 128 keeps its 128-key tile (3). seqused_q/k need packed sequences."""
     plain, chunk, d128 = (fields(driver([c])[0]) for c in (
         "fwd_fp8 d=256 kv_block=128", "fwd_fp8 d=256 kv_block=128 chunk=48", "fwd_fp8 d=128 kv_block=128 chunk=48"))
     assert plain["kernel"] == chunk["kernel"] == "e4m3:256:256" and d128["kernel"] == "e4m3:128:128"
     assert (plain["chunk"], chunk["chunk"], d128["chunk"]) == ("0", "48", "48")
-    assert (plain["k_descale_count"], chunk["k_descale_count"], d128["k_descale_count"]) == ("5", "10", "5")
+    assert (plain["k_descale_count"], chunk["k_descale_count"], d128["k_descale_count"]) == ("5", "10", "3")
     for arg in ("usedq=1", "usedk=1"):
         assert driver([f"fwd_fp8 {arg}"])[0] == (
             "error: flash3.fwd_fp8_sm90: seqused_q/seqused_k need packed sequences (cu_seqlens_q/k)")

@@ -963,10 +963,16 @@ EQUAL_WORK_D256_NOTE = (
     "rows (\"Other head dims\") put flash3 at 0.89-0.91x. Re-run on this tree at 8 sampled SMs, b 4 s 4096 h 8: "
     "flash3 639.3 TFLOP/s (719325 cycles, tensor 85% busy), FA3 698.7 (658138, 90.5%), while the equal-work rate "
     "gives that grid's work in ~563k cycles per SM (9.28M cycles x 32 (b, h) pairs / 4 / 132): both sampled rows "
-    "are 17-28% above a balanced grid, by different amounts. A sampled CTA takes its tiles in the order of the "
-    "functional run's atomic fetches (its random thread interleaving), not of the replay's timing, so its share "
-    "is not the longest-processing-time balance a dynamic scheduler reaches on hardware: a sampled causal row "
-    "measures how that order fell, not the kernel's tail (tools/hopper_sim/README.md, \"Sampling\").")
+    "are 17-28% above a balanced grid, by different amounts. Most of it is work, not waiting: the grid's tensor "
+    "work is 16896 units of 128 x 128 (32 (b, h) pairs x 528) x 4096 cycles / 132 = 524k cycles per SM, and the "
+    "sampled SMs did 612k (flash3: 85% of 723k) and 596k (FA3: 90.5% of 658k), +17% and +14%: the 8 sampled "
+    "CTAs take every 16th tile from each kernel's counter (16 = 132 / 8 rounded down, and each its heaviest first "
+    "tile), a share of each scheduler's order that is heavier than a 132-SM balance, by a different amount per "
+    "kernel; the rest (flash3 ~9% of its time, FA3 ~3%) is not explained here. It is not the order of the "
+    "functional run's fetches: a pick that advanced the sampled CTAs at one "
+    "rate of executed instructions (an experiment on 2026-11-30, not kept) left FA3's row identical (658138 "
+    "cycles) and flash3's within 0.5% (723016, its kernel changed meanwhile). So a sampled causal row measures "
+    "the share it was dealt as well as the kernel (tools/hopper_sim/README.md, \"Sampling\").")
 
 
 EQUAL_WORK_TABLE_HEAD = ["| row | shape | flash3 TFLOP/s | FA3 TFLOP/s | flash3 / FA3 | flash3 cycles | FA3 cycles |",
