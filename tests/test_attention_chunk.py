@@ -232,9 +232,9 @@ def test_interface_fp8_chunk_runs_flash3_fp8(monkeypatch):
 
 def test_fp8_kernel_takes_32_key_descale_blocks_with_a_chunk_at_d256(monkeypatch):
     """A chunked FP8 call at d 256 runs on the 128 x 32 chunk tile, so k/v descale blocks of 32
-    keys are the kernel's (the host's check is the tile's, fwd.cpp); without a chunk the tile is 64
-    keys, at d 128 128 keys (chunk or not), and 32-key (at d 128 also 64-key) blocks are named as
-    the reason."""
+    keys are the kernel's (the host's check is the tile's, fwd.cpp); at d 256 without a chunk the
+    tile is 64 keys, at d 128 128 keys (chunk or not), and 32-key (at d 128 also 64-key) blocks are
+    named as the reason."""
     from flash3 import _backend
     monkeypatch.setattr(_backend, "has_extension", lambda: True)
     monkeypatch.setattr(_backend, "kernel_fp8_configs", lambda: [(256, 256)])

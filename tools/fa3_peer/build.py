@@ -104,7 +104,7 @@ def main():
     if not a.fa3_src or not os.path.isfile(os.path.join(a.fa3_src, "hopper", "flash.h")):
         sys.exit("fa3_peer: give the flash-attention checkout (FA3_SRC=... or --fa3-src): hopper/flash.h not found")
     hopper = os.path.join(a.fa3_src, "hopper")
-    disabled = [d for d in DISABLED if not (a.bwd and d == "BACKWARD")] + [f"HDIM{x}" for x in (64, 96, 128, 192, 256) if x != a.hdim]
+    disabled = [d for d in DISABLED if not (a.bwd and d == "BACKWARD") and not (a.fp8 and d == "FP8")] + [f"HDIM{x}" for x in (64, 96, 128, 192, 256) if x != a.hdim]
     flags = SIM_FLAGS + ["-cudart", a.cudart] + FA3_FLAGS + [f"-DFLASHATTENTION_DISABLE_{d}" for d in disabled] + [
         f"-DFA3_HDIM={a.hdim}", "-I" + hopper, "-I" + cutlass_include()] + (["-DFA3_FP8"] if a.fp8 else [])
     if a.bwd:

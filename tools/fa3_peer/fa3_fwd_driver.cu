@@ -44,7 +44,7 @@ uint16_t to_bf16(float f) {   // round to nearest even
 uint8_t to_e4m3(float f) {   // round to nearest even, saturating at 448 (no NaN from finite input)
   const uint8_t sign = f < 0 ? 0x80 : 0;
   double a = std::fabs(double(f));
-  if (a >= 464) return sign | 0x7E;   // 448 = 1.75 * 2^8; 464 rounds past it
+  if (a >= 464) return sign | 0x7E;   // 448 = 1.75 * 2^8; above 464 rounds past it (464 itself to even: 448)
   int e = a > 0 ? int(std::floor(std::log2(a))) : -10;
   if (e < -6) e = -6;                  // subnormals: unit 2^-9
   const double unit = std::ldexp(1.0, e - 3);

@@ -965,7 +965,7 @@ EQUAL_WORK_D256_NOTE = (
     "gives that grid's work in ~563k cycles per SM (9.28M cycles x 32 (b, h) pairs / 4 / 132): both sampled rows "
     "are 17-28% above a balanced grid, by different amounts. Most of it is work, not waiting: the grid's tensor "
     "work is 16896 units of 128 x 128 (32 (b, h) pairs x 528) x 4096 cycles / 132 = 524k cycles per SM, and the "
-    "sampled SMs did 612k (flash3: 85% of 723k) and 596k (FA3: 90.5% of 658k), +17% and +14%: the 8 sampled "
+    "sampled SMs did 612k (flash3, re-run: 84.7% of 723016 cycles) and 596k (FA3: 90.5% of 658138), +17% and +14%: the 8 sampled "
     "CTAs take every 16th tile from each kernel's counter (16 = 132 / 8 rounded down, and each its heaviest first "
     "tile), a share of each scheduler's order that is heavier than a 132-SM balance, by a different amount per "
     "kernel; the rest (flash3 ~9% of its time, FA3 ~3%) is not explained here. It is not the order of the "
