@@ -18,10 +18,10 @@ build/sass/<name>.ptxas.txt (nvcc's full output, with the ptxas -v resource repo
     wgmma ...: each one means lost wgmma overlap) or a non-zero stack frame (an outlined call);
   - a backward TU (bwd_*) has no kernel with "bwd" in its name in the SASS;
   - the softmax does not overlap the P.V WGMMA (forward TUs only: the backward's mainloop has no
-    softmax/P.V step; of the FP8 TUs only d_v <= 64, see kernel_checks): in every mainloop step (an RS HGMMA batch whose
-    wait is preceded by the `DEPBAR.LE gsb0, 0x1` that releases S), fewer than EX2_FLOOR_FRACTION
-    of the step's exponentials (MUFU.EX2) sit between the batch's last HGMMA and the
-    `WARPGROUP.DEPBAR.LE gsb0, 0x0` that waits for it (see ex2_overlap below).
+    softmax/P.V step; of the FP8 TUs only d_v <= 64, see kernel_checks): in every mainloop step
+    (an RS HGMMA batch whose wait is preceded by the `DEPBAR.LE gsb0, 0x1` that releases S),
+    fewer than EX2_FLOOR_FRACTION of the step's exponentials (MUFU.EX2) sit between the batch's
+    last HGMMA and the `WARPGROUP.DEPBAR.LE gsb0, 0x0` that waits for it (see ex2_overlap below).
 Then it prints a table: registers, static smem, spills, instruction counts, time, and for every
 kernel TU the per-iteration instruction mix of its mainloop and producer loops (tools/build/sass_loops.py),
 also written to build/sass_loops.md.

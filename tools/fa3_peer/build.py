@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Build FlashAttention-3's sm90 bf16 forward (or its e4m3 forward, --fp8) or backward (our benchmark peer) from a flash-attention
-checkout for the Hopper simulator: FA3's own instantiation file for one head dim (+ the forward's
-scheduler-prepare TU) + our driver (fa3_fwd_driver.cu / fa3_bwd_driver.cu), with the simulator's
-flags, against the nvidia-cutlass wheel. FA3's sources are read from the checkout, never copied
-into this tree.
+"""Build FlashAttention-3's sm90 bf16 forward (or its e4m3 forward, --fp8) or backward (our
+benchmark peer) from a flash-attention checkout for the Hopper simulator: FA3's own instantiation
+file for one head dim (+ the forward's scheduler-prepare TU) + our driver (fa3_fwd_driver.cu /
+fa3_bwd_driver.cu), with the simulator's flags, against the nvidia-cutlass wheel. FA3's sources are
+read from the checkout, never copied into this tree.
 
   FA3_SRC=/path/to/flash-attention python tools/fa3_peer/build.py --hdim 128 [--bwd | --fp8] [--out DIR]
 

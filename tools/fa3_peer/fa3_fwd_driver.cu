@@ -1,8 +1,9 @@
 // Runs FlashAttention-3's own sm90 forward kernel (built from a flash-attention checkout, never
 // copied here) on random bf16 inputs (e4m3 with -DFA3_FP8: q, k, v in FP8, descales of 1 per
 // (batch, kv head), out bf16, as FA3's FP8 API call), for the Hopper simulator and its timing
-// model: FA3 is our benchmark peer. The parameters are filled as FA3's hopper/flash_api.cpp fills them for a batched,
-// non-varlen, non-paged, no-split call (read there, written here from scratch); no torch.
+// model: FA3 is our benchmark peer. The parameters are filled as FA3's hopper/flash_api.cpp fills
+// them for a batched, non-varlen, non-paged, no-split call (read there, written here from
+// scratch); no torch.
 //
 //   fa3_fwd_driver B S H D [causal 0|1] [check_rows N] [num_sm N] [time_iters N]
 //
@@ -44,7 +45,7 @@ uint16_t to_bf16(float f) {   // round to nearest even
 uint8_t to_e4m3(float f) {   // round to nearest even, saturating at 448 (no NaN from finite input)
   const uint8_t sign = f < 0 ? 0x80 : 0;
   double a = std::fabs(double(f));
-  if (a >= 464) return sign | 0x7E;   // 448 = 1.75 * 2^8; above 464 rounds past it (464 itself to even: 448)
+  if (a >= 464) return sign | 0x7E;   // 448 = 1.75 * 2^8; 464, a tie, rounds to even (448)
   int e = a > 0 ? int(std::floor(std::log2(a))) : -10;
   if (e < -6) e = -6;                  // subnormals: unit 2^-9
   const double unit = std::ldexp(1.0, e - 3);
@@ -212,8 +213,9 @@ int main(int argc, char** argv) {
           max_err = std::max(max_err, err);
         }
       }
-  // bf16 output of values |O| < ~1: a few ulps of 2^-8 plus the kernel's bf16 P rounding (FP8: P in
-  // e4m3, 3 mantissa bits, and FA3's truncating FP8 accumulation; the reference uses the same e4m3 inputs)
+  // bf16 output of values |O| < ~1: a few ulps of 2^-8 plus the kernel's bf16 P rounding (FP8: P
+  // in e4m3, 3 mantissa bits, and FA3's truncating FP8 accumulation; the reference uses the same
+  // e4m3 inputs)
 #ifdef FA3_FP8
   const double tol = 6e-2;
 #else
