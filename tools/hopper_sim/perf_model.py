@@ -397,44 +397,29 @@ def gemm_rows(sizes, sample, names=("48", "49", "54")):
 
 
 # ---- FlashAttention-3 ---------------------------------------------------------------------------------
-def fa3_binary(fa3_src, d):
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d),
+def fa3_build(fa3_src, d, *flags):
+    """The binary tools/fa3_peer/build.py makes for head dim d (flags: --fp8, --bwd), or None."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d), *flags,
                         "--fa3-src", fa3_src], capture_output=True, text=True)
     if r.returncode != 0:
-        print(f"perf_model: FA3 d {d} build failed:\n{r.stderr[-3000:]}")
+        print(f"perf_model: FA3 d {d} {' '.join(flags)} build failed:\n{r.stderr[-3000:]}".replace("  ", " "))
         return None
     return r.stdout.strip().splitlines()[-1]
 
 
-def fa3_fp8_binary(fa3_src, d):
-    """FA3's e4m3 forward (flash_fwd_hdim<d>_e4m3_sm90.cu with fa3_fwd_driver.cu -DFA3_FP8): q/k/v
-    e4m3, descales of 1 per (batch, kv head), out bf16, V in (b, s, h, d) as FA3's API takes it (its
-    producer transposes V in the kernel, inside the timed launch)."""
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d), "--fp8",
-                        "--fa3-src", fa3_src], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"perf_model: FA3 e4m3 d {d} build failed:\n{r.stderr[-3000:]}")
-        return None
-    return r.stdout.strip().splitlines()[-1]
+def fa3_binary(fa3_src, d, fp8=False):
+    """FA3's bf16 forward, or with fp8 its e4m3 one (flash_fwd_hdim<d>_e4m3_sm90.cu with fa3_fwd_driver.cu
+    -DFA3_FP8): q/k/v e4m3, descales of 1 per (batch, kv head), out bf16, V in (b, s, h, d) as FA3's API
+    takes it (its producer transposes V in the kernel, inside the timed launch)."""
+    return fa3_build(fa3_src, d, *(["--fp8"] if fp8 else []))
 
 
-def fa3_fp8_row(binary, d, causal, s, sample):
-    """FA3's FP8 forward at the paper's shape (fa3_row's arguments; the binary from fa3_fp8_binary)."""
+def fa3_row(binary, d, causal, s, sample, fp8=False):
+    """FA3's forward at the paper's shape (fp8: the binary from fa3_binary(..., fp8=True))."""
     b, s, h, d = paper_shape(s, d)
     recs = run_timed([binary, str(b), str(s), str(h), str(d), str(int(causal)), "0", "132"],
-                     f"fa3-e4m3-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}", sample,
-                     only="FlashAttnFwdSm90", atomics=True)
-    if not recs:
-        return None
-    rec = recs[-1]
-    return dict(tflops=flops_fwd(b, h, s, s, d, causal) / (rec["us"] * 1e-6) / 1e12, rec=rec)
-
-
-def fa3_row(binary, d, causal, s, sample):
-    b, s, h, d = paper_shape(s, d)
-    recs = run_timed([binary, str(b), str(s), str(h), str(d), str(int(causal)), "0", "132"],
-                     f"fa3-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}", sample, only="FlashAttnFwdSm90",
-                     atomics=True)
+                     f"fa3-{'e4m3-' if fp8 else ''}d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}",
+                     sample, only="FlashAttnFwdSm90", atomics=True)
     if not recs:
         return None
     rec = recs[-1]
@@ -442,12 +427,7 @@ def fa3_row(binary, d, causal, s, sample):
 
 
 def fa3_bwd_binary(fa3_src, d):
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fa3_peer" / "build.py"), "--hdim", str(d), "--bwd",
-                        "--fa3-src", fa3_src], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"perf_model: FA3 bwd d {d} build failed:\n{r.stderr[-3000:]}")
-        return None
-    return r.stdout.strip().splitlines()[-1]
+    return fa3_build(fa3_src, d, "--bwd")
 
 
 def fa3_bwd_row(binary, d, causal, s, sample, deterministic=False, h=None):
