@@ -12,8 +12,9 @@
 //   flash3::fwd_fp8_sm90(q, k, vt, out!, lse!, q_descale, k_descale, v_descale, v_channel_descale?,
 //                        q_block, kv_block, softmax_scale, window_left, window_right, softcap,
 //                        cu_seqlens_q?, cu_seqlens_k?, max_seqlen_q, max_seqlen_k, seqused_q?,
-//                        seqused_k?, attention_chunk) -> ()
+//                        seqused_k?, attention_chunk, fast_accum=False) -> ()
 //       The same for e4m3 q/k and a transposed, permuted v (flash3/fp8_quant.py), bf16 out;
+//       fast_accum: P.V accumulated in the tensor cores over all keys (FA3's), v_descale (b, h_k, 1);
 //       seqused_q/k with packed q/k only. No sinks argument: attention sinks are not offered with
 //       FP8 inputs (flash3/_checks.py sinks).
 //   Every op takes the mask as one window (window_left, window_right): -1 = unbounded, causal =
@@ -81,14 +82,14 @@ void fwd_fp8_sm90_cuda(const Tensor& q, const Tensor& k, const Tensor& vt, const
                        int64_t window_left, int64_t window_right, double softcap,
                        const std::optional<Tensor>& cu_seqlens_q, const std::optional<Tensor>& cu_seqlens_k,
                        int64_t max_seqlen_q, int64_t max_seqlen_k, const std::optional<Tensor>& seqused_q,
-                       const std::optional<Tensor>& seqused_k, int64_t attention_chunk) {
+                       const std::optional<Tensor>& seqused_k, int64_t attention_chunk, bool fast_accum) {
   const auto vc = view(v_channel_descale), cu_q = view(cu_seqlens_q), cu_k = view(cu_seqlens_k),
              used_q = view(seqused_q), used_k = view(seqused_k);
   run_host_op(q, [&](host::Backend& be) {
     host::fwd_fp8_sm90(be, view(q), view(k), view(vt), view(out), view(lse), view(q_descale), view(k_descale),
                        view(v_descale), ptr(vc), q_block, kv_block, softmax_scale, window_left, window_right,
                        softcap, ptr(cu_q), ptr(cu_k), max_seqlen_q, max_seqlen_k, ptr(used_q), ptr(used_k),
-                       attention_chunk);
+                       attention_chunk, fast_accum);
   });
 }
 
@@ -96,7 +97,7 @@ void fwd_fp8_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor
                        const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t,
                        int64_t, double, int64_t, int64_t, double, const std::optional<Tensor>&,
                        const std::optional<Tensor>&, int64_t, int64_t, const std::optional<Tensor>&,
-                       const std::optional<Tensor>&, int64_t) {}
+                       const std::optional<Tensor>&, int64_t, bool) {}
 
 // Shapes and dtypes of out/lse are fixed by the caller, so the fake/meta kernel has nothing to do.
 void fwd_sm90_meta(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -131,7 +132,7 @@ TORCH_LIBRARY(flash3, m) {
       "Tensor k_descale, Tensor v_descale, Tensor? v_channel_descale, int q_block, int kv_block, "
       "float softmax_scale, int window_left, int window_right, float softcap, "
       "Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, int max_seqlen_k=0, "
-      "Tensor? seqused_q=None, Tensor? seqused_k=None, int attention_chunk=0) -> ()");
+      "Tensor? seqused_q=None, Tensor? seqused_k=None, int attention_chunk=0, bool fast_accum=False) -> ()");
   // No tensor arguments: a catch-all kernel, callable without a GPU.
   m.def("kernel_info() -> str", &flash3::kernel_info);
   m.def("pick_kernel(str family, str dtype, int d, int d_v, float softmax_scale, int attention_chunk=0) -> str",

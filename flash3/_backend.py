@@ -534,17 +534,18 @@ def kernel_fp8_configs() -> frozenset:
     return frozenset((int(d), int(dv)) for d, dv in kernel_info().get("fwd_fp8", []))
 
 
-def fp8_tile_n(d: int, d_v: int, attention_chunk: int = 0) -> int:
+def fp8_tile_n(d: int, d_v: int, attention_chunk: int = 0, fast_accum: bool = False) -> int:
     """Keys per tile of the FP8 kernel that runs (attn_logic.h fwd_fp8_tile_shape, with a chunk
-    fwd_fp8_chunk_tile_shape): k/v descale blocks must be multiples of it."""
-    return kernel_tile_n(max(d, d_v), attention_chunk)
+    fwd_fp8_chunk_tile_shape, with fast accumulation fwd_fp8_fast_tile_shape): k/v descale blocks
+    must be multiples of it."""
+    return kernel_tile_n(max(d, d_v), attention_chunk, fast_accum)
 
 
 def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk=0,
-                      seqused=False) -> str | None:
+                      seqused=False, fast_accum=False) -> str | None:
     """Why the FP8 kernel cannot run this call (q/k/v as the kernel gets them: e4m3, batched or
     packed; the caller may quantize 16-bit ones first) with this attention_chunk and, if
-    ``seqused``, seqused_q/seqused_k; None if it can."""
+    ``seqused``, seqused_q/seqused_k, and ``fast_accum``; None if it can."""
     if not q.is_cuda:
         return "inputs are not CUDA tensors"
     if not has_extension() or not kernel_fp8_configs():
@@ -558,7 +559,9 @@ def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk=
     dd, dv = pick["kernel"][:2]
     if block_m % 64:
         return f"q descale blocks of {block_m} rows (the kernel needs a multiple of 64)"
-    tile_n = fp8_tile_n(dd, dv, attention_chunk)
+    if fast_accum and not op_takes("fwd_fp8_sm90", "fast_accum"):
+        return "flash3._C's fwd_fp8_sm90 takes no fast_accum (an older build)"
+    tile_n = fp8_tile_n(dd, dv, attention_chunk, fast_accum)
     if block_n % tile_n:
         return f"k/v descale blocks of {block_n} keys (the kernel needs a multiple of {tile_n})"
     if seqused and not op_takes("fwd_fp8_sm90", "seqused_k"):
@@ -573,7 +576,7 @@ def _round_up(x: int, m: int) -> int:
 def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, left, right,
                        softcap, block_m, block_n, v_channel_descale=None, vt=None, *, cu_seqlens_q=None,
                        cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, seqused_q=None,
-                       seqused_k=None, attention_chunk=0):
+                       seqused_k=None, attention_chunk=0, fast_accum=False):
     """Call flash3::fwd_fp8_sm90 on e4m3 q, k, v (b, s, h, d) or packed; returns (out bf16, lse).
 
     Descales as flash3.attention takes them: (b, h_k) per head or per block (b, heads, blocks of
@@ -582,7 +585,8 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
     Varlen (cu_seqlens_q/k): q, k, v packed (total, heads, dim), descales per sequence with blocks
     of max_seqlen_q/k (fp8_quant.pack_v_fp8_varlen packs v, zero past seqused_k), out (total_q, h,
     d_v), lse (h, total_q); seqused_q/k int32 (b,) as run_kernel_fwd's. ``attention_chunk`` (0 =
-    off) as flash3.attention's. Reads no device value on the host."""
+    off) as flash3.attention's. ``fast_accum``: the kernel's single accumulation (v_descale (b, h_k)).
+    Reads no device value on the host."""
     varlen = cu_seqlens_q is not None
     h, h_k = q.shape[-2], k.shape[-2]
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
@@ -596,7 +600,7 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
         qd, q_block = qd[:, :, None], _round_up(s_q, 64)
     else:
         q_block = block_m
-    if k_descale.dim() == 2 and v_descale.dim() == 2:
+    if k_descale.dim() == 2 and (v_descale.dim() == 2 or fast_accum):
         kv_block = _round_up(s_k, 128)
     else:
         kv_block = block_n
@@ -613,13 +617,15 @@ def run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, 
     out = torch.empty(*q.shape[:-2], h, d_v, dtype=torch.bfloat16, device=q.device)
     lse_shape = (h, q.shape[0]) if varlen else (b, h, s_q)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    torch.ops.flash3.fwd_fp8_sm90(q, k, vt, out, lse, qd, kv3(k_descale), kv3(v_descale),
+    vd = v_descale.to(**f32)[:, :, None] if fast_accum else kv3(v_descale)  # fast: (b, h_k, 1)
+    torch.ops.flash3.fwd_fp8_sm90(q, k, vt, out, lse, qd, kv3(k_descale), vd,
                                   v_channel_descale, int(q_block), int(kv_block), float(softmax_scale),
                                   int(left), int(right), float(softcap),
                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                   **({} if seqused_q is None else {"seqused_q": seqused_q.contiguous()}),
                                   **({} if seqused_k is None else {"seqused_k": seqused_k.contiguous()}),
-                                  **({"attention_chunk": int(attention_chunk)} if attention_chunk else {}))
+                                  **({"attention_chunk": int(attention_chunk)} if attention_chunk else {}),
+                                  **({"fast_accum": True} if fast_accum else {}))
     return out, lse
 
 

@@ -129,15 +129,19 @@ def _descale_tensor(q, name, d, needed):
 
 
 def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale=None,
-                 varlen=None):
+                 varlen=None, fast_accum=False):
     """FP8 descales (float32, on q's device), with (B_r, B_c) = fp8_block_size:
 
     q: (b, h_k) or (b, h_q) per head, or (b, h_k|h_q, ceil(s_q / B_r)) per block of B_r rows
     (the kernel runs B_r = 64 or 128); k, v: (b, h_k) or (b, h_k, ceil(s_k / B_c));
     v_channel_descale: optional (b, h_k, d_v), one scale per v channel.
     ``varlen``: (b, max_seqlen_q, max_seqlen_k) for packed (total, heads, dim) tensors.
+    ``fast_accum`` (the FP8 kernel's single accumulation): v per (b, h_k) only.
     """
+    flag("fp8_fast_accum", fast_accum)
     fp8 = is_fp8(q)
+    if fast_accum and not fp8:
+        raise ValueError(f"fp8_fast_accum is only used with float8_e4m3fn inputs (q is {q.dtype})")
     named = (("q_descale", q_descale, q), ("k_descale", k_descale, k), ("v_descale", v_descale, v))
     if not fp8:
         for n, d, _ in named + (("v_channel_descale", v_channel_descale, v),):
@@ -162,6 +166,10 @@ def fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_cha
             per_block = " or ".join(str(s) for s in ok if len(s) == 3)
             raise ValueError(f"{n} must have shape {per_head} (per batch and head) or "
                              f"{per_block} (per block of {blk}), got {tuple(d.shape)}")
+    if fast_accum and v_descale.dim() != 2:
+        raise ValueError(f"v_descale must be one per (batch, kv head), shape {(b, h_k)}, with "
+                         f"fp8_fast_accum (P@V accumulates over all keys before v's scale), got "
+                         f"{tuple(v_descale.shape)}; per-channel scales go in v_channel_descale")
     if v_channel_descale is not None:
         _descale_tensor(q, "v_channel_descale", v_channel_descale, "")
         want = (b, h_k, v.shape[-1])

@@ -12,7 +12,7 @@ from . import _backend, _checks, masking, ops, ops_serve, validation
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
               return_lse=False, q_descale=None, k_descale=None, v_descale=None,
               fp8_block_size=(128, 128), deterministic=False, v_channel_descale=None, sinks=None,
-              alibi_slopes=None, attention_chunk=0):
+              alibi_slopes=None, attention_chunk=0, fp8_fast_accum=False):
     """Scaled dot-product attention, FlashAttention-3 semantics.
 
     q (b, s_q, h, d), k (b, s_k, h_k, d), v (b, s_k, h_k, d_v) with h % h_k == 0.
@@ -22,6 +22,11 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     ``q_descale`` (b, h_k) or per block of ``fp8_block_size[0]`` rows, ``k_descale`` and
     ``v_descale`` (b, h_k) or per block of ``fp8_block_size[1]`` keys, optional
     ``v_channel_descale`` (b, h_k, d_v) applied to the output's columns (flash3/fp8.py).
+    ``fp8_fast_accum=True`` (float8 only; like torch._scaled_mm's use_fast_accum) trades accuracy
+    for speed as FA3's FP8 kernel does: P@V accumulates over all keys in the tensor cores' FP8
+    accumulator (truncating adds) instead of flash3's default two-level accumulation (an fp32 add
+    per key block); ``v_descale`` must then be (b, h_k), k/v blocks multiples of 128, no
+    ``attention_chunk`` (flash3/reference/fp8.py, 6').
     ``deterministic=True`` makes the backward bitwise reproducible run to run (the
     reference backward always is).
 
@@ -50,18 +55,21 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
     _checks.batched(q, k, v)
     scale, left, right, softcap = _checks.options(q, causal, softmax_scale, window_size, softcap)
     left, right = masking.normalize_window(causal, (left, right))
-    _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale)
+    _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale,
+                         fast_accum=fp8_fast_accum)
     _checks.flag("deterministic", deterministic)
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
     chunk = _checks.attention_chunk(attention_chunk, sinks=sinks is not None)
+    if fp8_fast_accum and chunk:
+        raise ValueError("attention_chunk is not available with fp8_fast_accum (no such FP8 kernel)")
     if sinks is not None:
         out, lse = ops_serve.attention_sinks_fwd(q, k, v, sinks, scale, left, right, softcap,
                                                  deterministic, alibi_slopes)
     elif _checks.is_fp8(q):
         out, lse = ops.attention_fp8(q, k, v, q_descale, k_descale, v_descale, scale, left,
                                      right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
-                                     v_channel_descale, chunk)
+                                     v_channel_descale, chunk, bool(fp8_fast_accum))
     else:
         out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic,
                                      alibi_slopes, chunk)

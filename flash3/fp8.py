@@ -66,7 +66,7 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
                   softmax_scale: Optional[float] = None, window_size=(-1, -1), softcap: float = 0.0,
                   hadamard: bool = True, block_size=(64, 128), smooth_k: Optional[bool] = None,
                   v_scale: str = "block+channel", seed: int = 0, tile_n: Optional[int] = None,
-                  return_lse: bool = False):
+                  return_lse: bool = False, fast_accum: bool = False):
     """End-to-end FP8 attention for fp16/bf16 (or fp32) (b, s, h, d) inputs.
 
     Pipeline (what a CUDA path runs as quantize kernels + the FP8 kernel):
@@ -93,6 +93,10 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     4. :func:`fp8_attention_reference` with key tiles of ``tile_n``
        (default :func:`kernel_tile_n`).
 
+    ``fast_accum=True``: the kernel's fast accumulation (FA3's; ``flash3.attention``'s
+    ``fp8_fast_accum``): faster, less accurate at long sequences. v's "block" descale is then one
+    per (batch, kv head) (P@V accumulates over all keys before it applies).
+
     Defaults (chosen with benchmarks/fp8_accuracy.py; none costs the kernel
     anything measurable: a scalar per 64-row slab, a per-row fp32 dot product
     in q's quantize pass, a d_v-vector multiply in the epilogue): Hadamard on
@@ -110,6 +114,7 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     _checks.qkv(q, k, v, INPUT_DTYPES)
     _checks.flag("hadamard", hadamard)
     _checks.flag("return_lse", return_lse)
+    _checks.flag("fast_accum", fast_accum)
     if not _checks.is_int(seed):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if smooth_k is not None and not isinstance(smooth_k, bool):
@@ -127,21 +132,22 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     if q.is_cuda:
         fast = _attention_fp8_cuda(q, k, v, scale=scale, left=left, right=right, softcap=softcap,
                                    hadamard=hadamard, br=br, bc=bc, smooth_k=smooth_k, v_scale=v_scale,
-                                   seed=seed, tile_n=tile_n)
+                                   seed=seed, tile_n=tile_n, fast_accum=fast_accum)
         if fast is not None:
             out, lse = fast
             return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
-    kblk, bn = _key_tiling(bc or 128, tile_n, max(q.shape[-1], v.shape[-1]))  # the kernel's: the larger dim's
+    kblk, bn = _key_tiling(bc or 128, tile_n, max(q.shape[-1], v.shape[-1]), 0, fast_accum)  # the kernel's
     q8, qd = quantize_fp8(q, block_size=br, hadamard=hadamard, seed=seed)
     if smooth_k:
         k8, kd, k_mean = quantize_fp8(k, block_size=bc, hadamard=hadamard, seed=seed, smooth=True)
     else:
         k8, kd = quantize_fp8(k, block_size=bc, hadamard=hadamard, seed=seed)
-    v8, vd, vcd = quantize_v_fp8(v, block_size=bc, channel=v_scale != "block",
+    v8, vd, vcd = quantize_v_fp8(v, block_size=None if fast_accum else bc, channel=v_scale != "block",
                                  block=v_scale != "channel")
     out, lse = fp8_attention_reference(q8, k8, v8, qd, kd, vd, softmax_scale=scale, causal=causal,
                                        window_left=left, window_right=right, softcap=softcap,
-                                       block_size=(br or 128, kblk), tile_n=bn, v_channel_descale=vcd)
+                                       block_size=(br or 128, kblk), tile_n=bn, v_channel_descale=vcd,
+                                       fast_accum=fast_accum)
     if smooth_k and return_lse:
         q_rot = hadamard_transform(q, seed=seed) if hadamard else q.float()
         lse = lse + smoothing_lse_correction(q_rot, k_mean, scale)
@@ -150,14 +156,14 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
 
 
 def _attention_fp8_cuda(q, k, v, *, scale, left, right, softcap, hadamard, br, bc, smooth_k, v_scale,
-                        seed, tile_n):
+                        seed, tile_n, fast_accum=False):
     """attention_fp8 on Hopper: the quantize kernel (q, k rows; v transposed and permuted for the
     attention kernel) then the FP8 attention kernel, the same algorithm as the emulation and no
     host synchronization. None when the kernels cannot take this call (the caller emulates)."""
     if (q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype
             or br is None or bc is None or v_scale == "channel" or not _quantize.available()
-            or tile_n not in (None, kernel_tile_n(max(q.shape[-1], v.shape[-1])))
-            or _backend.fp8_kernel_reason(q, k, v, scale, br, bc) is not None):
+            or tile_n not in (None, kernel_tile_n(max(q.shape[-1], v.shape[-1]), 0, fast_accum))
+            or _backend.fp8_kernel_reason(q, k, v, scale, br, bc, fast_accum=fast_accum) is not None):
         return None
     mean = None
     if smooth_k:  # the mean of the rotated k is the rotated mean of k (the transform is linear)
@@ -169,9 +175,11 @@ def _attention_fp8_cuda(q, k, v, *, scale, left, right, softcap, hadamard, br, b
     if v_scale != "block":
         vf = v.float()
         vcd = _descale_from_amax_nosync(vf.abs().amax(dim=1))  # (b, h_k, d_v)
-    vt, vd = _quantize.quantize_fp8_cuda(v, block_size=bc, channel_descale=vcd, layout="v_packed")
-    out, lse = _backend.run_kernel_fwd_fp8(q8, k8, v, qd, kd, vd, scale, left, right, softcap, br, bc,
-                                           v_channel_descale=vcd, vt=vt)
+    vt, vd = _quantize.quantize_fp8_cuda(v, block_size=None if fast_accum else bc, channel_descale=vcd,
+                                         layout="v_packed")
+    out, lse = _backend.run_kernel_fwd_fp8(q8, k8, v, qd, kd, vd[:, :, 0] if fast_accum else vd, scale, left,
+                                           right, softcap, br, bc, v_channel_descale=vcd, vt=vt,
+                                           fast_accum=fast_accum)
     if smooth_k:
         q_rot = hadamard_transform(q, seed=seed) if hadamard else q.float()
         lse = lse + smoothing_lse_correction(q_rot, mean, scale)

@@ -276,7 +276,7 @@ def dequantize_fp8(x8: torch.Tensor, descale: torch.Tensor, *, block_size: Optio
 # the FP8 kernel's operands: key tile width, packed V
 # --------------------------------------------------------------------------
 
-def kernel_tile_n(d: int, attention_chunk: int = 0) -> int:
+def kernel_tile_n(d: int, attention_chunk: int = 0, fast_accum: bool = False) -> int:
     """Key tile width ``tile_n`` of the Hopper FP8 forward kernel for head dim ``d``.
 
     128 keys for ``d <= 128``, 64 keys above: S, P, O and the fresh two-level
@@ -284,10 +284,13 @@ def kernel_tile_n(d: int, attention_chunk: int = 0) -> int:
     runs in two 64-column chunks to make room for 128 keys; at d = 256, O alone
     takes 128 registers); csrc/flash3/common/attn_logic.h fwd_fp8_tile_shape.
     With an ``attention_chunk`` (> 0), 32 keys above d = 128 (the chunk's bounds
-    spilled on 64: fwd_fp8_chunk_tile_shape).
+    spilled on 64: fwd_fp8_chunk_tile_shape).  With ``fast_accum`` (no fresh accumulator, no
+    chunk), 128 keys at every head dim (fwd_fp8_fast_tile_shape).
     """
     if not _checks.is_int(d) or d <= 0:
         raise ValueError(f"head dim must be a positive int, got {d!r}")
+    if fast_accum:
+        return 128
     if attention_chunk > 0 and d > 128:
         return 32
     return 128 if d <= 128 else 64

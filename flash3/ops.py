@@ -388,25 +388,26 @@ def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale:
                   v_descale: Tensor, softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, block_m: int,
                   block_n: int, v_channel_descale: Optional[Tensor] = None,
-                  attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
+                  attention_chunk: int = 0, fast_accum: bool = False) -> tuple[Tensor, Tensor]:
     if q.is_cuda:
-        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk)
+        reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk,
+                                            fast_accum=fast_accum)
         if reason is None:
             return _backend.run_kernel_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale,
                                                window_left, window_right, softcap, block_m, block_n,
                                                v_channel_descale=v_channel_descale,
-                                               attention_chunk=attention_chunk)
+                                               attention_chunk=attention_chunk, fast_accum=fast_accum)
         _backend.warn_fallback(reason, "FP8 forward")
     out, lse = fp8_attention_reference(
         q, k, v, q_descale, k_descale, v_descale, softmax_scale=softmax_scale,
         window_left=window_left, window_right=window_right, softcap=softcap, block_size=(block_m, block_n),
-        v_channel_descale=v_channel_descale, attention_chunk=attention_chunk)
+        v_channel_descale=v_channel_descale, attention_chunk=attention_chunk, fast_accum=fast_accum)
     return out.to(torch.bfloat16), lse.to(torch.float32).clone()
 
 
 @attention_fp8.register_fake
 def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
-      softcap, block_m, block_n, v_channel_descale=None, attention_chunk=0):
+      softcap, block_m, block_n, v_channel_descale=None, attention_chunk=0, fast_accum=False):
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_batched(q)
 

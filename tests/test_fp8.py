@@ -11,6 +11,8 @@ import math
 import pytest
 import torch
 
+import flash3
+
 from flash3.fp8 import (
     FP8_DTYPE,
     attention_fp64_reference,
@@ -582,6 +584,7 @@ def test_kernel_tile_n():
     from flash3.fp8 import kernel_tile_n
     assert [kernel_tile_n(d) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 128, 128, 64, 64]
     assert [kernel_tile_n(d, 48) for d in (32, 64, 96, 128, 192, 256)] == [128, 128, 128, 128, 32, 32]
+    assert [kernel_tile_n(d, fast_accum=True) for d in (32, 64, 128, 256)] == [128] * 4
     with pytest.raises(ValueError):
         kernel_tile_n(0)
 
@@ -1125,3 +1128,79 @@ def test_emulation_walks_the_kernel_key_tiles_by_default():
     assert torch.equal(mixed, run(64, 128, tile_n=128)) and not torch.equal(mixed, run(64, 128, tile_n=64))
     mixed = run(128, 256)
     assert torch.equal(mixed, run(128, 256, tile_n=64)) and not torch.equal(mixed, run(128, 256, tile_n=128))
+
+
+def test_fp8_mma_into_an_accumulator_hand_values():
+    """fp8_mma(a, b, c): c is the WGMMA's accumulator, aligned and truncated with each chunk's
+    products (worked by hand): against c = 1024 (leading bit 2^10, unit 2^-3), 32 products of 2^-4
+    are 0 each; 32 products of 2^-2 are 2 units each (+8); c = 1 keeps 2^-4 products (unit 2^-13)."""
+    ones = torch.ones(1, 32)
+    col = lambda x: torch.full((32, 1), x)  # noqa: E731
+    c = torch.tensor([[1024.0]])
+    assert fp8_mma(ones, col(2.0 ** -4), c).item() == 1024.0  # exact fp32: 1026
+    assert fp8_mma(ones, col(2.0 ** -2), c).item() == 1032.0
+    assert fp8_mma(ones, col(2.0 ** -4), torch.tensor([[1.0]])).item() == 3.0
+    assert fp8_mma(ones, col(-(2.0 ** -4)), c).item() == 1024.0  # toward zero, not 1023.875
+    # None: from zero, the same as no accumulator; c broadcasts over the batch
+    a, b = torch.ones(3, 2, 64), torch.full((64, 5), 0.5)
+    assert torch.equal(fp8_mma(a, b, torch.zeros(2, 5)), fp8_mma(a, b))
+    assert fp8_mma(a[:, :, :0], b[:0], torch.full((2, 5), 7.0)).eq(7.0).all()
+
+
+def _fast_inputs(s_q=200, s_k=700, h=4, hk=2, d=64, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, s, n, d, generator=g) for s, n in ((s_q, h), (s_k, hk), (s_k, hk)))
+    q8, qd = quantize_fp8(q, block_size=64)
+    k8, kd = quantize_fp8(k, block_size=128)
+    v8, vd = quantize_fp8(v, block_size=None)
+    return q8, k8, v8, qd, kd, vd * (torch.rand(vd.shape, generator=g) + 0.5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fast_accum_is_the_same_algorithm_with_exact_adds(monkeypatch, causal):
+    """With exact fp32 tensor-core adds (FP8_MMA_KEPT_BITS None), fast accumulation differs from the
+    two-level one only by fp32 rounding: the same tiles, maxes, P and v descale."""
+    q8, k8, v8, qd, kd, vd = _fast_inputs()
+    monkeypatch.setattr(fp8_reference, "FP8_MMA_KEPT_BITS", None)
+    kw = dict(causal=causal, block_size=(64, 128), tile_n=128)
+    two, lse2 = fp8_attention_reference(q8, k8, v8, qd, kd, vd, **kw)
+    fast, lse_f = fp8_attention_reference(q8, k8, v8, qd, kd, vd, fast_accum=True, **kw)
+    assert torch.equal(lse2, lse_f)
+    assert (fast - two).abs().max().item() < 1e-5
+
+
+def test_fast_accum_truncates_against_a_large_o():
+    """The emulation's fast path adds P@V into O through the truncating accumulator: one row whose
+    first (rightmost, visited first) keys carry a large v and later ones small values loses them."""
+    d = 64
+    q8 = torch.zeros(1, 1, 1, d).to(FP8_DTYPE)  # all scores 0: P = 256 for every key
+    k8 = torch.zeros(1, 256, 1, d).to(FP8_DTYPE)
+    v = torch.full((1, 256, 1, d), 2.0 ** -9)
+    v[:, 128:] = 1.0  # the last key tile (visited first): O = 128 * 256 = 2^15 after it
+    v8 = v.to(FP8_DTYPE)
+    two, _ = fp8_attention_reference(q8, k8, v8, block_size=(64, 128))
+    fast, _ = fp8_attention_reference(q8, k8, v8, block_size=(64, 128), fast_accum=True)
+    # two-level: (2^15 + 128 * 256 * 2^-9) / (256 * 256) = 0.5 + 2^-10; fast: the small tile's
+    # products (256 * 2^-9 = 2^-1 each) fall below O's unit 2^(15-13) = 4 and truncate to 0
+    assert two[0, 0, 0, 0].item() == 0.5 + 2.0 ** -10
+    assert fast[0, 0, 0, 0].item() == 0.5
+
+
+def test_fast_accum_arguments():
+    q8, k8, v8, qd, kd, vd = _fast_inputs()
+    kw = dict(q_descale=qd, k_descale=kd, fp8_block_size=(64, 128))
+    out = flash3.attention(q8, k8, v8, v_descale=vd, fp8_fast_accum=True, **kw)
+    ref, _ = fp8_attention_reference(q8, k8, v8, qd, kd, vd, block_size=(64, 128), fast_accum=True)
+    assert torch.equal(out, ref.to(torch.bfloat16))
+    vd_block = vd[:, :, None].expand(2, 2, 6).contiguous()
+    with pytest.raises(ValueError, match="v_descale must be one per"):
+        flash3.attention(q8, k8, v8, v_descale=vd_block, fp8_fast_accum=True, **kw)
+    with pytest.raises(ValueError, match="attention_chunk"):
+        flash3.attention(q8, k8, v8, v_descale=vd, fp8_fast_accum=True, attention_chunk=64, **kw)
+    with pytest.raises(TypeError, match="fp8_fast_accum"):
+        flash3.attention(q8, k8, v8, v_descale=vd, fp8_fast_accum=1, **kw)
+    x = torch.randn(1, 8, 2, 64)
+    with pytest.raises(ValueError, match="fp8_fast_accum"):
+        flash3.attention(x, x, x, fp8_fast_accum=True)
+    with pytest.raises(ValueError, match="v_descale must be one per"):
+        fp8_attention_reference(q8, k8, v8, qd, kd, vd_block, block_size=(64, 128), fast_accum=True)

@@ -163,6 +163,20 @@ def test_fp8_forward_chunk_tile_and_seqused(driver):
     assert driver(["fwd_fp8 chunk=-1"])[0].startswith("error: flash3.fwd_fp8_sm90: attention_chunk")
 
 
+def test_fp8_forward_fast_accum(driver):
+    """fast_accum reaches the kernel with v's one descale per (batch, kv head) (b, h_k, 1): count 1;
+    at d 256 the fast tile's 128 keys size k's descales (300 keys: 3 entries, the plain tile's 5).
+    A per-block v descale or an attention chunk is refused by name."""
+    f = fields(driver(["fwd_fp8 d=256 kv_block=128 fast=1 vd_blocks=1"])[0])
+    assert f["kernel"] == "e4m3:256:256" and f["fast_accum"] == "1"
+    assert (f["k_descale_count"], f["v_descale_count"]) == ("3", "1")
+    assert fields(driver(["fwd_fp8 d=256 kv_block=128"])[0])["fast_accum"] == "0"
+    assert driver(["fwd_fp8 fast=1"])[0] == (
+        "error: flash3: v_descale (one per (batch, kv head) with fast_accum) has shape [2, 2, 3], expected [2, 2, 1]")
+    assert driver(["fwd_fp8 fast=1 vd_blocks=1 chunk=48"])[0] == (
+        "error: flash3.fwd_fp8_sm90: fast_accum takes no attention_chunk (no such kernel)")
+
+
 def test_decode_split_kv_and_its_combine(driver):
     split, one, varlen = driver(["kvcache splits=3", "kvcache splits=1",
                                  "kvcache varlen=1 sq=7 page=16 total_q=9"])

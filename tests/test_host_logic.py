@@ -475,10 +475,12 @@ def test_pick_next_kernel_up(driver, d, dv):
 def test_fp8_emulation_key_tiles_are_the_kernel_tiles(driver, d):
     """flash3.fp8_quant.kernel_tile_n (the emulation's key tiles, which its numerics depend on) is
     the FP8 kernel's block_n, with and without an attention chunk (attn_logic.h fwd_fp8_tile_shape,
-    fwd_fp8_chunk_tile_shape); a chunk keeps the plain tile where it fits (fwd_fp8_tile_takes_chunk)."""
+    fwd_fp8_chunk_tile_shape, fwd_fp8_fast_tile_shape); a chunk keeps the plain tile where it fits
+    (fwd_fp8_tile_takes_chunk)."""
     from flash3.fp8_quant import kernel_tile_n
-    plain, chunked = (list(map(int, driver([f"fp8_tile_shape {d} {d} {c}"])[0].split())) for c in (0, 1))
+    plain, chunked, fast = (list(map(int, driver([f"fp8_tile_shape {d} {d} {c}"])[0].split())) for c in (0, 1, 2))
     assert plain[1] == kernel_tile_n(d) and chunked[1] == kernel_tile_n(d, attention_chunk=48)
+    assert fast[1] == kernel_tile_n(d, fast_accum=True) and fast[0] == plain[0] and fast[3] == plain[3]
     assert (plain == chunked) == (d <= 128)
     assert 128 % chunked[1] == 0 and chunked[0] == plain[0] and chunked[3] == plain[3]
 

@@ -159,7 +159,14 @@ def test_op_call_fp8(feature):
     assert c["fp8_block"] == want_block and (s["q_block"], s["kv_block"]) == want_block
     if feature == "perhead":
         assert [tuple(x.shape) for x in c["descales"][:3]] == [(2, 2, 1)] * 3
-    assert [t[n] for n in ("q_descale", "k_descale", "v_descale", "v_channel_descale")] == list(c["descales"])
+    got = [t[n] for n in ("q_descale", "k_descale", "v_descale", "v_channel_descale")]
+    assert all(torch.equal(x, y) for x, y in zip(got, smoke.fp8_op_descales(c)))
+    # fastacc: one v descale per (batch, kv head), the op's (b, h_k, 1), and the fast_accum flag
+    assert s.get("fast_accum", 0) == (feature == "fastacc")
+    if feature == "fastacc":
+        assert tuple(t["v_descale"].shape) == (2, 2, 1) and torch.equal(t["v_descale"][:, :, 0], c["descales"][2])
+    else:
+        assert got == list(c["descales"])
     if c["cu_q"] is not None:  # nantail: v's rows past cu_seqlens_k[-1] are not packed (nor past seqused_k)
         want = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"], c.get("seqused_k"))
         assert torch.equal(t["v"].view(torch.uint8), want.view(torch.uint8))

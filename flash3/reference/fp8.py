@@ -49,6 +49,10 @@ formed):
    ``O_acc = O_acc * alpha + (P8 @ v8) * v_descale[key block]`` in fp32
    per tile (``P8 @ v8`` by :func:`fp8_mma` over the tile's keys, from zero) (the kernel folds the per-block v descale into the running
    rescale; this is mathematically the same).
+6'. With fast accumulation (``fast_accum``; FA3's, torch._scaled_mm's use_fast_accum): no
+   fresh accumulator, ``O_acc = fp8_mma(P8, v8, O_acc * alpha)``: the tensor cores add each 32-key
+   chunk's products into O itself, truncated to 13 bits below the largest of them and O (so late
+   keys lose bits against a large O); ``v_descale`` is one per (batch, kv head), multiplied at 7.
 7. ``O = O_acc / l`` (times ``v_channel_descale[channel]`` if given: an
    optional per-(batch, kv head, channel) v scale applied to O's columns once
    at the end); ``lse = m + log(l) - 8 ln 2``.  Rows that see no key get
@@ -87,9 +91,11 @@ FP8_MMA_KEPT_BITS: Optional[int] = 13
 FP8_MMA_CHUNK = 32
 
 
-def fp8_mma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` (broadcasting batch dims) of exact FP8 values (any float dtype holding them) with
-    the tensor cores' FP8 accumulation, chunk by chunk along the inner dimension; fp32 result.
+def fp8_mma(a: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``c + a @ b`` (broadcasting batch dims; ``c`` None: 0) of exact FP8 values (any float dtype
+    holding them) with the tensor cores' FP8 accumulation, chunk by chunk along the inner
+    dimension, into ``c`` as the WGMMA's accumulator (fp32, truncated with the first chunk's
+    products as any accumulator is); fp32 result.
 
     Exact in fp32 for up to 17 kept bits: an e4m3 product has at most 8 significant bits, the
     units are powers of two (so dividing by them is exact), and each chunk's truncated terms are
@@ -98,17 +104,21 @@ def fp8_mma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     formed a slab of batch entries at a time (_MMA_SLAB_BYTES) so that the few passes over them
     stay in the CPU's cache, 3-4x faster than one pass over a whole tile batch."""
     if FP8_MMA_KEPT_BITS is None:
-        return torch.matmul(a.float(), b.float())
+        out = torch.matmul(a.float(), b.float())
+        return out if c is None else c.float() + out
     work = torch.float32 if FP8_MMA_KEPT_BITS <= 17 else torch.float64
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if c is not None:
+        batch = torch.broadcast_shapes(batch, c.shape[:-2])
     # (entries, k, m) and (entries, k, n): each chunk's products are then (entries, 32, m, n),
     # reduced over a leading dim with the key/column dim contiguous
     entries = math.prod(batch)
     at = a.to(work).transpose(-1, -2).expand(*batch, k, m).reshape(entries, k, m)
     bk = b.to(work).expand(*batch, k, n).reshape(entries, k, n)
+    ck = None if c is None else c.to(work).expand(*batch, m, n).reshape(entries, m, n)
     step = max(1, _MMA_SLAB_BYTES // (FP8_MMA_CHUNK * max(m * n, 1) * at.element_size()))
-    out = torch.cat([_fp8_mma_slab(at[i:i + step], bk[i:i + step])
+    out = torch.cat([_fp8_mma_slab(at[i:i + step], bk[i:i + step], None if ck is None else ck[i:i + step])
                      for i in range(0, entries, step)]) if entries else at.new_zeros(0, m, n)
     return out.reshape(*batch, m, n).float()
 
@@ -116,9 +126,10 @@ def fp8_mma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 _MMA_SLAB_BYTES = 1 << 20  # one chunk's products per slab: about a core's L2
 
 
-def _fp8_mma_slab(at: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """fp8_mma on (e, k, m) transposed and (e, k, n) operands; (e, m, n) in their dtype."""
-    acc = None
+def _fp8_mma_slab(at: torch.Tensor, b: torch.Tensor, c: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """fp8_mma on (e, k, m) transposed and (e, k, n) operands and an (e, m, n) accumulator or None;
+    (e, m, n) in their dtype."""
+    acc = c
     for k0 in range(0, at.shape[1], FP8_MMA_CHUNK):
         prod = at[:, k0:k0 + FP8_MMA_CHUNK, :, None] * b[:, k0:k0 + FP8_MMA_CHUNK, None, :]
         mx = torch.maximum(prod.amax(dim=1), prod.amin(dim=1).neg_())
@@ -131,7 +142,7 @@ def _fp8_mma_slab(at: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         acc = s.mul_(unit)
     if acc is None:
         return at.new_zeros(at.shape[0], at.shape[2], b.shape[2])
-    return acc
+    return acc.clone() if acc is c else acc
 
 
 def _truncation_unit(mx: torch.Tensor) -> torch.Tensor:
@@ -172,7 +183,7 @@ def _tile_state(r0, r1, c0, c1, s_q, s_k, left, right, chunk=0):
 
 
 def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, kblk,
-                p_dtype, p_offset_log2, vcd=None, mma=torch.matmul, chunk=0):
+                p_dtype, p_offset_log2, vcd=None, mma=torch.matmul, chunk=0, fast=False):
     """FlashAttention tile loop, key tiles walked from the LAST to the FIRST.
 
     qf: (b, hk, g, s_q, d) fp32;  kf: (b, hk, 1, s_k, d);  vf: (b, hk, 1, s_k, dv).
@@ -184,6 +195,8 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
     vcd: (b, hk, 1, 1, dv) or None, applied to the output columns at the end.
     P is rounded to ``p_dtype`` before the PV product (None = no rounding).  ``mma`` computes
     both products (:func:`fp8_mma` for the FP8 kernel's tensor cores).  ``chunk``: attention_chunk.
+    ``fast``: fast accumulation -- P@V accumulates into ``acc`` itself (``mma(p, v, acc * alpha)``)
+    and ``vd`` (one per (batch, kv head)) multiplies the output at the end.
     Returns out (b, hk, g, s_q, dv) fp32 and lse (b, hk, g, s_q) fp32.
     """
     assert kblk % bn == 0, (kblk, bn)
@@ -228,14 +241,19 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
             l = l * alpha + p.sum(dim=-1)  # row sums from the UNROUNDED fp32 P
             if p_dtype is not None:
                 p = p.to(p_dtype).float()
-            pv = mma(p, vf[:, :, :, c0:c1])
-            if vd is not None:
-                pv = pv * vd[..., kj][..., None, None]
-            acc = acc * alpha[..., None] + pv
+            if fast:  # the WGMMA accumulates into O, rescaled first (FwdConsumer::step)
+                acc = mma(p, vf[:, :, :, c0:c1], acc * alpha[..., None])
+            else:
+                pv = mma(p, vf[:, :, :, c0:c1])
+                if vd is not None:
+                    pv = pv * vd[..., kj][..., None, None]
+                acc = acc * alpha[..., None] + pv
             m = m_new
         has = l > 0
         l_safe = torch.where(has, l, torch.ones_like(l))
         o = acc / l_safe[..., None]
+        if fast and vd is not None:
+            o = o * vd[..., :1, None]
         if vcd is not None:
             o = o * vcd
         out[:, :, :, r0:r1] = torch.where(has[..., None], o, torch.zeros_like(acc))
@@ -266,10 +284,10 @@ def _descale_blocks(desc, name, *, b, heads_ok, hk, g, s, blk, is_q, device):
                      f"rows), got {tuple(desc.shape)}")
 
 
-def _key_tiling(block_c, tile_n, d, attention_chunk=0):
+def _key_tiling(block_c, tile_n, d, attention_chunk=0, fast_accum=False):
     """(descale block, key tile) for the emulation; see fp8_attention_reference."""
     if tile_n is None:
-        tile = kernel_tile_n(d, attention_chunk)
+        tile = kernel_tile_n(d, attention_chunk, fast_accum)
         if block_c is not None and block_c % tile:
             tile = math.gcd(block_c, tile)  # not a kernel configuration: finer tiles
     else:
@@ -302,7 +320,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                             block_size=(128, 128), tile_n: Optional[int] = None,
                             v_channel_descale: Optional[torch.Tensor] = None, attention_chunk: int = 0,
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+                            fast_accum: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Emulate the Hopper FP8 forward kernel (see the module docstring).
 
     ``q``, ``k``, ``v`` are ``float8_e4m3fn`` of shape (b, s, h|h_k, d).
@@ -314,6 +332,8 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ``v_channel_descale``: optional ``(b, h_k, d_v)`` scale of v's channels,
     applied to the output columns at the end (``v = v8 * v_descale[block] *
     v_channel_descale[channel]``).  ``attention_chunk`` (0 = off): FA3's chunked local attention.
+    ``fast_accum``: the kernel's fast accumulation (module docstring, 6'): ``v_descale`` one per
+    (batch, kv head), key tiles of 128, no ``attention_chunk``.
 
     Tiling: query rows are independent (the tile height does not change the
     result); keys are processed in tiles of ``tile_n`` keys from the last tile
@@ -332,7 +352,14 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     br = 128 if br is None else br
     bc = 128 if bc is None else bc
     chunk = _checks.int_at_least("attention_chunk", attention_chunk, 0)
-    kblk, bn = _key_tiling(bc, tile_n, max(d, dv), chunk)  # the kernel that runs: the larger dim's
+    _checks.flag("fast_accum", fast_accum)
+    if fast_accum:
+        if chunk:
+            raise ValueError("attention_chunk is not available with fast_accum (no such FP8 kernel)")
+        if v_descale is not None and v_descale.dim() != 2:
+            raise ValueError(f"v_descale must be one per (batch, kv head), (b, h_k), with fast_accum "
+                             f"(P@V accumulates over every key block), got shape {tuple(v_descale.shape)}")
+    kblk, bn = _key_tiling(bc, tile_n, max(d, dv), chunk, fast_accum)  # the kernel that runs: the larger dim's
     scale, softcap = _checks.scale_softcap(softmax_scale, softcap, d)
     left, right = normalize_window(causal, _checks.window(window_left, window_right, causal))
     dev = q.device
@@ -348,7 +375,7 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     vf = v.float().permute(0, 2, 1, 3).unsqueeze(2)
     out, lse = _tiled_core(qf, kf, vf, qd, kd, vd, scale=scale, softcap=softcap, left=left, right=right,
                            br=br, bn=bn, kblk=kblk, p_dtype=FP8_DTYPE, p_offset_log2=P_MAX_OFFSET_LOG2,
-                           vcd=vcd, mma=fp8_mma, chunk=chunk)
+                           vcd=vcd, mma=fp8_mma, chunk=chunk, fast=fast_accum)
     out = out.reshape(b, h, s_q, dv).permute(0, 2, 1, 3).contiguous()
     return out, lse.reshape(b, h, s_q)
 

@@ -62,7 +62,8 @@ void fake_fwd(const flash3::FwdParams& p, void*) { rec_fwd(kBf16 ? "bf16" : "fp1
 template <int kD>
 void fake_fp8(const flash3::FwdParams& p, void*) {
   rec_fwd("e4m3", kD, kD, p);
-  g_rec << " q_descale_count=" << p.fp8.q.count << " k_descale_count=" << p.fp8.k.count;
+  g_rec << " q_descale_count=" << p.fp8.q.count << " k_descale_count=" << p.fp8.k.count
+        << " v_descale_count=" << p.fp8.v.count << " fast_accum=" << int(p.fp8.fast_accum);
 }
 template <bool kFp8Cache>
 void fake_decode(const flash3::FwdParams& p, void*) { rec_fwd(kFp8Cache ? "decode_e4m3" : "decode", 128, 128, p); }
@@ -214,16 +215,17 @@ static void fwd_fp8(FakeBackend& be, const Args& a) {
                       &out = make({b, sq, hq, d}, h::DType::bf16), &lse = make({b, hq, sq}, h::DType::f32);
   const h::TensorView &qd = make({b, hq, (sq + q_block - 1) / q_block}, h::DType::f32),
                       &kd = make({b, hk, (sk + kv_block - 1) / kv_block}, h::DType::f32),
-                      &vd = make({b, hk, (sk + kv_block - 1) / kv_block}, h::DType::f32);
+                      &vd = make({b, hk, num(a, "vd_blocks", (sk + kv_block - 1) / kv_block)}, h::DType::f32);
   // kd_stride0: k_descale's batch stride (a strided view; the fake tensor's memory is never read)
   if (num(a, "kd_stride0", 0)) const_cast<int64_t*>(kd.stride_)[0] = num(a, "kd_stride0", 0);
   // vchan=N: a v_channel_descale of (b, h_k, N) (d_v = d is the right N)
   const h::TensorView* vc = num(a, "vchan", 0) ? &make({b, hk, num(a, "vchan", 0)}, h::DType::f32) : nullptr;
-  // usedq=1 / usedk=1: a seqused_q / seqused_k (b,) int32 (batched here: refused); chunk=N
+  // usedq=1 / usedk=1: a seqused_q / seqused_k (b,) int32 (batched here: refused); chunk=N;
+  // fast=1: fast_accum (vd_blocks=1: its (b, h_k, 1) v descale)
   const h::TensorView* used_q = num(a, "usedq", 0) ? &make({b}, h::DType::i32) : nullptr;
   const h::TensorView* used_k = num(a, "usedk", 0) ? &make({b}, h::DType::i32) : nullptr;
   h::fwd_fp8_sm90(be, q, k, vt, out, lse, qd, kd, vd, vc, q_block, kv_block, 0.1, -1, num(a, "wr", -1), 0.0, nullptr,
-                  nullptr, 0, 0, used_q, used_k, num(a, "chunk", 0));
+                  nullptr, 0, 0, used_q, used_k, num(a, "chunk", 0), num(a, "fast", 0) != 0);
 }
 
 static void kvcache(FakeBackend& be, const Args& a) {

@@ -145,10 +145,12 @@ int main() {
       in >> d >> dv;
       const TileShape s = fwd_tile_shape(d, dv);
       std::printf("%d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers, fwd_smem_bytes(d, dv));
-    } else if (cmd == "fp8_tile_shape") {  // d d_v chunk -> block_m block_n stages consumers
-      int d, dv, chunk;
-      in >> d >> dv >> chunk;
-      const TileShape s = chunk ? fwd_fp8_chunk_tile_shape(d, dv) : fwd_fp8_tile_shape(d, dv);
+    } else if (cmd == "fp8_tile_shape") {  // d d_v variant (0 plain, 1 chunk, 2 fast) -> block_m block_n stages consumers
+      int d, dv, variant;
+      in >> d >> dv >> variant;
+      const TileShape s = variant == 2 ? fwd_fp8_fast_tile_shape(d, dv)
+                          : variant    ? fwd_fp8_chunk_tile_shape(d, dv)
+                                       : fwd_fp8_tile_shape(d, dv);
       std::printf("%d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers);
     } else if (cmd == "decode_tile_shape") {  // d d_v fp8_cache -> block_m block_n stages consumers smem
       int d, dv, fp8;

@@ -625,11 +625,11 @@ def write_bin(path, make):
         make().tofile(path)
 
 
-def write_fp8_case(case, b, s, h, d, causal):
+def write_fp8_case(case, b, s, h, d, causal, fast=False):
     """A simulator case for torch.ops.flash3.fwd_fp8_sm90 as attention_fp8 calls it by default: e4m3 q, k
     and vt (the packed V, (b, h, d, s padded to 16)) of N(0,1) values, written as .bin (the driver's
     generated fills are 16/32-bit), descales per 64 query rows / 128 keys (block_size (64, 128)) and per
-    V channel, all 1."""
+    V channel, all 1. ``fast``: fast_accum, v's descale one per (batch, head)."""
     import numpy as np
     import torch
     case.mkdir(parents=True, exist_ok=True)
@@ -645,7 +645,7 @@ def write_fp8_case(case, b, s, h, d, causal):
     write_bin(case / "v.bin", lambda: e4m3(nv))
     lines.append(f"tensor v e4m3 4 {b} {h} {d} {s_pad} {h * d * s_pad} {d * s_pad} {s_pad} 1")
     for name, blk in (("q_descale", 64), ("k_descale", 128), ("v_descale", 128)):
-        nb = -(-s // blk)
+        nb = 1 if fast and name == "v_descale" else -(-s // blk)
         write_bin(case / f"{name}.bin", lambda: np.ones(b * h * nb, np.float32))
         lines.append(f"tensor {name} f32 3 {b} {h} {nb} {h * nb} {nb} 1")
     write_bin(case / "v_channel_descale.bin", lambda: np.ones(b * h * d, np.float32))
@@ -653,17 +653,17 @@ def write_fp8_case(case, b, s, h, d, causal):
     lines.append(f"tensor out bf16 4 {b} {s} {h} {d} " + " ".join(map(str, st)) + " nan")
     lines.append(f"tensor lse f32 3 {b} {h} {s} {h * s} {s} 1 nan")
     scal = dict(softmax_scale=float(d) ** -0.5, window_left=-1, window_right=0 if causal else -1,
-                softcap=0.0, q_block=64, kv_block=128, no_outputs=1)
+                softcap=0.0, q_block=64, kv_block=128, no_outputs=1, **({"fast_accum": 1} if fast else {}))
     lines += [f"{k} {v.hex() if isinstance(v, float) else v}" for k, v in scal.items()]
     (case / "case.txt").write_text("\n".join(lines) + "\n")
 
 
-def flash3_fp8_row(driver, d, causal, s, sample):
+def flash3_fp8_row(driver, d, causal, s, sample, fast=False):
     """flash3's FP8 (e4m3) forward kernel alone (the quantization before it is not timed, as in FA3's FP8
-    figures) at the paper's shape."""
+    figures) at the paper's shape; ``fast``: with fast_accum (FA3's single accumulation)."""
     b, s, h, d = paper_shape(s, d)
-    case = WORK / f"flash3-e4m3-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}"
-    write_fp8_case(case, b, s, h, d, causal)
+    case = WORK / f"flash3-e4m3{'-fast' if fast else ''}-d{d}-{'causal' if causal else 'full'}-s{s}{sample_tag(sample)}"
+    write_fp8_case(case, b, s, h, d, causal, fast)
     recs = run_timed([str(driver), str(case)], case.name, sample, atomics=True)
     if not recs:
         return None

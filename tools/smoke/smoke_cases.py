@@ -41,8 +41,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # GQA varlen batches with s_k - s_q of both signs, a sequence of 0 queries and one of 0 keys: chunk
 # 48 (no block's multiple: chunk starts inside tiles) with causal, and chunk 160 (wider than a
 # block) with a window (200, 150) wide enough to leave a tile within one chunk unmasked blocks.
+# "fastacc" (FP8 only): the FP8 kernel's fast accumulation (fast_accum: P.V accumulated over every
+# key block in the WGMMA accumulator) on a causal GQA batch, k descales per block and one random v
+# descale per (batch, kv head), against the emulation's fast_accum.
 FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "determ", "dlse", "sq_gt_sk",
-            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq", "chunk"]
+            "perhead", "nextdim", "onekey", "nantail", "sinks", "alibi", "sequsedq", "chunk", "fastacc"]
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
@@ -199,8 +202,9 @@ CHUNK_PARTS = [(48, True, (-1, -1), ([SQ, 77, 150, 1, 5], [SK, 40, 97, 64, 0])),
 # deterministic mode, "dlse" its gradient flowing into lse; the FP8 op takes no sinks). Keyed by
 # family(): the dtype, or "bwd".
 NOT_APPLICABLE = {"e4m3": {"kvcache", "determ", "dlse", "nextdim", "onekey", "sinks", "alibi"},
-                  "bf16": {"determ", "dlse", "perhead", "onekey"}, "fp16": {"determ", "dlse", "perhead", "onekey"},
-                  "bwd": {"kvcache", "perhead"}}
+                  "bf16": {"determ", "dlse", "perhead", "onekey", "fastacc"},
+                  "fp16": {"determ", "dlse", "perhead", "onekey", "fastacc"},
+                  "bwd": {"kvcache", "perhead", "fastacc"}}
 # Features the CI subset (ci_cases) runs in the first group of their feature list only (bf16 before
 # fp16; 16-bit decode before FP8-cache decode; the backward is its own group): "sinks" is fp32
 # epilogue/combine code that neither q's dtype nor the cache's changes; "alibi" is fp32 score-mod
@@ -373,6 +377,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["causal"], h, hk = True, 6, 2
     elif feature == "alibi":
         h, hk = 6, 2
+    elif feature == "fastacc":
+        c["causal"], c["fast_accum"], h, hk = True, True, 6, 2
     elif feature == "chunk":
         c["chunk"], c["causal"], c["window"], _ = CHUNK_PARTS[part]
         h, hk = 4, 2
@@ -500,7 +506,8 @@ def _quantize_case(c: dict, g) -> dict:
     if c["cu_q"] is None:
         c["q"], qd = fp8.quantize_fp8(c["q"], block_size=c["fp8_block"][0])
         c["k"], kd = fp8.quantize_fp8(c["k"], block_size=c["fp8_block"][1])
-        c["v"], vd, vcd = fp8.quantize_v_fp8(c["v"], block_size=c["fp8_block"][1])
+        # fastacc: one v descale per (batch, kv head) (block_size None), as fast_accum requires
+        c["v"], vd, vcd = fp8.quantize_v_fp8(c["v"], block_size=None if c.get("fast_accum") else c["fp8_block"][1])
         # quantize_v_fp8's block descales are all 1 (its channel descales absorb the scale), and K's
         # follow the data: random factors in [0.5, 1.5) make a block descale applied to the wrong
         # block, or not at all, change the output (the reference takes the same descales).
@@ -1145,18 +1152,27 @@ def _launch_fwd(c, out, lse):
                               c["softcap"], **extra)
 
 
+def fp8_op_descales(c):
+    """The descales as fwd_fp8_sm90 takes them: fast_accum's v descale (b, h_k) as (b, h_k, 1)."""
+    qd, kd, vd, vcd = c["descales"]
+    return qd, kd, vd[:, :, None] if c.get("fast_accum") else vd, vcd
+
+
 def _launch_fp8(c, out, lse):
     import torch
     from flash3 import fp8
     extra = {n: c[n] for n in ("seqused_q", "seqused_k") if c.get(n) is not None}
     if c.get("chunk"):  # builds without attention_chunk: no argument
         extra["attention_chunk"] = c["chunk"]
+    qd, kd, vd, vcd = fp8_op_descales(c)
+    if c.get("fast_accum"):
+        extra["fast_accum"] = True
     if c["cu_q"] is not None:  # packed V past seqused_k zeroed (flash3._backend.run_kernel_fwd_fp8)
         vt = fp8.pack_v_fp8_varlen(c["v"], c["cu_k"], c.get("seqused_k"))
         tail = (c["cu_q"], c["cu_k"], c["max_q"], c["max_k"])
     else:
         vt, tail = fp8.pack_v_fp8(c["v"]), ()
-    torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, *c["descales"], *c["fp8_block"],
+    torch.ops.flash3.fwd_fp8_sm90(c["q"], c["k"], vt, out, lse, qd, kd, vd, vcd, *c["fp8_block"],
                                   c["q"].shape[-1] ** -0.5, *op_window(c), c["softcap"], *tail, **extra)
 
 
@@ -1276,7 +1292,8 @@ def fp8_reference(c: dict):
     qd, kd, vd, vcd = map(cpu, c["descales"])
     kw = dict(softmax_scale=q.shape[-1] ** -0.5, causal=c["causal"], window_left=c["window"][0],
               window_right=c["window"][1], softcap=c["softcap"], block_size=c["fp8_block"],
-              v_channel_descale=vcd, attention_chunk=int(c.get("chunk") or 0))
+              v_channel_descale=vcd, attention_chunk=int(c.get("chunk") or 0),
+              fast_accum=bool(c.get("fast_accum")))
     if c["cu_q"] is not None:
         return fp8.fp8_attention_varlen_reference(q, k, v, cpu(c["cu_q"]), cpu(c["cu_k"]), qd, kd, vd,
                                                   max_seqlen_q=c["max_q"], max_seqlen_k=c["max_k"],

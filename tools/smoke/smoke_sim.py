@@ -156,9 +156,11 @@ def op_call(c: dict, out, lse) -> tuple[str, dict, dict]:
     else:  # the op takes max_seqlen_* only with cu_seqlens (0 otherwise)
         tensors["v"] = fp8.pack_v_fp8(c["v"])
         scalars.update(max_seqlen_q=0, max_seqlen_k=0)
-    qd, kd, vd, vcd = c["descales"]
+    qd, kd, vd, vcd = smoke_cases.fp8_op_descales(c)
     tensors.update(q_descale=qd, k_descale=kd, v_descale=vd, v_channel_descale=vcd)
     scalars.update(q_block=c["fp8_block"][0], kv_block=c["fp8_block"][1])
+    if c.get("fast_accum"):
+        scalars["fast_accum"] = 1
     return "fwd_fp8", tensors, scalars
 
 

@@ -60,6 +60,20 @@ struct FwdFp8Steps {
     prefetch(params, fr, w.blocks.end - 2);
   }
 
+  // Fast accumulation (Tr::kFastAccum; FwdConsumer::step runs block n): the descale of S_n's scores,
+  // and the read of the next block's k descale. v's one descale (per (batch, kv head): launch_fwd
+  // checks) stays in fr.v_descale_p (init) until fast_finish.
+  template <class F>
+  static __device__ __forceinline__ void next_scores(typename Tr::KernelParams const& params, F& fr, int n) {
+    fr.s_descale = fr.q_descale * fr.k_next;
+    fr.k_next = entry(params.p.fp8.k, fr.k_row, n - 1);
+  }
+  template <class F>
+  static __device__ __forceinline__ void fast_finish(F const& fr, float (&inv_sum)[kRows]) {
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) inv_sum[mi] *= fr.v_descale_p;
+  }
+
   // The raw scores of block n carry q_descale * k_descale[n] (fr.s_descale). Before a score mod
   // (softcap: tanh of the descaled score), or for a descale that is not > 0 (a positive factor keeps
   // the row max), they are multiplied here and 1 is returned; otherwise the descale is returned, for

@@ -117,6 +117,7 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
     fwd_check(varlen_q == varlen_k && (p.seqused_k == nullptr || varlen_k),
               "the FP8 kernel takes q and k both packed (varlen) or both batched, and seqused_k with packed keys only");
     fwd_check(p.fp8.q.ptr && p.fp8.k.ptr && p.fp8.v.ptr, "FP8: q, k and v descales are required");
+    fwd_check(!Tr::kFastAccum || p.fp8.v.count == 1, "FP8 fast accumulation: one v descale per (batch, kv head)");
   }
   const int eb = int(sizeof(Element)), eb_out = int(sizeof(ElementOut));
   // d_v past TMA's 256-element box (MLA's 512): CuTe issues one box per 128-byte swizzle atom
@@ -224,6 +225,8 @@ void run_fwd(const FwdParams& p, void* cuda_stream) {
 template <int kHeadDim, int kHeadDimV>
 void run_fwd_fp8(const FwdParams& p, void* cuda_stream) {
   using E4m3 = cutlass::float_e4m3_t;
+  if (p.fp8.fast_accum)  // no chunk here: launch_fwd refuses one (kChunk false)
+    return launch_fwd<FwdTraits<E4m3, kHeadDim, kHeadDimV, false, E4m3, false, true>>(p, cuda_stream);
   if constexpr (!fwd_fp8_tile_takes_chunk(kHeadDim, kHeadDimV)) {  // a chunk runs on its own tile here
     if (p.attention_chunk > 0)
       return launch_fwd<FwdTraits<E4m3, kHeadDim, kHeadDimV, false, E4m3, true>>(p, cuda_stream);

@@ -396,10 +396,12 @@ struct FwdConsumer {
                                                   PipelineState& state_v, const WorkTile& w, int n, int consumer,
                                                   TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
                                                   TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
-    if constexpr (Tr::kFp8)
+    if constexpr (Tr::kFp8 && !Tr::kFastAccum) {
       Fp8::template step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
-    else
+    } else {
+      if constexpr (Tr::kFp8) Fp8::next_scores(params, fr, n);  // fast accumulation: the 16-bit step
       step<kMask>(params, smem, pipe_k, pipe_v, state_k, state_v, w, n, consumer, tSrQ, tSrK, tOrV, tScS_rc, tOrO, fr);
+    }
   }
 
   // No previous tile's O to store (compute's default `pending`).
@@ -524,7 +526,7 @@ struct FwdConsumer {
     // Every Q.K^T of this tile has completed (each step waited for its S): Q's buffer is free.
     cutlass::arch::ClusterBarrier::arrive(&smem.q_free);
 
-    if constexpr (Tr::kFp8) {
+    if constexpr (Tr::kFp8 && !Tr::kFastAccum) {
       Fp8::finish(params, smem, pipe_v, state_v, w, consumer, tOrV, tOrO, fr, lse);
       return;
     }
@@ -541,7 +543,9 @@ struct FwdConsumer {
     warpgroup_wait<0>();
     pipe_v.consumer_release(state_v);
     ++state_v;
+    if constexpr (Tr::kFp8) Fp8::fast_finish(fr, inv_sum);  // v's descale with the row sums
     rescale_o(tOrO, inv_sum);  // every block's rescale is already in O
+    if constexpr (Tr::kFp8) Fp8::scale_columns(params.p, w, tOrO);
   }
 };
 

@@ -25,6 +25,9 @@ struct Descale {
 //  (v's is folded into the two-level accumulation);  v_channel: per column of O, index = column.
 struct Fp8Descales {
   Descale q, k, v, v_channel;
+  // Fast accumulation (FwdTraits::kFastAccum): P.V accumulates over every key block in the WGMMA
+  // accumulator; v then has one descale per (batch, kv head) (count 1), applied with the row sums.
+  bool fast_accum = false;
 };
 
 struct FwdParams {

@@ -31,25 +31,30 @@ namespace flash3 {
 // kChunkTile: the forward's (16-bit or FP8) or decode's tile for calls with an attention chunk where
 // the plain tile has no registers for it (attn_logic.h fwd_chunk_tile_shape, fwd_fp8_chunk_tile_shape,
 // decode_chunk_tile_shape; fwd/launch.cuh run_fwd / run_fwd_fp8 and decode/launch.cuh run_decode pick it).
+// kFastAccum: the FP8 kernel's opt-in single accumulation (FA3's, torch._scaled_mm's use_fast_accum):
+// P.V accumulates over all key blocks in the WGMMA accumulator (O), as the 16-bit kernel does, with
+// the FP8 tensor cores' truncating adds; v's descale is one per (batch, kv head), applied at the end
+// (attn_logic.h fwd_fp8_fast_tile_shape; fp8_steps.cuh).
 template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_ = false, class Cache_ = Element_,
-          bool kChunkTile_ = false>
+          bool kChunkTile_ = false, bool kFastAccum_ = false>
 struct FwdTraits;
 
 // FwdTraits' tile (its reasons live in attn_logic.h, unit-tested on the CPU): a function of the
 // template parameters, so the base (the pipeline and barrier ids) gets its stages and consumers.
-template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode, bool kChunkTile>
+template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode, bool kChunkTile, bool kFastAccum>
 inline constexpr TileShape kFwdTraitsTile =
-    sizeof(Element) == 1 ? (kChunkTile ? fwd_fp8_chunk_tile_shape(kHeadDim, kHeadDimV)
-                                       : fwd_fp8_tile_shape(kHeadDim, kHeadDimV))
+    sizeof(Element) == 1 ? (kFastAccum   ? fwd_fp8_fast_tile_shape(kHeadDim, kHeadDimV)
+                            : kChunkTile ? fwd_fp8_chunk_tile_shape(kHeadDim, kHeadDimV)
+                                         : fwd_fp8_tile_shape(kHeadDim, kHeadDimV))
     : kDecode && kChunkTile ? decode_chunk_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
     : kDecode            ? decode_tile_shape(kHeadDim, kHeadDimV, !std::is_same_v<Cache, Element>)
     : kChunkTile         ? fwd_chunk_tile_shape(kHeadDim, kHeadDimV)
                          : fwd_tile_shape(kHeadDim, kHeadDimV);
 
-template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Cache_, bool kChunkTile_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Cache_, bool kChunkTile_, bool kFastAccum_>
 struct FwdTraits
-    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>.stages,
-                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>.num_consumers> {
+    : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>.stages,
+                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>.num_consumers> {
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
   static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
@@ -66,15 +71,18 @@ struct FwdTraits
   // (attn_logic.h fwd_tile_takes_chunk, fwd_fp8_tile_takes_chunk, decode_takes_chunk) and the chunk
   // tiles (kChunkTile, built for the others) take it (launch_fwd checks).
   static constexpr bool kChunkTile = kChunkTile_;
-  static constexpr bool kChunk = kChunkTile_ || (kDecode_ ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
-                                                 : kFp8   ? fwd_fp8_tile_takes_chunk(kHeadDim_, kHeadDimV_)
-                                                          : fwd_tile_takes_chunk(kHeadDim_, kHeadDimV_));
+  static constexpr bool kFastAccum = kFastAccum_;
+  static_assert(!kFastAccum || (sizeof(Element_) == 1 && !kDecode_ && !kChunkTile_), "fast accumulation: the FP8 forward's");
+  static constexpr bool kChunk = kChunkTile_ || (kDecode_     ? decode_takes_chunk(kHeadDim_, kHeadDimV_)
+                                                 : kFastAccum_ ? false
+                                                 : kFp8        ? fwd_fp8_tile_takes_chunk(kHeadDim_, kHeadDimV_)
+                                                               : fwd_tile_takes_chunk(kHeadDim_, kHeadDimV_));
   static_assert(!kFp8Cache || (kDecode && !kFp8 && sizeof(Cache_) == 1), "an FP8 cache is a decode kernel's");
   using ElementOut = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_>;
+  static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
@@ -93,8 +101,12 @@ struct FwdTraits
   // plain kernel's 128 x 80..128: d = 256 holds O 128 + S 40 + P 20).
   // An FP8 cache's producer (gather, convert) fits in 56, and its consumers need the 224 that
   // frees: at 216 the d = 256 tile (block_n 48) spilled 28 bytes.
-  static constexpr int kProducerRegs = kFp8Cache ? 56 : kDecode ? 64 : kNumConsumers == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = kNumConsumers == 2 ? (kFp8Cache ? 224 : kDecode ? 216 : 232) : 160;
+  // FP8 fast accumulation at d 256 (O 128 + S 64 + P 16 at once) needs FA3's 24 / 240: at 232 ptxas
+  // serialized the WGMMAs and spilled (compile-check, 2026-11-30: 18 LDL, 28 STL).
+  static constexpr bool kWideConsumers = kFastAccum_ && kHeadDimV_ > 128;
+  static constexpr int kProducerRegs = kFp8Cache ? 56 : kDecode ? 64 : kWideConsumers ? 24 : kNumConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs =
+      kNumConsumers == 2 ? (kFp8Cache ? 224 : kDecode ? 216 : kWideConsumers ? 240 : 232) : 160;
   // WGMMA operand descriptors sliced by the warp-uniform consumer index live in uniform registers
   // (no R2UR per HGMMA), but the 16-bit-cache decode consumers at d > 128 (216 registers, O of
   // 128 + S + P) then spilled (d 256: 124/204 bytes): they slice by thread index as before.
@@ -112,7 +124,9 @@ struct FwdTraits
   // registers): a chunk is added to O while the next one's WGMMA runs (fp8_steps.cuh
   // FwdFp8Steps::pv_chunks), without the softmax overlap (FwdFp8Steps::step). Chunking the columns
   // leaves each output's sums (over the keys) as they were.
-  static constexpr int kOChunks = kFp8 && (kHeadDimV > 128 || (kHeadDimV > 64 && kBlockN > 64)) ? kHeadDimV / 64 : 1;
+  // (kFastAccum: no fresh accumulator, O is the P.V WGMMA's accumulator: one chunk.)
+  static constexpr int kOChunks =
+      kFp8 && !kFastAccum && (kHeadDimV > 128 || (kHeadDimV > 64 && kBlockN > 64)) ? kHeadDimV / 64 : 1;
   static constexpr int kOChunkCols = kHeadDimV / kOChunks;
   static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims must be multiples of 16");
 
@@ -204,7 +218,7 @@ struct FwdTraits
   // FA3's rule (by Q/K's head dim): past 128, rescale O before issuing the next P.V rather than
   // after the last one finished, so the multiplies do not queue behind the softmax at the end of
   // the step.
-  static constexpr bool kRescaleOBeforeGemm = !kFp8 && kHeadDim > 128;
+  static constexpr bool kRescaleOBeforeGemm = (!kFp8 || kFastAccum) && kHeadDim > 128;
   // P in the A-operand register layout of P.V. 16-bit: S's accumulator registers as they are.
   // FP8: a compact ((4,2,2), M, block_n/32) fragment that store_p fills from S's registers
   // (acc_as_a_operand_fp8 says which value goes where).

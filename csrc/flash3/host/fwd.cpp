@@ -138,7 +138,7 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
                   double softmax_scale, int64_t window_left, int64_t window_right, double softcap,
                   const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
                   int64_t max_seqlen_k, const TensorView* seqused_q, const TensorView* seqused_k,
-                  int64_t attention_chunk) {
+                  int64_t attention_chunk, bool fast_accum) {
   constexpr const char* kOp = kFp8Op;
   check(q.device.kind == DeviceKind::cuda, kOp, ": q must be a CUDA tensor, got ", q.device);
   for (const TensorView* t : {&k, &vt, &out, &lse})
@@ -183,14 +183,17 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   check_heads(kOp, h, h_k);
   check_score_options(kOp, softcap, window_left, window_right);
   check_attention_chunk(kOp, attention_chunk);
+  check(!fast_accum || attention_chunk == 0, kOp, ": fast_accum takes no attention_chunk (no such kernel)");
   const FwdKernelEntry* picked = checked_pick(kOp, be.build_name(), KernelFamily::fwd_fp8, q, d, d_v, softmax_scale).fwd;
   // The tile of the kernel that runs (possibly a larger head dim's; with a chunk, its chunk tile):
   // descales index its key blocks.
-  const TileShape tile = attention_chunk > 0 ? fwd_fp8_chunk_tile_shape(picked->head_dim, picked->head_dim_v)
-                                             : fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
+  const TileShape tile = fast_accum          ? fwd_fp8_fast_tile_shape(picked->head_dim, picked->head_dim_v)
+                         : attention_chunk > 0 ? fwd_fp8_chunk_tile_shape(picked->head_dim, picked->head_dim_v)
+                                               : fwd_fp8_tile_shape(picked->head_dim, picked->head_dim_v);
   if (be.tracing()) {
     std::ostringstream os;
-    os << "kernel e4m3 d=" << picked->head_dim << " d_v=" << picked->head_dim_v << " (block_n " << tile.block_n << ")";
+    os << "kernel e4m3 d=" << picked->head_dim << " d_v=" << picked->head_dim_v << " (block_n " << tile.block_n
+       << (fast_accum ? ", fast accumulation)" : ")");
     be.trace(os.str());
   }
 
@@ -209,7 +212,12 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   FwdParams p;
   check_fp8_descale(q_descale, "q_descale", q, b, h, s_q, q_block, 64);
   check_fp8_descale(k_descale, "k_descale", q, b, h_k, s_k, kv_block, tile.block_n);
-  check_fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
+  if (fast_accum) {  // one v descale per (batch, kv head), applied with the row sums
+    check(v_descale.dtype == DType::f32 && v_descale.device == q.device, kOp, ": v_descale must be float32 on ", q.device);
+    check_shape(v_descale, "v_descale (one per (batch, kv head) with fast_accum)", {b, h_k, 1});
+  } else {
+    check_fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
+  }
   if (v_channel_descale != nullptr) {  // checked with the others, before any repeat launches
     const TensorView& vc = *v_channel_descale;
     check(vc.dtype == DType::f32 && vc.device == q.device, kOp, ": v_channel_descale must be float32 on ", q.device);
@@ -218,7 +226,9 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   }
   p.fp8.q = fp8_descale(be, q_descale, s_q, q_block, 64);
   p.fp8.k = fp8_descale(be, k_descale, s_k, kv_block, tile.block_n);
-  p.fp8.v = fp8_descale(be, v_descale, s_k, kv_block, tile.block_n);
+  p.fp8.v = fast_accum ? Descale{v_descale.ptr<const float>(), v_descale.stride(0), v_descale.stride(1), 0, 1}
+                       : fp8_descale(be, v_descale, s_k, kv_block, tile.block_n);
+  p.fp8.fast_accum = fast_accum;
   set_q_k_out(p, q, k, out, lse, cu_seqlens_q, cu_seqlens_k, b, s_q, s_k);
   to_int(cols, "vt columns");
   p.v = vt.data_ptr();

@@ -39,6 +39,6 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
                   double softmax_scale, int64_t window_left, int64_t window_right, double softcap,
                   const TensorView* cu_seqlens_q, const TensorView* cu_seqlens_k, int64_t max_seqlen_q,
                   int64_t max_seqlen_k, const TensorView* seqused_q = nullptr,
-                  const TensorView* seqused_k = nullptr, int64_t attention_chunk = 0);
+                  const TensorView* seqused_k = nullptr, int64_t attention_chunk = 0, bool fast_accum = false);
 
 }  // namespace flash3::host

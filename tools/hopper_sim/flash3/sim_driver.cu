@@ -27,7 +27,7 @@
 //   NAME VALUE                                   scalars: max_seqlen_q max_seqlen_k softmax_scale
 //                                                window_left window_right softcap q_block
 //                                                kv_block, optional attention_chunk (fwd,
-//                                                fwd_fp8, bwd, kvcache)
+//                                                fwd_fp8, bwd, kvcache), fast_accum (fwd_fp8)
 //                                                (floats in any strtod form, e.g. hex)
 // DTYPE: bf16 fp16 e4m3 f32 i32. Tensors: q k v out lse (v is the op's vt for fwd_fp8), optional
 // cu_seqlens_q cu_seqlens_k seqused_k seqused_q sinks (float32 (h,), attention sinks; not fwd_fp8) alibi_slopes
@@ -85,7 +85,8 @@ void fwd_fp8(const Case& c, host::Backend& be) {
                      c.integer("window_left"), c.integer("window_right"), c.num("softcap"), ptr(cu_q), ptr(cu_k),
                      c.has("max_seqlen_q") ? c.integer("max_seqlen_q") : 0,
                      c.has("max_seqlen_k") ? c.integer("max_seqlen_k") : 0, ptr(used_q), ptr(used_k),
-                     c.has("attention_chunk") ? c.integer("attention_chunk") : 0);
+                     c.has("attention_chunk") ? c.integer("attention_chunk") : 0,
+                     c.has("fast_accum") && c.integer("fast_accum") != 0);
 }
 
 // q_out.to(torch.bfloat16) of flash_attn_interface._fp8_rotary_on_kernel: FA3's rotated e4m3 q as the
