@@ -142,6 +142,8 @@ def fp8_methods(causal, seed):
         "q64+H+Ks+Vch": lambda q, k, v: af(q, k, v, causal=causal, smooth_k=True, block_size=(64, 128),
                                            v_scale="block+channel", seed=seed),
         "q64+H+Ks+Vs (exp.)": lambda q, k, v: fp8_v_smoothed(q, k, v, causal, seed),
+        "q64+H+Ks+Vch fast": lambda q, k, v: af(q, k, v, causal=causal, smooth_k=True, block_size=(64, 128),
+                                                v_scale="block+channel", seed=seed, fast_accum=True),
     }
 
 

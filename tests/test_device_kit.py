@@ -338,7 +338,7 @@ FP8_FEATURES = [f for f in smoke.FEATURES if smoke.applies("e4m3:64:64", f)]
 
 def test_fp8_features_and_kernel_ids(monkeypatch):
     assert FP8_FEATURES == ["full", "causal", "window", "softcap", "gqa", "varlen", "sq_gt_sk", "perhead", "nantail",
-                            "sequsedq", "chunk"]
+                            "sequsedq", "chunk", "fastacc"]
     info = {"fwd": [["bf16", 64, 64, "v0"], ["bf16", 64, 64, "v1"], ["fp16", 192, 128]],
             "fwd_fp8": [[64, 64], [128, 128], [256, 256]], "arch": "sm_90a"}
     ids = ["bf16:64:64", "fp16:192:128", "e4m3:64:64", "e4m3:128:128", "e4m3:256:256"]
@@ -350,22 +350,25 @@ def test_fp8_features_and_kernel_ids(monkeypatch):
     assert smoke.kernel_label("e4m3:128:128") == "e4m3 128"
     with pytest.raises(ValueError, match="kvcache does not apply to e4m3"):
         smoke.make_case("kvcache", "e4m3", 64, 64, device="cpu")
-    for dt in ("bf16", "fp16"):  # one descale per head: an FP8 feature
-        with pytest.raises(ValueError, match=f"perhead does not apply to {dt}"):
-            smoke.make_case("perhead", dt, 64, 64, device="cpu")
+    for dt in ("bf16", "fp16"):  # one descale per head, fast accumulation: FP8 features
+        for f in ("perhead", "fastacc"):
+            with pytest.raises(ValueError, match=f"{f} does not apply to {dt}"):
+                smoke.make_case(f, dt, 64, 64, device="cpu")
 
 
 @pytest.mark.parametrize("feature", FP8_FEATURES)
 def test_fp8_case_shapes(feature):
-    """The bf16 case's shapes in e4m3, with fp32 descales in the FP8 op's block layout (perhead,
-    FP8 only: the full case's shapes, one descale per (batch, head))."""
+    """The bf16 case's shapes in e4m3, with fp32 descales in the FP8 op's block layout (FP8 only:
+    perhead, the full case's shapes, one descale per (batch, head); fastacc, the gqa case's shapes,
+    causal, with fast_accum and one v descale per (batch, kv head))."""
     c = smoke.make_case(feature, "e4m3", 128, 128, device="cpu")
-    ref = smoke.make_case("full" if feature == "perhead" else feature, "bf16", 128, 128, device="cpu")
-    assert c["dtype"] == "e4m3"
+    base = {"perhead": "full", "fastacc": "gqa"}.get(feature, feature)
+    ref = smoke.make_case(base, "bf16", 128, 128, device="cpu")
+    assert c["dtype"] == "e4m3" and bool(c.get("fast_accum")) == (feature == "fastacc")
     for n in ("q", "k", "v"):
         assert c[n].dtype == torch.float8_e4m3fn and c[n].shape == ref[n].shape, n
     for n in ("causal", "window", "softcap", "max_q", "max_k", "lens_q", "lens_k"):
-        assert c[n] == ref[n], n
+        assert c[n] == (True if feature == "fastacc" and n == "causal" else ref[n]), n
     h, hk = c["q"].shape[-2], c["k"].shape[-2]
     packed = feature in ("varlen", "nantail", "sequsedq", "chunk")
     # packed: one descale block row per sequence
@@ -376,7 +379,8 @@ def test_fp8_case_shapes(feature):
     else:
         assert c["fp8_block"] == smoke.FP8_BLOCK
         nq, nk = -(-c["max_q"] // 64), -(-c["max_k"] // 128)
-    assert [tuple(x.shape) for x in c["descales"]] == [(b, h, nq), (b, hk, nk), (b, hk, nk), (b, hk, 128)]
+    v_shape = (b, hk) if feature == "fastacc" else (b, hk, nk)
+    assert [tuple(x.shape) for x in c["descales"]] == [(b, h, nq), (b, hk, nk), v_shape, (b, hk, 128)]
     assert all(x.dtype == torch.float32 and (x > 0).all() for x in c["descales"])
     assert (c["cu_q"] is not None) == packed and (c["seqused_k"] is not None) == (feature == "sequsedq")
     if feature == "varlen":
@@ -397,7 +401,7 @@ def test_fp8_case_shapes(feature):
         assert (c["max_q"], c["max_k"]) == (smoke.SK, smoke.SQ)
     else:
         assert c["q"].shape[:2] == (b, smoke.SQ) and c["k"].shape[1] == smoke.SK
-    assert (h, hk) == ((6, 2) if feature == "gqa" else (4, 2) if feature == "chunk" else (2, 2))
+    assert (h, hk) == ((6, 2) if feature in ("gqa", "fastacc") else (4, 2) if feature == "chunk" else (2, 2))
 
 
 @pytest.mark.parametrize("feature", FP8_FEATURES)
@@ -455,17 +459,18 @@ def test_fp8_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     out = tmp_path / "smoke.json"
     p, saved = run_smoke_cli(cmd, "bf16:128:128,e4m3:64:64,e4m3:128:128", out)
     cases = saved["cases"]
-    assert len(cases) == 14 + 11 + 11  # e4m3 has no kvcache, sinks, alibi ("n/a", with the rest)
+    assert len(cases) == 14 + 12 + 12  # e4m3 has no kvcache, sinks, alibi ("n/a", with the rest)
     assert not any(c["kernel"].startswith("e4m3") and c["feature"] in ("kvcache", "nextdim") for c in cases)
     assert not any(c["kernel"].startswith("bf16") and c["feature"] == "perhead" for c in cases)
     lines = smoke.render_matrix(cases).splitlines()
     assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("determ", "dlse", "onekey")]
-    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a"] + ["ok"] * 6  # perhead: FP8 only
+    # perhead, fastacc: FP8 only
+    assert lines[1].split() == ["bf16", "128"] + ["ok"] * 8 + ["n/a"] + ["ok"] * 6 + ["n/a"]
     assert lines[2].split() == ["e4m3", "64", "ok", "ok", "ok", "ok", "WRONG", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a", "n/a", "ok", "ok"]  # sinks, alibi: not with FP8
+                                "n/a", "n/a", "ok", "ok", "ok"]  # sinks, alibi: not with FP8
     assert lines[3].split() == ["e4m3", "128", "ok", "ok", "HANG", "ok", "ok", "ok", "n/a", "ok", "ok", "n/a", "ok",
-                                "n/a", "n/a", "ok", "ok"]
-    assert "36 cases: 34 ok, 1 wrong, 1 hang" in lines[4]
+                                "n/a", "n/a", "ok", "ok", "ok"]
+    assert "38 cases: 36 ok, 1 wrong, 1 hang" in lines[4]
     assert "e4m3 128 window: hang" in p.stdout
     plan = smoke.plan(cases)
     assert plan["HANG_CASES"] == "e4m3:128:128/window" and plan["FAIL_CASES"] == "e4m3:64:64/gqa"
@@ -701,7 +706,7 @@ def test_bwd_rows_in_matrix_plan_and_pytest_k(fake, tmp_path):
     assert {(c["kernel"], c["feature"]) for c in cases if c["feature"] in ("kvcache", "determ", "dlse", "perhead")} == {
         ("bf16:128:128", "kvcache"), ("bwd:bf16:128:128", "determ"), ("bwd:bf16:128:128", "dlse")}
     lines = smoke.render_matrix(cases).splitlines()
-    assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f != "perhead"]  # no FP8 kernel here
+    assert lines[0].split() == ["kernel"] + [f for f in smoke.FEATURES if f not in ("perhead", "fastacc")]  # no FP8 kernel here
     assert lines[1].split() == ["bf16", "128"] + ["ok"] * 7 + ["n/a"] * 2 + ["ok", "ok", "n/a", "ok", "ok", "ok", "ok", "ok"]
     assert lines[2].split() == ["bwd", "bf16", "128", "ok", "NAN", "HANG", "ok", "WRONG", "ok", "n/a", "ok", "ok",
                                 "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]

@@ -242,7 +242,7 @@ def test_attention_fp8_varlen_end_to_end_and_graph():
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("case", CASES[:3], ids=lambda c: f"sq{c[0]}_sk{c[1]}_h{c[2]}x{c[3]}_c{int(c[4])}_w{c[5][0]}")
+@pytest.mark.parametrize("case", CASES[:4], ids=lambda c: f"sq{c[0]}_sk{c[1]}_h{c[2]}x{c[3]}_c{int(c[4])}_w{c[5][0]}_cap{c[6]:g}")
 def test_fp8_fast_accum_kernel_matches_emulation(d, case):
     """flash3.attention(..., fp8_fast_accum=True): the kernel's single accumulation against the
     emulation's (v descale per (batch, kv head), random; k per 128-key block)."""
@@ -254,13 +254,13 @@ def test_fp8_fast_accum_kernel_matches_emulation(d, case):
     v8, vd, vcd = fp8.quantize_v_fp8(v, block_size=None)
     factor = torch.rand(vd.shape, device="cuda") + 0.5  # a wrong or missing v descale shows
     vd = vd * factor
-    kw = dict(causal=causal, window_size=(left, right), q_descale=qd, k_descale=kd, v_descale=vd,
+    kw = dict(causal=causal, window_size=(left, right), softcap=softcap, q_descale=qd, k_descale=kd, v_descale=vd,
               fp8_block_size=(64, 128), v_channel_descale=vcd, fp8_fast_accum=True, return_lse=True)
     out, lse = flash3.attention(q8, k8, v8, **kw)
     ref, ref_lse = flash3.attention(q8.cpu(), k8.cpu(), v8.cpu(), **{
         n: (x.cpu() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
     exact, _ = fp8.attention_fp64_reference(q, k, v.double() * factor[:, None, :, None], causal=causal,
-                                            window_size=(left, 0 if causal else right))
+                                            window_size=(left, 0 if causal else right), softcap=softcap)
     err_spec = _rms(ref.double() - exact.cpu())
     diff = _rms(out.cpu().double() - ref.double())
     assert diff <= 0.25 * err_spec + 2 ** -9 * _rms(exact), (diff, err_spec)

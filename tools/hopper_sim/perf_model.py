@@ -208,6 +208,24 @@ HISTORY = [
      'the record at d 128: issue slots 73% used for 45% tensor busy: 5.5 non-GMMA instructions a key per '
      'consumer warp (64 FFMA two-level adds and ~140 of per-block overhead per 64-key block: descale reads, the '
      'fold\'s division, waits, WGMMA descriptors); FA3 (224-key blocks, one accumulator) in the same model'),
+    ('fwd e4m3 with fast_accum (opt-in), b 4 s 4096: d 256 h 8 / d 128 h 16, full (1 SM sampled) and causal '
+     '(8 SMs sampled), 1673 MHz',
+     'two-level accumulation: d 256 1106.8 (831025 cycles) / 809.7 causal; d 128 881.2 (1043757) / 722.2 '
+     'causal (636744)',
+     'd 256 1532.0 (600368, -27.8%, tensor 87% busy) / 1098.1 causal (418801); d 128 1046.7 (878685, -15.8%, '
+     'tensor 60%, MUFU 62%) / 849.5 causal (541354, -15.0%); against bf16 (831 / 639 at d 256, 838 / 716 at d '
+     '128): 1.84x / 1.72x, 1.25x / 1.19x; against FA3\'s FP8 in the model (1599.4 d 256, 1083.5 / 931.0 d 128): '
+     '0.96x, 0.97x / 0.91x; SASS, unmasked loop: d 256 555 non-GMMA instructions per 128-key block (4.3 a key; '
+     'two-level 449 per 64 keys, 7.0), d 128 473 (3.7; two-level 498, 3.9), the exponentials under P.V 66/66, '
+     'no spills (d 256 at FA3\'s 24 / 240 registers: at 232 ptxas serialized the WGMMAs and spilled)',
+     'FP8 fast accumulation (FwdTraits::kFastAccum, attn_logic.h fwd_fp8_fast_tile_shape: 128 keys at every '
+     'head dim): P.V accumulates over all key blocks in the WGMMA accumulator O (the 16-bit step: the softmax '
+     'under P.V inside the warpgroup, O rescaled in registers), v\'s descale one per (batch, kv head) applied '
+     'with the row sums; opt-in (flash3.attention fp8_fast_accum, attention_fp8 fast_accum), the emulation\'s '
+     'fp8_mma adds into O with the same truncation (reference/fp8.py, 6\')',
+     'FA3\'s FP8 forward in the model (0.69x / 0.81x): its single accumulation needs no per-block fp32 adds, '
+     'no fresh accumulator beside O, so its softmax runs under its own P.V; issue 31\'s FP8 target (1.6x bf16 at '
+     'd 256) was out of reach of the two-level kernel (1.33x)'),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
