@@ -81,7 +81,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      return_lse=False, deterministic=False, q_descale=None, k_descale=None,
                      v_descale=None, fp8_block_size=(128, 128), v_channel_descale=None,
                      sinks=None, page_table=None, seqused_k=None, alibi_slopes=None,
-                     seqused_q=None, attention_chunk=0):
+                     seqused_q=None, attention_chunk=0, fp8_fast_accum=False):
     """Attention over packed variable-length sequences.
 
     q (total_q, h, d), k/v (total_k, h_k, d|d_v); sequence i is rows
@@ -89,7 +89,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     sequence.  Returns out (total_q, h, d_v) and, if ``return_lse``, lse (h, total_q).
     ``deterministic`` as in :func:`attention`.  float8_e4m3fn inputs as in
     :func:`attention`, descales indexed by sequence: (b, h_k) per head, or per block
-    (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start.
+    (b, heads, ceil(max_seqlen / block)) with blocks counted from each sequence's start;
+    ``fp8_fast_accum`` as in :func:`attention` (v_descale (b, h_k); not with a cache).
     ``sinks`` (h,) as in :func:`attention`.  ``alibi_slopes`` (h,) or (batch, h) as in
     :func:`attention`, distances per sequence (its own s_q and s_k).  ``attention_chunk`` as in
     :func:`attention`, per sequence (not with keys from a cache).
@@ -132,6 +133,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             if t is not None:
                 raise NotImplementedError(f"attention_varlen: seqused_q with {n} is not implemented")
     _checks.attention_chunk(attention_chunk, **{"page_table/seqused_k": on_cache})
+    if on_cache and fp8_fast_accum is not False:
+        raise ValueError("fp8_fast_accum is not used with page_table/seqused_k (keys from a cache)")
     if on_cache:
         for n, t in (("q_descale", q_descale), ("v_channel_descale", v_channel_descale)):
             if t is not None:
@@ -154,10 +157,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     left, right = masking.normalize_window(causal, (left, right))
     b = cu_seqlens_q.shape[0] - 1
     _checks.fp8_descales(q, k, v, q_descale, k_descale, v_descale, fp8_block_size, v_channel_descale,
-                         varlen=(b, int(max_seqlen_q), int(max_seqlen_k)))
+                         varlen=(b, int(max_seqlen_q), int(max_seqlen_k)), fast_accum=fp8_fast_accum)
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, b)
     chunk = _checks.attention_chunk(attention_chunk, sinks=sinks is not None)
+    if fp8_fast_accum and chunk:
+        raise ValueError("attention_chunk is not available with fp8_fast_accum (no such FP8 kernel)")
     if sinks is not None:
         out, lse = ops_serve.attention_varlen_sinks_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks,
                                                         int(max_seqlen_q), int(max_seqlen_k),
@@ -168,7 +173,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                             int(max_seqlen_k), q_descale, k_descale, v_descale, scale,
                                             left, right, softcap, int(fp8_block_size[0]),
                                             int(fp8_block_size[1]), v_channel_descale, seqused_q,
-                                            seqused_k, chunk)
+                                            seqused_k, chunk, bool(fp8_fast_accum))
     else:
         out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                                             int(max_seqlen_k), scale, left, right, softcap,

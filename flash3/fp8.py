@@ -175,11 +175,15 @@ def _attention_fp8_cuda(q, k, v, *, scale, left, right, softcap, hadamard, br, b
     if v_scale != "block":
         vf = v.float()
         vcd = _descale_from_amax_nosync(vf.abs().amax(dim=1))  # (b, h_k, d_v)
-    vt, vd = _quantize.quantize_fp8_cuda(v, block_size=None if fast_accum else bc, channel_descale=vcd,
-                                         layout="v_packed")
-    out, lse = _backend.run_kernel_fwd_fp8(q8, k8, v, qd, kd, vd[:, :, 0] if fast_accum else vd, scale, left,
-                                           right, softcap, br, bc, v_channel_descale=vcd, vt=vt,
-                                           fast_accum=fast_accum)
+    if fast_accum:  # v per (batch, kv head): one block over the sequence, too long for the packed
+        # layout's shared-memory tile; quantized as rows, then packed (pack_v_fp8, in the backend)
+        v8, vd = _quantize.quantize_fp8_cuda(v, block_size=None, channel_descale=vcd)  # vd (b, h_k)
+        vt = None
+    else:
+        v8 = v
+        vt, vd = _quantize.quantize_fp8_cuda(v, block_size=bc, channel_descale=vcd, layout="v_packed")
+    out, lse = _backend.run_kernel_fwd_fp8(q8, k8, v8, qd, kd, vd, scale, left, right, softcap, br, bc,
+                                           v_channel_descale=vcd, vt=vt, fast_accum=fast_accum)
     if smooth_k:
         q_rot = hadamard_transform(q, seed=seed) if hadamard else q.float()
         lse = lse + smoothing_lse_correction(q_rot, mean, scale)

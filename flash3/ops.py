@@ -419,25 +419,26 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
                          window_right: int, softcap: float, block_m: int, block_n: int,
                          v_channel_descale: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None,
                          seqused_k: Optional[Tensor] = None,
-                         attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
+                         attention_chunk: int = 0, fast_accum: bool = False) -> tuple[Tensor, Tensor]:
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
     if q.is_cuda:
         reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk,
-                                            seqused=seqused_q is not None or seqused_k is not None)
+                                            seqused=seqused_q is not None or seqused_k is not None,
+                                            fast_accum=fast_accum)
         if reason is None:
             return _backend.run_kernel_fwd_fp8(
                 q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
                 softcap, block_m, block_n, v_channel_descale=v_channel_descale,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                 max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k,
-                attention_chunk=attention_chunk)
+                attention_chunk=attention_chunk, fast_accum=fast_accum)
         _backend.warn_fallback(reason, "FP8 forward")
     out, lse = fp8_attention_varlen_reference(
         q, k, v, cu_seqlens_q, cu_seqlens_k, q_descale, k_descale, v_descale,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_channel_descale=v_channel_descale,
-        seqused_q=seqused_q, seqused_k=seqused_k, attention_chunk=attention_chunk,
+        seqused_q=seqused_q, seqused_k=seqused_k, attention_chunk=attention_chunk, fast_accum=fast_accum,
         softmax_scale=softmax_scale, window_left=window_left, window_right=window_right, softcap=softcap, block_size=(block_m, block_n))
     return out.to(torch.bfloat16), lse
 
@@ -445,6 +446,6 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
 @attention_fp8_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale, k_descale,
       v_descale, softmax_scale, window_left, window_right, softcap, block_m, block_n,
-      v_channel_descale=None, seqused_q=None, seqused_k=None, attention_chunk=0):
+      v_channel_descale=None, seqused_q=None, seqused_k=None, attention_chunk=0, fast_accum=False):
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_varlen(q)

@@ -1156,6 +1156,18 @@ def _fast_inputs(s_q=200, s_k=700, h=4, hk=2, d=64, seed=3):
     return q8, k8, v8, qd, kd, vd * (torch.rand(vd.shape, generator=g) + 0.5)
 
 
+def test_fp8_mma_keeps_an_accumulator_below_fp32s_unit_grid():
+    """An accumulator rescaled toward 0 (fast_accum after a large max jump) meets products of 0:
+    the unit 2^(e - 13) would fall below the smallest subnormal 2^-149, on whose grid the
+    accumulator already lies, so it passes unchanged (the simulator's double arithmetic), not NaN."""
+    c = torch.tensor([[2.0 ** -140, -3 * 2.0 ** -149, 0.0, 2.0 ** -126]])
+    a, b = torch.zeros(1, 32), torch.ones(32, 4)
+    assert torch.equal(fp8_mma(a, b, c), c)
+    # one product of 1 beside them: unit 2^-13, every tiny accumulator truncates to 0
+    a[0, 0] = 1.0
+    assert fp8_mma(a, b, c).tolist() == [[1.0, 1.0, 1.0, 1.0]]
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_fast_accum_is_the_same_algorithm_with_exact_adds(monkeypatch, causal):
     """With exact fp32 tensor-core adds (FP8_MMA_KEPT_BITS None), fast accumulation differs from the
@@ -1204,3 +1216,41 @@ def test_fast_accum_arguments():
         flash3.attention(x, x, x, fp8_fast_accum=True)
     with pytest.raises(ValueError, match="v_descale must be one per"):
         fp8_attention_reference(q8, k8, v8, qd, kd, vd_block, block_size=(64, 128), fast_accum=True)
+
+
+@pytest.mark.parametrize("window", [(10, 30), (20, 100), (50, -1)])
+def test_fast_accum_visits_the_kernels_query_tiles(window):
+    """With fast accumulation a key tile none of a row's keys sees still passes O through the
+    truncating accumulator, so the emulation visits the tiles of the kernel's 128-row query tile
+    whatever the q descale block: per-head q descales give the same bits with blocks of 64 and 128
+    rows (they did not when 64-row slabs skipped tiles their 128-row tile visits)."""
+    q8, k8, v8, _, kd, vd = _fast_inputs(s_q=300, s_k=300)
+    qd = torch.rand(2, 4) + 0.5  # per head; raw e4m3 scores of ~100: rescales by ~2^-140 too
+    kw = dict(window_left=window[0], window_right=window[1], fast_accum=True)
+    a, lse_a = fp8_attention_reference(q8, k8, v8, qd, kd, vd, block_size=(64, 128), **kw)
+    b, lse_b = fp8_attention_reference(q8, k8, v8, qd, kd, vd, block_size=(128, 128), **kw)
+    assert torch.equal(a, b) and torch.equal(lse_a, lse_b)
+
+
+def test_fast_accum_varlen_is_per_sequence_attention():
+    """attention_varlen(..., fp8_fast_accum=True) gives each sequence what attention gives it alone."""
+    g = torch.Generator().manual_seed(5)
+    lens = [(130, 200), (0, 40), (77, 0), (64, 300)]
+    qs, ks, vs = ([torch.randn(n, h, 64, generator=g).to(FP8_DTYPE) for n, h in zip(ls, hs)]
+                  for ls, hs in (([a for a, _ in lens], [4] * 4), ([b for _, b in lens], [2] * 4),
+                                 ([b for _, b in lens], [2] * 4)))
+    qd, kd, vd = torch.rand(4, 4) + 0.5, torch.rand(4, 2) + 0.5, torch.rand(4, 2) + 0.5
+    cq = torch.tensor([0] + list(itertools.accumulate(a for a, _ in lens)), dtype=torch.int32)
+    ck = torch.tensor([0] + list(itertools.accumulate(b for _, b in lens)), dtype=torch.int32)
+    kw = dict(causal=True, fp8_fast_accum=True, return_lse=True)
+    out, lse = flash3.attention_varlen(torch.cat(qs), torch.cat(ks), torch.cat(vs), cq, ck, 130, 300,
+                                       q_descale=qd, k_descale=kd, v_descale=vd, **kw)
+    for i, (lq, lk) in enumerate(lens):
+        if lq == 0:
+            continue
+        o, l_ = flash3.attention(qs[i][None], ks[i][None], vs[i][None], q_descale=qd[i:i + 1],
+                                 k_descale=kd[i:i + 1], v_descale=vd[i:i + 1], **kw)
+        assert torch.equal(out[cq[i]:cq[i + 1]], o[0]) and torch.equal(lse[:, cq[i]:cq[i + 1]], l_[0]), i
+    with pytest.raises(ValueError, match="v_descale must be one per"):
+        flash3.attention_varlen(torch.cat(qs), torch.cat(ks), torch.cat(vs), cq, ck, 130, 300, q_descale=qd,
+                                k_descale=kd, v_descale=vd[:, :, None].expand(4, 2, 3), fp8_fast_accum=True)

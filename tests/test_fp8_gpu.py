@@ -256,7 +256,9 @@ def test_fp8_fast_accum_kernel_matches_emulation(d, case):
     vd = vd * factor
     kw = dict(causal=causal, window_size=(left, right), softcap=softcap, q_descale=qd, k_descale=kd, v_descale=vd,
               fp8_block_size=(64, 128), v_channel_descale=vcd, fp8_fast_accum=True, return_lse=True)
+    assert _backend.fp8_kernel_reason(q8, k8, v8, d ** -0.5, 64, 128, fast_accum=True) is None  # the kernel runs
     out, lse = flash3.attention(q8, k8, v8, **kw)
+    assert not out.isnan().any() and not lse.isnan().any()
     ref, ref_lse = flash3.attention(q8.cpu(), k8.cpu(), v8.cpu(), **{
         n: (x.cpu() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
     exact, _ = fp8.attention_fp64_reference(q, k, v.double() * factor[:, None, :, None], causal=causal,
@@ -267,3 +269,38 @@ def test_fp8_fast_accum_kernel_matches_emulation(d, case):
     fin = torch.isfinite(ref_lse)
     assert torch.equal(fin, torch.isfinite(lse.cpu()))
     assert (lse.cpu()[fin] - ref_lse[fin]).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp8_fast_accum_truncates_as_the_tensor_cores_do(d):
+    """Only fast accumulation gives this (worked by hand): q = 0, so every P is 256; keys 128-255
+    (visited first) have v = 1, keys 0-127 v = 2^-7. After the first tile O = 128 * 256 = 2^15, and
+    the second tile's products (2 each) fall below O's truncation unit 2^(15 - 13) = 4: fast gives
+    2^15 / 256^2 = 0.5; the default two-level accumulation adds them (256 more): 0.5 + 2^-8, exact
+    in bf16 as well."""
+    _needs_kernel(d)
+    q8 = torch.zeros(1, 1, 1, d, device="cuda").to(torch.float8_e4m3fn)
+    k8 = torch.zeros(1, 256, 1, d, device="cuda").to(torch.float8_e4m3fn)
+    v = torch.full((1, 256, 1, d), 2.0 ** -7, device="cuda")
+    v[:, 128:] = 1.0
+    v8 = v.to(torch.float8_e4m3fn)
+    one = torch.ones(1, 1, device="cuda")
+    kw = dict(q_descale=one, k_descale=one, v_descale=one)
+    assert _backend.fp8_kernel_reason(q8, k8, v8, d ** -0.5, 128, 128, fast_accum=True) is None
+    fast = flash3.attention(q8, k8, v8, fp8_fast_accum=True, **kw)
+    two = flash3.attention(q8, k8, v8, **kw)
+    assert torch.equal(fast.float(), torch.full_like(fast.float(), 0.5))
+    assert torch.equal(two.float(), torch.full_like(two.float(), 0.5 + 2.0 ** -8))
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_attention_fp8_fast_accum_matches_its_emulation(d):
+    """flash3.attention_fp8(fast_accum=True) on CUDA (quantize kernel with v per (batch, kv head) and
+    channel, then the fast kernel) against the same call on the CPU (the emulation)."""
+    _needs_kernel(d)
+    q, k, v = _inputs(1, 1024, 1024, 4, 2, d, outliers=True)
+    exact, _ = fp8.attention_fp64_reference(q, k, v, causal=True)
+    out = flash3.attention_fp8(q, k, v, causal=True, fast_accum=True)
+    emu = flash3.attention_fp8(q.cpu(), k.cpu(), v.cpu(), causal=True, fast_accum=True)
+    err_spec = _rms(emu.double() - exact.cpu())
+    assert _rms(out.cpu().double() - emu.double()) <= 0.25 * err_spec + 2 ** -9 * _rms(exact), err_spec

@@ -53,7 +53,7 @@ formed):
    fresh accumulator, ``O_acc = fp8_mma(P8, v8, O_acc * alpha)``: the tensor cores add each 32-key
    chunk's products into O itself, truncated to 13 bits below the largest of them and O (so late
    keys lose bits against a large O); ``v_descale`` is one per (batch, kv head), multiplied at 7.
-7. ``O = O_acc / l`` (times ``v_channel_descale[channel]`` if given: an
+7. ``O = O_acc / l`` (with fast accumulation times ``v_descale``) (times ``v_channel_descale[channel]`` if given: an
    optional per-(batch, kv head, channel) v scale applied to O's columns once
    at the end); ``lse = m + log(l) - 8 ln 2``.  Rows that see no key get
    ``O = 0`` exactly and ``lse = -inf``.
@@ -62,7 +62,8 @@ Masking: query ``i`` sees key ``j`` iff
 ``(left < 0 or j >= i + s_k - s_q - left) and (right < 0 or j <= i + s_k - s_q + right)``;
 ``causal`` means ``right = 0``; with ``attention_chunk`` c > 0 also j in the chunk of
 p = i + s_k - s_q, ``[p - p % c, p - p % c + c)`` (FA3's; flash3/masking.py).  Key tiles no row of a
-query tile sees are skipped, as the kernel skips them (visiting one would change nothing).
+query tile sees are skipped, as the kernel skips them (visiting one would change nothing; with fast
+accumulation it would, 6': the query tiles are then the kernel's 128 rows).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ from ..masking import normalize_window, visible_mask
 from . import _used_ends
 
 P_MAX_OFFSET_LOG2 = 8  # P = exp2(... + 8) spans [0, 256]
+KERNEL_ROWS = 128  # query rows per tile of the FP8 kernel (attn_logic.h fwd_fp8_*tile_shape block_m)
 _LOG2E = math.log2(math.e)
 _LN2 = math.log(2.0)
 
@@ -149,9 +151,11 @@ def _truncation_unit(mx: torch.Tensor) -> torch.Tensor:
     """2^(e - bits) for mx's leading bit 2^e (1 where mx is 0: every term is 0 and any unit will
     do): mx's exponent field less ``bits``, by integer arithmetic on its bits (frexp and ldexp
     cost as much as a pass over the products).  Where that leaves the normal range (mx below
-    2^(bits - 126) in fp32: never for FP8 products, which are at least 2^-18), ldexp computes it,
-    a subnormal unit, exact down to mx = 2^(bits - 149); below that the unit is 0 and the terms NaN
-    or inf (far outside FP8 data; the old frexp/reciprocal code went NaN from 2^(bits - 126) down)."""
+    2^(bits - 126) in fp32: never for FP8 products, which are at least 2^-18, but an accumulator
+    rescaled by a tiny factor can be, fast_accum), ldexp computes it, a subnormal unit, exact down
+    to mx = 2^(bits - 149); below that the unit is the smallest subnormal, on whose grid every term
+    already lies (the truncation keeps them, as the simulator's double arithmetic does; the old
+    code's unit 0 gave NaN)."""
     bits = FP8_MMA_KEPT_BITS
     ints, mant = (torch.int32, 23) if mx.dtype == torch.float32 else (torch.int64, 52)
     field = mx.view(ints) & ((torch.iinfo(ints).max >> mant) << mant)  # mx >= 0: no sign bit
@@ -160,7 +164,8 @@ def _truncation_unit(mx: torch.Tensor) -> torch.Tensor:
     tiny = (ubits <= 0) & (mx > 0)
     if bool(tiny.any()):
         _, e = torch.frexp(mx)  # mx = f * 2^e, f in [0.5, 1): the leading bit is 2^(e-1)
-        unit = torch.where(tiny, torch.ldexp(torch.ones_like(mx), e - 1 - bits), unit)
+        lowest = -149 if mx.dtype == torch.float32 else -1074  # the smallest subnormal's exponent
+        unit = torch.where(tiny, torch.ldexp(torch.ones_like(mx), (e - 1 - bits).clamp_min(lowest)), unit)
     return unit
 
 
@@ -196,7 +201,10 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
     P is rounded to ``p_dtype`` before the PV product (None = no rounding).  ``mma`` computes
     both products (:func:`fp8_mma` for the FP8 kernel's tensor cores).  ``chunk``: attention_chunk.
     ``fast``: fast accumulation -- P@V accumulates into ``acc`` itself (``mma(p, v, acc * alpha)``)
-    and ``vd`` (one per (batch, kv head)) multiplies the output at the end.
+    and ``vd`` (one per (batch, kv head)) multiplies the output at the end.  Then even a key tile
+    none of a row's keys sees changes its O (P = 0, but O passes through the truncating
+    accumulator), so the tiles visited are the kernel's: those some row of its KERNEL_ROWS-row
+    query tile sees (query tiles of gcd(br, KERNEL_ROWS) rows, each in one q descale block).
     Returns out (b, hk, g, s_q, dv) fp32 and lse (b, hk, g, s_q) fp32.
     """
     assert kblk % bn == 0, (kblk, bn)
@@ -208,8 +216,11 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
     lse = torch.full((b, hk, g, s_q), -math.inf, dtype=torch.float32, device=dev)
     offset = float(p_offset_log2)
     key_tiles = list(range(0, s_k, bn))[::-1]  # descending, as the kernel walks them
-    for qi, r0 in enumerate(range(0, s_q, br)):
-        r1 = min(r0 + br, s_q)
+    rows = math.gcd(br, KERNEL_ROWS) if fast else br
+    for r0 in range(0, s_q, rows):
+        qi, r1 = r0 // br, min(r0 + rows, s_q)
+        t0 = r0 // KERNEL_ROWS * KERNEL_ROWS  # the kernel's query tile (fast: its visits count)
+        t1 = min(t0 + KERNEL_ROWS, s_q)
         qt = qf[:, :, :, r0:r1]
         m = torch.full((b, hk, g, r1 - r0), -math.inf, dtype=torch.float32, device=dev)
         l = torch.zeros_like(m)
@@ -218,6 +229,8 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
             c1 = min(c0 + bn, s_k)
             kj = c0 // kblk  # descale block of this tile
             state = _tile_state(r0, r1, c0, c1, s_q, s_k, left, right, chunk)
+            if fast and state == "skip" and _tile_state(t0, t1, c0, c1, s_q, s_k, left, right, chunk) != "skip":
+                state = "partial"  # the kernel's tile visits it: every score masked, P = 0
             if state == "skip":
                 continue
             s_tile = mma(qt, kf[:, :, :, c0:c1].transpose(-1, -2))  # (b, hk, g, R, C)
@@ -252,7 +265,7 @@ def _tiled_core(qf, kf, vf, qd, kd, vd, *, scale, softcap, left, right, br, bn, 
         has = l > 0
         l_safe = torch.where(has, l, torch.ones_like(l))
         o = acc / l_safe[..., None]
-        if fast and vd is not None:
+        if fast and vd is not None and vd.shape[-1]:  # (no keys, no blocks: every row is 0 anyway)
             o = o * vd[..., :1, None]
         if vcd is not None:
             o = o * vcd
@@ -336,9 +349,11 @@ def fp8_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     (batch, kv head), key tiles of 128, no ``attention_chunk``.
 
     Tiling: query rows are independent (the tile height does not change the
-    result); keys are processed in tiles of ``tile_n`` keys from the last tile
+    result; with ``fast_accum`` the key tiles a row visits are those of its kernel
+    tile of 128 rows); keys are processed in tiles of ``tile_n`` keys from the last tile
     to the first.  ``tile_n=None`` is the kernel's :func:`kernel_tile_n` of
-    max(d, d_v) (128 up to 128, 64 above; with a chunk 32 above 128), reduced to
+    max(d, d_v) (128 up to 128, 64 above; with a chunk 32 above 128; 128 with
+    ``fast_accum``), reduced to
     ``gcd(B_c, tile_n)`` when ``B_c`` is not a multiple of it (a configuration
     the kernel does not run).  An
     explicit ``tile_n`` must divide ``B_c``.

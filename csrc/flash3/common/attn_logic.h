@@ -306,7 +306,8 @@ FLASH3_HD constexpr TileShape fwd_fp8_tile_shape(int head_dim, int head_dim_v) {
 // FP8 with fast accumulation (FwdTraits::kFastAccum: P.V accumulates in O itself, no fresh
 // accumulator): the 16-bit kernel's structure, S, P and O live at once with the softmax under the
 // P.V WGMMA. 128 keys everywhere (k descales per 128 keys hold per tile): S 64 + P 16 + O d_v/2 =
-// 208 of 232 at d 256 (FA3's FP8 d 256 tile), smem 32 + 2 * (32 + 32) = 160 KB with 2 stages; below
+// 208 at d 256 (FA3's FP8 d 256 tile; FwdTraits gives these consumers FA3's 240 registers, at 232
+// ptxas spilled), smem 32 + 2 * (32 + 32) = 160 KB with 2 stages; below
 // d 256 the two-level tiles' stages. No attention chunk (its bounds need registers d 256 lacks).
 FLASH3_HD constexpr TileShape fwd_fp8_fast_tile_shape(int head_dim, int head_dim_v) {
   return head_dim <= 128 && head_dim_v <= 128 ? fwd_fp8_tile_shape(head_dim, head_dim_v) : TileShape{128, 128, 2, 2};

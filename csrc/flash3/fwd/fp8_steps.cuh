@@ -68,10 +68,11 @@ struct FwdFp8Steps {
     fr.s_descale = fr.q_descale * fr.k_next;
     fr.k_next = entry(params.p.fp8.k, fr.k_row, n - 1);
   }
+  // A row that saw no key keeps O = 0 (inv_sum 0), whatever the descale (0 * inf or NaN is NaN).
   template <class F>
   static __device__ __forceinline__ void fast_finish(F const& fr, float (&inv_sum)[kRows]) {
     CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) inv_sum[mi] *= fr.v_descale_p;
+    for (int mi = 0; mi < kRows; ++mi) inv_sum[mi] = inv_sum[mi] == 0.f ? 0.f : inv_sum[mi] * fr.v_descale_p;
   }
 
   // The raw scores of block n carry q_descale * k_descale[n] (fr.s_descale). Before a score mod

@@ -215,6 +215,10 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   if (fast_accum) {  // one v descale per (batch, kv head), applied with the row sums
     check(v_descale.dtype == DType::f32 && v_descale.device == q.device, kOp, ": v_descale must be float32 on ", q.device);
     check_shape(v_descale, "v_descale (one per (batch, kv head) with fast_accum)", {b, h_k, 1});
+    const int64_t span = std::max<int64_t>(b - 1, 0) * std::abs(v_descale.stride(0)) +
+                         std::max<int64_t>(h_k - 1, 0) * std::abs(v_descale.stride(1));
+    check(span < (int64_t(1) << 31), kOp, ": v_descale reaches element ", span,
+          " through its strides; the kernel's offsets take below 2^31 (pass a contiguous tensor)");
   } else {
     check_fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
   }
