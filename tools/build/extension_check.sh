@@ -206,7 +206,7 @@ check_op("fwd_fp8_sm90", ("flash3::fwd_fp8_sm90(Tensor q, Tensor k, Tensor vt, T
             "int q_block, int kv_block, float softmax_scale, int window_left, "
             "int window_right, float softcap, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
             "int max_seqlen_q=0, int max_seqlen_k=0, Tensor? seqused_q=None, Tensor? seqused_k=None, "
-            "int attention_chunk=0) -> ()"))
+            "int attention_chunk=0, bool fast_accum=False) -> ()"))
 assert "fwd_fp8" in info, info
 q8 = torch.empty(b, 100, 2, d, dtype=torch.float8_e4m3fn, device="meta")
 vt = torch.empty(b, 2, d, 112, dtype=torch.float8_e4m3fn, device="meta")
@@ -219,6 +219,8 @@ torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, Non
 used = torch.zeros(b, dtype=torch.int32, device="meta")  # FA3's seqused_q/k and attention_chunk
 torch.ops.flash3.fwd_fp8_sm90(q8[0], q8[0], vt[0], o8[0], l8[0], dq, dq, dq, None, 128, 128, d ** -0.5,
                               -1, 0, 0.0, cu, cu, 100, 100, used, used, 48)
+torch.ops.flash3.fwd_fp8_sm90(q8, q8, vt, o8, l8, dq, dq, dq[:, :, :1], None, 128, 128, d ** -0.5, -1, 0, 0.0,
+                              fast_accum=True)  # fast accumulation: v's descale (b, h_k, 1)
 # The backward: schema, CUDA and Meta kernels, a Meta call batched and packed.
 check_op("bwd_sm90", ("flash3::bwd_sm90(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
                       "Tensor? dlse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, "
