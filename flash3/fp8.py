@@ -94,8 +94,8 @@ def attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
        (default :func:`kernel_tile_n`).
 
     ``fast_accum=True``: the kernel's fast accumulation (FA3's; ``flash3.attention``'s
-    ``fp8_fast_accum``): faster, less accurate at long sequences. v's "block" descale is then one
-    per (batch, kv head) (P@V accumulates over all keys before it applies).
+    ``fp8_fast_accum``): faster, with a looser error bound (README, FP8). v's "block" descale is
+    then one per (batch, kv head) (P@V accumulates over all keys before it applies).
 
     Defaults (chosen with benchmarks/fp8_accuracy.py; none costs the kernel
     anything measurable: a scalar per 64-row slab, a per-row fp32 dot product
