@@ -212,16 +212,12 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   FwdParams p;
   check_fp8_descale(q_descale, "q_descale", q, b, h, s_q, q_block, 64);
   check_fp8_descale(k_descale, "k_descale", q, b, h_k, s_k, kv_block, tile.block_n);
-  if (fast_accum) {  // one v descale per (batch, kv head), applied with the row sums
-    check(v_descale.dtype == DType::f32 && v_descale.device == q.device, kOp, ": v_descale must be float32 on ", q.device);
-    check_shape(v_descale, "v_descale (one per (batch, kv head) with fast_accum)", {b, h_k, 1});
-    const int64_t span = std::max<int64_t>(b - 1, 0) * std::abs(v_descale.stride(0)) +
-                         std::max<int64_t>(h_k - 1, 0) * std::abs(v_descale.stride(1));
-    check(span < (int64_t(1) << 31), kOp, ": v_descale reaches element ", span,
-          " through its strides; the kernel's offsets take below 2^31 (pass a contiguous tensor)");
-  } else {
-    check_fp8_descale(v_descale, "v_descale", q, b, h_k, s_k, kv_block, tile.block_n);
-  }
+  // fast_accum: one v descale per (batch, kv head), applied with the row sums: the sequence as one
+  // block of one row (b, h_k, 1), checked and passed as any block descale.
+  const char* v_name = fast_accum ? "v_descale (one per (batch, kv head) with fast_accum)" : "v_descale";
+  const int64_t v_rows = fast_accum ? 1 : s_k, v_block = fast_accum ? 1 : kv_block,
+                v_kernel_block = fast_accum ? 1 : tile.block_n;
+  check_fp8_descale(v_descale, v_name, q, b, h_k, v_rows, v_block, v_kernel_block);
   if (v_channel_descale != nullptr) {  // checked with the others, before any repeat launches
     const TensorView& vc = *v_channel_descale;
     check(vc.dtype == DType::f32 && vc.device == q.device, kOp, ": v_channel_descale must be float32 on ", q.device);
@@ -230,8 +226,7 @@ void fwd_fp8_sm90(Backend& be, const TensorView& q, const TensorView& k, const T
   }
   p.fp8.q = fp8_descale(be, q_descale, s_q, q_block, 64);
   p.fp8.k = fp8_descale(be, k_descale, s_k, kv_block, tile.block_n);
-  p.fp8.v = fast_accum ? Descale{v_descale.ptr<const float>(), v_descale.stride(0), v_descale.stride(1), 0, 1}
-                       : fp8_descale(be, v_descale, s_k, kv_block, tile.block_n);
+  p.fp8.v = fp8_descale(be, v_descale, v_rows, v_block, v_kernel_block);
   p.fp8.fast_accum = fast_accum;
   set_q_k_out(p, q, k, out, lse, cu_seqlens_q, cu_seqlens_k, b, s_q, s_k);
   to_int(cols, "vt columns");
