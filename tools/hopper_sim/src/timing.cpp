@@ -736,6 +736,8 @@ struct Replay {
         uint64_t at = std::max(need, c.pipe == kPNone ? 0 : s.pipe_free[w.smsp][c.pipe]);
         if (ok && at <= now) {
           account_issue(w, d, c, e.lanes, now);
+          if (debug) fprintf(stderr, "  t=%llu sm%d smsp%d w%u pc=%zu line %d %s ahead\n", (unsigned long long)now, w.sm, w.smsp,
+                             w.tr->warp, j, d.src ? d.src->line : 0, d.src ? d.src->opcode.c_str() : "?");
           w.ahead.push_back(j);
           w.ready = now + (c.slots > 0 ? c.slots : 0);
           return true;
