@@ -287,6 +287,12 @@ def call_bwd_reason(dtype, d, d_v, softmax_scale) -> str | None:
     return call_fwd_reason(dtype, d, d_v, softmax_scale, "bwd")
 
 
+@functools.lru_cache(maxsize=None)
+def _capability(index):
+    """A device's compute capability, asked once (every kernel call checks it)."""
+    return torch.cuda.get_device_capability(index)
+
+
 def _device_reason(q, missing_op=lambda: None) -> str | None:
     """Why no flash3 kernel can run on q's device (CPU tensor, no extension, then missing_op(): an
     op this build lacks, then not sm_90); None if one can."""
@@ -297,7 +303,7 @@ def _device_reason(q, missing_op=lambda: None) -> str | None:
     reason = missing_op()
     if reason is not None:
         return reason
-    cap = torch.cuda.get_device_capability(q.device)
+    cap = _capability(q.device.index)
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
     return None
@@ -327,8 +333,11 @@ def _addressable(x) -> bool:
     """TMA and 16-byte loads can address x in place: 16-byte aligned base, positive 16-byte
     multiple strides on every dimension of size > 1 but the last (see _tma_ready)."""
     eb = x.element_size()
-    return x.data_ptr() % 16 == 0 and all(
-        st > 0 and st * eb % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+    if x.data_ptr() % 16:
+        return False
+    if x.is_contiguous() and x.shape[-1] * eb % 16 == 0:
+        return True  # each stride above the last is a multiple of the last dim's bytes (~5 us less)
+    return all(st > 0 and st * eb % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
 
 
 def kernel_kvcache_reason(q, k_cache, v_cache, softmax_scale) -> str | None:
@@ -550,7 +559,7 @@ def fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk=
         return "inputs are not CUDA tensors"
     if not has_extension() or not kernel_fp8_configs():
         return "flash3._C has no FP8 kernel"
-    cap = torch.cuda.get_device_capability(q.device)
+    cap = _capability(q.device.index)
     if cap != (9, 0):
         return f"device capability {cap} is not sm_90 (Hopper)"
     pick = kernel_pick("fwd_fp8", torch.float8_e4m3fn, q.shape[-1], v.shape[-1], softmax_scale)

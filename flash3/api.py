@@ -67,12 +67,12 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)
         out, lse = ops_serve.attention_sinks_fwd(q, k, v, sinks, scale, left, right, softcap,
                                                  deterministic, alibi_slopes)
     elif _checks.is_fp8(q):
-        out, lse = ops.attention_fp8(q, k, v, q_descale, k_descale, v_descale, scale, left,
-                                     right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
-                                     v_channel_descale, chunk, bool(fp8_fast_accum))
+        out, lse = ops.run(ops.attention_fp8, q, k, v, q_descale, k_descale, v_descale, scale,
+                           left, right, softcap, int(fp8_block_size[0]), int(fp8_block_size[1]),
+                           v_channel_descale, chunk, bool(fp8_fast_accum))
     else:
-        out, lse = ops.attention_fwd(q, k, v, scale, left, right, softcap, deterministic,
-                                     alibi_slopes, chunk)
+        out, lse = ops.run(ops.attention_fwd, q, k, v, scale, left, right, softcap, deterministic,
+                           alibi_slopes, chunk)
     return (out, lse) if return_lse else out
 
 
@@ -169,16 +169,15 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                                         scale, left, right, softcap, deterministic,
                                                         alibi_slopes)
     elif _checks.is_fp8(q):
-        out, lse = ops.attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                            int(max_seqlen_k), q_descale, k_descale, v_descale, scale,
-                                            left, right, softcap, int(fp8_block_size[0]),
-                                            int(fp8_block_size[1]), v_channel_descale, seqused_q,
-                                            seqused_k, chunk, bool(fp8_fast_accum))
+        out, lse = ops.run(ops.attention_fp8_varlen, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                           int(max_seqlen_q), int(max_seqlen_k), q_descale, k_descale, v_descale,
+                           scale, left, right, softcap, int(fp8_block_size[0]),
+                           int(fp8_block_size[1]), v_channel_descale, seqused_q, seqused_k, chunk,
+                           bool(fp8_fast_accum))
     else:
-        out, lse = ops.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                            int(max_seqlen_k), scale, left, right, softcap,
-                                            deterministic, alibi_slopes, seqused_q, chunk,
-                                            seqused_k)
+        out, lse = ops.run(ops.attention_varlen_fwd, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                           int(max_seqlen_q), int(max_seqlen_k), scale, left, right, softcap,
+                           deterministic, alibi_slopes, seqused_q, chunk, seqused_k)
     return (out, lse) if return_lse else out
 
 
@@ -306,11 +305,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     left, right = masking.normalize_window(causal, (left, right))
     _checks.sinks(q, sinks)
     _checks.alibi_slopes(q, alibi_slopes, q.shape[0])
-    out, lse = ops.attention_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
-                                     scale, left, right, softcap, rotary_cos, rotary_sin,
-                                     rotary_interleaved, k_descale, v_descale, int(num_splits),
-                                     sinks, alibi_slopes, rotary_seqlens, cache_leftpad,
-                                     bool(descale_per_batch), chunk)
+    out, lse = ops.run(ops.attention_kvcache, q, k_cache, v_cache, k, v, cache_seqlens,
+                       page_table, scale, left, right, softcap, rotary_cos, rotary_sin,
+                       rotary_interleaved, k_descale, v_descale, int(num_splits), sinks,
+                       alibi_slopes, rotary_seqlens, cache_leftpad, bool(descale_per_batch), chunk)
     return (out, lse) if return_lse else out
 
 
@@ -446,10 +444,10 @@ def _kvcache_append_packed(q, k_cache, v_cache, k, v, cache_seqlens, page_table,
                                                       cache_leftpad, chunk,
                                                       **_per_batch_kw(descale_per_batch))
     else:
-        out, lse = ops.attention_kvcache(q, k_cache, v_cache, None, None, seqused, page_table,
-                                         scale, left, right, softcap, None, None, False, k_descale,
-                                         v_descale, int(num_splits), sinks, alibi_slopes, None,
-                                         cache_leftpad, bool(descale_per_batch), chunk)
+        out, lse = ops.run(ops.attention_kvcache, q, k_cache, v_cache, None, None, seqused,
+                           page_table, scale, left, right, softcap, None, None, False, k_descale,
+                           v_descale, int(num_splits), sinks, alibi_slopes, None, cache_leftpad,
+                           bool(descale_per_batch), chunk)
     return (out, lse) if return_lse else out
 
 

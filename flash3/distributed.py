@@ -197,11 +197,11 @@ def _meta_device(group, x):
 # ---------------------------------------------------------------------------- chunk calls
 # Module-level indirections so tests can observe the order of communication and compute.
 def _chunk_fwd(q, k, v, scale, left, right, softcap):
-    return ops.attention_fwd(q, k, v, scale, left, right, softcap)
+    return ops.run(ops.attention_fwd, q, k, v, scale, left, right, softcap)
 
 
 def _chunk_bwd(dout, q, k, v, out, lse, dlse, scale, left, right, softcap):
-    return ops.attention_bwd(dout, q, k, v, out, lse, dlse, scale, left, right, softcap)
+    return ops.run(ops.attention_bwd, dout, q, k, v, out, lse, dlse, scale, left, right, softcap)
 
 
 def _exchange(send, dst, recv, src, group):

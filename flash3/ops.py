@@ -110,8 +110,7 @@ def _chunk_kw(attention_chunk):
 
 
 # ----------------------------------------------------------------- batched
-@torch.library.custom_op("flash3::attention_fwd", mutates_args=())
-def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
+def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, deterministic: bool = False,
                   alibi_slopes: Optional[Tensor] = None,
                   attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
@@ -127,14 +126,16 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
+attention_fwd = torch.library.custom_op("flash3::attention_fwd", mutates_args=())(_attention_fwd)
+
+
 @attention_fwd.register_fake
 def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=False,
       alibi_slopes=None, attention_chunk=0):
     return q.new_empty(*q.shape[:-1], v.shape[-1]), _lse_batched(q)
 
 
-@torch.library.custom_op("flash3::attention_bwd", mutates_args=())
-def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+def _attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                   dlse: Optional[Tensor], softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, deterministic: bool = False,
                   alibi_slopes: Optional[Tensor] = None,
@@ -149,6 +150,9 @@ def attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ls
         lambda: reference.backward(dout, q, k, v, out, lse, *args, dlse=dlse,
                                    alibi_slopes=alibi_slopes, chunk=attention_chunk),
         alibi_slopes, **_chunk_kw(attention_chunk))
+
+
+attention_bwd = torch.library.custom_op("flash3::attention_bwd", mutates_args=())(_attention_bwd)
 
 
 @attention_bwd.register_fake
@@ -176,7 +180,7 @@ def _grads_or_zeros(dout, out):
 def _attention_backward(ctx, dout, dlse):
     q, k, v, alibi, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
-    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, dlse, *ctx.extra, alibi, ctx.chunk)
+    dq, dk, dv = run(attention_bwd, dout, q, k, v, out, lse, dlse, *ctx.extra, alibi, ctx.chunk)
     return (dq, dk, dv) + (None,) * (len(ctx.extra) + 2)
 
 
@@ -184,8 +188,7 @@ attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
 
 
 # ----------------------------------------------------------------- varlen
-@torch.library.custom_op("flash3::attention_varlen_fwd", mutates_args=())
-def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+def _attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
                          softcap: float, deterministic: bool = False,
@@ -212,6 +215,9 @@ def attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
+attention_varlen_fwd = torch.library.custom_op("flash3::attention_varlen_fwd", mutates_args=())(_attention_varlen_fwd)
+
+
 @attention_varlen_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
       window_left, window_right, softcap, deterministic=False, alibi_slopes=None, seqused_q=None,
@@ -220,8 +226,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
     return out, _lse_varlen(q)
 
 
-@torch.library.custom_op("flash3::attention_varlen_bwd", mutates_args=())
-def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+def _attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                          lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
                          softmax_scale: float, window_left: int, window_right: int,
@@ -255,6 +260,9 @@ def attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Ten
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
+attention_varlen_bwd = torch.library.custom_op("flash3::attention_varlen_bwd", mutates_args=())(_attention_varlen_bwd)
+
+
 @attention_varlen_bwd.register_fake
 def _(dout, q, k, v, out, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, window_left, window_right, softcap, deterministic=False, alibi_slopes=None,
@@ -277,8 +285,8 @@ def _varlen_setup(ctx, inputs, output):
 def _varlen_backward(ctx, dout, dlse):
     q, k, v, cu_q, cu_k, alibi, used_q, used_k, out, lse = ctx.saved_tensors
     dout = _grads_or_zeros(dout, out)
-    dq, dk, dv = attention_varlen_bwd(dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra,
-                                      alibi, used_q, ctx.chunk, used_k)
+    dq, dk, dv = run(attention_varlen_bwd, dout, q, k, v, out, lse, dlse, cu_q, cu_k, *ctx.extra,
+                     alibi, used_q, ctx.chunk, used_k)
     return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
 
@@ -286,8 +294,7 @@ attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_s
 
 
 # ----------------------------------------------------------------- kv cache
-@torch.library.custom_op("flash3::attention_kvcache", mutates_args=("k_cache", "v_cache"))
-def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
+def _attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
                       v: Optional[Tensor], cache_seqlens: Tensor, page_table: Optional[Tensor],
                       softmax_scale: float, window_left: int, window_right: int,
                       softcap: float, rotary_cos: Optional[Tensor] = None,
@@ -374,6 +381,9 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                              alibi_slopes, cache_leftpad, descale_per_batch, attention_chunk)
 
 
+attention_kvcache = torch.library.custom_op("flash3::attention_kvcache", mutates_args=("k_cache", "v_cache"))(_attention_kvcache)
+
+
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, window_left,
       window_right, softcap, rotary_cos=None, rotary_sin=None, rotary_interleaved=False,
@@ -383,8 +393,7 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, windo
 
 
 # ----------------------------------------------------------------- fp8
-@torch.library.custom_op("flash3::attention_fp8", mutates_args=())
-def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale: Tensor,
+def _attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale: Tensor,
                   v_descale: Tensor, softmax_scale: float, window_left: int,
                   window_right: int, softcap: float, block_m: int,
                   block_n: int, v_channel_descale: Optional[Tensor] = None,
@@ -405,6 +414,9 @@ def attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale:
     return out.to(torch.bfloat16), lse.to(torch.float32).clone()
 
 
+attention_fp8 = torch.library.custom_op("flash3::attention_fp8", mutates_args=())(_attention_fp8)
+
+
 @attention_fp8.register_fake
 def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, window_right,
       softcap, block_m, block_n, v_channel_descale=None, attention_chunk=0, fast_accum=False):
@@ -412,8 +424,7 @@ def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, wind
     return out, _lse_batched(q)
 
 
-@torch.library.custom_op("flash3::attention_fp8_varlen", mutates_args=())
-def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+def _attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                          max_seqlen_q: int, max_seqlen_k: int, q_descale: Tensor, k_descale: Tensor,
                          v_descale: Tensor, softmax_scale: float, window_left: int,
                          window_right: int, softcap: float, block_m: int, block_n: int,
@@ -443,9 +454,71 @@ def attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, 
     return out.to(torch.bfloat16), lse
 
 
+attention_fp8_varlen = torch.library.custom_op("flash3::attention_fp8_varlen", mutates_args=())(_attention_fp8_varlen)
+
+
 @attention_fp8_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale, k_descale,
       v_descale, softmax_scale, window_left, window_right, softcap, block_m, block_n,
       v_channel_descale=None, seqused_q=None, seqused_k=None, attention_chunk=0, fast_accum=False):
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.bfloat16, device=q.device)
     return out, _lse_varlen(q)
+
+
+# ----------------------------------------------------------------- eager calls
+# torch.library's dispatch costs a call ~20 us before the op's body runs and ~60 us with autograd
+# (the custom op's autograd wrapper binds every argument), the backward op as much again (measured
+# on the CPU with the Hopper ops stubbed, 2026-11-30; an attention kernel at s 512 takes ~100 us).
+# In plain eager mode `run` calls the same body directly, through a plain autograd.Function where a
+# gradient is wanted; the registered ops stay what torch.compile, torch.export, fake tensors,
+# tensor subclasses and functorch transforms see.
+def _plain(args) -> bool:
+    """Whether a call may skip torch.library: eager (not compiling), no torch function or dispatch
+    mode active (FakeTensorMode, a device context, ...), and every tensor argument a plain
+    torch.Tensor (no subclass, no functorch wrapper)."""
+    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._len_torch_dispatch_stack() > 0):
+        return False
+    return all(type(a) is Tensor and not torch._C._functorch.is_functorch_wrapped_tensor(a)
+               for a in args if isinstance(a, Tensor))
+
+
+def _eager_function(body, setup_context, backward):
+    """A torch.autograd.Function running body with an op's registered autograd formula. Its forward
+    takes ctx itself: a separate setup_context makes every apply bind the arguments through
+    inspect.signature (~100 us; functorch needs that form, but its tensors take the op)."""
+    def forward(ctx, *inputs):
+        output = body(*inputs)
+        setup_context(ctx, inputs, output)
+        return output
+
+    return type(f"Eager{body.__name__}", (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+# op -> (its body, its parameters' defaults, an autograd.Function for it or None: no gradient)
+_EAGER = {op: (body, body.__defaults__ or (), fn) for op, body, fn in (
+    (attention_fwd, _attention_fwd, _eager_function(_attention_fwd, _setup, _attention_backward)),
+    (attention_bwd, _attention_bwd, None),
+    (attention_varlen_fwd, _attention_varlen_fwd,
+     _eager_function(_attention_varlen_fwd, _varlen_setup, _varlen_backward)),
+    (attention_varlen_bwd, _attention_varlen_bwd, None),
+    (attention_kvcache, _attention_kvcache, None),
+    (attention_fp8, _attention_fp8, None),
+    (attention_fp8_varlen, _attention_fp8_varlen, None),
+)}
+
+
+def run(op, *args):
+    """op(*args) (positional, as the op takes them), or in plain eager mode (_plain) its body: called
+    directly when no gradient is wanted, else through an autograd.Function with the op's formula
+    (an op without one, e.g. a backward under create_graph, stays the op: it raises as before)."""
+    body, defaults, fn = _EAGER[op]
+    if not _plain(args):
+        return op(*args)
+    if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        if fn is None:
+            return op(*args)
+        missing = body.__code__.co_argcount - len(args)  # setup_context reads every input
+        return fn.apply(*args, *defaults[len(defaults) - missing:] if missing > 0 else ())
+    return body(*args)
