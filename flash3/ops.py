@@ -14,6 +14,7 @@ defined (flash3/__init__.py imports it first), and those two names are its own.
 from typing import Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _backend, _checks, _used_keys, reference, validation
@@ -473,13 +474,15 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale
 # gradient is wanted; the registered ops stay what torch.compile, torch.export, fake tensors,
 # tensor subclasses and functorch transforms see.
 def _plain(args) -> bool:
-    """Whether a call may skip torch.library: eager (not compiling), no torch function or dispatch
-    mode active (FakeTensorMode, a device context, ...), and every tensor argument a plain
-    torch.Tensor (no subclass, no functorch wrapper)."""
+    """Whether a call may skip torch.library: eager (not compiling, no torch.jit trace, no
+    functorch transform, no forward-mode AD level), no torch function or dispatch mode active
+    (FakeTensorMode, a device context, ...), and every tensor argument a plain torch.Tensor with
+    storage (no subclass, no functorch wrapper, not on the meta device: the ops' fake impls)."""
     if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
-            or torch._C._len_torch_dispatch_stack() > 0):
+            or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active()
+            or torch._C._get_tracing_state() is not None or _forward_ad._current_level >= 0):
         return False
-    return all(type(a) is Tensor and not torch._C._functorch.is_functorch_wrapped_tensor(a)
+    return all(type(a) is Tensor and not a.is_meta and not torch._C._functorch.is_functorch_wrapped_tensor(a)
                for a in args if isinstance(a, Tensor))
 
 
@@ -496,14 +499,27 @@ def _eager_function(body, setup_context, backward):
         "forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-# op -> (its body, its parameters' defaults, an autograd.Function for it or None: no gradient)
-_EAGER = {op: (body, body.__defaults__ or (), fn) for op, body, fn in (
+def _kvcache_body(*args):
+    """attention_kvcache's body, then its caches' version counters bumped as the op (which declares
+    them mutated) bumps them, whether or not this call wrote to them: autograd's saved-tensor
+    checks see the same thing either way."""
+    result = _attention_kvcache(*args)
+    for cache in args[1:3]:
+        if not cache.is_inference():
+            torch.autograd.graph.increment_version(cache)
+    return result
+
+
+# op -> (its body, its parameters' defaults, an autograd.Function for it or None: no gradient, its
+# name for the profiler)
+_EAGER = {op: (body, body.__defaults__ or (), fn, getattr(op, "_qualname", body.__name__))
+          for op, body, fn in (
     (attention_fwd, _attention_fwd, _eager_function(_attention_fwd, _setup, _attention_backward)),
     (attention_bwd, _attention_bwd, None),
     (attention_varlen_fwd, _attention_varlen_fwd,
      _eager_function(_attention_varlen_fwd, _varlen_setup, _varlen_backward)),
     (attention_varlen_bwd, _attention_varlen_bwd, None),
-    (attention_kvcache, _attention_kvcache, None),
+    (attention_kvcache, _kvcache_body, None),
     (attention_fp8, _attention_fp8, None),
     (attention_fp8_varlen, _attention_fp8_varlen, None),
 )}
@@ -513,9 +529,16 @@ def run(op, *args):
     """op(*args) (positional, as the op takes them), or in plain eager mode (_plain) its body: called
     directly when no gradient is wanted, else through an autograd.Function with the op's formula
     (an op without one, e.g. a backward under create_graph, stays the op: it raises as before)."""
-    body, defaults, fn = _EAGER[op]
+    body, defaults, fn, name = _EAGER[op]
     if not _plain(args):
         return op(*args)
+    if torch.autograd.profiler._is_profiler_enabled:  # a profile still names the op
+        with torch.autograd.profiler.record_function(name):
+            return _eager(body, defaults, fn, op, args)
+    return _eager(body, defaults, fn, op, args)
+
+
+def _eager(body, defaults, fn, op, args):
     if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
         if fn is None:
             return op(*args)

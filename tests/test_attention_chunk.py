@@ -239,7 +239,7 @@ def test_fp8_kernel_takes_32_key_descale_blocks_with_a_chunk_at_d256(monkeypatch
     monkeypatch.setattr(_backend, "has_extension", lambda: True)
     monkeypatch.setattr(_backend, "kernel_fp8_configs", lambda: [(256, 256)])
     monkeypatch.setattr(_backend, "has_chunk_kernel", lambda kind: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(_backend, "_capability", lambda index: (9, 0))  # (cached per device)
     monkeypatch.setattr(_backend, "kernel_pick", lambda kind, dt, d, dv, scale, **kw: {"kernel": (d, dv)})
     cuda = lambda d: type("Q", (), {"is_cuda": True, "shape": (2, 8, 4, d), "device": "cuda"})()  # noqa: E731
     q256, q128 = cuda(256), cuda(128)

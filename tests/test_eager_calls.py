@@ -99,3 +99,45 @@ def test_second_derivative_still_raises():
     dq, = torch.autograd.grad(flash3.attention(q, k, v).sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="no autograd formula"):
         dq.sum().backward()
+
+
+def test_transforms_traces_and_meta_tensors_take_the_op():
+    """Each context where the body would differ from the op takes the op (found in review)."""
+    q, k, v = _qkv((1, 6, 2, 8), (1, 6, 2, 8), 10)
+    # torch.func over a function that closes over grad-requiring q/k/v
+    g = torch.func.grad(lambda x: flash3.attention(q, k, v).sum() * x)(torch.tensor(1.0))
+    assert torch.equal(g, flash3.attention(q, k, v).sum().detach())
+    # torch.jit.trace records the op, not the reference backend's operations
+    traced = torch.jit.trace(lambda a, b, c: flash3.attention(a, b, c, causal=True),
+                             tuple(x.detach() for x in (q, k, v)), check_trace=False)
+    assert "flash3::attention_fwd" in str(traced.graph)
+    # meta tensors: the op's fake impl (the body would read values)
+    cq = torch.tensor([0, 6], dtype=torch.int32, device="meta")
+    qm, km, vm = (torch.empty(6, 2, 8, device="meta") for _ in range(3))
+    out = flash3.attention_varlen(qm, km, vm, cq, cq, 6, 6, causal=True)
+    assert out.is_meta and out.shape == (6, 2, 8)
+    # forward-mode AD: the op's behaviour (no tangent through it), not the body's
+    import torch.autograd.forward_ad as fwAD
+    x = torch.randn(1, 6, 2, 8)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        with _Count() as seen:
+            flash3.attention(dual, x, x, softcap=5.0)
+    assert seen.names == ["flash3::attention_fwd"]
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_kvcache_bumps_cache_versions_like_the_op(append):
+    q = torch.randn(1, 2, 2, 8)
+    k, v = torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8)
+    n = torch.tensor([5], dtype=torch.int32)
+    kw = dict(k=k, v=v) if append else {}
+    versions = []
+    for call in (lambda kc, vc: flash3.attention_with_kvcache(q, kc, vc, cache_seqlens=n, **kw),
+                 lambda kc, vc: ops.attention_kvcache(q, kc, vc, kw.get("k"), kw.get("v"), n, None,
+                                                      8 ** -0.5, -1, -1, 0.0)):
+        kc, vc = torch.randn(1, 16, 2, 8), torch.randn(1, 16, 2, 8)
+        before = (kc._version, vc._version)
+        call(kc, vc)
+        versions.append((kc._version - before[0], vc._version - before[1]))
+    assert versions[0] == versions[1] and min(versions[0]) >= 1
