@@ -325,6 +325,15 @@ MODEL_HISTORY = [
      "the functional run executes a warp's lanes apart; another lane's first bar.sync/arrive of a warp landed "
      "at the recorded lane's current position (mid-softmax, or before its mbarrier wait), so a warp waited "
      "early, or released its peer early, and results moved with the seed"),
+    ("a stall is charged once, before the instruction that ends it: a slot-free instruction (a register "
+     "rename, mov of an immediate) after a wait consumes the gap too (timing test stall_once; 2026-11-30)",
+     "cycles unchanged (bookkeeping only): flash3 d 64 causal s 1024 h 16 one SM 1408383, FA3 1315618 both "
+     "before and after; their recorded stall cycles 23.09M -> 14.27M (flash3: named_barrier 34.7% -> 7.1%, "
+     "now pipe_throttle 36.5%, dependency 29.1%) and 16.15M -> 13.54M (FA3: pipe_throttle 43.0% -> 45.9%); "
+     "the dominant-stall columns of earlier rows over-count waits that slot-free instructions follow",
+     "each slot-free instruction after a stall saw the same gap since the last issue and added it again: "
+     "the 40 movs that clear O after the d 64 tile's first pingpong wait counted that wait 40 times "
+     "(the debug trace showed the wait ~100 cycles, the record 1158 per line)"),
 ]
 
 

@@ -679,10 +679,11 @@ struct Replay {
     }
     issued_at[&d] += c.slots;
     w.wait_on = nullptr;
-    if (c.slots > 0) {
-      w.reason = kRNone;
-      w.last_issue = now + (c.slots - 1);
-    }
+    // The gap is charged once: a slot-free instruction (a rename) after a stall consumes it too, or
+    // each of the slot-free instructions after a wait would count the wait again (bookkeeping only:
+    // last_issue and reason feed no timing).
+    w.reason = kRNone;
+    if (now + c.slots > 0) w.last_issue = std::max(w.last_issue, now + c.slots - 1);
     issued += c.slots;
     role_issued[w.tr->warp] += c.slots;
     int occupy = c.interval;

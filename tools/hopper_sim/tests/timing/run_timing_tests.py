@@ -57,8 +57,9 @@ def main():
     recs = run()
     by = {}
     for r in recs:
-        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch)ILi(\d+)E", r["kernel"])
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch|stall_once)ILi(\d+)E", r["kernel"])
         by[(m.group(1), int(m.group(2)))] = r["cycles"]
+        by[(m.group(1), int(m.group(2)), "named_barrier")] = r["stall_cycles"]["named_barrier"]
     l2_per_sm = P["kL2BytesPerClkGPU"] / P["kSMs"]
     cases = [
         # dependent chain: each FMA issues one FMA latency after the previous one
@@ -94,13 +95,21 @@ def main():
         # time after the kernel's start, and the two chains of N FMAs overlap: one FMA latency each
         ("arrive_in_branch", 64, 192, (192 - 64) * P["kFmaLatency"]),
     ]
+    # slot-free movs after a wait: neither the time nor the wait's stall cycles grow with their count
+    cases += [("stall_once", 8, 64, 0)]
+    stalls = [("stall_once", 8, 64, "named_barrier", 0)]
     bad = 0
+    for name, a, b, reason, want in stalls:
+        got = by[(name, b, reason)] - by[(name, a, reason)]
+        ok = abs(got - want) <= 2
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {reason} stall({b}) - stall({a}) = {got}, expected {want}")
     for name, a, b, want in cases:
         got = by[(name, b)] - by[(name, a)]
         ok = abs(got - want) <= max(2, 0.01 * want)   # 1% (or 2 cycles) for rounding at the edges
         bad += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name}: cycles({b}) - cycles({a}) = {got}, expected {want:.0f}")
-    print(f"timing tests: {len(cases) - bad}/{len(cases)} passed")
+    print(f"timing tests: {len(cases) + len(stalls) - bad}/{len(cases) + len(stalls)} passed")
     return 1 if bad else 0
 
 

@@ -214,6 +214,25 @@ __global__ void arrive_in_branch(float* out, float a, float b) {
   out[threadIdx.x] = x;
 }
 
+// 10. A stall is counted once, before the instruction that ends it: warp 0 waits at bar.sync 1, 64
+// while warp 1 runs 64 dependent FMAs, then runs N register-to-register movs (no issue slot in SASS:
+// renames). The named-barrier stall must not grow with N (the record once charged the wait to every
+// slot-free instruction after it: the d 64 forward's 40 movs after its pingpong wait counted it 40x).
+template <int N>
+__global__ void stall_once(float* out, float a, float b) {
+  float x = threadIdx.x;
+  uint32_t y = threadIdx.x;
+  if (threadIdx.x / 32 == 1) {
+    fma_dep<64>(x, a, b);
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+  } else {
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(y));
+  }
+  out[threadIdx.x] = x + float(y);
+}
+
 int main(int argc, char** argv) {
   float* f;
   int* i;
@@ -237,6 +256,8 @@ int main(int argc, char** argv) {
   bar_after_split<192><<<1, 64>>>(f + 6144, 1.0001f, 0.5f);
   arrive_in_branch<64><<<1, 64>>>(f + 8192, 1.0001f, 0.5f);
   arrive_in_branch<192><<<1, 64>>>(f + 8192, 1.0001f, 0.5f);
+  stall_once<8><<<1, 64>>>(f + 10240, 1.0001f, 0.5f);
+  stall_once<64><<<1, 64>>>(f + 10240, 1.0001f, 0.5f);
   cudaError_t e = cudaDeviceSynchronize();
   // a hash of every output byte: the runner compares it with and without --timing (recording must
   // not change what the program computes)
