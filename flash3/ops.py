@@ -1,7 +1,9 @@
 """torch.library operators of flash3 (namespace ``flash3``).
 
 Each operator has a fake (meta) implementation and, where differentiable, an
-autograd formula, so torch.compile captures calls without graph breaks.
+autograd formula, so torch.compile captures calls without graph breaks. The public
+functions call them through `run`, which in plain eager mode runs the same bodies
+without torch.library's dispatch (see "eager calls" below).
 Forward and backward implementations try the Hopper kernels on CUDA and
 otherwise run the reference backend (with a warning once per reason).
 
@@ -112,9 +114,9 @@ def _chunk_kw(attention_chunk):
 
 # ----------------------------------------------------------------- batched
 def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float, deterministic: bool = False,
-                  alibi_slopes: Optional[Tensor] = None,
-                  attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
+                   window_right: int, softcap: float, deterministic: bool = False,
+                   alibi_slopes: Optional[Tensor] = None,
+                   attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     # `deterministic` only concerns the backward; it travels with the forward for autograd.
     # attention_chunk: FA3's chunked local attention (flash3/masking.py), 0 = off.
     args = (softmax_scale, window_left, window_right, softcap)
@@ -137,10 +139,10 @@ def _(q, k, v, softmax_scale, window_left, window_right, softcap, deterministic=
 
 
 def _attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                  dlse: Optional[Tensor], softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float, deterministic: bool = False,
-                  alibi_slopes: Optional[Tensor] = None,
-                  attention_chunk: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+                   dlse: Optional[Tensor], softmax_scale: float, window_left: int,
+                   window_right: int, softcap: float, deterministic: bool = False,
+                   alibi_slopes: Optional[Tensor] = None,
+                   attention_chunk: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     # The reference backward is bitwise reproducible run to run either way (fixed tile order,
     # no atomics); `deterministic` chooses the ordered dQ reduction of the backward kernel.
     args = (softmax_scale, window_left, window_right, softcap)
@@ -190,13 +192,13 @@ attention_fwd.register_autograd(_attention_backward, setup_context=_setup)
 
 # ----------------------------------------------------------------- varlen
 def _attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
-                         cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                         softmax_scale: float, window_left: int, window_right: int,
-                         softcap: float, deterministic: bool = False,
-                         alibi_slopes: Optional[Tensor] = None,
-                         seqused_q: Optional[Tensor] = None,
-                         attention_chunk: int = 0,
-                         seqused_k: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                          softmax_scale: float, window_left: int, window_right: int,
+                          softcap: float, deterministic: bool = False,
+                          alibi_slopes: Optional[Tensor] = None,
+                          seqused_q: Optional[Tensor] = None,
+                          attention_chunk: int = 0,
+                          seqused_k: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     # seqused_q/seqused_k (FA3's): any value is clamped into [0, the sequence's length], kernel and
     # reference; masks align on the used counts.
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
@@ -216,7 +218,8 @@ def _attention_varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
-attention_varlen_fwd = torch.library.custom_op("flash3::attention_varlen_fwd", mutates_args=())(_attention_varlen_fwd)
+attention_varlen_fwd = torch.library.custom_op("flash3::attention_varlen_fwd",
+                                              mutates_args=())(_attention_varlen_fwd)
 
 
 @attention_varlen_fwd.register_fake
@@ -228,14 +231,14 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_s
 
 
 def _attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
-                         lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
-                         cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                         softmax_scale: float, window_left: int, window_right: int,
-                         softcap: float, deterministic: bool = False,
-                         alibi_slopes: Optional[Tensor] = None,
-                         seqused_q: Optional[Tensor] = None,
-                         attention_chunk: int = 0,
-                         seqused_k: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+                          lse: Tensor, dlse: Optional[Tensor], cu_seqlens_q: Tensor,
+                          cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                          softmax_scale: float, window_left: int, window_right: int,
+                          softcap: float, deterministic: bool = False,
+                          alibi_slopes: Optional[Tensor] = None,
+                          seqused_q: Optional[Tensor] = None,
+                          attention_chunk: int = 0,
+                          seqused_k: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     # max_seqlen_q/k size the kernel's grid (the forward's values: no host read of cu_seqlens).
     args = (softmax_scale, window_left, window_right, softcap)
 
@@ -261,7 +264,8 @@ def _attention_varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Te
         alibi_slopes, **_chunk_kw(attention_chunk))
 
 
-attention_varlen_bwd = torch.library.custom_op("flash3::attention_varlen_bwd", mutates_args=())(_attention_varlen_bwd)
+attention_varlen_bwd = torch.library.custom_op("flash3::attention_varlen_bwd",
+                                              mutates_args=())(_attention_varlen_bwd)
 
 
 @attention_varlen_bwd.register_fake
@@ -296,17 +300,17 @@ attention_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_s
 
 # ----------------------------------------------------------------- kv cache
 def _attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
-                      v: Optional[Tensor], cache_seqlens: Tensor, page_table: Optional[Tensor],
-                      softmax_scale: float, window_left: int, window_right: int,
-                      softcap: float, rotary_cos: Optional[Tensor] = None,
-                      rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
-                      k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
-                      num_splits: int = 0, sinks: Optional[Tensor] = None,
-                      alibi_slopes: Optional[Tensor] = None,
-                      rotary_seqlens: Optional[Tensor] = None,
-                      cache_leftpad: Optional[Tensor] = None,
-                      descale_per_batch: bool = False,
-                      attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
+                       v: Optional[Tensor], cache_seqlens: Tensor, page_table: Optional[Tensor],
+                       softmax_scale: float, window_left: int, window_right: int,
+                       softcap: float, rotary_cos: Optional[Tensor] = None,
+                       rotary_sin: Optional[Tensor] = None, rotary_interleaved: bool = False,
+                       k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
+                       num_splits: int = 0, sinks: Optional[Tensor] = None,
+                       alibi_slopes: Optional[Tensor] = None,
+                       rotary_seqlens: Optional[Tensor] = None,
+                       cache_leftpad: Optional[Tensor] = None,
+                       descale_per_batch: bool = False,
+                       attention_chunk: int = 0) -> tuple[Tensor, Tensor]:
     s_new = 0 if k is None else k.shape[1]
     # causal, local or chunked (FA3's rule): q rotated per token
     local = window_left >= 0 or window_right >= 0 or attention_chunk > 0
@@ -382,7 +386,8 @@ def _attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[
                              alibi_slopes, cache_leftpad, descale_per_batch, attention_chunk)
 
 
-attention_kvcache = torch.library.custom_op("flash3::attention_kvcache", mutates_args=("k_cache", "v_cache"))(_attention_kvcache)
+attention_kvcache = torch.library.custom_op("flash3::attention_kvcache",
+                                           mutates_args=("k_cache", "v_cache"))(_attention_kvcache)
 
 
 @attention_kvcache.register_fake
@@ -395,10 +400,10 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, page_table, softmax_scale, windo
 
 # ----------------------------------------------------------------- fp8
 def _attention_fp8(q: Tensor, k: Tensor, v: Tensor, q_descale: Tensor, k_descale: Tensor,
-                  v_descale: Tensor, softmax_scale: float, window_left: int,
-                  window_right: int, softcap: float, block_m: int,
-                  block_n: int, v_channel_descale: Optional[Tensor] = None,
-                  attention_chunk: int = 0, fast_accum: bool = False) -> tuple[Tensor, Tensor]:
+                   v_descale: Tensor, softmax_scale: float, window_left: int,
+                   window_right: int, softcap: float, block_m: int,
+                   block_n: int, v_channel_descale: Optional[Tensor] = None,
+                   attention_chunk: int = 0, fast_accum: bool = False) -> tuple[Tensor, Tensor]:
     if q.is_cuda:
         reason = _backend.fp8_kernel_reason(q, k, v, softmax_scale, block_m, block_n, attention_chunk,
                                             fast_accum=fast_accum)
@@ -426,12 +431,12 @@ def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_left, wind
 
 
 def _attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
-                         max_seqlen_q: int, max_seqlen_k: int, q_descale: Tensor, k_descale: Tensor,
-                         v_descale: Tensor, softmax_scale: float, window_left: int,
-                         window_right: int, softcap: float, block_m: int, block_n: int,
-                         v_channel_descale: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None,
-                         seqused_k: Optional[Tensor] = None,
-                         attention_chunk: int = 0, fast_accum: bool = False) -> tuple[Tensor, Tensor]:
+                          max_seqlen_q: int, max_seqlen_k: int, q_descale: Tensor, k_descale: Tensor,
+                          v_descale: Tensor, softmax_scale: float, window_left: int,
+                          window_right: int, softcap: float, block_m: int, block_n: int,
+                          v_channel_descale: Optional[Tensor] = None, seqused_q: Optional[Tensor] = None,
+                          seqused_k: Optional[Tensor] = None,
+                          attention_chunk: int = 0, fast_accum: bool = False) -> tuple[Tensor, Tensor]:
     if validation.validation_enabled(q, cu_seqlens_q, cu_seqlens_k):  # a host sync on CUDA
         _checks.varlen_values(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
                               max_seqlen_q, max_seqlen_k)
@@ -455,7 +460,8 @@ def _attention_fp8_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     return out.to(torch.bfloat16), lse
 
 
-attention_fp8_varlen = torch.library.custom_op("flash3::attention_fp8_varlen", mutates_args=())(_attention_fp8_varlen)
+attention_fp8_varlen = torch.library.custom_op("flash3::attention_fp8_varlen",
+                                              mutates_args=())(_attention_fp8_varlen)
 
 
 @attention_fp8_varlen.register_fake
@@ -482,7 +488,8 @@ def _plain(args) -> bool:
             or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active()
             or torch._C._get_tracing_state() is not None or _forward_ad._current_level >= 0):
         return False
-    return all(type(a) is Tensor and not a.is_meta and not torch._C._functorch.is_functorch_wrapped_tensor(a)
+    return all(type(a) is Tensor and not a.is_meta
+               and not torch._C._functorch.is_functorch_wrapped_tensor(a)
                for a in args if isinstance(a, Tensor))
 
 
