@@ -479,12 +479,19 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_descale
 # In plain eager mode `run` calls the same body directly, through a plain autograd.Function where a
 # gradient is wanted; the registered ops stay what torch.compile, torch.export, fake tensors,
 # tensor subclasses and functorch transforms see.
+# The private probes _plain needs; a torch without one of them takes the ops on every call.
+_PROBES = all(hasattr(torch._C, name) for name in (
+    "_is_torch_function_mode_enabled", "_len_torch_dispatch_stack", "_are_functorch_transforms_active",
+    "_get_tracing_state")) and hasattr(torch._C._functorch, "is_functorch_wrapped_tensor") and hasattr(
+    _forward_ad, "_current_level") and hasattr(torch.autograd.graph, "increment_version")
+
+
 def _plain(args) -> bool:
     """Whether a call may skip torch.library: eager (not compiling, no torch.jit trace, no
     functorch transform, no forward-mode AD level), no torch function or dispatch mode active
     (FakeTensorMode, a device context, ...), and every tensor argument a plain torch.Tensor with
     storage (no subclass, no functorch wrapper, not on the meta device: the ops' fake impls)."""
-    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+    if (not _PROBES or torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
             or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active()
             or torch._C._get_tracing_state() is not None or _forward_ad._current_level >= 0):
         return False

@@ -141,3 +141,10 @@ def test_kvcache_bumps_cache_versions_like_the_op(append):
         call(kc, vc)
         versions.append((kc._version - before[0], vc._version - before[1]))
     assert versions[0] == versions[1] and min(versions[0]) >= 1
+
+
+def test_a_torch_without_the_probes_takes_the_op(monkeypatch):
+    monkeypatch.setattr(ops, "_PROBES", False)
+    q, k, v = _qkv((1, 5, 2, 8), (1, 5, 2, 8), 11)
+    out = flash3.attention(q, k, v, causal=True)
+    assert "Eager" not in type(out.grad_fn).__name__
