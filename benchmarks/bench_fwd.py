@@ -3,8 +3,8 @@ cuBLAS bf16 8192^3 GEMM as the practical ceiling, all in one run.
 
 The FA3 paper's setup: 16k tokens per batch, hidden 2048 (heads = 2048 / hdim), bf16, seqlen
 512..16k. FLOPs = 4·b·h·s_q·s_k·d (half for causal). Times are CUDA-event medians of back-to-back
-calls over rotating input sets (so L2 does not hold the inputs between repeats). Prints a table, the issue's targets,
-and writes bench_fwd.json / bench_fwd.png under --out.
+calls over rotating input sets (so L2 does not hold the inputs between repeats). Prints a table,
+the issue's targets, and writes bench_fwd.json / bench_fwd.png under --out.
 """
 import argparse
 import json
