@@ -1322,6 +1322,24 @@ def test_device_session_runs_stage1_then_stage3_in_one_call(device):
     assert any(n.endswith("s1/summary.txt") for n in names) and any(n.endswith("s3/results.json") for n in names)
 
 
+def test_device_session_stage2_between_and_deadline(device):
+    """SESSION_S2 runs stage 2 (the GPU pytest files) between stages 1 and 3, its summary under $OUT;
+    SESSION_DEADLINE cuts the later stages' budgets to what is left of it (here nothing: stage 3's
+    steps are skipped out of time, never run)."""
+    run, tmp = device
+    p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S2="100", SESSION_S3="150",
+                        SESSION_FA3="0")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "s2_summary.txt" in {x.name for x in out.iterdir()}
+    text = p.stdout
+    assert text.index("flash3 device check stage 1") < text.index("flash3 device check stage 2") < \
+        text.index("flash3 device check stage 3")
+    assert "pytest" in calls and "bench bench_fwd" in calls
+    p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S2="100", SESSION_S3="150",
+                        SESSION_FA3="0", SESSION_DEADLINE="0")
+    assert "bench bench_fwd" not in calls and "pytest" not in calls, calls
+
+
 def test_device_session_profile_step(device):
     """SESSION_PROFILE=1: tools/device/device_profile.sh after the stages, its ncu CSVs in the tarball and
     its headline metrics in profile.txt (a fake ncu writes a one-metric details page)."""

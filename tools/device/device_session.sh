@@ -6,7 +6,9 @@
 # flash-attention checkout, copied to .carry/fa3/:
 #   FA3_SRC=... python tools/fa3_peer/build.py --hdim 128 --cudart static --out .carry/fa3).
 # Budgets: FA3 timing starts no run after 30 s (15 s each; SESSION_FA3=0 skips it); SESSION_S1
-# (default 290 s) and SESSION_S3 (220 s).
+# (default 290 s), SESSION_S2 (default 0: stage 2, the GPU pytest files, between 1 and 3 when set)
+# and SESSION_S3 (220 s); each stage's budget is cut to what is left of SESSION_DEADLINE (default
+# 570 s from the start: a 600 s call still ends with its tarball written).
 # A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
 # SESSION_PROFILE=1 adds tools/device/device_profile.sh (Nsight Compute on FA3 and flash3, at most
 # SESSION_PROFILE_S = 200 s; lower the stage budgets to fit).
@@ -21,6 +23,9 @@ BUILD=${DEVICE_CHECK_BUILD:-$PWD/build}  # device_check.sh's own (tests point it
 S=$BUILD/device-session-files
 rm -rf "$S" && mkdir -p "$S/s1" "$S/s3"
 T0=$(date +%s)
+DEADLINE=${SESSION_DEADLINE:-570}
+# budget CAP: CAP, or what is left of the deadline if less.
+budget() { local l=$(( DEADLINE - ($(date +%s) - T0) )); l=$(( l < $1 ? l : $1 )); echo $(( l > 1 ? l : 1 )); }
 
 # FA3's forward, d 128, the FA3 paper's setup (16k tokens, 16 heads), 30 timed launches each.
 FA3=$(ls .carry/fa3/fa3_fwd_hdim128-* 2>/dev/null | head -1)
@@ -38,13 +43,21 @@ else
 fi
 echo "fa3: done after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 
-OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=${SESSION_S1:-290} DEVICE_CHECK_AFTER_SMOKE=100 \
+OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=$(budget ${SESSION_S1:-290}) DEVICE_CHECK_AFTER_SMOKE=100 \
   DEVICE_CHECK_SANITIZERS=memcheck DEVICE_CHECK_HANG_BUILD=0 bash tools/device/device_check.sh > "$S/s1.out" 2>&1
 echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 cp "$S/s1/summary.txt" "$FINAL/s1_summary.txt" 2>/dev/null || tail -40 "$S/s1.out" > "$FINAL/s1_summary.txt"
 
-if grep -q "^build	ok" "$BUILD/device-check-work/steps.tsv" 2>/dev/null; then
-  OUT=$S/s3 STAGE=3 DEVICE_CHECK_BUDGET=${SESSION_S3:-220} bash tools/device/device_check.sh > "$S/s3.out" 2>&1
+BUILT=; grep -q "^build	ok" "$BUILD/device-check-work/steps.tsv" 2>/dev/null && BUILT=1
+if [ -n "$BUILT" ] && [ "${SESSION_S2:-0}" -gt 0 ]; then
+  mkdir -p "$S/s2"
+  OUT=$S/s2 STAGE=2 DEVICE_CHECK_BUDGET=$(budget $SESSION_S2) bash tools/device/device_check.sh > "$S/s2.out" 2>&1
+  echo "stage 2: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+  cp "$S/s2/summary.txt" "$FINAL/s2_summary.txt" 2>/dev/null || tail -40 "$S/s2.out" > "$FINAL/s2_summary.txt"
+fi
+
+if [ -n "$BUILT" ]; then
+  OUT=$S/s3 STAGE=3 DEVICE_CHECK_BUDGET=$(budget ${SESSION_S3:-220}) bash tools/device/device_check.sh > "$S/s3.out" 2>&1
   echo "stage 3: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
   cp "$S/s3/summary.txt" "$FINAL/s3_summary.txt" 2>/dev/null || tail -40 "$S/s3.out" > "$FINAL/s3_summary.txt"
 else
@@ -55,12 +68,12 @@ fi
 # after the stages, on stage 1's build.
 if [ "${SESSION_PROFILE:-0}" = 1 ]; then
   mkdir -p "$S/profile"
-  timeout "${SESSION_PROFILE_S:-200}" bash tools/device/device_profile.sh "$S/profile" > "$FINAL/profile.txt" 2>&1
+  timeout "$(budget ${SESSION_PROFILE_S:-200})" bash tools/device/device_profile.sh "$S/profile" > "$FINAL/profile.txt" 2>&1
   echo "profile: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 fi
 
 tar czf "$FINAL/session.tgz" -C "$S" . 2>/dev/null
-for f in s1_summary.txt s3_summary.txt fa3.txt profile.txt; do
+for f in s1_summary.txt s2_summary.txt s3_summary.txt fa3.txt profile.txt; do
   [ -f "$FINAL/$f" ] && { echo "##### $f"; cat "$FINAL/$f"; }
 done
 cat "$S/session.log"
