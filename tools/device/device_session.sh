@@ -6,13 +6,14 @@
 # flash-attention checkout, copied to .carry/fa3/:
 #   FA3_SRC=... python tools/fa3_peer/build.py --hdim 128 --cudart static --out .carry/fa3).
 # Budgets: FA3 timing starts no run after 30 s (15 s each; SESSION_FA3=0 skips it); SESSION_S1
-# (default 290 s), SESSION_S2 (default 0: stage 2, the GPU pytest files, between 1 and 3 when set)
-# and SESSION_S3 (220 s); each stage's budget is cut to what is left of SESSION_DEADLINE (default
-# 570 s from the start: a 600 s call still ends with its tarball written).
+# (default 290 s, of which SESSION_AFTER_SMOKE, default 100 s, is kept after the smoke matrix);
+# SESSION_S2 (default 0: stage 2, the GPU pytest files, runs between 1 and 3 when set); SESSION_S3
+# (220 s). Each stage's budget is cut to what is left of SESSION_DEADLINE (default 570 s from the
+# start: a 600 s call still ends with its tarball written).
 # A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
 # SESSION_PROFILE=1 adds tools/device/device_profile.sh (Nsight Compute on FA3 and flash3, at most
 # SESSION_PROFILE_S = 200 s; lower the stage budgets to fit).
-# Under $OUT: s1_summary.txt, s3_summary.txt, fa3.txt, [profile.txt,] session.tgz (every file).
+# Under $OUT: s1_summary.txt, [s2_summary.txt,] s3_summary.txt, fa3.txt, [profile.txt,] session.tgz (every file).
 #
 #   device tool: command `bash tools/device/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
 set -uo pipefail
@@ -27,23 +28,35 @@ DEADLINE=${SESSION_DEADLINE:-570}
 # budget CAP: CAP, or what is left of the deadline if less.
 budget() { local l=$(( DEADLINE - ($(date +%s) - T0) )); l=$(( l < $1 ? l : $1 )); echo $(( l > 1 ? l : 1 )); }
 
-# FA3's forward, d 128, the FA3 paper's setup (16k tokens, 16 heads), 30 timed launches each.
+# FA3 timed on the FA3 paper's setup (16k tokens, hidden 2048: h = 2048 / d), 30 timed launches
+# each: the bf16 forward at d 128 over s 2k/8k/16k, then any other carried FA3 binary (forward at
+# another head dim, e4m3 forward, backward; tools/fa3_peer/build.py --cudart static --out
+# .carry/fa3) at s 8k; no run starts after SESSION_FA3_S (default 30 s).
+FA3_S=${SESSION_FA3_S:-30}
+fa3_time() {  # BINARY S D CAUSAL [deterministic, for the backward]
+  local bin=$1 s=$2 d=$3 c=$4
+  [ $(( $(date +%s) - T0 )) -lt "$FA3_S" ] || { echo "fa3 $(basename "$bin") s=$s causal=$c: not run ($FA3_S s used)"; return; }
+  case $bin in
+    *bwd*) timeout 20 "$bin" $((16384 / s)) $s $((2048 / d)) $d $c 0 132 0 20 2>&1 | tail -2 ;;
+    *) timeout 15 "$bin" $((16384 / s)) $s $((2048 / d)) $d $c 2 132 30 2>&1 | tail -2 ;;
+  esac || echo "fa3 $(basename "$bin") s=$s causal=$c: exit ${PIPESTATUS[0]}"
+}
 FA3=$(ls .carry/fa3/fa3_fwd_hdim128-* 2>/dev/null | head -1)
 [ "${SESSION_FA3:-1}" = 0 ] && FA3=  # already measured in this lease
 if [ -n "$FA3" ]; then
   for causal in 0 1; do
-    for s in 2048 8192 16384; do
-      [ $(( $(date +%s) - T0 )) -lt 30 ] || { echo "fa3 s=$s causal=$causal: not run (30 s used)"; continue; }
-      timeout 15 "$FA3" $((16384 / s)) $s 16 128 $causal 2 132 30 2>&1 | tail -2 ||
-        echo "fa3 s=$s causal=$causal: exit ${PIPESTATUS[0]}"
-    done
+    for s in 2048 8192 16384; do fa3_time "$FA3" $s 128 $causal; done
   done > "$FINAL/fa3.txt"
+  for bin in $(ls .carry/fa3/fa3_* 2>/dev/null | grep -v -e '\.o$' -e '^.carry/fa3/fa3_fwd_hdim128-'); do
+    d=$(sed -E 's/.*hdim([0-9]+).*/\1/' <<< "$bin")
+    for causal in 0 1; do fa3_time "$bin" 8192 "$d" $causal; done
+  done >> "$FINAL/fa3.txt"
 else
   echo "FA3 not timed (SESSION_FA3=0, or no .carry/fa3/fa3_fwd_hdim128-* carried)" > "$FINAL/fa3.txt"
 fi
 echo "fa3: done after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 
-OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=$(budget ${SESSION_S1:-290}) DEVICE_CHECK_AFTER_SMOKE=100 \
+OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=$(budget ${SESSION_S1:-290}) DEVICE_CHECK_AFTER_SMOKE=${SESSION_AFTER_SMOKE:-100} \
   DEVICE_CHECK_SANITIZERS=memcheck DEVICE_CHECK_HANG_BUILD=0 bash tools/device/device_check.sh > "$S/s1.out" 2>&1
 echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 cp "$S/s1/summary.txt" "$FINAL/s1_summary.txt" 2>/dev/null || tail -40 "$S/s1.out" > "$FINAL/s1_summary.txt"
