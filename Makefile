@@ -39,6 +39,11 @@ hang-build-check:
 	FLASH3_HDIMS=128 FLASH3_DTYPES=bf16 $(PYTHON) tools/build/compile_check.py --debug-hang
 	mkdir -p build && "$$($(PYTHON) tools/build/flash3_build.py --cuda-home)/bin/nvcc" $(SELFTEST_FLAGS) \
 	  -I"$$($(PYTHON) tools/build/flash3_build.py --cutlass)" tools/build/debug_hang_selftest.cu -o build/debug_hang_selftest
+	for side in 1 2; do "$$($(PYTHON) tools/build/flash3_build.py --cuda-home)/bin/nvcc" $(SELFTEST_FLAGS) -DSIDE=$$side \
+	  -I"$$($(PYTHON) tools/build/flash3_build.py --cutlass)" -c tools/build/debug_hang_link_check.cu \
+	  -o build/debug_hang_link_check$$side.o || exit 1; done
+	"$$($(PYTHON) tools/build/flash3_build.py --cuda-home)/bin/nvcc" build/debug_hang_link_check1.o \
+	  build/debug_hang_link_check2.o -o build/debug_hang_link_check
 
 # Build the real extension against a CUDA build of torch and import it (no GPU needed).
 extension-check:

@@ -74,7 +74,9 @@ __device__ __forceinline__ const char* wait_name(int w) {
 
 // The slow path, out of line and never returning: a call that does not return needs no registers
 // saved around it, which keeps setmaxnreg and most of the release build's register allocation.
-[[noreturn]] __device__ __noinline__ void expire(int what, uint32_t phase, int tile) {
+// static: each TU its own copy (the host stub of an external one clashed when the extension's
+// kernel TUs linked: the H200, 2026-11-30; `make hang-build-check` links two TUs since).
+[[noreturn]] static __device__ __noinline__ void expire(int what, uint32_t phase, int tile) {
   const bool report = int(threadIdx.x & 31) == __ffs(__activemask()) - 1;  // a lane per warp
   if (report && atomicAdd(&reports, 1u) < kMaxReports)
     printf("flash3 hang: block %d warpgroup %d thread %d waits on %s phase %u tile %d\n",
