@@ -42,6 +42,9 @@ FAKE_WORKER = textwrap.dedent("""
         print(json.dumps({"begin": f}), flush=True)
         if m == "hang":
             time.sleep(1000)
+        if m == "slow":  # 2 s, then ok
+            time.sleep(2)
+            m = "ok"
         if m == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if m == "exit":
@@ -94,6 +97,27 @@ FWD_FEATURES = [f for f in smoke.FEATURES if smoke.applies("bf16:64:64", f)]
 
 def by_case(res):
     return {(c["kernel"], c["feature"]): c for c in res["cases"]}
+
+
+def test_fp8_cases_get_a_longer_silence_and_gpu_workers_a_share_of_the_cores(fake, tmp_path):
+    """An e4m3 case may stay silent smoke.case_weight (4) times --case-timeout (its reference is the
+    FP8 emulation): a 2 s case passes at 1 s per case, where a 16-bit one is a hang. The driver
+    gives each GPU worker OMP_NUM_THREADS = cores / --parallel (the worker inherits it)."""
+    assert smoke.case_weight("e4m3:128:128") == 4 and smoke.case_weight("bf16:128:128") == 1
+    cmd = fake("e4m3:128:128/full=slow;bf16:128:128/full=slow")
+    res = smoke.run_matrix([("e4m3:128:128", ["full"]), ("bf16:128:128", ["full"])], cmd, parallel=2,
+                           case_timeout=1.0, start_timeout=20, budget=60)
+    c = by_case(res)
+    assert c[("e4m3:128:128", "full")]["status"] == "ok"
+    assert c[("bf16:128:128", "full")]["status"] == "hang"
+    probe = tmp_path / "omp.py"
+    probe.write_text("import os, sys; print('OMP=%s' % os.environ.get('OMP_NUM_THREADS'), file=sys.stderr); sys.exit(1)")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "smoke" / "smoke.py"), "--kernels", "bf16:128:128",
+                        "--features", "full", "--parallel", "2", "--case-timeout", "1",
+                        "--worker-cmd", f"{sys.executable} {probe}"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert f"OMP={max(1, (os.cpu_count() or 1) // 2)}" in p.stdout + p.stderr, p.stdout + p.stderr
 
 
 def test_driver_classifies_kills_and_restarts(fake):

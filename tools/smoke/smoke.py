@@ -239,6 +239,13 @@ def _pump(stream, q) -> None:
     q.put(None)
 
 
+def case_weight(kernel: str) -> int:
+    """How many --case-timeouts a case of this kernel may stay silent: FP8 cases check against the
+    CPU emulation of the FP8 tensor cores' truncating accumulation (flash3.fp8's fp8_mma), several
+    times a 16-bit case's fp64 reference."""
+    return 4 if kernel.split(":")[0] == "e4m3" else 1
+
+
 def run_worker(kernel, feats, cmd, record, case_timeout, start_timeout, deadline, env=None) -> list:
     """Runs one worker over feats, recording results; returns the features left for a new worker."""
     errf = tempfile.TemporaryFile(mode="w+")
@@ -252,7 +259,7 @@ def run_worker(kernel, feats, cmd, record, case_timeout, start_timeout, deadline
     last = time.monotonic()
     try:
         while left:
-            limit = case_timeout if ready else start_timeout
+            limit = case_timeout * case_weight(kernel) if ready else start_timeout
             try:
                 line = lines.get(timeout=max(0.0, min(last + limit, deadline) - time.monotonic()))
             except queue.Empty:
@@ -636,6 +643,12 @@ def main(argv=None) -> int:
         # --parallel workers share the cores with their simulator runs: torch's OpenMP pool in each
         # worker only spins between the reference's small ops (~15% of a sim smoke run's CPU).
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+    elif args.parallel > 1:
+        # GPU workers compute their references on the CPU: each its share of the cores, not an
+        # OpenMP pool of all of them each. On the H200 (2026-11-30) e4m3 cases went silent past 15 s
+        # with 8 workers (16 threads each on 16 cores) while one alone took 3-4 s; oversubscribed
+        # spinning pools slowing the FP8 emulation's many small ops is the likely cause, not proven.
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.parallel)))
 
     if args.worker:
         features = features or kernel_features(args.kernel)
