@@ -247,6 +247,39 @@ MEASURED = [
     ("fwd bf16 d 128 causal", "b 1 s 16384 h 16", 754, 889, "1.18", 603, 844),
     ("bwd bf16 d 128", "b 4 s 4096 h 16", "-", "-", "-", 380, 457),
 ]
+# The second lease (benchmarks/results/h200_2026-11-30.md): FA3 (our drivers) and flash3 (bench_fwd's
+# op into preallocated outputs) in one run, b 2 s 8192 unless said; the FA3 model column at the clock
+# under load (1673 MHz; "At the clock under load"). Never used to set a parameter.
+MEASURED_1130_NOTE = ("FA3 0251105a timed by tools/fa3_peer/fa3_fwd_driver.cu / fa3_bwd_driver.cu (bare launches); "
+                      "flash3 by benchmarks/bench_fwd.py (op: the op into preallocated outputs; back to back) and "
+                      "bench_fp8.py / bench_bwd.py (API). Kernel against kernel (Nsight Compute, d 128 b 2 s 8192): "
+                      "FA3 1.455 ms, flash3 1.561 ms (0.93x) at 1685 MHz. Details: benchmarks/results/h200_2026-11-30.md.")
+MEASURED_1130 = [
+    ("fwd bf16 d 128", "b 8 s 2048 h 16", 693.6, 755, "1.09", 609, "0.88"),
+    ("fwd bf16 d 128", "b 2 s 8192 h 16", 749.5, 843, "1.12", 619, "0.83"),
+    ("fwd bf16 d 128", "b 1 s 16384 h 16", 764.0, 855, "1.12", 645, "0.84"),
+    ("fwd bf16 d 128 causal", "b 8 s 2048 h 16", 605.8, 655, "1.08", 472, "0.78"),
+    ("fwd bf16 d 128 causal", "b 2 s 8192 h 16", 731.4, 777, "1.06", 661, "0.90"),
+    ("fwd bf16 d 128 causal", "b 1 s 16384 h 16", 758.1, 813, "1.07", 610, "0.80"),
+    ("fwd bf16 d 64", "b 2 s 8192 h 32", 574.1, "-", "-", 516, "0.90"),
+    ("fwd bf16 d 64 causal", "b 2 s 8192 h 32", 545.9, "-", "-", 471, "0.86"),
+    ("fwd bf16 d 256", "b 2 s 8192 h 8", 794.5, "-", "-", 713, "0.90"),
+    ("fwd bf16 d 256 causal", "b 2 s 8192 h 8", 773.9, "-", "-", 663, "0.86"),
+    ("fwd e4m3 d 128", "b 2 s 8192 h 16", 981.1, "-", "-", 723, "0.74"),
+    ("fwd e4m3 d 128 causal", "b 2 s 8192 h 16", 943.2, "-", "-", 671, "0.71"),
+    ("fwd e4m3 d 256", "b 2 s 8192 h 8", 1244.7, "-", "-", 843, "0.68"),
+    ("fwd e4m3 d 256 causal", "b 2 s 8192 h 8", 1193.5, "-", "-", 747, "0.63"),
+    ("bwd bf16 d 128", "b 2 s 8192 h 16", 585.1, "-", "-", 514, "0.88"),
+    ("bwd bf16 d 128 causal", "b 2 s 8192 h 16", 638.1, "-", "-", 489, "0.77"),
+]
+def measured_1130_section() -> list[str]:
+    """The second lease's table (MEASURED_1130): FA3 measured and modelled, flash3 measured."""
+    return (["", "## Measured on a GPU (an H200, 2026-11-30)", "", MEASURED_1130_NOTE, "",
+             "| row | shape | FA3 measured | FA3 model (1673 MHz) | model / measured | flash3 measured | flash3 / FA3 |",
+             "|---|---|---|---|---|---|---|"]
+            + [f"| {r} | {sh} | {a} | {b} | {c} | {d} | {e} |" for r, sh, a, b, c, d, e in MEASURED_1130])
+
+
 # The clock the by-hand model numbers above (MEASURED's model columns, VALIDATION_BY_HAND, the GEMM
 # reference row) were converted at: the model ran at the 1830 MHz boost until timing_params.h took
 # the clock under load (kClockHz). The replay counts cycles, so an SM-bound row's time scales by the
@@ -1084,6 +1117,7 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "| row | shape | FA3 measured | FA3 model | model / measured | flash3 measured (API call) | flash3 model |",
           "|---|---|---|---|---|---|---|"]
     L += [f"| {r} | {sh} | {a} | {b} | {c} | {d} | {e} |" for r, sh, a, b, c, d, e in MEASURED]
+    L += measured_1130_section()
     L += ["", "## Reading it", "",
           "- The model is optimistic on every validated row so far. Named missing mechanisms (none tuned): "
           "wgmma operand fetch and issue overheads, L2 contention, the rest of PTX-vs-SASS "
