@@ -120,6 +120,21 @@ def test_fp8_cases_get_a_longer_silence_and_gpu_workers_a_share_of_the_cores(fak
     assert f"OMP={max(1, (os.cpu_count() or 1) // 2)}" in p.stdout + p.stderr, p.stdout + p.stderr
 
 
+def test_silent_worker_reports_where_its_python_was(fake, monkeypatch):
+    """A case silent past its timeout: with PYTHONFAULTHANDLER (smoke.py sets it for GPU workers) the
+    driver asks the worker for its stack (SIGABRT) before killing it, and the hang's detail says where
+    it was: a sleep in the fake worker here, a CUDA synchronize or the FP8 emulation on a GPU."""
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")
+    cmd = fake("bf16:64:64/causal=hang")
+    res = smoke.run_matrix([("bf16:64:64", ["causal", "full"])], cmd, parallel=1, case_timeout=1.0,
+                           start_timeout=20, budget=60)
+    c = by_case(res)
+    d = c[("bf16:64:64", "causal")]["detail"]
+    assert c[("bf16:64:64", "causal")]["status"] == "hang" and d.startswith("silent for 1 s; Python at "), d
+    assert "fake_worker.py:" in d, d
+    assert c[("bf16:64:64", "full")]["status"] == "ok"  # the rest on a fresh worker
+
+
 def test_driver_classifies_kills_and_restarts(fake):
     cmd = fake("bf16:64:64/causal=hang;bf16:64:64/gqa=segv;fp16:128:128/full=exit;"
                "fp16:128:128/varlen=trap;bf16:96:96/window=wrong;bf16:96:96/softcap=nan")

@@ -67,6 +67,7 @@ import ctypes
 import json
 import os
 import queue
+import re
 import shlex
 import signal
 import subprocess
@@ -212,6 +213,29 @@ def _exit_detail(rc: int, errf) -> str:
     return what + (f": {last[-1][:300]}" if last else "")
 
 
+def _stack_of_silent(proc, errf) -> str:
+    """Where a silent worker's Python is: SIGABRT makes its faulthandler (PYTHONFAULTHANDLER, set for
+    the workers) print every thread's stack, even one blocked inside a CUDA call, so a hung kernel
+    (stuck in a synchronize) and a slow reference (in the emulation) read apart. Returns the main
+    thread's innermost frames, innermost first, or "" (no stack within 5 s)."""
+    if proc.poll() is not None:
+        return ""
+    try:
+        os.kill(proc.pid, signal.SIGABRT)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        return ""
+    try:
+        errf.seek(0)
+        text = errf.read()
+    except (OSError, ValueError):
+        return ""
+    block = text[text.rfind("Current thread"):] if "Current thread" in text else ""
+    frames = [l.strip() for l in block.splitlines()[1:] if l.strip().startswith("File ")]
+    short = [re.sub(r'File "(?:.*/)?([^/"]+)", line (\d+) in (\S+)', r"\3 (\1:\2)", f) for f in frames[:4]]
+    return " <- ".join(short)
+
+
 LIVE: set = set()  # running workers, killed if the driver itself is terminated
 
 
@@ -263,10 +287,14 @@ def run_worker(kernel, feats, cmd, record, case_timeout, start_timeout, deadline
             try:
                 line = lines.get(timeout=max(0.0, min(last + limit, deadline) - time.monotonic()))
             except queue.Empty:
+                timed_out = time.monotonic() >= last + limit
+                stack = _stack_of_silent(proc, errf) if timed_out and ready and os.environ.get("PYTHONFAULTHANDLER") else ""
                 _kill(proc)
-                if time.monotonic() < last + limit:  # the budget ran out, not the case
+                if not timed_out:  # the budget ran out, not the case
                     return []
                 what = f"silent for {limit:.0f} s" + ("" if ready else " (worker start-up)")
+                if stack:
+                    what += f"; Python at {stack}"
                 record(kernel, feature_name(left[0]), "hang", what, extra)
                 return left[1:]
             if line is None:  # the worker ended before finishing its features
@@ -643,7 +671,9 @@ def main(argv=None) -> int:
         # --parallel workers share the cores with their simulator runs: torch's OpenMP pool in each
         # worker only spins between the reference's small ops (~15% of a sim smoke run's CPU).
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-    elif args.parallel > 1:
+    if not sim:
+        os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a silent worker's stack (_stack_of_silent)
+    if not sim and args.parallel > 1:
         # GPU workers compute their references on the CPU: each its share of the cores, not an
         # OpenMP pool of all of them each. On the H200 (2026-11-30) e4m3 cases went silent past 15 s
         # with 8 workers (16 threads each on 16 cores) while one alone took 3-4 s; oversubscribed
