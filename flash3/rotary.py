@@ -37,7 +37,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                  positions: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
     """Rotate x (b, s, h, d) at ``positions`` (b, s); returns a new tensor of x's dtype.
 
-    The rotation is computed in fp32 (fp64 for fp64 inputs) and rounded once.
+    The rotation is computed in fp32 (fp64 for fp64 inputs) and rounded once.  An FP8 x (FA3's
+    e4m3 q and new keys) is rounded saturating: a rotated value past the format's largest finite
+    (448 for e4m3; a pair (x0, x1) rotates up to sqrt(2) max(|x0|, |x1|)) becomes +-448, as the
+    fused append kernel's cvt.rn.satfinite does.  Written out because torch's own fp32 -> e4m3
+    cast gave NaN above 464 until pytorch#178817 made it saturate (torch 2.11 still NaN, 2.13
+    saturates): left to the cast, the specification would depend on the torch version.
     """
     b, s, h, d = x.shape
     half = cos.shape[-1]
@@ -55,6 +60,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     else:
         x0, x1 = xr[..., :half], xr[..., half:]
         rot = torch.cat((x0 * c - x1 * sn, x0 * sn + x1 * c), dim=-1)
+    if x.element_size() == 1 and x.dtype.is_floating_point:  # FP8: saturating (NaN stays NaN)
+        fmax = torch.finfo(x.dtype).max
+        rot = rot.clamp(-fmax, fmax)
     out = x.clone()
     out[..., :rd] = rot.to(x.dtype)
     return out

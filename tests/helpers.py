@@ -106,3 +106,25 @@ def cpp_driver(source: str, workdir, sources=(), csrc=None):
         assert len(out) == len(lines)
         return out
     return ask
+
+
+def e4m3_cast_nan_on_overflow(monkeypatch):
+    """Make torch's cast to float8_e4m3fn (Tensor.to) give NaN (0x7F / 0xFF) for |x| > 464, as torch
+    did before pytorch#178817 (torch 2.11, the H200's; 2.13 saturates to +-448): code that leaves the
+    saturation of an FP8 result to torch's cast then depends on the torch version, which this
+    exposes on a torch that saturates. Returns the cast of an out-of-range value, for the caller to
+    see the emulation is on."""
+    real = torch.Tensor.to
+
+    def to(self, *args, **kw):
+        out = real(self, *args, **kw)
+        if (out.dtype == torch.float8_e4m3fn and self.dtype != torch.float8_e4m3fn
+                and self.is_floating_point()):
+            big = real(self, torch.float32).abs() > 464
+            if big.any():
+                out = out.clone()
+                u = out.view(torch.uint8)
+                u[big] = 0x7F | (u[big] & 0x80)
+        return out
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    return torch.tensor([470.0, -1000.0]).to(torch.float8_e4m3fn)

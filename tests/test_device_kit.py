@@ -2,6 +2,7 @@
 fake worker, its case checks on CPU tensors, the matrix and summary rendering, the plan handed to
 tools/device/device_check.sh, the hang-build knobs, and bash -n on the script."""
 import json
+import math
 import re
 import os
 import signal
@@ -865,6 +866,60 @@ def test_sanitize_small_default_set_has_one_backward_case(capsys):
     if not sanitize_small._backend.has_bwd_kernel():
         assert sanitize_small.run_bwd(bwd[0]) is False
         assert "bwd:bf16:128:128/causal: no flash3::bwd_sm90 in this build, skipped" in capsys.readouterr().out
+
+
+def test_sanitize_small_runs_any_smoke_case(monkeypatch, capsys):
+    """device_check.sh hands sanitize_small.py the failing smoke cases, of any family: decode kernels'
+    (dec:, dec:kve4m3:; "fa3rot" made it fail with "'fa3rot' is not in list": it built every case
+    with the forward's make_case), the quantize kernel's (quant:), backward ones, forward ones. Each
+    part is launched as smoke.py's worker launches it (faked here) and its outputs checked written;
+    a feature the kernel has not is refused naming its features."""
+    import sanitize_small
+    import smoke_cases
+    import smoke_quant
+    built = ["bf16:128:128", "dec:kve4m3:bf16:128:128", "dec:bf16:64:64", "quant:bf16"]
+    monkeypatch.setattr(smoke, "built_kernel_ids", lambda: built)
+    real_dec, real_quant, real_cases = smoke.make_dec_case, smoke_quant.make_case, smoke.make_cases
+    monkeypatch.setattr(smoke, "make_dec_case", lambda f, k: real_dec(f, k, device="cpu"))
+    monkeypatch.setattr(smoke_quant, "make_case", lambda f, k: real_quant(f, k, device="cpu"))
+    monkeypatch.setattr(smoke, "make_cases", lambda f, *a, **kw: real_cases(f, *a, device="cpu", **kw))
+    launched = []
+
+    def launch_dec(p):
+        launched.append(("dec", p["feature"]))
+        out, lse, q_out = smoke.dec_poisoned_outputs(p)
+        if q_out is not None:  # the rotated q: written (e4m3: its own bytes, no NaN poison)
+            q_out = p["q"].clone()
+        return {"out": torch.zeros_like(out), "lse": torch.full_like(lse, -math.inf), "kc": p["kc"],
+                "vc": p["vc"], "q_out": q_out}
+
+    def launch_quant(p):
+        launched.append(("quant", p["feature"]))
+        out, descale = smoke_quant.poisoned_outputs(p)
+        return {"out": torch.zeros_like(out.view(torch.uint8)).view(out.dtype), "descale": torch.ones_like(descale)}
+
+    def launch_fwd(c):
+        launched.append(("fwd", c["feature"]))
+        out, lse = smoke_cases.reference_fwd(c)
+        if c.get("tail") is not None:  # nantail: the packed rows of no sequence keep their poison
+            out = torch.cat([out[:c["tail"][0]], torch.full_like(out[c["tail"][0]:], math.nan)])
+        return out, lse
+    monkeypatch.setattr(smoke, "launch_dec", launch_dec)
+    monkeypatch.setattr(smoke_quant, "launch", launch_quant)
+    monkeypatch.setattr(smoke, "launch", launch_fwd)
+    cases = ["dec:kve4m3:bf16:128:128/fa3rot", "dec:bf16:64:64/vappend", "quant:bf16/rows",
+             "bf16:128:128/nantail", "bf16:128:128/window", "bf16:256:256/causal"]
+    assert sanitize_small.main(cases) == 0
+    assert launched == [("dec", "fa3rot")] * 3 + [("dec", "vappend")] * 3 + [("quant", "rows")] \
+        + [("fwd", "nantail")] + [("fwd", "window")] * 2  # every part; bf16:256:256 is not built
+    out = capsys.readouterr().out
+    assert "bf16:256:256/causal: kernel not built, skipped" in out and "5 launch(es) done" in out
+    with pytest.raises(ValueError, match="'fa3rot' is not a smoke feature of dec:bf16:64:64 .*vappend"):
+        sanitize_small.main(["dec:bf16:64:64/fa3rot"])
+    # an output left poisoned is caught
+    monkeypatch.setattr(smoke, "launch_dec", lambda p: dict(launch_dec(p), lse=smoke.dec_poisoned_outputs(p)[1]))
+    with pytest.raises(AssertionError, match="unwritten lse"):
+        sanitize_small.main(["dec:bf16:64:64/contig"])
 
 
 def write_run(work, out, smoke_cases, pytest_text, extra_steps=()):

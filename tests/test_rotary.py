@@ -197,3 +197,31 @@ def test_rotary_errors():
         call(rotary_cos=cos[:3], rotary_sin=sin[:3])  # the new key sits at position 3
     assert torch.equal(kc, kc0)  # rejected before the append
     call(rotary_cos=cos[:4], rotary_sin=sin[:4])  # just enough
+
+
+@pytest.mark.parametrize("nan_on_overflow", [False, True])
+def test_fp8_rotation_saturates(monkeypatch, nan_on_overflow):
+    """An e4m3 x (FA3's FP8 q and new keys) rotates in fp32 and rounds once to e4m3 saturating: a
+    pair of 448s rotates up to 448 sqrt(2), stored as +-448 (0x7E / 0xFE), as the fused append's
+    cvt.rn.satfinite stores it, whatever torch's own cast does past 464 (NaN before pytorch#178817,
+    emulated here: the H200's torch 2.11 made the reference's bytes NaN where the kernel's are 448);
+    NaN stays NaN, values in range round to nearest even as before."""
+    from helpers import e4m3_cast_nan_on_overflow
+    if nan_on_overflow:
+        probe = e4m3_cast_nan_on_overflow(monkeypatch)
+        assert torch.isnan(probe.float()).all()  # the emulation is on
+    e4 = torch.float8_e4m3fn
+    # rotary_dim 8, NeoX pairs (c, c + 4): (448, 448) at -pi/4 and (448, -448) at pi/4 rotate to
+    # 448 sqrt(2) and 0; (448, -448) at 0.0494 to 448 (cos + sin) = 470 (past 464, which the old
+    # cast rounded to NaN) and -425; (NaN, 1) to NaN; channels 8, 9 pass through
+    x = torch.tensor([448.0, 448.0, 448.0, float("nan"), 448.0, -448.0, -448.0, 1.0, 3.0, 0.25]).to(e4)
+    x = x.view(1, 1, 1, 10)
+    ang = torch.tensor([[-math.pi / 4, math.pi / 4, 0.0494, 0.0]])
+    out = rotary.apply_rotary(x, ang.cos(), ang.sin(), torch.zeros(1, 1, dtype=torch.long))
+    xr = x[..., :8].float()
+    c, s = ang.cos().view(1, 1, 1, 4), ang.sin().view(1, 1, 1, 4)
+    want = torch.cat((xr[..., :4] * c - xr[..., 4:] * s, xr[..., :4] * s + xr[..., 4:] * c), -1)
+    assert (want.nan_to_num().abs() > 464).sum() == 3  # 633, 633, 470
+    assert torch.equal(out[..., :8].view(torch.uint8), want.clamp(-448, 448).to(e4).view(torch.uint8))
+    assert (out[0, 0, 0, :3].view(torch.uint8) == 0x7E).all() and torch.isnan(out[0, 0, 0, [3, 7]].float()).all()
+    assert torch.equal(out[..., 8:].view(torch.uint8), x[..., 8:].view(torch.uint8))

@@ -15,8 +15,9 @@ FlashAttention rule of smoke_checks.py (which tests/helpers.py shares). FP8 kern
 the same cases quantized to e4m3 with block descales, through torch.ops.flash3.fwd_fp8_sm90, checked
 against the CPU emulation flash3.fp8.fp8_attention_reference (the rule of tests/test_fp8_gpu.py's
 varlen test). Backward kernels (bwd:bf16:128:128, from kernel_info()["bwd"], listed when the
-forward kernel of the same triple is built): out/lse from fwd_sm90, then one flash3::bwd_sm90 launch
-into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_backward) in fp32 on
+forward kernel of the same triple is built): out/lse from fwd_sm90 (their "alibi" above d 128, where
+the forward kernels have no ALiBi: from flash3.reference's forward, as the API), then one
+flash3::bwd_sm90 launch into NaN-poisoned dq/dk/dv, checked against flash3.reference.backward (varlen_backward) in fp32 on
 the same inputs (check_bwd); their "determ" feature is the gqa case with deterministic=True, launched
 twice (bitwise equal), "dlse" the causal case with a random gradient flowing into lse (bwd_sm90's
 dlse, given to the reference too), "onekey" a varlen batch whose rows see one key (their dq exactly 0,

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # one key are one-hot); the forward kernel runs with the sinks too, and check_bwd checks d_sink
 # against the fp64 sink_grad. "alibi": ALiBi (alibi_slopes (b, h), FlashAttention-2's bias
 # -slope * |i + s_k - s_q - j|) on a GQA varlen batch (ALIBI_LENS: bottom-right offsets of both signs
-# and 0, unmasked and masked blocks), per-sequence slopes; forward and backward (the oracle's bias).
+# and 0, unmasked and masked blocks), per-sequence slopes; forward and backward (the oracle's bias;
+# the backward's forward out/lse above ALIBI_MAX_HEAD_DIM from flash3.reference, as the API's).
 # "sequsedq": FA3's seqused_q on a causal varlen batch (SEQUSEDQ_LENS, SEQUSEDQ_USED): a sequence cut
 # mid-tile whose second tile lies wholly past its used queries, one cut to 0 queries, one not cut
 # (a value past its length: clamped), one cut mid-tile with a second tile of 2 rows past it; the
@@ -114,13 +115,13 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # FA3's FP8 cache with rotary new keys (fa3rot, FP8-cache kernels only: FA3ROT_PARTS): fa3pk's layouts
 # with rotary tables as FA3's tests make them (angles uniform in [0, 2 pi)): the fused append takes e4m3
 # q8 and new keys, rotates both in fp32 and rounds them once to e4m3 (saturating: pairs of 448 bytes
-# in the new keys rotate past 448), then the decode kernel reads the rotated q8 as bf16 (the driver's
-# q_out.to(bf16), flash_attn_interface's); batched q and keys on a contiguous cache (NeoX over all
-# 128 channels, causal, 3 splits), packed q and keys on gathered pages of 16 (GPT-J over 64,
-# rotary_seqlens, queries at their entry's position, leftpad), batched q with packed keys on TMA
-# pages of 64 (NeoX over 32, causal, 2 splits). The append (caches and the rotated q8) checked
-# byte for byte against flash3.reference.kvcache_append_packed, out against FA3's unfolded spec on
-# the rotated q8.
+# in the new keys rotate past 448, to +-448, never NaN; flash3.rotary.apply_rotary's rule), then the
+# decode kernel reads the rotated q8 as bf16 (the driver's q_out.to(bf16), flash_attn_interface's);
+# batched q and keys on a contiguous cache (NeoX over min(128, d) channels: all of them up to d 128,
+# causal, 3 splits), packed q and keys on gathered pages of 16 (GPT-J over 64, rotary_seqlens,
+# queries at their entry's position, leftpad), batched q with packed keys on TMA pages of 64 (NeoX
+# over 32, causal, 2 splits). The append (caches and the rotated q8) checked byte for byte against
+# flash3.reference.kvcache_append_packed, out against FA3's unfolded spec on the rotated q8.
 # FA3's attention_chunk on the decode kernels (dchunk, DCHUNK_PARTS, packed GQA g = 4 in every part:
 # the rows of a tile are tokens at different positions, so chunk starts fall inside tiles and
 # blocks): causal with more packed rows than a tile and rows that see no key; a window with 3 splits
@@ -140,7 +141,9 @@ FA3PK_PARTS = [([3, 0, 5, 1, 40], [2, 3, 0, 1, 40], [40, 0, 77, 255, 100], [0, 0
                 (3, 2)),
                ([1, 4, 0, 7], None, [10, 256, 5, 130], [3, 0, 0, 129], None, 3, False, (2, 0)),
                (2, [0, 5, 1], [50, 120, 0], [49, 0, 0], 64, 2, True, (0, 3))]
-# "fa3rot"'s launches: FA3PK_PARTS' fields, then rotary (rotary_dim, interleaved, rotary_seqlens or None).
+# "fa3rot"'s launches: FA3PK_PARTS' fields, then rotary (rotary_dim, interleaved, rotary_seqlens or None);
+# rotary_dim is capped at the case's head dim d (append_kv_sm90 takes rotary_dim <= d): part 0's 128
+# is all of d 64's and d 96's channels.
 FA3ROT_PARTS = [(2, 2, [0, 77, 254, 130], [0, 5, 0, 64], None, 3, True, (0, 0), (128, False, None)),
                 ([3, 0, 5, 1], [2, 3, 0, 4], [40, 0, 77, 250], [0, 0, 37, 2], 16, 1, False, (3, 2),
                  (64, True, [7, 300, 0, 250])),
@@ -259,8 +262,31 @@ def family_features(kid: str) -> list[str]:
 
 # The forward and decode kernels take ALiBi up to this head dim (flash3/_backend.py
 # ALIBI_MAX_HEAD_DIM: above it the term spilled registers; those calls run the reference), the
-# backward at every head dim.
+# backward at every head dim. So the backward "alibi" case above it takes its out/lse from the
+# reference's forward, as flash3's API does (fwd_by_reference): fwd_sm90 refuses the slopes there.
 ALIBI_MAX_HEAD_DIM = 128
+
+
+def fwd_by_reference(c: dict) -> bool:
+    """A backward case whose forward no forward kernel runs: ALiBi at head dims above
+    ALIBI_MAX_HEAD_DIM (flash3.attention runs flash3.reference's forward there, then the backward
+    kernel). launch_bwd (smoke_sim.bwd_launch) takes its out/lse from reference_fwd."""
+    return c.get("alibi") is not None and max(c["q"].shape[-1], c["v"].shape[-1]) > ALIBI_MAX_HEAD_DIM
+
+
+def reference_fwd(c: dict):
+    """(out, lse) of a 16-bit case by flash3.reference's forward (varlen_forward when packed), as
+    flash3's ops run it when no kernel takes the call: out in q's dtype, lse fp32, shaped as the
+    kernel's (packed rows of no sequence: out 0, lse -inf)."""
+    from flash3 import reference
+    args = (c["q"].shape[-1] ** -0.5, *op_window(c), c["softcap"])
+    kw = dict(sinks=c.get("sinks"), alibi_slopes=c.get("alibi"), chunk=int(c.get("chunk") or 0))
+    if c["cu_q"] is not None:
+        return reference.varlen_forward(c["q"], c["k"], c["v"], c["cu_q"], c["cu_k"], *args,
+                                        seqused_q=c.get("seqused_q"), seqused_k=c.get("seqused_k"), **kw)
+    if c.get("seqused_k") is not None:
+        raise ValueError("reference_fwd: a batched case with seqused_k")  # no case has one with ALiBi
+    return reference.forward(c["q"], c["k"], c["v"], *args, **kw)
 # attention_chunk: the 16-bit forward and backward kernels take it at every head dim (the forward's
 # d 256 on its chunk tile, csrc/flash3/common/attn_logic.h fwd_chunk_tile_shape).
 # So do the decode kernels (16-bit and FP8 caches; d 256 on its chunk tile, decode_chunk_tile_shape).
@@ -644,6 +670,7 @@ def _fa3pk_part(part, g, d, dv, device, lq, ln, lens, pads, page, splits, causal
                    per_token=causal, cu_k=cu_k)
         if rot is not None:
             rd, interleaved, ro = rot
+            rd = min(rd, d)  # FA3ROT_PARTS' rotary_dim, at most the head dim (the op refuses more)
             mate = 1 if interleaved else rd // 2  # the channel channel 0 is rotated with
             rows = kn8.view(-1, h_k, d)
             rows[::2, :, 0] = rows[::2, :, mate] = torch.tensor(448.0).to(kn8.dtype)  # past 448 rotated
@@ -1330,11 +1357,12 @@ def _check_fp8(c, out, lse) -> dict:
 
 
 def launch_bwd(c: dict):
-    """out/lse from the forward kernel (launch; with the case's sinks), then one synchronized
-    bwd_sm90 launch (with the case's dlse, sinks) into NaN-poisoned dq/dk/dv (and dsinks); "determ" a
-    second one. Returns (out, lse, grads, second grads or None): grads [dq, dk, dv] (+ [dsinks])."""
+    """out/lse from the forward kernel (launch; with the case's sinks; fwd_by_reference: from
+    reference_fwd, as flash3's API), then one synchronized bwd_sm90 launch (with the case's dlse,
+    sinks) into NaN-poisoned dq/dk/dv (and dsinks); "determ" a second one. Returns (out, lse, grads,
+    second grads or None): grads [dq, dk, dv] (+ [dsinks])."""
     import torch
-    out, lse = launch(c)
+    out, lse = reference_fwd(c) if fwd_by_reference(c) else launch(c)
     if torch.isnan(out[used_rows(c, "out")]).any() or torch.isnan(lse[:, used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
 

@@ -92,20 +92,34 @@ def read_tensor(path: Path, dtype: str, sizes: list[int]):
     return raw.view(_torch_dtype(dtype)).reshape(sizes)
 
 
-def write_case(d: Path, op: str, tensors: dict, scalars: dict) -> None:
-    """d/case.txt plus d/NAME.bin per tensor (None: left out)."""
-    d.mkdir(parents=True, exist_ok=True)
+def case_lines(op: str, tensors: dict, scalars: dict, d: Path | None = None) -> list[str]:
+    """case.txt's lines of a call (tensors None: left out; as written: contiguous, row-major), and
+    with d each tensor's data in d/NAME.bin. Without d no data is written (tests/test_smoke_cases.py
+    hands the lines to the host layer's checks on the CPU)."""
     lines = [FORMAT, f"op {op}"]
     for name, t in tensors.items():
         if t is None:
             continue
-        dt, sizes, strides = write_tensor(d / f"{name}.bin", t)
+        if d is not None:
+            dt, sizes, strides = write_tensor(d / f"{name}.bin", t)
+        else:
+            dt = _DTYPES.get(str(t.dtype).removeprefix("torch."))
+            if dt is None:
+                raise ValueError(f"no case-file dtype for {t.dtype}")
+            c = t.detach().contiguous()  # write_tensor's layout
+            sizes, strides = list(c.shape), list(c.stride())
         lines.append(" ".join(["tensor", name, dt, str(len(sizes))] + [str(x) for x in sizes + strides]))
     for k, v in scalars.items():
         if isinstance(v, bool):
             v = int(v)
         lines.append(f"{k} {float(v).hex() if isinstance(v, float) else int(v)}")
-    (d / "case.txt").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def write_case(d: Path, op: str, tensors: dict, scalars: dict) -> None:
+    """d/case.txt plus d/NAME.bin per tensor (None: left out)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "case.txt").write_text("\n".join(case_lines(op, tensors, scalars, d)) + "\n")
 
 
 def read_case(d: Path) -> tuple[str, dict, dict]:
@@ -306,14 +320,18 @@ def bwd_op_call(c: dict, out, lse, dq, dk, dv, dsinks=None) -> tuple[str, dict, 
 def bwd_launch(c: dict, driver: Path, seed: int = 1, sms: int | None = None, timeout: float = 1800,
                keep: Path | None = None):
     """smoke_cases.launch_bwd under simrun -> (out, lse, grads, second grads or None): the forward
-    (sim_launch, with the case's sinks), then one backward launch into
+    (sim_launch, with the case's sinks; smoke_cases.fwd_by_reference: reference_fwd on the CPU, no
+    launch), then one backward launch into
     NaN-poisoned dq/dk/dv (and dsinks: grads [dq, dk, dv, dsinks]); deterministic: a second one
     with schedule seed + 1 (another schedule is the simulator's run-to-run variation). keep: each
     launch's case directory under it (fwd, bwd, bwd_again)."""
     import torch
     sub = lambda name: None if keep is None else keep / name  # noqa: E731
-    out, lse = sim_launch(c, driver, seed, sms, timeout, sub("fwd"))
     import smoke_cases
+    if smoke_cases.fwd_by_reference(c):  # ALiBi above the forward kernels' head dims: the API's reference
+        out, lse = smoke_cases.reference_fwd(c)
+    else:
+        out, lse = sim_launch(c, driver, seed, sms, timeout, sub("fwd"))
     if torch.isnan(out[smoke_cases.used_rows(c, "out")]).any() or torch.isnan(lse[:, smoke_cases.used_rows(c, "q")]).any():
         raise RuntimeError("the forward kernel left NaN in out/lse (see its row)")
 
