@@ -155,6 +155,46 @@ def _packed_rows(cu_seqlens: torch.Tensor, total: int, device) -> tuple[torch.Te
     return seq, pos.clamp_min(0)
 
 
+SEGMENT_SUM_CHUNK = 64
+
+
+def _segment_sum(x: torch.Tensor, offsets: torch.Tensor, chunk: int = SEGMENT_SUM_CHUNK) -> torch.Tensor:
+    """Sums of the rows ``offsets[i]:offsets[i + 1]`` of ``x`` (n, ...): (len(offsets) - 1, ...).
+
+    One order on every device, run to run: a ``chunk``-ary tree aligned on each segment's first
+    row -- the rows summed in order in chunks of ``chunk`` (``((0 + r0) + r1) + ...``), those sums
+    again in chunks of ``chunk``, ..., until one is left -- so a segment's sum depends only on its
+    own rows (not on where it is packed or on its neighbours). Built from ``torch.segment_reduce``
+    with offsets, which sums each (segment, element) sequentially in one thread on CUDA and in one
+    loop on the CPU: no atomics (``index_add_``/``scatter_add_`` on CUDA add in arrival order), no
+    host sync, no data-dependent shape (CUDA graphs). The chunk levels keep the CUDA threads'
+    serial loops short (a single level would walk a whole long sequence in one thread).
+    ``offsets``: int64 on x's device, nondecreasing, within [0, n] -- not checked (the caller
+    sanitizes: segment_reduce reads what the offsets say)."""
+    if x.dim() == 1:  # segment_reduce sums 1-D data with CUB's segmented tree on CUDA: another order
+        return _segment_sum(x[:, None], offsets, chunk)[:, 0]
+    nseg = offsets.numel() - 1
+    n = x.shape[0]
+    if nseg <= 0 or x.numel() == 0:
+        return x.new_zeros(max(nseg, 0), *x.shape[1:])
+    bound = n  # the longest a segment can be, in rows of the current level
+    while bound > chunk:
+        ext = torch.cat([offsets, offsets.new_full((1,), n)])  # + the rows after the last segment
+        nch = (ext[1:] - ext[:-1] + (chunk - 1)) // chunk  # chunks per segment
+        ends = torch.cumsum(nch, 0)  # integer: exact
+        nc = n // chunk + nseg + 1  # >= ends[-1], static: chunks past ends[-1] are empty, at n
+        k = torch.arange(nc, device=x.device)
+        seg = torch.searchsorted(ends, k, right=True)  # the segment of chunk k (nseg + 1: none)
+        s = seg.clamp_max(nseg)
+        start = ext[s] + (k - (ends - nch)[s]) * chunk
+        start = torch.where(seg <= nseg, start, torch.full_like(start, n))
+        x = torch.segment_reduce(x, "sum", offsets=torch.cat([start, start.new_full((1,), n)]),
+                                 axis=0, unsafe=True)
+        offsets = torch.cat([ends.new_zeros(1), ends[:nseg]])  # segment i: its chunks' sums
+        n, bound = nc, -(-bound // chunk)
+    return torch.segment_reduce(x, "sum", offsets=offsets, axis=0, unsafe=True)
+
+
 def quantize_fp8_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, *,
                         block_size: Optional[int] = 128, hadamard: bool = False, seed: int = 0,
                         smooth: bool = False):
@@ -165,8 +205,10 @@ def quantize_fp8_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: i
     ``cu_seqlens[-1]`` become 0), descale (b, h, ceil(max_seqlen / block_size)) with blocks
     counted from each sequence's first row ((b, h) for ``block_size=None``), mean fp32 (b, h, d)
     -- what ``attention_varlen(q8, ...)`` takes.  A sequence longer than ``max_seqlen`` shares its
-    last block's scale.  Built from device ops with no host sync (CUDA graphs); on CUDA
-    non-finite input is not detected (the caller's contract), on the CPU it raises.
+    last block's scale.  Built from device ops with no host sync (CUDA graphs) and no atomic
+    sums (the same bits in every call; the mean is :func:`_segment_sum`'s fixed order on every
+    device, and the block amax a max, exact in any order); on CUDA non-finite input is not
+    detected (the caller's contract), on the CPU it raises.
     """
     _checks.typed_tensor(x, "x", INPUT_DTYPES, ndim=3)
     bs = _checks.quant_block(block_size, "block_size")
@@ -181,13 +223,15 @@ def quantize_fp8_varlen(x: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: i
     seq, pos = _packed_rows(cu_seqlens, total, dev)
     xf = xf * (seq < b)[:, None, None]  # rows past the last sequence quantize to 0
     mean = None
-    if smooth:  # per-sequence mean over its rows (fp32; any summation order is exact for softmax)
-        sums = xf.new_zeros(b + 1, h, d).index_add_(0, seq, xf)
-        cnt = xf.new_zeros(b + 1).index_add_(0, seq, torch.ones_like(seq, dtype=xf.dtype))
-        mean_all = sums / cnt.clamp_min(1)[:, None, None]
-        mean_all[b] = 0
-        xf = xf - mean_all[seq]
-        mean = mean_all[:b]
+    if smooth:  # per-sequence mean over its rows, fp32 (any vector is exact for softmax; this one is
+        # summed in _segment_sum's fixed order: the same bits run to run and on every device -- not
+        # index_add_, whose CUDA atomics add in arrival order). Offsets clamped into [0, total] and
+        # made nondecreasing, so that bad ones (not validated) still address only x's rows; for valid
+        # ones sequence i's segment is exactly its rows (those _packed_rows gives sequence i).
+        off = torch.cummax(cu_seqlens.to(device=dev, dtype=torch.int64).clamp(0, total), 0).values
+        cnt = (off[1:] - off[:-1]).to(xf.dtype)
+        mean = _segment_sum(xf, off) / cnt.clamp_min(1)[:, None, None]
+        xf = xf - torch.cat([mean, mean.new_zeros(1, h, d)])[seq]  # rows of no sequence: 0
     nb = 1 if bs is None else max(1, -(-max_seqlen // bs))
     blk = torch.zeros_like(pos) if bs is None else (pos // bs).clamp_max(nb - 1)
     idx = seq * nb + blk  # (total,) flat (sequence, block)

@@ -136,9 +136,13 @@ def _apply_T(y: torch.Tensor) -> torch.Tensor:
         y = (f.real - f.imag) * (1.0 / math.sqrt(m))
     elif m > 1:
         c = _on_device("cas", m, 0, y.dtype, y.device)
-        # out[..., a, j] = sum_b C[a, b] y[..., b, j]; C is symmetric, so this
-        # is (y^T @ C)^T -- one GEMM with the batch dims folded into rows.
-        y = torch.matmul(y.transpose(-1, -2), c).transpose(-1, -2)
+        # out[..., a, j] = sum_b C[a, b] y[..., b, j], b in order, every product and sum rounded
+        # on its own: elementwise ops only, so the same bits on every device, stream and
+        # matmul-precision setting (a GEMM's order and TF32 use are cuBLAS's/BLAS's choice).
+        out = c[:, :1] * y[..., :1, :]
+        for j in range(1, m):
+            out = out + c[:, j:j + 1] * y[..., j:j + 1, :]
+        y = out
     return y.reshape(*lead, d)
 
 

@@ -216,7 +216,8 @@ def test_fp8_kernel_seqused_and_chunk_match_emulation(d, chunk):
 
 def test_attention_fp8_varlen_end_to_end_and_graph():
     """attention_fp8_varlen on CUDA (device quantization, packing, the kernel) against the same call
-    on the CPU (emulation), then captured in a CUDA graph and replayed to the eager result."""
+    on the CPU (emulation), bitwise the same in repeated eager calls, then captured in a CUDA graph
+    and replayed to the eager result."""
     _needs_kernel(128)
     lens_q, lens_k = [100, 0, 1, 257], [300, 7, 64, 257]
     cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
@@ -224,10 +225,16 @@ def test_attention_fp8_varlen_end_to_end_and_graph():
     q, k, v = (x[0] for x in _inputs(1, int(cq[-1]), int(ck[-1]), 4, 2, 128, seed=9))
     args = (cq, ck, max(lens_q), max(lens_k))
     out = fp8.attention_fp8_varlen(q, k, v, *args, causal=True)
+    # run-to-run deterministic (the K-smoothing mean once came from index_add_'s float atomics:
+    # eager calls on an H200 differed by a bf16 ulp)
+    for _ in range(3):
+        again = fp8.attention_fp8_varlen(q, k, v, *args, causal=True)
+        assert torch.equal(again, out), (again.float() - out.float()).abs().max().item()
     emu = fp8.attention_fp8_varlen(q.cpu(), k.cpu(), v.cpu(), *(a.cpu() if torch.is_tensor(a) else a for a in args),
                                    causal=True)
-    # Not bit-equal: CUDA and the CPU round the rotation and the K mean differently, which moves a
-    # few e4m3 roundings; a wrong sequence offset or descale would be O(1).
+    # Not bit-equal: the kernel and the emulation evaluate in another fp32 order (the quantized
+    # operands are the CPU's bits: test_varlen_k_mean_bitwise_as_on_the_cpu_and_capturable); a
+    # wrong sequence offset or descale would be O(1).
     assert _rms(out.cpu().double() - emu.double()) <= 2 ** -5 * _rms(emu), (_rms(out.cpu().double() - emu.double()), _rms(emu))
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -239,6 +246,66 @@ def test_attention_fp8_varlen_end_to_end_and_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static, out)
+
+
+@pytest.mark.parametrize("d", [96, 128])
+def test_attention_fp8_pipelines_are_deterministic(d):
+    """attention_fp8 and attention_fp8_varlen (K smoothing on, return_lse) give the same bits in
+    repeated eager calls; d 96 takes the Hartley mix of the rotation too."""
+    _needs_kernel(d)
+    q, k, v = _inputs(2, 300, 1100, 4, 2, d, seed=3)
+    first = fp8.attention_fp8(q, k, v, causal=True, return_lse=True)
+    for _ in range(3):
+        again = fp8.attention_fp8(q, k, v, causal=True, return_lse=True)
+        assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    lens_q, lens_k = [300, 1, 0, 130], [1100, 4100, 5, 130]  # multi-level mean sums (> 64 * 64 keys)
+    cq = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+    q, k, v = (x[0] for x in _inputs(1, int(cq[-1]), int(ck[-1]), 4, 2, d, seed=4))
+    k = k + 2  # a shared key mean: smoothing matters
+    args = (cq, ck, max(lens_q), max(lens_k))
+    first = fp8.attention_fp8_varlen(q, k, v, *args, causal=True, return_lse=True)
+    for _ in range(3):
+        again = fp8.attention_fp8_varlen(q, k, v, *args, causal=True, return_lse=True)
+        assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+
+
+@pytest.mark.parametrize("d", [96, 128])
+def test_varlen_k_mean_bitwise_as_on_the_cpu_and_capturable(d):
+    """quantize_fp8_varlen's K-smoothing mean (flash3.fp8_quant._segment_sum: segment_reduce in one
+    fixed order, the CPU's too) is the CPU's bits on CUDA, and so are x8 and the descales (the
+    rotation is elementwise fp32 ops, the descale a correctly rounded division); the same in every
+    call, and replayed from a CUDA graph."""
+    from flash3 import fp8_quant
+    g = torch.Generator(device="cuda").manual_seed(11)
+    lens = [5000, 1, 0, 64, 65, 300]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    x = (torch.randn(int(cu[-1]) + 3, 2, d, generator=g, device="cuda") + 2).bfloat16()
+    off = cu.long()
+    s = fp8_quant._segment_sum(x.float(), off)
+    assert torch.equal(s.cpu(), fp8_quant._segment_sum(x.float().cpu(), off.cpu()))
+    for had in (False, True):
+        want = fp8.quantize_fp8_varlen(x.cpu(), cu.cpu(), max(lens), block_size=128, hadamard=had, smooth=True)
+        got = fp8.quantize_fp8_varlen(x, cu, max(lens), block_size=128, hadamard=had, smooth=True)
+        assert torch.equal(got[2].cpu(), want[2]), had
+        assert torch.equal(got[1].cpu(), want[1]), had
+        assert torch.equal(got[0].view(torch.uint8).cpu(), want[0].view(torch.uint8)), had
+    first = fp8.quantize_fp8_varlen(x, cu, max(lens), block_size=128, hadamard=True, smooth=True)
+    for _ in range(3):
+        again = fp8.quantize_fp8_varlen(x, cu, max(lens), block_size=128, hadamard=True, smooth=True)
+        assert torch.equal(again[2], first[2]) and torch.equal(again[1], first[1])
+        assert torch.equal(again[0].view(torch.uint8), first[0].view(torch.uint8))
+    st = torch.cuda.Stream()
+    with torch.cuda.stream(st):
+        fp8.quantize_fp8_varlen(x, cu, max(lens), block_size=128, hadamard=True, smooth=True)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = fp8.quantize_fp8_varlen(x, cu, max(lens), block_size=128, hadamard=True, smooth=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static[2], first[2]) and torch.equal(static[1], first[1])
+    assert torch.equal(static[0].view(torch.uint8), first[0].view(torch.uint8))
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
