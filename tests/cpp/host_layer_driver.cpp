@@ -29,16 +29,8 @@
 #include "flash3/host/kvcache.h"
 #include "flash3/host/quantize.h"
 
-namespace h = flash3::host;
 
-// ---- the fake GPU (device.cpp's functions) ------------------------------------------------------
-
-static h::DeviceInfo g_dev{9, 0, 132, 50 << 20};
-namespace flash3::host {
-const DeviceInfo& device_info(int) { return g_dev; }
-const char* last_launch_error() { return nullptr; }
-const char* cuda_error_string(int) { return "fake error"; }
-}  // namespace flash3::host
+#include "fake_host.h"  // the fake GPU (device.cpp's functions), FakeTensor and make()
 
 // ---- stand-in kernels: they record what they were given --------------------------------------
 
@@ -110,33 +102,11 @@ int run_quantize_fp8(const QuantizeParams& p, void*) {
 
 // ---- stand-in tensors and backend -------------------------------------------------------------
 
-struct FakeTensor {
-  std::vector<int64_t> sizes, strides;
-  h::DType dtype;
-  alignas(16) char mem[16];  // stand-in for device memory (never read)
-  h::TensorView v;
-};
-
-static std::vector<std::unique_ptr<FakeTensor>> g_tensors;
-
-static int elem(h::DType t) { return t == h::DType::e4m3 ? 1 : t == h::DType::bf16 || t == h::DType::fp16 ? 2 : 4; }
-
+// A contiguous stand-in tensor (fake_host.h's make with row-major strides).
 static const h::TensorView& make(std::vector<int64_t> sizes, h::DType dtype) {
-  auto t = std::make_unique<FakeTensor>();
-  t->sizes = sizes;
-  t->strides.assign(sizes.size(), 1);
-  for (int d = int(sizes.size()) - 2; d >= 0; --d) t->strides[d] = t->strides[d + 1] * std::max<int64_t>(sizes[d + 1], 1);
-  t->dtype = dtype;
-  t->v.data = t->mem;
-  t->v.dtype = dtype;
-  t->v.dtype_name = h::dtype_torch_name(dtype);
-  t->v.elem_size = elem(dtype);
-  t->v.ndim = int(sizes.size());
-  t->v.size_ = t->sizes.data();
-  t->v.stride_ = t->strides.data();
-  t->v.handle = t.get();
-  g_tensors.push_back(std::move(t));
-  return g_tensors.back()->v;
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int d = int(sizes.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * std::max<int64_t>(sizes[d + 1], 1);
+  return make(std::move(sizes), std::move(strides), dtype);
 }
 
 struct FakeBackend final : h::Backend {

@@ -36,16 +36,10 @@
 #include "flash3/host/kvcache.h"
 #include "flash3/host/quantize.h"
 
-namespace h = flash3::host;
 
-// ---- a fake Hopper (device.cpp's functions) and stand-in kernels -------------------------------
+#include "fake_host.h"  // the fake Hopper, FakeTensor and make()
 
-static h::DeviceInfo g_dev{9, 0, 132, 50 << 20};
-namespace flash3::host {
-const DeviceInfo& device_info(int) { return g_dev; }
-const char* last_launch_error() { return nullptr; }
-const char* cuda_error_string(int) { return "fake error"; }
-}  // namespace flash3::host
+// ---- stand-in kernels ---------------------------------------------------------------------------
 
 static void fake_fwd(const flash3::FwdParams&, void*) {}
 static void fake_bwd(const flash3::BwdParams&, void*) {}
@@ -71,15 +65,7 @@ static void register_kernel(const std::string& kind, const std::string& dt, int 
   else throw std::runtime_error("unknown kernel kind " + kind);
 }
 
-// ---- case tensors: shape, strides and dtype only (16 bytes of memory nobody reads) -------------
-
-struct FakeTensor {
-  std::vector<int64_t> sizes, strides;
-  alignas(16) char mem[16];
-  h::TensorView v;
-};
-
-static std::vector<std::unique_ptr<FakeTensor>> g_tensors;
+// ---- case tensors (fake_host.h's make: shape, strides and dtype only) ---------------------------
 
 static h::DType parse_dtype(const std::string& s) {
   static const std::map<std::string, h::DType> m{{"bf16", h::DType::bf16}, {"fp16", h::DType::fp16},
@@ -88,21 +74,6 @@ static h::DType parse_dtype(const std::string& s) {
   auto it = m.find(s);
   if (it == m.end()) throw std::runtime_error("unknown dtype " + s);
   return it->second;
-}
-
-static const h::TensorView& make(std::vector<int64_t> sizes, std::vector<int64_t> strides, h::DType dtype) {
-  auto t = std::make_unique<FakeTensor>();
-  t->sizes = std::move(sizes), t->strides = std::move(strides);
-  t->v.data = t->mem;
-  t->v.dtype = dtype;
-  t->v.dtype_name = h::dtype_torch_name(dtype);
-  t->v.elem_size = dtype == h::DType::e4m3 ? 1 : dtype == h::DType::bf16 || dtype == h::DType::fp16 ? 2 : 4;
-  t->v.ndim = int(t->sizes.size());
-  t->v.size_ = t->sizes.data();
-  t->v.stride_ = t->strides.data();
-  t->v.handle = t.get();
-  g_tensors.push_back(std::move(t));
-  return g_tensors.back()->v;
 }
 
 struct FakeBackend final : h::Backend {
