@@ -154,3 +154,37 @@ def test_unrolled_loops():
     assert (cons.kind, cons.keys, cons.blocks, cons.non_gmma, cons.per_block, cons.per_key) == (
         "unmasked", 32, 2, 2, 1.0, 2 / 32)
     assert (prod.kind, prod.blocks, prod.total, prod.per_block, prod.ops["UTMALDG"]) == ("producer", 2, 9, 4.5, 4)
+
+
+def test_stall_cycles():
+    # The same shape of loop as test_runtime_option_skipped, with each instruction's high 64 bits on
+    # the line below it, as cuobjdump prints them. Control bits 41.. of that word: stall (4 bits),
+    # yield, write scoreboard (3), read scoreboard (3), wait mask (6). 0x000fc2... = 0x7e1 << 41:
+    # stall 1, no scoreboards; 0x000fc8... stall 4; 0x000fce... stall 7; 0x000e22... = 0x711 << 41:
+    # stall 1, yield, write scoreboard 0 (a MUFU); 0x000fca... stall 5.
+    text = """Function : k
+.L_x_0:
+        /*0000*/    HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;   /* 0x0000000004187 */
+                                                                                 /* 0x000fc20000000000 */
+        /*0010*/    HGMMA.64x64x16.F32.BF16 R40, R8, gdesc[UR12], R40, gsb0 ;   /* 0x0000000004187 */
+                                                                                 /* 0x000fc80000000000 */
+        /*0020*/    @!P1 BRA `(.L_x_1) ;                                         /* 0x0000000000007 */
+                                                                                 /* 0x000fce0000000000 */
+        /*0030*/    FMUL R24, R24, R3 ;                                          /* 0x0000000000007 */
+                                                                                 /* 0x000fce0000000000 */
+        /*0040*/    MUFU.TANH R24, R24 ;                                         /* 0x0000000000007 */
+                                                                                 /* 0x000fce0000000000 */
+.L_x_1:
+        /*0050*/    MUFU.EX2 R24, R24 ;                                          /* 0x0000000000007 */
+                                                                                 /* 0x000e220000000000 */
+        /*0060*/    @P0 BRA `(.L_x_0) ;                                          /* 0x0000000000007 */
+                                                                                 /* 0x000fca0000000000 */
+"""
+    (r,) = sass_loops.analyze(text)
+    # Counted path 0x0, 0x10, 0x20, 0x50, 0x60: 1 + 4 + 7 + 1 + 5 = 18; 16 keys.
+    assert (r.total, r.stall_cycles, r.keys) == (5, 18, 16)
+    assert r.stall_per_key == 18 / 16
+    assert "| 18 | 1.12 |" in sass_loops.table("t", [r])
+    # Without the encodings (test_runtime_option_skipped's listing) the column stays empty.
+    (bare,) = sass_loops.analyze("\n".join(l for l in text.splitlines() if "*/    " in l or not l.strip().startswith("/*")))
+    assert bare.stall_cycles is None and bare.total == 5

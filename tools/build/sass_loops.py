@@ -31,6 +31,15 @@ per key: instructions other than HGMMA/QGMMA per iteration / keys (every warp of
   each of them once per key block, so this is per warp per key).
 EX2 under P.V: MUFU.EX2 between the loop's last RS GMMA and the first `WARPGROUP.DEPBAR.LE gsb0, 0x0`
   after it (the exponentials that run while the P.V is in flight).
+stall cycles: the sum of the stall counts ptxas wrote into the counted instructions' control bits: the
+  cycles the warp waits after issuing each before it may issue its next, fixed-latency dependencies
+  and pipe throughput (MUFU's 8 cycles a warp on a sub-partition) included. A lower bound of the
+  warp's iteration, before any variable-latency wait (WGMMA, barriers, memory), and the `wait` stall
+  reason of Nsight Compute. The control bits are bits 105-108 of the 128-bit instruction (stall), then
+  yield, write and read scoreboard, wait mask and reuse flags (Jia et al., "Dissecting the NVIDIA
+  Volta GPU Architecture via Microbenchmarking", 2018, section 2.2; the same layout on sm_90: each
+  MUFU sets a write scoreboard that the FADD reading its result waits on). cuobjdump prints the
+  instruction's high 64 bits on the line after it; a listing without them leaves the column empty.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ from pathlib import Path
 _INSN = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(?:\{\s*)?(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)\s*([^;]*)")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+|\.L_\w+):")
 _TARGET_LABEL = re.compile(r"`\((\.L_\w+)\)")
+# The high 64 bits of the instruction above, alone on their line.
+_HI_WORD = re.compile(r"^\s*/\*\s*(0x[0-9a-fA-F]{16})\s*\*/\s*$")
 _TARGET_ADDR = re.compile(r"(0x[0-9a-fA-F]+)\s*$")
 _GMMA = ("HGMMA", "QGMMA")
 _GMMA_SHAPE = re.compile(r"\.(\d+)x(\d+)x(\d+)")
@@ -98,6 +109,7 @@ class Insn:
     op: str     # HGMMA
     mods: str   # .64x128x16.F32.BF16
     args: str
+    stall: int | None = None  # control bits' stall count (None: the listing has no encodings)
 
     @property
     def full(self) -> str:
@@ -114,6 +126,7 @@ class Function:
 def parse_sass(text: str) -> list[Function]:
     funcs: list[Function] = []
     pending: list[str] = []
+    expect_hi = False
     for line in text.splitlines():
         s = line.strip()
         if s.startswith("Function :"):
@@ -126,15 +139,26 @@ def parse_sass(text: str) -> list[Function]:
         if m:
             pending.append(m.group(1))
             continue
+        m = _HI_WORD.match(line)
+        if m and f.insns and f.insns[-1].stall is None and expect_hi:
+            f.insns[-1].stall = stall_count(int(m.group(1), 16))
+            expect_hi = False
+            continue
         m = _INSN.match(line)
         if not m:
             continue
+        expect_hi = True
         ins = Insn(int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4), m.group(5).strip())
         for lab in pending:
             f.labels[lab] = ins.addr
         pending = []
         f.insns.append(ins)
     return funcs
+
+
+def stall_count(hi: int) -> int:
+    """The stall count of an instruction's control bits, from its high 64 bits (bits 105-108 of 128)."""
+    return (hi >> 41) & 0xF
 
 
 def branch_target(f: Function, ins: Insn) -> int | None:
@@ -311,6 +335,11 @@ class LoopReport:
     cold: int
     laid_out: int = 0    # every hot instruction, the runtime options' too (consumer loops)
     blocks: int = 1      # key blocks per iteration (the compiler may unroll)
+    stall_cycles: int | None = None  # sum of the counted instructions' stall counts
+
+    @property
+    def stall_per_key(self) -> float | None:
+        return self.stall_cycles / self.keys if self.keys and self.stall_cycles is not None else None
 
     @property
     def per_block(self) -> float:
@@ -405,8 +434,10 @@ def report_loop(name: str, kind: str, hot: list, cold: int) -> LoopReport:
                 break
             under += x.full == "MUFU.EX2"
         ex2_pv = (under, sum(1 for x in hot if x.full == "MUFU.EX2"))
+    stalls = None if any(x.stall is None for x in hot) else sum(x.stall for x in hot)
     return LoopReport(name, kind, hot[0].addr, hot[-1].addr, len(hot), len(hot) - n_gmma, keys, how,
-                      dict(gmma), {c: classes.get(c, 0) for c in CLASSES}, ops, ex2_pv, cold, blocks=blocks)
+                      dict(gmma), {c: classes.get(c, 0) for c in CLASSES}, ops, ex2_pv, cold, blocks=blocks,
+                      stall_cycles=stalls)
 
 
 def sass_of(path: Path, cuobjdump: str | None = None) -> str:
@@ -431,7 +462,8 @@ _INT_TOP = ("UTMALDG", "IMAD", "IADD3", "LOP3", "SHF", "PRMT", "ISETP", "SEL", "
 
 def table(name: str, reports: list[LoopReport]) -> str:
     """A markdown table of one TU's loops."""
-    hdr = ["function", "loop", "addr", "keys", "blocks", "laid out", "instrs", "non-GMMA", "per block", "per key", *CLASSES[1:], "cold",
+    hdr = ["function", "loop", "addr", "keys", "blocks", "laid out", "instrs", "non-GMMA", "per block", "per key",
+           "stall cycles", "per key", *CLASSES[1:], "cold",
            "EX2 under P.V", "GMMA", "int/uniform detail"]
     lines = [f"### {name}", "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     short = {}
@@ -443,6 +475,8 @@ def table(name: str, reports: list[LoopReport]) -> str:
         cells = [short[r.function], r.kind, f"{r.start:#x}-{r.end:#x}", str(r.keys or "-"), str(r.blocks),
                  str(r.laid_out), str(r.total), str(r.non_gmma), f"{r.per_block:.1f}",
                  f"{r.per_key:.2f}" if r.per_key else "-",
+                 str(r.stall_cycles) if r.stall_cycles is not None else "-",
+                 f"{r.stall_per_key:.2f}" if r.stall_per_key is not None else "-",
                  *(str(r.classes[c]) for c in CLASSES[1:]), str(r.cold),
                  "%d/%d" % r.ex2_under_pv if r.ex2_under_pv else "-",
                  ", ".join(f"{k} x{v}" for k, v in sorted(r.gmma.items())) or "-", detail]
@@ -462,7 +496,9 @@ LEGEND = ("Per iteration of each loop (one K/V block), per warp. keys = kBlockN,
           "...), uniform (U* but TMA), shfl, sync (BAR SYNCS WARPGROUP ELECT ...), mem (LD/ST/LDS/STS/LDG/"
           "STG/ULDC ...), tma (UTMALDG UTMASTG UBLKCP ...), ctrl (BRA EXIT NOP ...). cold: instructions of "
           "the loop's out-of-line blocks (not counted). EX2 under P.V: exponentials between the last RS "
-          "GMMA and its WARPGROUP.DEPBAR 0x0, of the loop's total. Made by tools/build/sass_loops.py.\n")
+          "GMMA and its WARPGROUP.DEPBAR 0x0, of the loop's total. stall cycles: the sum of the counted "
+          "instructions' control-bit stall counts (a lower bound of the warp's cycles per iteration before "
+          "variable-latency waits), and per key. Made by tools/build/sass_loops.py.\n")
 
 
 def main(argv=None) -> int:
