@@ -1439,7 +1439,13 @@ def test_device_session_profile_step(device):
     its headline metrics in profile.txt (a fake ncu writes a one-metric details page)."""
     run, tmp = device
     fake = tmp / "bin" / "ncu"
-    fake.write_text("#!/bin/bash\necho '\"ID\",\"Kernel Name\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"'\n"
+    # -o REPORT: writes REPORT.ncu-rep; -i REPORT --page source: a one-line SASS source page;
+    # otherwise a one-metric details page.
+    fake.write_text("#!/bin/bash\nargs=\"$*\"\n"
+                    "if [[ $args == *' -o '* ]]; then o=${args#* -o }; touch \"${o%% *}.ncu-rep\"; exit 0; fi\n"
+                    "if [[ $args == *'--page source'* ]]; then echo '\"# Address\",\"Source\",\"Warp Stall Sampling (All Samples)\"'; "
+                    "echo '\"0x10\",\"MUFU.EX2 R24, R24\",\"7\"'; exit 0; fi\n"
+                    "echo '\"ID\",\"Kernel Name\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"'\n"
                     "echo '\"0\",\"k\",\"s\",\"Issue Slots Busy\",\"%\",\"35.00\"'\n")
     fake.chmod(0o755)
     p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S3="150", SESSION_FA3="0",
@@ -1447,6 +1453,8 @@ def test_device_session_profile_step(device):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     prof = (out / "profile.txt").read_text()
     assert "== flash3" in prof and "Issue Slots Busy: 35.00 %" in prof, prof
+    # The stall sampling pass: flash3's report read back as its SASS source page and summarized.
+    assert "ncu source page flash3: exit 0" in prof and "== flash3: 1 SASS lines, 7 warp samples" in prof, prof
     with tarfile.open(out / "session.tgz") as t:
         assert any(n.endswith("profile/ncu_flash3.csv") for n in t.getnames())
 

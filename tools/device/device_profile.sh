@@ -51,3 +51,32 @@ for f in ("fa3", "flash3"):
                             and float((r.get("Metric Value") or "0").replace(",", "") or 0) >= 0.1):
             print(f"  {name}: {r.get('Metric Value')} {r.get('Metric Unit')}")
 PY
+
+# Where the stalls sit, per SASS instruction (PROFILE_SOURCE=0 skips it): Nsight Compute's warp
+# stall sampling (SourceCounters) of the same two kernels, saved as reports (src_fa3/src_flash3.ncu-rep,
+# readable in the Nsight Compute GUI) and printed as SASS with the samples per instruction
+# (source_fa3.csv, source_flash3.csv); tools/device/stall_sites.py lists the instructions the most
+# samples fell on and totals each stall reason over the consumer loop. The 11-30 lease saw flash3's
+# `long_scoreboard` at 0.70 a issue against FA3's 0.21 and could not say where.
+if [ "${PROFILE_SOURCE:-1}" != 0 ]; then
+  SRC=(--section SourceCounters --section WarpStateStats --import-source no)
+  if [ -n "$FA3" ]; then
+    timeout 90 "$NCU" --clock-control none -k regex:device_kernel -s 2 -c 1 "${SRC[@]}" -f -o "$DIR/src_fa3" \
+      "$FA3" 2 8192 16 128 0 0 132 3 > "$DIR/src_fa3.log" 2>&1
+    echo "ncu source fa3: exit $?"
+  fi
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout 120 "$NCU" --clock-control none -k regex:fwd_kernel -s 2 -c 1 \
+    "${SRC[@]}" -f -o "$DIR/src_flash3" "${PYTHON:-python3}" -c "
+import torch, flash3
+q, k, v = (torch.randn(2, 8192, 16, 128, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+for _ in range(4):
+    flash3.attention(q, k, v, causal=False)
+torch.cuda.synchronize()" > "$DIR/src_flash3.log" 2>&1
+  echo "ncu source flash3: exit $?"
+  for f in fa3 flash3; do
+    [ -f "$DIR/src_$f.ncu-rep" ] || continue
+    timeout 60 "$NCU" -i "$DIR/src_$f.ncu-rep" --page source --csv --print-source sass > "$DIR/source_$f.csv" 2>&1
+    echo "ncu source page $f: exit $?"
+    "${PYTHON:-python3}" tools/device/stall_sites.py "$DIR/source_$f.csv" --name "$f"
+  done
+fi

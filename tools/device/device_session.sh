@@ -13,7 +13,9 @@
 # A stage 1 whose extension did not build skips the rest (stage 3 would fail the same way).
 # SESSION_PROFILE=1 adds tools/device/device_profile.sh (Nsight Compute on FA3 and flash3, at most
 # SESSION_PROFILE_S = 200 s; lower the stage budgets to fit).
-# Under $OUT: s1_summary.txt, [s2_summary.txt,] s3_summary.txt, fa3.txt, [profile.txt,] session.tgz (every file).
+# SESSION_H2H (default on with an FA3 binary carried): tools/device/head_to_head.py after stage 1.
+# Under $OUT: s1_summary.txt, [head_to_head.txt,] [s2_summary.txt,] s3_summary.txt, fa3.txt, [profile.txt,]
+# session.tgz (every file).
 #
 #   device tool: command `bash tools/device/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
 set -uo pipefail
@@ -62,6 +64,15 @@ echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 cp "$S/s1/summary.txt" "$FINAL/s1_summary.txt" 2>/dev/null || tail -40 "$S/s1.out" > "$FINAL/s1_summary.txt"
 
 BUILT=; grep -q "^build	ok" "$BUILD/device-check-work/steps.tsv" 2>/dev/null && BUILT=1
+
+# FA3 and flash3's forward timed the same way in turns (tools/device/head_to_head.py: one launch
+# between two events, FA3's driver's method, with the SM clock read before each run), on stage 1's
+# build; SESSION_H2H_S (default 60 s) caps it, SESSION_H2H=0 skips it.
+if [ -n "$BUILT" ] && [ -n "$FA3" ] && [ "${SESSION_H2H:-1}" != 0 ]; then
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout "$(budget ${SESSION_H2H_S:-60})" "${PYTHON:-python3}" \
+    tools/device/head_to_head.py --fa3 "$FA3" --json "$S/head_to_head.json" > "$FINAL/head_to_head.txt" 2>&1
+  echo "head to head: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+fi
 if [ -n "$BUILT" ] && [ "${SESSION_S2:-0}" -gt 0 ]; then
   mkdir -p "$S/s2"
   OUT=$S/s2 STAGE=2 DEVICE_CHECK_BUDGET=$(budget $SESSION_S2) bash tools/device/device_check.sh > "$S/s2.out" 2>&1
@@ -86,7 +97,7 @@ if [ "${SESSION_PROFILE:-0}" = 1 ]; then
 fi
 
 tar czf "$FINAL/session.tgz" -C "$S" . 2>/dev/null
-for f in s1_summary.txt s2_summary.txt s3_summary.txt fa3.txt profile.txt; do
+for f in s1_summary.txt head_to_head.txt s2_summary.txt s3_summary.txt fa3.txt profile.txt; do
   [ -f "$FINAL/$f" ] && { echo "##### $f"; cat "$FINAL/$f"; }
 done
 cat "$S/session.log"
