@@ -426,24 +426,35 @@ struct OnlineSoftmax {
   // explicit fmaf ran 20% slower at d 128 in the timing model, which replays the PTX).
   template <bool kCheckInf = true, class TensorS>
   __device__ __forceinline__ void exp_and_sum(TensorS& s_rc, float fold = 1.f) {
+    exp_and_sum_cols<0, decltype(cute::size<1>(s_rc))::value, kCheckInf>(s_rc, fold);
+  }
+  // The same over the columns [kBegin, kEnd) of each row, in two calls [0, k) and [k, end) when a
+  // wait must go between them (FwdTraits::kPinCols): the running sum of the first part is carried
+  // in `part` to the second, so the row sums come out bit for bit as from one call.
+  template <int kBegin, int kEnd, bool kCheckInf = true, class TensorS>
+  __device__ __forceinline__ void exp_and_sum_cols(TensorS& s_rc, float fold = 1.f) {
     using namespace cute;
+    constexpr int kCols = decltype(size<1>(s_rc))::value;
+    static_assert(0 <= kBegin && kBegin < kEnd && kEnd <= kCols, "a column range of the block");
     [[maybe_unused]] const float s_scale = scale_log2 * fold;
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       // No key seen yet (max -inf): -FLT_MAX keeps s - max at -inf, so P = 0, not NaN.
       const float max_scaled =
           (kCheckInf ? fmaxf(row_max[mi] * scale_log2, -FLT_MAX) : row_max[mi] * scale_log2) - float(kMaxOffsetLog2);
-      float sum;  // from the first P, not 0 + P: an FADD less per row (the same bits: P is never -0)
+      float sum = kBegin == 0 ? 0.f : part[mi];  // from the first P, not 0 + P: an FADD less per row (the same bits: P is never -0)
       CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(s_rc); ++ni) {
+      for (int ni = kBegin; ni < kEnd; ++ni) {
         const float p = kMaxOffsetLog2 != 0 ? exp2f(s_rc(mi, ni) * s_scale - max_scaled)
                                             : exp2f(s_rc(mi, ni) * scale_log2 - max_scaled);
         s_rc(mi, ni) = p;
         sum = ni == 0 ? p : sum + p;
       }
-      row_sum[mi] += sum;
+      if constexpr (kEnd == kCols) row_sum[mi] += sum;
+      else part[mi] = sum;
     }
   }
+  float part[kRows];  // exp_and_sum_cols: the block's running row sums between its two calls
 
   // Full row sums; returns in inv_sum the factor for O (0 for a row that saw no key, so O = 0) and
   // in lse the natural-log log-sum-exp (-inf for such a row).

@@ -241,7 +241,9 @@ struct FwdConsumer {
 
   // S = softcap/mask/online softmax of one key block, left as 16-bit P in fr.tOrP (FA3's order: all
   // row maxes first, then the exponentials, so the exponentials can run under the P.V WGMMA).
-  template <Masking kMask, bool kFirst, class TensorS, class TensorCS, class F>
+  // kExpCols: the columns of each row whose exponentials are taken here (the rest: exp_rest, after
+  // the wait for the P.V in flight; step's kPinCols).
+  template <Masking kMask, bool kFirst, int kExpCols = Tr::kBlockN / 4, class TensorS, class TensorCS, class F>
   static __device__ __forceinline__ void softmax_block(typename Tr::KernelParams const& params, TensorS& tSrS,
                                                        TensorCS const& tScS_rc, const WorkTile& w, int n, F& fr) {
     using namespace cute;
@@ -286,12 +288,20 @@ struct FwdConsumer {
     // An unmasked block: every row sees all its keys, so the new row max is finite (rows past
     // seqlen_q may be NaN; they are never stored) and the -inf guards can go.
     if constexpr (Tr::kFp8) {
+      static_assert(kExpCols == Tr::kBlockN / 4, "FP8 takes all its exponentials at once");
       fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, false>(s_rc, fr.scale_o, fold);
       fr.softmax.template exp_and_sum<kMasked>(s_rc, fold);
     } else {
       fr.rescale = fr.softmax.template rescale_max<kFirst, kMasked, true>(s_rc, fr.scale_o);
-      fr.softmax.template exp_and_sum<kMasked>(s_rc);
+      fr.softmax.template exp_and_sum_cols<0, kExpCols, kMasked>(s_rc);
     }
+  }
+  // The exponentials softmax_block<..., kExpCols> left: columns [kExpCols, end) of each row.
+  template <Masking kMask, int kExpCols, class TensorS, class F>
+  static __device__ __forceinline__ void exp_rest(TensorS& tSrS, F& fr) {
+    using namespace cute;
+    Tensor s_rc = make_tensor(tSrS.data(), acc_rowcol(tSrS.layout()));
+    fr.softmax.template exp_and_sum_cols<kExpCols, Tr::kBlockN / 4, kMask != Masking::none>(s_rc);
   }
 
   // kChunkRuns: each row's visible keys [key_floor(row), last_key(row + 1)) as this thread's column
@@ -346,11 +356,13 @@ struct FwdConsumer {
   static __device__ __forceinline__ uint32_t pin_slot(SharedStorage&, Frags const& fr) { return fr.pin_slot; }
   template <class F>  // other consumers' fragments (decode/mla_mainloop.cuh)
   static __device__ __forceinline__ uint32_t pin_slot(SharedStorage& smem, F const&) { return pin_slot(smem); }
-  template <class F>
+  // kPart: the exponentials were split (Tr::kPinCols): pin on the first part's running sums, so the
+  // wait follows those exponentials only and the rest may run after it.
+  template <bool kPart = false, class F>
   static __device__ __forceinline__ void pin_before_wait(SharedStorage& smem, F const& fr) {
     float sum = 0.f;
     CUTE_UNROLL
-    for (int mi = 0; mi < kRows; ++mi) sum += fr.softmax.row_sum[mi];
+    for (int mi = 0; mi < kRows; ++mi) sum += kPart ? fr.softmax.part[mi] : fr.softmax.row_sum[mi];
     asm volatile("st.shared.f32 [%0], %1;" ::"r"(pin_slot(smem, fr)), "f"(sum) : "memory");
   }
 
@@ -380,11 +392,16 @@ struct FwdConsumer {
     warpgroup_wait<1>();  // S_n is ready; P.V still running
     pipe_k.consumer_release(state_k);
     ++state_k;
-    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);
-    pin_before_wait(smem, fr);
+    // The exponentials of the first kPinCols columns run under the P.V; the wait for it follows
+    // them (pinned), the rest run after it, beside P's conversion (FwdTraits::kPinCols).
+    constexpr int kPinCols = Tr::kPinCols;
+    constexpr bool kSplit = kPinCols < Tr::kBlockN / 4;
+    softmax_block<kMask, false, kPinCols>(params, tSrS, tScS_rc, w, n, fr);
+    pin_before_wait<kSplit>(smem, fr);
     warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again
     pipe_v.consumer_release(state_v);
     ++state_v;
+    if constexpr (kSplit) exp_rest<kMask, kPinCols>(tSrS, fr);
     store_p(tSrS, fr);
     if constexpr (!Tr::kRescaleOBeforeGemm)
       if (fr.rescale) rescale_o(tOrO, fr.scale_o);

@@ -219,6 +219,27 @@ struct FwdTraits
   // after the last one finished, so the multiplies do not queue behind the softmax at the end of
   // the step.
   static constexpr bool kRescaleOBeforeGemm = (!kFp8 || kFastAccum) && kHeadDim > 128;
+  // Where a step's wait for its P.V goes (FwdConsumer::step): after the exponentials of the first
+  // kPinCols of each row's block_n / 4 columns; the rest, P's conversion and the loop's bookkeeping
+  // after it. Pinned after all of them (before 2026-11-30), those ~120 cycles (SASS, d 128: 32
+  // F2FP at 2 cycles, the V release, the loop test) ran after the last exponential on every step,
+  // long after the P.V had finished. The P.V of one warpgroup, issued right behind its Q.K^T, takes
+  // d_v * block_n / 32 tensor cycles (2 * 64 * d_v * block_n FLOP at 4096 a cycle per SM: 989.4
+  // dense TFLOP/s [WP] over 132 SMs at 1830 MHz); the softmax reaches its first exponential about
+  // block_n + 100 cycles after the Q.K^T (SASS, d 128: 231: the row maxes at 2 cycles an FMNMX,
+  // the quad shuffles, the lazy-rescale test) and then takes 16 cycles a column (the two rows'
+  // MUFU.EX2, 8 cycles each on a sub-partition), plus the wgmma latency (timing_params.h, 32).
+  // So the wait is pinned at the column where the P.V should be done, at most all of them (d 192 x
+  // 192, d 256: the P.V outlasts the softmax) and at least a quarter and one (d 64's short P.V would
+  // take 4 of 32: compile-check's overlap floor, a quarter of the exponentials before the wait,
+  // guards against ptxas hoisting the wait above the softmax and cannot tell the two apart). FP8
+  // keeps its own steps; decode as before.
+  static constexpr int kPinCols = [] {
+    constexpr int cols = kBlockN / 4;
+    if (kFp8 || kDecode) return cols;
+    const int at = (kHeadDimV * kBlockN / 32 + 32 - (kBlockN + 100) + 15) / 16;
+    return at < cols / 4 + 1 ? cols / 4 + 1 : at > cols ? cols : at;
+  }();
   // P in the A-operand register layout of P.V. 16-bit: S's accumulator registers as they are.
   // FP8: a compact ((4,2,2), M, block_n/32) fragment that store_p fills from S's registers
   // (acc_as_a_operand_fp8 says which value goes where).
