@@ -226,6 +226,11 @@ HISTORY = [
      'FA3\'s FP8 forward in the model (0.69x / 0.81x): its single accumulation needs no per-block fp32 adds, '
      'no fresh accumulator beside O, so its softmax runs under its own P.V; issue 31\'s FP8 target (1.6x bf16 at '
      'd 256) was out of reach of the two-level kernel (1.33x)'),
+    ('fwd bf16 d 128, b 4 s 4096 h 16: full / causal (causal: 8 SMs sampled)',
+     '1087373 / 637549 cycles',
+     '1086214 / 635651 cycles (-0.1% / -0.3%)',
+     "16-bit forward: the wait for a step's P.V pinned after the exponentials of the first kPinCols of a row's block_n / 4 columns (where the P.V should be done: d_v * block_n / 32 tensor cycles against ~block_n + 100 before the first exponential and 16 a column), not after all of them; the rest run after it beside P's conversion (FwdTraits::kPinCols: d 64 9 of 32, d 96 8 of 24, d 128 20 of 32, d 192 x 128 20 of 32; d 192, d 256, FP8 and decode unchanged)",
+     "SASS stall cycles (sass_loops.py, the control bits' stall counts along an unmasked block, a lower bound of a warp's cycles per block): d 128 1110 (FA3's 128-key tile 969, its 176-key tile 1283 = 933 a 128 keys) with ~120 cycles after the last MUFU.EX2 (FA3 13): the 32 F2FP of P's conversion, the V release and the loop test, all held behind the pinned wait; now 1026 (d 64 1036 -> 976, d 96 866 -> 800, d 192 x 128 1169 -> 1103). The H200 (11-30) showed flash3's `wait` stall (fixed-latency, the stall counts) at 2.32 a issue against FA3's 1.71. The model's consumer is not issue-bound here (tensor 96.5% busy), so it hardly moves; the hardware has the last word. Tried after it and reverted: each row deciding its lazy rescale on its own (a select, no warp vote before the exponentials): d 128 1026 -> 1025, d 64 976 -> 1019, masked blocks up to +6%"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
