@@ -106,7 +106,11 @@ mutant_v_early_release() {
   rm -rf "$dir" && mkdir -p "$dir" && cp -r csrc "$dir/csrc"
   local release=$'    pipe_v.consumer_release(state_v);\n'
   local head=$'    pipe_k.consumer_release(state_k);\n    ++state_k;\n'
-  local body=$'    softmax_block<kMask, false>(params, tSrS, tScS_rc, w, n, fr);\n    pin_before_wait(smem, fr);\n    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n'
+  local body=$'    // The exponentials of the first kPinCols columns run under the P.V; the wait for it follows\n'
+  body+=$'    // them (pinned), the rest run after it, beside P\'s conversion (FwdTraits::kPinCols).\n'
+  body+=$'    constexpr int kPinCols = Tr::kPinCols;\n    constexpr bool kSplit = kPinCols < Tr::kBlockN / 4;\n'
+  body+=$'    softmax_block<kMask, false, kPinCols>(params, tSrS, tScS_rc, w, n, fr);\n    pin_before_wait<kSplit>(smem, fr);\n'
+  body+=$'    warpgroup_wait<0>();  // P.V done: O and the P registers may be touched again\n'
   replace_once "$dir/csrc/flash3/fwd/mainloop.cuh" "$head$body$release" "$head$release$body" ||
     { echo "mutant_check: the V early-release mutation did not apply (mainloop.cuh step changed?)"; return 1; }
   caught_by_check "$dir" 64 bf16:64:64/full wgmma-operand-overwrite "V stage released before the P.V's wait"
