@@ -57,7 +57,7 @@ PY
 # readable in the Nsight Compute GUI) and printed as SASS with the samples per instruction
 # (source_fa3.csv, source_flash3.csv); tools/device/stall_sites.py lists the instructions the most
 # samples fell on and totals each stall reason over the consumer loop. The 11-30 lease saw flash3's
-# `long_scoreboard` at 0.70 a issue against FA3's 0.21 and could not say where.
+# `long_scoreboard` at 0.70 an issue against FA3's 0.21 and could not say where.
 if [ "${PROFILE_SOURCE:-1}" != 0 ]; then
   SRC=(--section SourceCounters --section WarpStateStats --import-source no)
   if [ -n "$FA3" ]; then
