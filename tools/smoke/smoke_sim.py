@@ -70,15 +70,17 @@ def _torch_dtype(name: str):
     return {v: getattr(torch, k) for k, v in _DTYPES.items()}[name]
 
 
-def write_tensor(path: Path, t) -> tuple[str, list[int], list[int]]:
-    """t's elements (contiguous, row-major) to path; (dtype, sizes, strides) for the header."""
+def write_tensor(path: Path | None, t) -> tuple[str, list[int], list[int]]:
+    """t's elements (contiguous, row-major) to path (None: nothing written); (dtype, sizes, strides)
+    for the header."""
     import torch
     name = _DTYPES.get(str(t.dtype).removeprefix("torch."))
     if name is None:
         raise ValueError(f"no case-file dtype for {t.dtype}")
     t = t.detach().cpu().contiguous()
-    raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-    raw.numpy().tofile(path)
+    if path is not None:
+        raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+        raw.numpy().tofile(path)
     return name, list(t.shape), list(t.stride())
 
 
@@ -100,14 +102,7 @@ def case_lines(op: str, tensors: dict, scalars: dict, d: Path | None = None) -> 
     for name, t in tensors.items():
         if t is None:
             continue
-        if d is not None:
-            dt, sizes, strides = write_tensor(d / f"{name}.bin", t)
-        else:
-            dt = _DTYPES.get(str(t.dtype).removeprefix("torch."))
-            if dt is None:
-                raise ValueError(f"no case-file dtype for {t.dtype}")
-            c = t.detach().contiguous()  # write_tensor's layout
-            sizes, strides = list(c.shape), list(c.stride())
+        dt, sizes, strides = write_tensor(None if d is None else d / f"{name}.bin", t)
         lines.append(" ".join(["tensor", name, dt, str(len(sizes))] + [str(x) for x in sizes + strides]))
     for k, v in scalars.items():
         if isinstance(v, bool):
