@@ -223,6 +223,26 @@ void Recorder::instr(Thread* t, const DInstr* d) {
     for (uint64_t sct = a >> 5; sct <= (a + bytes - 1) >> 5; ++sct)
       if (seen.insert(sct).second) global_ld_bytes += 32;
   }
+  if (d->op == Op::CpAsync && d->nops > 2 && d->ops[1].kind == Operand::kMem && d->ops[1].sym < 0 &&
+      !t->frames.empty()) {
+    // cp.async's global source (its src-size bytes: none for a zero-filled chunk), counted as a
+    // plain load's sectors
+    const Frame& f = t->frames.back();
+    auto reg = [&](int32_t r) { return r >= 0 && (size_t)r < f.regs.size() ? f.regs[r] : 0; };
+    const Operand& m = d->ops[1];
+    uint64_t a = (uint64_t)m.imm + reg(m.reg);
+    uint64_t bytes = d->ops[2].kind == Operand::kImm ? (uint64_t)d->ops[2].imm : 16;
+    uint32_t extra = d->nops - ((d->flags & F_CACHEHINT) ? 4 : 3);
+    if (extra && d->ops[3].kind == Operand::kImm) bytes = std::min<uint64_t>(bytes, (uint64_t)d->ops[3].imm);
+    else if (extra && d->ops[3].kind == Operand::kReg) {
+      bool is_pred = f.lf && f.lf->fn && (size_t)d->ops[3].reg < f.lf->fn->regs.size() && f.lf->fn->regs[d->ops[3].reg].is_pred;
+      uint64_t v = reg(d->ops[3].reg);
+      bytes = is_pred ? ((v & 1) ? 0 : bytes) : std::min(bytes, v);
+    }
+    auto& seen = g_load_sectors[this];
+    for (uint64_t sct = a >> 5; bytes && sct <= (a + bytes - 1) >> 5; ++sct)
+      if (seen.insert(sct).second) global_ld_bytes += 32;
+  }
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
   auto pit = sp.pending.find(tr);
@@ -452,6 +472,12 @@ struct Cls {
   bool memory = false;  // its result comes from memory (stall reason "memory")
 };
 
+// Bytes one warp-instruction of cp.async moves: cp-size (4, 8 or 16) per active lane.
+uint32_t cp_async_bytes(const DInstr& d, uint32_t lanes) {
+  uint32_t n = d.nops > 2 && d.ops[2].kind == Operand::kImm ? (uint32_t)d.ops[2].imm : 16;
+  return n * lanes;
+}
+
 bool is_mov_like(const DInstr& d) {
   if (d.op == Op::Mov && d.nops >= 2 && d.ops[1].kind == Operand::kReg) return true;   // reg-to-reg
   return false;
@@ -473,6 +499,8 @@ Cls classify(const DInstr& d) {
       c.pipe = kPLsu; c.interval = 1; c.memory = true;
       c.latency = (d.sp == Sp::Shared || d.sp == Sp::SharedCluster) ? tp::kSmemLatency : tp::kGlobalLatency;
       break;
+    case Op::CpAsync:   // LDGSTS: through the LSU into shared memory; completion tracked per warp (replay)
+      c.pipe = kPLsu; c.interval = 1; c.latency = 0; break;
     case Op::St: case Op::Atom: case Op::Red: case Op::Ldmatrix: case Op::Stmatrix: case Op::Prefetch:
       c.pipe = kPLsu; c.interval = 1; c.memory = true;
       c.latency = (d.sp == Sp::Global || d.sp == Sp::Generic) ? tp::kGlobalLatency : tp::kSmemLatency;
@@ -499,7 +527,7 @@ Cls classify(const DInstr& d) {
       c.pipe = kPBranch; c.interval = 1; c.latency = 0; break;
     case Op::WgmmaFence: case Op::WgmmaCommit: case Op::WgmmaWait: case Op::Fence: case Op::FenceProxyAsync:
     case Op::Membar: case Op::BarWarpSync: case Op::Setmaxnreg: case Op::BulkCommit: case Op::BulkWait:
-    case Op::Nop: case Op::Griddep:
+    case Op::Nop: case Op::Griddep: case Op::CpAsyncCommit: case Op::CpAsyncWait: case Op::CpAsyncWaitAll:
       c.pipe = kPBranch; c.interval = 1; c.latency = 0; break;
     default: break;
   }
@@ -584,6 +612,8 @@ struct RWarp {
   uint64_t uncommitted = 0;
   uint64_t bulk_done = 0;
   uint64_t bulk_read_done = 0;        // the bulk stores' shared-memory reads (wait_group.read)
+  uint64_t cp_uncommitted = 0;        // cp.async since the last commit_group: latest landing
+  std::vector<uint64_t> cp_groups;    // committed cp.async groups' landing times, oldest first
   uint32_t cta = 0;
 };
 
@@ -690,6 +720,7 @@ struct Replay {
     if (c.pipe == kPLsu) {   // shared-memory port: bytes / 128 per clock, at least one cycle
       uint32_t bytes = std::max(1, tbits(d.t) / 8) * d.vec * lanes;
       if (d.op == Op::Ldmatrix || d.op == Op::Stmatrix) bytes = 128u * (d.vec ? d.vec : 1);
+      if (d.op == Op::CpAsync) bytes = cp_async_bytes(d, lanes);
       occupy = std::max<int>(1, (int)((bytes + tp::kSmemBytesPerClk - 1) / tp::kSmemBytesPerClk));
     }
     if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma) { *pf = now + occupy; busy[c.pipe] += occupy; }
@@ -814,6 +845,15 @@ struct Replay {
       uint64_t t = (d.flags & F_READ) ? w.bulk_read_done : w.bulk_done;
       if (t > now) { w.ready = t; w.reason = kRTmaMem; return 0; }
     }
+    if (d.op == Op::CpAsyncWait || d.op == Op::CpAsyncWaitAll) {
+      // wait_group N: every committed group but the newest N has landed; wait_all: every cp.async
+      size_t keep = d.op == Op::CpAsyncWait && d.nops > 0 && d.ops[0].kind == Operand::kImm ? (size_t)d.ops[0].imm : 0;
+      uint64_t t = d.op == Op::CpAsyncWaitAll ? w.cp_uncommitted : 0;
+      for (size_t i = 0; i + keep < w.cp_groups.size(); ++i) t = std::max(t, w.cp_groups[i]);
+      if (t > now) { w.ready = t; w.reason = kRMem; return 0; }
+      if (w.cp_groups.size() > keep) w.cp_groups.erase(w.cp_groups.begin(), w.cp_groups.end() - keep);
+      if (d.op == Op::CpAsyncWaitAll) w.cp_uncommitted = 0;
+    }
     RSM& s = S[w.sm];
     uint64_t* pf = c.pipe == kPLsu ? &s.lsu_free : &s.pipe_free[w.smsp][c.pipe];
     if (c.pipe != kPNone && c.pipe != kPTensor && c.pipe != kPTma && *pf > now) {
@@ -834,6 +874,15 @@ struct Replay {
         break;
       }
       case Op::WgmmaCommit: w.groups.push_back(std::max(w.uncommitted, now)); w.uncommitted = 0; break;
+      case Op::CpAsync: {
+        // the warp's chunks through the SM's share of L2 bandwidth (serialized with its TMA
+        // copies), landing an L2-hit latency later (an LDGSTS is a global load into shared memory)
+        uint64_t l2 = std::max(now, s.l2_free);
+        s.l2_free = l2 + (uint64_t)(cp_async_bytes(d, e.lanes) / (tp::kL2BytesPerClkGPU / tp::kSMs) + 0.5);
+        w.cp_uncommitted = std::max(w.cp_uncommitted, s.l2_free + tp::kGlobalLatency);
+        break;
+      }
+      case Op::CpAsyncCommit: w.cp_groups.push_back(std::max(w.cp_uncommitted, now)); w.cp_uncommitted = 0; break;
       default: break;
     }
     if (e.kind == TEvent::kTma) {
@@ -853,7 +902,14 @@ struct Replay {
       }
       for (uint64_t k : tr.keys) contribute(k, done);
     }
-    if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive) contribute(e.key, now);
+    if (e.kind == TEvent::kArrive && d.op == Op::CpAsyncMbarArrive) {
+      // cp.async.mbarrier.arrive: the arrive happens once all of the warp's cp.async so far landed
+      uint64_t t = std::max(now, w.cp_uncommitted);
+      for (uint64_t g : w.cp_groups) t = std::max(t, g);
+      contribute(e.key, t);
+    } else if (e.kind == TEvent::kArrive || e.kind == TEvent::kBarArrive) {
+      contribute(e.key, now);
+    }
     if (debug) fprintf(stderr, "  t=%llu sm%d smsp%d w%u pc=%zu line %d %s\n", (unsigned long long)now, w.sm, w.smsp,
                        w.tr->warp, w.pc, d.src ? d.src->line : 0, d.src ? d.src->opcode.c_str() : "?");
     advance(w);

@@ -57,9 +57,10 @@ def main():
     recs = run()
     by = {}
     for r in recs:
-        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch|stall_once)ILi(\d+)E", r["kernel"])
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|cp_async_stream|cp_async_chain|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch|stall_once)ILi(\d+)E", r["kernel"])
         by[(m.group(1), int(m.group(2)))] = r["cycles"]
         by[(m.group(1), int(m.group(2)), "named_barrier")] = r["stall_cycles"]["named_barrier"]
+        by[(m.group(1), int(m.group(2)), "hbm_bytes")] = r["hbm_bytes"]
     l2_per_sm = P["kL2BytesPerClkGPU"] / P["kSMs"]
     cases = [
         # dependent chain: each FMA issues one FMA latency after the previous one
@@ -71,6 +72,12 @@ def main():
         ("wgmma_chain", 4, 20, (20 - 4) * 128 / 2),
         # bulk copies serialize on the SM's share of L2 bandwidth: round(8192 B / (L2 B/clk / SMs)) each
         ("tma_stream", 2, 6, (6 - 2) * int(8192 / l2_per_sm + 0.5)),
+        # cp.async: a warp's 16-byte chunks (512 B) through the SM's share of L2 bandwidth, serialized:
+        # round(512 / (L2 B/clk / SMs)) each, more than its LSU time (512 / smem B/clk) and issue
+        ("cp_async_stream", 8, 24, (24 - 8) * int(512 / l2_per_sm + 0.5)),
+        # each round: the chunks' L2 time, then an L2-hit latency to land; the wait issues then, the
+        # next round's cp.async one cycle later (the commit issued right after the copy, meanwhile)
+        ("cp_async_chain", 8, 24, (24 - 8) * (int(512 / l2_per_sm + 0.5) + P["kGlobalLatency"] + 1)),
         # per round, twice: phase completes at the arrive; the waiter's try_wait issues kMbarLatency
         # later, its predicate is ready kAluLatency after that, the @!p bra issues, the arrive one cycle later
         ("mbar_pingpong", 20, 60, (60 - 20) * 2 * (P["kMbarLatency"] + P["kAluLatency"] + 1)),
@@ -98,12 +105,15 @@ def main():
     # slot-free movs after a wait: neither the time nor the wait's stall cycles grow with their count
     cases += [("stall_once", 8, 64, 0)]
     stalls = [("stall_once", 8, 64, "named_barrier", 0)]
+    # the HBM bound counts a cp.async's source bytes once (the stream's copies read distinct bytes, the
+    # chain's re-read the same 512)
+    stalls += [("cp_async_stream", 8, 24, "hbm_bytes", (24 - 8) * 512), ("cp_async_chain", 8, 24, "hbm_bytes", 0)]
     bad = 0
     for name, a, b, reason, want in stalls:
         got = by[(name, b, reason)] - by[(name, a, reason)]
         ok = abs(got - want) <= 2
         bad += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: {reason} stall({b}) - stall({a}) = {got}, expected {want}")
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {reason}({b}) - {reason}({a}) = {got:.0f}, expected {want}")
     for name, a, b, want in cases:
         got = by[(name, b)] - by[(name, a)]
         ok = abs(got - want) <= max(2, 0.01 * want)   # 1% (or 2 cycles) for rounding at the edges

@@ -109,6 +109,37 @@ __global__ void tma_stream(const float* src, float* out) {
   }
 }
 
+// 4b. cp.async stream: one warp, NT chunk copies of 16 bytes per lane (512 B a warp-instruction, each
+// from its own global bytes), one group, waited for at the end.
+template <int NT>
+__global__ void cp_async_stream(const float* src, float* out) {
+  __shared__ __align__(128) uint8_t buf[NT * 512];
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(buf) + threadIdx.x * 16;
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s + i * 512), "l"(src + i * 128 + threadIdx.x * 4) : "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  out[threadIdx.x] = *(const float*)(buf + threadIdx.x * 16);
+  __syncwarp();   // no lane exits before every lane's copies and store were recorded with 32 live lanes
+}
+
+// 4c. cp.async chain: one warp, NT rounds of (a 16-byte chunk per lane, commit, wait_group 0): each
+// round waits for its copy to land before the next one issues.
+template <int NT>
+__global__ void cp_async_chain(const float* src, float* out) {
+  __shared__ __align__(128) uint8_t buf[512];
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(buf) + threadIdx.x * 16;
+  const float* g = src + threadIdx.x * 4;
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n\tcp.async.commit_group;\n\tcp.async.wait_group 0;"
+                 :: "r"(s), "l"(g) : "memory");
+  }
+  out[threadIdx.x] = *(const float*)(buf + threadIdx.x * 16);
+  __syncwarp();   // no lane exits before every lane's copies and store were recorded with 32 live lanes
+}
+
 // 7. Bulk stores, each waited for with cp.async.bulk.wait_group.read 0 (lane 0, NT times, the
 // same 8 KB to NT different places: a second bulk store to bytes an incomplete one still writes would
 // be a race, which the simulator's global-async-order check reports): the wait ends once the bytes
@@ -246,6 +277,10 @@ int main(int argc, char** argv) {
   wgmma_chain<20><<<1, 128>>>(f);
   tma_stream<2><<<1, 32>>>(f, f + 100000);
   tma_stream<6><<<1, 32>>>(f, f + 100000);
+  cp_async_stream<8><<<1, 32>>>(f, f + 100000);
+  cp_async_stream<24><<<1, 32>>>(f, f + 100000);
+  cp_async_chain<8><<<1, 32>>>(f, f + 100000);
+  cp_async_chain<24><<<1, 32>>>(f, f + 100000);
   mbar_pingpong<20><<<1, 64>>>(i);
   mbar_pingpong<60><<<1, 64>>>(i);
   tma_store_read<4><<<1, 32>>>(f + 8192, 1.0001f, 0.5f);
