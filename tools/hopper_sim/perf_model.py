@@ -750,19 +750,24 @@ def decode_driver(d):
     return smoke_sim.build_driver(kinds=("decode",))
 
 
-def decode_bytes(b, h, h_k, d, keys):
-    """What a decode step must move: K and V of every key, q in and out (bf16), lse (fp32)."""
-    return 2 * b * keys * h_k * d * 2 + 2 * b * h * d * 2 + b * h * 4
+def decode_bytes(b, h, h_k, d, keys, cache_elem=2):
+    """What a decode step must move: K and V of every key (cache_elem bytes each), q in and out (bf16),
+    lse (fp32)."""
+    return 2 * b * keys * h_k * d * cache_elem + 2 * b * h * d * 2 + b * h * 4
 
 
-def write_decode_case(case, b, h, h_k, d, keys, page, splits):
+def write_decode_case(case, b, h, h_k, d, keys, page, splits, fp8=False):
+    """A decode step's case (bf16 q); fp8: an e4m3 cache with a descale of 1 per (slab, kv head)."""
     import numpy as np
     case.mkdir(parents=True, exist_ok=True)
     lines = ["flash3-sim-case 1", "op kvcache",
              f"tensor q bf16 4 {b} 1 {h} {d} {h * d} {h * d} {d} 1 random"]
     slabs, rows = (b * keys // page, page) if page else (b, keys)
     for name in ("k_cache", "v_cache"):
-        lines.append(f"tensor {name} bf16 4 {slabs} {rows} {h_k} {d} {rows * h_k * d} {h_k * d} {d} 1 random")
+        lines.append(f"tensor {name} {'e4m3' if fp8 else 'bf16'} 4 {slabs} {rows} {h_k} {d} {rows * h_k * d} "
+                     f"{h_k * d} {d} 1 random")
+    if fp8:
+        lines += [f"tensor {name} f32 2 {slabs} {h_k} {h_k} 1 ones" for name in ("k_descale", "v_descale")]
     lines += [f"tensor out bf16 4 {b} 1 {h} {d} {h * d} {h * d} {d} 1 nan",
               f"tensor lse f32 3 {b} {h} 1 {h} 1 1 nan"]
     write_bin(case / "seqused_k.bin", lambda: np.full(b, keys, np.int32))
@@ -777,21 +782,21 @@ def write_decode_case(case, b, h, h_k, d, keys, page, splits):
     (case / "case.txt").write_text("\n".join(lines) + "\n")
 
 
-def flash3_decode_row(driver, page, splits, sample=1):
+def flash3_decode_row(driver, page, splits, sample=1, fp8=False, shape=None):
     """One decode step (the decode kernel and, when split, the combine): every CTA does the same work, so
     one sampled SM times the kernel; no --timing-sample-atomics (split-KV). The HBM bound counts TMA
-    sources once (the contiguous cache), cp.async gathers (the paged cache's rows) not at all: the model
-    has no bytes or latency for cp.async (tools/hopper_sim/src/timing.cpp), so the paged row's time is
-    the SM replay's only."""
-    sh = DECODE_SHAPE
+    sources once (the contiguous cache) and cp.async gathers' source sectors (the paged or FP8 cache's
+    rows, each once); cp.async goes through the SM's L2 share with an L2-hit latency
+    (tools/hopper_sim/src/timing.cpp). fp8: an e4m3 cache (bytes: 1 per element)."""
+    sh = shape or DECODE_SHAPE
     case = WORK / (f"flash3-decode-d{sh['d']}-b{sh['b']}-h{sh['h']}-hk{sh['h_k']}-k{sh['keys']}-"
-                   f"{f'page{page}' if page else 'contig'}-splits{splits}{sample_tag(sample)}")
-    write_decode_case(case, sh["b"], sh["h"], sh["h_k"], sh["d"], sh["keys"], page, splits)
+                   f"{f'page{page}' if page else 'contig'}{'-e4m3' if fp8 else ''}-splits{splits}{sample_tag(sample)}")
+    write_decode_case(case, sh["b"], sh["h"], sh["h_k"], sh["d"], sh["keys"], page, splits, fp8)
     recs = run_timed([str(driver), str(case)], case.name, sample)
     if not recs:
         return None
     us = sum(r["us"] for r in recs)
-    nbytes = decode_bytes(sh["b"], sh["h"], sh["h_k"], sh["d"], sh["keys"])
+    nbytes = decode_bytes(sh["b"], sh["h"], sh["h_k"], sh["d"], sh["keys"], 1 if fp8 else 2)
     main = recs[0]
     return dict(us=us, bytes=nbytes, tbps=nbytes / (us * 1e-6) / 1e12, rec=main, launches=len(recs),
                 grid=main.get("grid"), hbm_frac=nbytes / (us * 1e-6) / 3.35e12,
@@ -799,12 +804,13 @@ def flash3_decode_row(driver, page, splits, sample=1):
 
 
 def flash3_decode_rows(driver):
-    """{(page, splits): row}: contiguous and pages of 16, the plan's split count, and contiguous unsplit."""
+    """{(page, splits, fp8): row}: bf16 caches contiguous and in pages of 16 at the plan's split count, and
+    contiguous unsplit; e4m3 caches contiguous and in pages of 16 at the plan's split count."""
     rows = {}
-    for page, splits in ((0, 0), (16, 0), (0, 1)):
-        r = flash3_decode_row(driver, page, splits)
+    for page, splits, fp8 in ((0, 0, False), (16, 0, False), (0, 1, False), (0, 0, True), (16, 0, True)):
+        r = flash3_decode_row(driver, page, splits, fp8=fp8)
         if r:
-            rows[(page, splits)] = r
+            rows[(page, splits, fp8)] = r
     return rows
 
 
@@ -975,19 +981,20 @@ def decode_section(dec):
     sh = DECODE_SHAPE
     L = ["", "## Decode (KV cache) against HBM bandwidth (flash3 in the model)", "",
          f"One decode step, d {sh['d']}, h {sh['h']} / h_k {sh['h_k']}, b {sh['b']}, {sh['keys']} keys per "
-         "sequence in a bf16 cache (`flash3_decode_row`, perf_model.py; one sampled SM: every CTA has the same "
-         "work). Bytes: K and V of every key plus q, out and lse; time: the decode kernel plus the combine "
-         "when split. Target (issue 31): >= 80% of 3.35 TB/s. The model's kernel time is max(SM replay, HBM "
-         "bound); the HBM bound counts TMA sources once and plain loads, but no cp.async bytes (the paged "
-         "cache's gathered rows), and cp.async carries neither latency nor bandwidth in the replay.", "",
+         "sequence in a bf16 or e4m3 cache, bf16 q (`flash3_decode_row`, perf_model.py; one sampled SM: every "
+         "CTA has the same work). Bytes: K and V of every key plus q, out and lse; time: the decode kernel plus "
+         "the combine when split. Target (issue 31): >= 80% of 3.35 TB/s. The model's kernel time is max(SM "
+         "replay, HBM bound); the HBM bound counts TMA sources once, plain loads' and cp.async's source sectors "
+         "once; cp.async runs through the SM's share of L2 bandwidth and lands an L2-hit latency later "
+         "(since 2026-11-30: before, it had neither latency nor bandwidth, nor bytes in the bound).", "",
          "| cache | num_splits (grid) | model us (per launch) | bytes | TB/s | of 3.35 TB/s | sm_cycles | "
          "hbm_cycles | bound | dominant stall (decode kernel) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for (page, splits), r in sorted(dec.items()):
+    for (page, splits, fp8), r in sorted(dec.items()):
         rec = r["rec"]
         bound = "HBM" if rec.get("hbm_cycles", 0) > rec.get("sm_cycles", 0) else "SM"
         tiles = sh["b"] * sh["h_k"] * -(-(sh["h"] // sh["h_k"]) // 128)   # decode_tiles: GQA rows packed
         ctas = r["grid"][0] * r["grid"][1] * r["grid"][2]
-        L.append(f"| {f'pages of {page} rows' if page else 'contiguous'} | "
+        L.append(f"| {'e4m3, ' if fp8 else ''}{f'pages of {page} rows' if page else 'contiguous'} | "
                  f"{f'plan: {ctas // tiles}' if not splits else splits} ({ctas} CTAs) | "
                  f"{r['us']:.1f} ({' + '.join(map(str, r['launch_us']))}) | {r['bytes'] / 1e6:.1f} MB | "
                  f"{r['tbps']:.2f} | {100 * r['hbm_frac']:.0f}% | {rec.get('sm_cycles')} | {rec.get('hbm_cycles')} | "

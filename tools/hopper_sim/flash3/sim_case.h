@@ -4,6 +4,7 @@
 // very code the torch bindings run: the driver only turns case tensors into host::TensorViews.
 #pragma once
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,14 +129,15 @@ inline void write_file(const std::string& path, const void* data, size_t n) {
 }
 
 // Tensor contents made here instead of read from NAME.bin (large timing cases): `random` gives
-// N(0,1) values (a fixed generator per tensor index), `nan` the NaN poison of outputs.
+// N(0,1) values (a fixed generator per tensor index), `ones` 1 (descales), `nan` the NaN poison of
+// outputs (e4m3 has no NaN fill: its 0x7F is one, but no output is e4m3).
 inline std::vector<char> generated(const Tensor& t, const std::string& kind, size_t index) {
-  if (kind != "random" && kind != "nan") fatal("tensor " + t.name + ": unknown fill '" + kind + "'");
+  if (kind != "random" && kind != "nan" && kind != "ones") fatal("tensor " + t.name + ": unknown fill '" + kind + "'");
   std::vector<char> out(t.bytes);
   const size_t n = t.bytes / t.element_size();
   uint64_t state = 0x9E3779B97F4A7C15ull * (index + 1);
   for (size_t i = 0; i < n; ++i) {
-    float v = std::numeric_limits<float>::quiet_NaN();
+    float v = kind == "ones" ? 1.0f : std::numeric_limits<float>::quiet_NaN();
     if (kind == "random") {   // sum of four uniforms, centred and scaled to unit variance
       float u = 0;
       for (int r = 0; r < 4; ++r) {
@@ -158,6 +160,10 @@ inline std::vector<char> generated(const Tensor& t, const std::string& kind, siz
         std::memcpy(&out[i * 2], &h, 2);
         break;
       }
+      case 1:   // e4m3, round to nearest, saturated to +-448
+        if (t.dtype != DType::e4m3 || kind == "nan") fatal("tensor " + t.name + ": fill '" + kind + "' needs e4m3 here");
+        out[i] = char(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+        break;
       default: fatal("tensor " + t.name + ": fill '" + kind + "' needs a 16- or 32-bit dtype");
     }
   }

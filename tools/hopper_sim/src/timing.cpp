@@ -518,7 +518,19 @@ Cls classify(const DInstr& d) {
       if (f32) { c.pipe = kPMufu; c.interval = tp::kMufuInterval; c.latency = tp::kMufuLatency + 2 * tp::kFmaLatency; c.slots = 3; }
       break;
     case Op::Cvt:
-      c.pipe = kPCvt; c.interval = tp::kCvtInterval; c.latency = tp::kCvtLatency; break;
+      if (!tfloat(d.t) && !tfloat(d.t2) && tbits(d.t) <= 32 && tbits(d.t2) <= 32) {
+        // integer narrowing/widening of 8/16/32-bit types: [PG] 64 per clk per SM (SASS: LOP3/PRMT/SHF)
+        c.pipe = kPAlu; c.interval = tp::kAluInterval; c.latency = tp::kAluLatency;
+      } else if (d.t == T::F32 && d.t2 == T::F16) {
+        // ptxas emits HADD2.F32 (an fp16 add with an fp32 result, the FMA pipe), not a conversion-unit op
+        c.pipe = kPFma; c.interval = tp::kFmaInterval; c.latency = tp::kFmaLatency;
+      } else if (d.t == T::F32 && d.t2 == T::BF16) {
+        // bf16 -> f32 is a 16-bit shift (SASS: SHF/PRMT/IMAD.U32)
+        c.pipe = kPAlu; c.interval = tp::kAluInterval; c.latency = tp::kAluLatency;
+      } else {
+        c.pipe = kPCvt; c.interval = tp::kCvtInterval; c.latency = tp::kCvtLatency;
+      }
+      break;
     case Op::Shfl: case Op::Vote: case Op::Match: case Op::Redux:
       c.pipe = kPShfl; c.interval = tp::kShflInterval; c.latency = tp::kShflLatency; break;
     case Op::Wgmma: c.pipe = kPTensor; c.interval = 1; c.latency = 0; break;

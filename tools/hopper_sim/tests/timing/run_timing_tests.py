@@ -57,7 +57,7 @@ def main():
     recs = run()
     by = {}
     for r in recs:
-        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|cp_async_stream|cp_async_chain|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch|stall_once)ILi(\d+)E", r["kernel"])
+        m = re.search(r"(fma_chain|mufu_bound|wgmma_chain|tma_stream|cp_async_stream|cp_async_chain|cvt_widen|cvt_unpack|mbar_pingpong|sched_window|tma_store_read|bar_after_split|arrive_in_branch|stall_once)ILi(\d+)E", r["kernel"])
         by[(m.group(1), int(m.group(2)))] = r["cycles"]
         by[(m.group(1), int(m.group(2)), "named_barrier")] = r["stall_cycles"]["named_barrier"]
         by[(m.group(1), int(m.group(2)), "hbm_bytes")] = r["hbm_bytes"]
@@ -78,6 +78,10 @@ def main():
         # each round: the chunks' L2 time, then an L2-hit latency to land; the wait issues then, the
         # next round's cp.async one cycle later (the commit issued right after the copy, meanwhile)
         ("cp_async_chain", 8, 24, (24 - 8) * (int(512 / l2_per_sm + 0.5) + P["kGlobalLatency"] + 1)),
+        # independent conversions, one warp: cvt.f32.f16 is HADD2.F32 in SASS (the FMA pipe, one a
+        # cycle); cvt.rn.f16x2.e4m3x2 a conversion ([PG] 16 per clk per SM: kCvtInterval cycles each)
+        ("cvt_widen", 16, 48, (48 - 16) * max(1, P["kFmaInterval"])),
+        ("cvt_unpack", 16, 48, (48 - 16) * P["kCvtInterval"]),
         # per round, twice: phase completes at the arrive; the waiter's try_wait issues kMbarLatency
         # later, its predicate is ready kAluLatency after that, the @!p bra issues, the arrive one cycle later
         ("mbar_pingpong", 20, 60, (60 - 20) * 2 * (P["kMbarLatency"] + P["kAluLatency"] + 1)),

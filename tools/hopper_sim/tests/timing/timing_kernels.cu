@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 
 // Pieces the cases share (inlined: the PTX is what each case would spell out).
 // N dependent FMAs on x.
@@ -138,6 +139,27 @@ __global__ void cp_async_chain(const float* src, float* out) {
   }
   out[threadIdx.x] = *(const float*)(buf + threadIdx.x * 16);
   __syncwarp();   // no lane exits before every lane's copies and store were recorded with 32 live lanes
+}
+
+// 4d. Conversions by the SASS they become: NT independent cvt.f32.f16 (ptxas: HADD2.F32, the FMA
+// pipe) and NT independent cvt.rn.f16x2.e4m3x2 (F2FP.F16.E4M3.UNPACK_B, the conversion rate), one warp.
+template <int NT>
+__global__ void cvt_widen(float* out, float a) {
+  const __half h = __float2half(a + threadIdx.x);
+  float x[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) asm volatile("cvt.f32.f16 %0, %1;" : "=f"(x[i]) : "h"(__half_as_ushort(h)));
+  out[0] = x[NT - 1];   // one address for every lane: no index arithmetic after the conversions
+  __syncwarp();
+}
+template <int NT>
+__global__ void cvt_unpack(float* out, float a) {
+  const unsigned short e = (unsigned short)(threadIdx.x * 0x0101u + (unsigned)a);
+  unsigned x[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) asm volatile("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(x[i]) : "h"(e));
+  out[0] = (float)x[NT - 1];
+  __syncwarp();
 }
 
 // 7. Bulk stores, each waited for with cp.async.bulk.wait_group.read 0 (lane 0, NT times, the
@@ -281,6 +303,10 @@ int main(int argc, char** argv) {
   cp_async_stream<24><<<1, 32>>>(f, f + 100000);
   cp_async_chain<8><<<1, 32>>>(f, f + 100000);
   cp_async_chain<24><<<1, 32>>>(f, f + 100000);
+  cvt_widen<16><<<1, 32>>>(f + 200000, 1.5f);
+  cvt_widen<48><<<1, 32>>>(f + 200000, 1.5f);
+  cvt_unpack<16><<<1, 32>>>(f + 200004, 1.0f);
+  cvt_unpack<48><<<1, 32>>>(f + 200004, 1.0f);
   mbar_pingpong<20><<<1, 64>>>(i);
   mbar_pingpong<60><<<1, 64>>>(i);
   tma_store_read<4><<<1, 32>>>(f + 8192, 1.0001f, 0.5f);
