@@ -231,6 +231,24 @@ HISTORY = [
      '1086214 / 635651 cycles (-0.1% / -0.3%)',
      "16-bit forward: the wait for a step's P.V pinned after the exponentials of the first kPinCols of a row's block_n / 4 columns (where the P.V should be done: d_v * block_n / 32 tensor cycles against ~block_n + 100 before the first exponential and 16 a column), not after all of them; the rest run after it beside P's conversion (FwdTraits::kPinCols: d 64 9 of 32, d 96 8 of 24, d 128 20 of 32, d 192 x 128 20 of 32; d 192, d 256, FP8 and decode unchanged)",
      "SASS stall cycles (sass_loops.py, the control bits' stall counts along an unmasked block, a lower bound of a warp's cycles per block): d 128 1110 (FA3's 128-key tile 969, its 176-key tile 1283 = 933 a 128 keys) with ~120 cycles after the last MUFU.EX2 (FA3 13): the 32 F2FP of P's conversion, the V release and the loop test, all held behind the pinned wait; now 1026 (d 64 1036 -> 976, d 96 866 -> 800, d 192 x 128 1169 -> 1103). The H200 (11-30) showed flash3's `wait` stall (fixed-latency, the stall counts) at 2.32 an issue against FA3's 1.71. The model's consumer is not issue-bound here (tensor 96.5% busy), so it hardly moves; the hardware has the last word. Tried after it and reverted: each row deciding its lazy rescale on its own (a select, no warp vote before the exponentials): d 128 1026 -> 1025, d 64 976 -> 1019, masked blocks up to +6%"),
+    ("decode, e4m3 cache, bf16 q, d 128, h 32 / h_k 8, b 8, 8192 keys (1 SM sampled, 2 splits, 128 CTAs, 112-key "
+     "blocks; model with cp.async and conversions by their SASS, 2026-11-30): contiguous / pages of 16 rows",
+     "243153 / 421652 cycles (146.8 / 253.5 us; bf16 cache 81.8 / 101.4 us)",
+     "141678 / 185418 cycles (-42% / -56%; 86.1 / 112.3 us: 0.95x / 0.90x the speed of the bf16 cache's step, from 0.56x / 0.40x)",
+     "FP8-cache decode producer (decode/load.cuh): the conversion and, up to d 128, the raw gather copy whole "
+     "passes of rows per thread (one column, source, descale and swizzled destination moving by constants: "
+     "the 128-byte swizzle repeats every 8 rows), two passes' shared loads before their conversions; paged "
+     "caches up to d 128 take a block's page ids once (block_pages, shuffles), as the 16-bit gather does; "
+     "its producer 64 registers / consumers 216 there (FwdTraits::kWideFp8CacheProducer; at 56 the page ids "
+     "spilled 24 bytes); the values are unchanged (x8 * descale rounded once)",
+     "the model with cp.async and conversions by their SASS (model changes, 2026-11-30) put the FP8-cache step "
+     "at 1.8x the bf16 cache's (the H200: 2-3x, 9.7k cycles per 112-key block at b 64, 32k keys, against the "
+     "model's 6.6k): the producer warps (one per sub-partition) issue-bound on ~42 SASS instructions per 8 "
+     "values (15 of them address arithmetic and a descale load) and waiting out each pass's shared load "
+     "(memory stalls after ld.shared.v2, 100k of 222k cycles); paged, a page-table load per pass of each "
+     "block (the general row lookup). SASS per 8 values: 46 -> 34 (d 128); compile-check: no spills at "
+     "any head dim. Tried and reverted: the 16-bit paged gather reading the next block's page ids a block "
+     "ahead (167238 -> 166864 cycles, -0.2%)"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
@@ -372,6 +390,25 @@ MODEL_HISTORY = [
      "each slot-free instruction after a stall saw the same gap since the last issue and added it again: "
      "the 40 movs that clear O after the d 64 tile's first pingpong wait counted that wait 40 times "
      "(the debug trace showed the wait ~100 cycles, the record 1158 per line)"),
+    ("cp.async (LDGSTS) through the LSU and the SM's L2 share with an L2-hit latency; "
+     "`cp.async.wait_group`/`wait_all`/`mbarrier.arrive` wait for it; its source sectors in the HBM bound "
+     "(timing tests cp_async_stream, cp_async_chain; 2026-11-30)",
+     "decode bf16 d 128 b 8 8192 keys (1 SM): pages of 16 rows sm_cycles 166129 -> 167238 (+0.7%), its HBM "
+     "bound 422 -> 134338 cycles (the gathered K/V now counted: 79% of 3.35 TB/s instead of an SM-bound "
+     "row with no K/V bytes); contiguous (TMA) unchanged (82569); forward and GEMM rows unchanged (no cp.async)",
+     "cp.async had no bandwidth, latency or bytes in the replay: a gathered decode producer looked free, "
+     "and the H200 measured paged bf16 caches 2.6x slower than contiguous ones (b 64, 32k keys) where the "
+     "model said 1.1x. With it the model says 1.24x (b 8, 8k keys): what else slows the hardware's gathers "
+     "(DRAM latency under load, the LSU's request rate) is not modelled"),
+    ("`cvt` by the SASS ptxas makes of it: `cvt.f32.f16` on the FMA pipe (HADD2.F32), `cvt.f32.bf16` and "
+     "8/16/32-bit integer cvt on the ALU ([PG] 64/clk); F2FP packs/unpacks and the rest at [PG]'s 16/clk "
+     "(timing tests cvt_widen, cvt_unpack; 2026-11-30)",
+     "decode e4m3 cache d 128 b 8 8192 keys contiguous 330750 -> 243153 cycles (-26%); flash3 fwd bf16 d 128 "
+     "b 4 s 4096 full 1086214 and FA3 1143831 cycles, both unchanged",
+     "every PTX cvt was charged the Programming Guide's 16/clk conversion rate, but ptxas turns "
+     "cvt.f32.f16 into HADD2.F32 (compile-check's SASS of the FP8-cache decode producer: 8 per 8 values) "
+     "and integer narrowing into logic ops; the old model's FP8-cache decode (8.9k cycles per 112-key "
+     "block) happened to sit near the H200's 9.7k"),
 ]
 
 

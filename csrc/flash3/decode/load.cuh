@@ -80,10 +80,12 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // A 16-byte shared-memory store (a pointer taken from a CuTe smem tensor is generic to the compiler).
-__device__ __forceinline__ void st_shared_128(const void* smem_ptr, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(cute::cast_smem_ptr_to_uint(smem_ptr)), "r"(v.x),
-               "r"(v.y), "r"(v.z), "r"(v.w)
+__device__ __forceinline__ void st_shared_128(uint32_t smem_addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
+}
+__device__ __forceinline__ void st_shared_128(const void* smem_ptr, uint4 v) {
+  st_shared_128(cute::cast_smem_ptr_to_uint(smem_ptr), v);
 }
 
 // 8 e4m3 values (x, little-endian bytes) times `scale`, rounded once to T (bf16 or fp16): 16 bytes.
@@ -433,6 +435,15 @@ struct DecodeProducer {
     const FwdParams& p = params.p;
     auto& raw = smem.raw[slot];
     const int tid = threadIdx.x % kThreads;
+    // Up to d 128 (FwdTraits::kProducerRegs: 64 there) a thread copies whole passes of rows (below);
+    // paged, the block's page ids are read once (block_pages: one per lane, then shuffles), as the
+    // 16-bit gather does, where the per-chunk lookup waited on a page-table load every pass. Above
+    // d 128 the 56-register producer spilled with either (d 192 x 128, compile-check).
+    constexpr bool kPasses = Tr::kHeadDim <= 128 && Tr::kHeadDimV <= 128;
+    BlockPages bp{-1, 0};
+    if constexpr (kPasses) {
+      if (p.page_table != nullptr && params.slab_shift >= 0) bp = block_pages(params, w, pos0, end);
+    }
     auto rows = [&](auto is_v) {
       constexpr bool kIsV = decltype(is_v)::value;
       constexpr int kCols = kIsV ? Tr::kHeadDimV : Tr::kHeadDim;
@@ -443,13 +454,53 @@ struct DecodeProducer {
       const int64_t slab_stride = kIsV ? p.v_batch_stride : p.k_batch_stride;
       const int64_t row_stride = kIsV ? p.v_row_stride : p.k_row_stride;
       uint8_t* dst = kIsV ? raw.v : raw.k;
+      constexpr int kRowsPerPass = kThreads / kChunks;  // rows one pass of the warpgroup copies
+      constexpr int kUnroll = kCols >= 128 ? 2 : 1;      // d 64 unrolled spilled (8 bytes)
+      bool copied = false;
+      if constexpr (kPasses && kThreads % kChunks == 0 && Tr::kBlockN % kRowsPerPass == 0) {
+        if (p.page_table == nullptr) {
+          // Contiguous: slab = batch row (kv_slot), so a thread keeps its chunk column and steps
+          // by whole passes of rows, its source and destination moving by constants, where the
+          // per-chunk lookup (a division and a shuffle of the row's offset) was most of a chunk's
+          // instructions.
+          const int c = (tid % kChunks) * 16, r0 = tid / kChunks;
+          // (kv_slot's slab check: a batch row outside the cache reads nothing)
+          const int bytes = c < cols && w.coord.batch < p.num_slabs ? (cols - c < 16 ? cols - c : 16) : 0;
+          const uint8_t* row = base + int64_t(w.coord.batch) * slab_stride + int64_t(pos0 + r0) * row_stride + c;
+          const int64_t pass_stride = int64_t(kRowsPerPass) * row_stride;
+          const uint32_t dst0 = cast_smem_ptr_to_uint(dst + r0 * kCols + c);
+#pragma unroll kUnroll
+          for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k, row += pass_stride) {
+            const bool valid = pos0 + r0 + k * kRowsPerPass < end && bytes > 0;
+            cp_async_16(dst0 + k * kRowsPerPass * kCols, valid ? row : base, valid ? bytes : 0);
+          }
+          copied = true;
+        } else if (bp.first >= 0) {
+          // Pages of 2^shift rows with the block's page ids in the lanes: a pass's row takes its
+          // page by shuffle (every lane shuffles; invalid rows drop out after).
+          const int shift = params.slab_shift, row_mask = p.slab_rows - 1;
+          const int c = (tid % kChunks) * 16, r0 = tid / kChunks;
+          const int bytes = c < cols ? (cols - c < 16 ? cols - c : 16) : 0;
+          const uint32_t dst0 = cast_smem_ptr_to_uint(dst + r0 * kCols + c);
+#pragma unroll kUnroll
+          for (int k = 0; k < Tr::kBlockN / kRowsPerPass; ++k) {
+            const int pos = pos0 + r0 + k * kRowsPerPass;
+            const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> shift) - bp.first) & 31);
+            const bool valid = bytes > 0 && pos < end && page < p.num_slabs;
+            const uint8_t* src =
+                valid ? base + int64_t(page) * slab_stride + int64_t(pos & row_mask) * row_stride + c : base;
+            cp_async_16(dst0 + k * kRowsPerPass * kCols, src, valid ? bytes : 0);
+          }
+          copied = true;
+        }
+      }
       // The per-row lookup (row_offset's general path): with the page ids live, the 56-register
-      // FP8 producer spilled at d 192 (compile-check). Paged FP8 caches keep the per-chunk read.
-      constexpr BlockPages bp{-1, 0};
+      // FP8 producer spilled at d 192 (compile-check).
+      constexpr BlockPages no_pages{-1, 0};
       CUTE_NO_UNROLL
-      for (int i = tid; i < Tr::kBlockN * kChunks; i += kThreads) {
+      for (int i = tid; !copied && i < Tr::kBlockN * kChunks; i += kThreads) {
         const int r = i / kChunks, c = (i % kChunks) * 16;
-        const int64_t off = row_offset<kChunks>(params, w, pos0, end, i, slab_stride, row_stride, bp);
+        const int64_t off = row_offset<kChunks>(params, w, pos0, end, i, slab_stride, row_stride, no_pages);
         const uint8_t* src = base;
         int bytes = 0;
         if (off >= 0 && c < cols) {
@@ -460,6 +511,18 @@ struct DecodeProducer {
       }
       const Descale& ds = kIsV ? p.v_cache_descale : p.k_cache_descale;
       float* scale = kIsV ? raw.v_scale : raw.k_scale;
+      if (bp.first >= 0 && Tr::kBlockN <= kThreads) {  // row tid's page by shuffle, as its chunks'
+        const int pos = pos0 + tid;
+        const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> params.slab_shift) - bp.first) & 31);
+        if (tid < Tr::kBlockN) {
+          const bool valid = pos < end && page < p.num_slabs;
+          const float* src = valid ? ds.ptr + int64_t(page) * ds.index_stride + int64_t(w.coord.batch) * ds.batch_stride +
+                                         int64_t(w.head_k) * ds.head_stride
+                                   : ds.ptr;
+          cp_async_4(cast_smem_ptr_to_uint(&scale[tid]), src, valid);
+        }
+        return;
+      }
       for (int r = tid; r < Tr::kBlockN; r += kThreads) {
         const int pos = pos0 + r;
         const float* src = ds.ptr;
@@ -494,15 +557,44 @@ struct DecodeProducer {
     const float* scale = kIsV ? raw.v_scale : raw.k_scale;
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Tr::SmemLayoutK{});    // (n, d, stage)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)
+    auto dst_at = [&](int r, int c) {  // row r, column c of the stage
+      if constexpr (kIsV) return cast_smem_ptr_to_uint(&sVt(c, r, stage));
+      else return cast_smem_ptr_to_uint(&sK(r, c, stage));
+    };
     const int tid = threadIdx.x % kThreads;
+    constexpr int kRowsPerPass = kThreads / kUnits;  // rows one pass of the warpgroup converts
+    if constexpr (kThreads % kUnits == 0 && Tr::kBlockN % kRowsPerPass == 0 && kRowsPerPass % 8 == 0) {
+      // A thread keeps its 8 columns and steps by whole passes: the raw row, its descale and the
+      // destination move by constants (the 128-byte swizzle repeats every 8 rows, so a pass's
+      // destination is the previous one's plus a step), where a division and the layout per step
+      // were ~15 of a step's ~42 instructions (SASS, d 128); the smoke cases check every row.
+      // Two passes a step, their shared loads first: ptxas keeps a load after the previous
+      // pass's store (it cannot tell the raw stage from K/V's), so one pass at a time waited out
+      // a shared-load latency each; the two conversions' chains overlap.
+      const int c = (tid % kUnits) * 8, r0 = tid / kUnits;
+      const uint32_t dst0 = dst_at(r0, c), step = dst_at(r0 + kRowsPerPass, c) - dst0;
+      const uint8_t* row = src + r0 * kCols + c;
+      const float* row_scale = scale + r0;
+      constexpr int kPasses = Tr::kBlockN / kRowsPerPass;
+      auto raw8 = [&](int k) { return *reinterpret_cast<const uint2*>(row + k * kRowsPerPass * kCols); };
+#pragma unroll 1
+      for (int k = 0; k + 1 < kPasses; k += 2) {
+        const uint2 a = raw8(k), b = raw8(k + 1);
+        const float sa = row_scale[k * kRowsPerPass], sb = row_scale[(k + 1) * kRowsPerPass];
+        const uint4 ya = e4m3x8_scaled<Element>(a, sa), yb = e4m3x8_scaled<Element>(b, sb);
+        st_shared_128(dst0 + k * step, ya);
+        st_shared_128(dst0 + (k + 1) * step, yb);
+      }
+      if constexpr (kPasses % 2 == 1)
+        st_shared_128(dst0 + (kPasses - 1) * step,
+                      e4m3x8_scaled<Element>(raw8(kPasses - 1), row_scale[(kPasses - 1) * kRowsPerPass]));
+    } else {
 #pragma unroll 2
-    for (int i = tid; i < Tr::kBlockN * kUnits; i += kThreads) {
-      const int r = i / kUnits, c = (i % kUnits) * 8;
-      const uint4 y = e4m3x8_scaled<Element>(*reinterpret_cast<const uint2*>(src + r * kCols + c), scale[r]);
-      Element* dst;
-      if constexpr (kIsV) dst = &sVt(c, r, stage);
-      else dst = &sK(r, c, stage);
-      st_shared_128(dst, y);
+      for (int i = tid; i < Tr::kBlockN * kUnits; i += kThreads) {
+        const int r = i / kUnits, c = (i % kUnits) * 8;
+        const uint4 y = e4m3x8_scaled<Element>(*reinterpret_cast<const uint2*>(src + r * kCols + c), scale[r]);
+        st_shared_128(dst_at(r, c), y);
+      }
     }
   }
 

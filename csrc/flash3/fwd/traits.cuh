@@ -100,13 +100,19 @@ struct FwdTraits
   // from the consumers (216; its tiles, decode_tile_shape, all have 2 consumers and at most the
   // plain kernel's 128 x 80..128: d = 256 holds O 128 + S 40 + P 20).
   // An FP8 cache's producer (gather, convert) fits in 56, and its consumers need the 224 that
-  // frees: at 216 the d = 256 tile (block_n 48) spilled 28 bytes.
+  // frees: at 216 the d = 256 tile (block_n 48) spilled 28 bytes. Up to d 128 its producer copies
+  // whole passes of rows and takes a block's page ids once (decode/load.cuh gather_raw), which
+  // spilled at 56 (d 128: 24 bytes): 64 / 216 there, as the 16-bit cache's.
   // FP8 fast accumulation at d 256 (O 128 + S 64 + P 16 at once) needs FA3's 24 / 240: at 232 ptxas
   // serialized the WGMMAs and spilled (compile-check, 2026-11-30: 18 LDL, 28 STL).
   static constexpr bool kWideConsumers = kFastAccum_ && kHeadDimV_ > 128;
-  static constexpr int kProducerRegs = kFp8Cache ? 56 : kDecode ? 64 : kWideConsumers ? 24 : kNumConsumers == 2 ? 40 : 32;
+  static constexpr bool kWideFp8CacheProducer = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
+  static constexpr int kProducerRegs =
+      kWideFp8CacheProducer ? 64 : kFp8Cache ? 56 : kDecode ? 64 : kWideConsumers ? 24 : kNumConsumers == 2 ? 40 : 32;
   static constexpr int kConsumerRegs =
-      kNumConsumers == 2 ? (kFp8Cache ? 224 : kDecode ? 216 : kWideConsumers ? 240 : 232) : 160;
+      kNumConsumers == 2
+          ? (kWideFp8CacheProducer ? 216 : kFp8Cache ? 224 : kDecode ? 216 : kWideConsumers ? 240 : 232)
+          : 160;
   // WGMMA operand descriptors sliced by the warp-uniform consumer index live in uniform registers
   // (no R2UR per HGMMA), but the 16-bit-cache decode consumers at d > 128 (216 registers, O of
   // 128 + S + P) then spilled (d 256: 124/204 bytes): they slice by thread index as before.
