@@ -129,8 +129,8 @@ inline void write_file(const std::string& path, const void* data, size_t n) {
 }
 
 // Tensor contents made here instead of read from NAME.bin (large timing cases): `random` gives
-// N(0,1) values (a fixed generator per tensor index), `ones` 1 (descales), `nan` the NaN poison of
-// outputs (e4m3 has no NaN fill: its 0x7F is one, but no output is e4m3).
+// N(0,1) values (a fixed generator per tensor index; e4m3: rounded, saturated), `ones` 1
+// (descales), `nan` the NaN poison of outputs (16- and 32-bit: no output is e4m3).
 inline std::vector<char> generated(const Tensor& t, const std::string& kind, size_t index) {
   if (kind != "random" && kind != "nan" && kind != "ones") fatal("tensor " + t.name + ": unknown fill '" + kind + "'");
   std::vector<char> out(t.bytes);
