@@ -249,6 +249,16 @@ HISTORY = [
      "block (the general row lookup). SASS per 8 values: 46 -> 34 (d 128); compile-check: no spills at "
      "any head dim. Tried and reverted: the 16-bit paged gather reading the next block's page ids a block "
      "ahead (167238 -> 166864 cycles, -0.2%)"),
+    ("decode bf16 cache, d 128, h 32 / h_k 8, b 8, 8192 keys, pages of 16 rows (1 SM sampled, 2 splits; the model "
+     "with cp.async, 2026-11-30)",
+     "167238 cycles (1.24x the contiguous step; the H200: 1.9x here through the API, 2.6x at b 64, 32k keys)",
+     "not kept: 166864 (-0.2%), 166741 (-0.3%)",
+     "two experiments on the 16-bit gather (decode/load.cuh load_gather), neither kept: the next block's page ids "
+     "read a block ahead; a third K/V stage at d 128 (226 KB of shared memory) with the producer publishing two "
+     "blocks ahead (cp.async.wait_group 3; the contiguous row's SM side 82569 -> 73322, still HBM-bound)",
+     "the paged row's stalls: consumers and producer waiting on each other's barriers (mbarrier 41%) and the "
+     "producer's page-table load (memory stalls after ld.global, 33k cycles): neither depth nor that load "
+     "bounds it in the model, so what makes the hardware's gathers 2.6x slower is still not modelled"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
