@@ -588,6 +588,23 @@ LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
                  ("paged", 400, 256, 1, [300, 129, 64], [37, -5, 10**6], 0, True)]
 
 
+def _every_e4m3_value(x8, pt):
+    """x8 (slabs, rows, h_k, d) e4m3 with every finite value (254 bytes, the two NaNs made +-0)
+    in the first rows of batch entry 0's first slab, kv head 0, where every case reads them: the
+    producer's integer unpack (decode/load.cuh e4m3x8_scaled) sees subnormals, zeros and both signs."""
+    import torch
+    b = torch.arange(256, dtype=torch.int32)
+    b[0x7F], b[0xFF] = 0x00, 0x80
+    b = b.to(torch.uint8).to(x8.device)
+    d = x8.shape[-1]
+    slab = 0 if pt is None else int(pt[0, 0])
+    rows = x8[slab if 0 <= slab < x8.shape[0] else 0, :, 0, :].view(torch.uint8)
+    for r in range(min(-(-256 // d), rows.shape[0])):
+        part = b[r * d:(r + 1) * d]
+        rows[r, :part.numel()] = part
+    return x8
+
+
 def _fp8_cache_by_entry(kc, vc, pt, kd, vd, b, device):
     """An fp32 cache quantized to e4m3 with FA3's (batch, kv head) descales kd / vd: each row (or
     page) over its batch entry's (contiguous: row i is entry i's; paged: spare pages are row 0's)."""
@@ -771,8 +788,9 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
         if not fp8:
             return kc, vc, pt, None
         kd, vd = ((torch.rand(kc.shape[0], h_k, generator=g) * 0.1 + 0.01).to(device) for _ in range(2))
-        return (reference.quantize_fp8_cache(kc, kd[:, None, :]), reference.quantize_fp8_cache(vc, vd[:, None, :]),
-                pt, (kd, vd))
+        k8, v8 = (_every_e4m3_value(reference.quantize_fp8_cache(x, ds[:, None, :]), pt)
+                  for x, ds in ((kc, kd), (vc, vd)))
+        return k8, v8, pt, (kd, vd)
 
     def part(q, kc, vc, pt, descales, seqused, num_splits=1, causal=False, window=(-1, -1), softcap=0.0,
              append=None, unchecked=(), sinks=None, cu_q=None, max_q=0, alibi=None, leftpad=None, fa3=None,

@@ -20,7 +20,8 @@
 // full barrier (count 1, no transaction bytes). TMA needs none of this.
 // FP8 cache (Tr::kFp8Cache): always gathered, into raw stages (the e4m3 bytes and each row's
 // descale, two blocks in flight), then converted by the whole warpgroup into K/V's 16-bit stages
-// (x8 * descale rounded once to q's dtype) and published as above.
+// (x8 * descale rounded once to q's dtype) and published as above; up to d 128 by two producer
+// warpgroups, K's and V's, each its own side (Tr::kProducerWarpgroups).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -375,11 +376,13 @@ struct DecodeProducer {
 
   // K and/or V of stage `stage` are written by every thread of the warpgroup (generic proxy):
   // fence them for the consumers' WGMMA (async proxy), then one arrival per full barrier.
+  // bar: the warpgroup's named barrier (V's producer warpgroup has its own, Tr::kBarProducerV).
   template <bool kK = true, bool kV = true>
-  static __device__ __forceinline__ void publish_stage(SharedStorage& smem, int stage, int tile) {
+  static __device__ __forceinline__ void publish_stage(SharedStorage& smem, int stage, int tile,
+                                                       uint32_t bar = Tr::kBarProducer) {
     cutlass::arch::fence_view_async_shared();
-    named_sync(kThreads, Tr::kBarProducer, Wait::Gather, tile);
-    if (threadIdx.x == 0) {
+    named_sync(kThreads, bar, Wait::Gather, tile);
+    if (threadIdx.x % kThreads == 0) {
       if (kK) cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_k, stage));
       if (kV) cutlass::arch::ClusterBarrier::arrive(Tr::full_barrier(smem.pipe_v, stage));
     }
@@ -429,6 +432,8 @@ struct DecodeProducer {
   // chunks, the bytes past the head dim, the row's keys or a bad page id zero-filled; each row's
   // descale too (0 for such rows, so no descale is read outside its tensor): the descale of the row's
   // slab, or of the tile's batch entry (FwdParams' k/v_cache_descale say which).
+  // kK / kV: the sides this warpgroup loads (both with one FP8-cache producer warpgroup).
+  template <bool kK, bool kV>
   static __device__ __forceinline__ void gather_raw(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                     const WorkTile& w, int pos0, int end, int slot) {
     using namespace cute;
@@ -539,8 +544,8 @@ struct DecodeProducer {
         cp_async_4(cast_smem_ptr_to_uint(&scale[r]), src, valid);
       }
     };
-    rows(cute::false_type{});
-    rows(cute::true_type{});
+    if constexpr (kK) rows(cute::false_type{});
+    if constexpr (kV) rows(cute::true_type{});
     cp_async_commit();
   }
 
@@ -598,43 +603,56 @@ struct DecodeProducer {
     }
   }
 
-  // FP8 path (all 128 producer threads). Raw loads run two blocks ahead of the conversion: block
-  // n - 2 is gathered into block n's raw stage once every thread has converted it (V's publish
-  // barrier ends all reads of it). Waits, in order: block n's raw bytes (own cp.async groups, then
-  // the warpgroup barrier for everyone's), K's stage (released by the consumers' S of block
-  // n + 2), V's stage (their P.V of block n + 2, in step n + 1): each depends only on blocks
-  // published before, so the loop cannot deadlock. K(n) is published before the V wait, so the
-  // consumers' S of block n (and a new tile's first S, before o_free) runs meanwhile.
+  // FP8 path (all 128 threads of a producer warpgroup; kK / kV: the sides it loads, both with one
+  // FP8-cache producer warpgroup, else K here and V in the last warpgroup, Tr::kProducerWarpgroups).
+  // Raw loads run two blocks ahead of the conversion: block n - 2 is gathered into block n's raw
+  // stage once every thread has converted it (the publish barrier ends all reads of it). Waits, in
+  // order: block n's raw bytes (own cp.async groups, then the warpgroup barrier for everyone's),
+  // K's stage (released by the consumers' S of block n + 2), V's stage (their P.V of block n + 2,
+  // in step n + 1): each depends only on blocks published before, so the loop cannot deadlock; two
+  // warpgroups wait only on the consumers, never on each other. K(n) is published before the V
+  // wait, so the consumers' S of block n (and a new tile's first S, before o_free) runs meanwhile.
+  template <bool kK, bool kV>
   static __device__ __forceinline__ void load_fp8(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                   PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
                                                   int tile_count) {
     const int tile = w.index;
     const KeyPositions kp = key_positions(w, Tr::kBlockN);  // block n at cache position pos
     constexpr int kN = Tr::kBlockN;
-    gather_raw(params, smem, w, kp.first, kp.end, 0);
-    if (kp.first - kN >= kp.stop) gather_raw(params, smem, w, kp.first - kN, kp.end, 1);
+    constexpr uint32_t kBar = kK ? Tr::kBarProducer : Tr::kBarProducerV;
+    gather_raw<kK, kV>(params, smem, w, kp.first, kp.end, 0);
+    if (kp.first - kN >= kp.stop) gather_raw<kK, kV>(params, smem, w, kp.first - kN, kp.end, 1);
     else cp_async_commit();  // an empty group keeps "all but the newest group" the right wait
     int slot = 0;
     for (int pos = kp.first; pos >= kp.stop; pos -= kN) {
       cp_async_wait<1>();
-      named_sync(kThreads, Tr::kBarProducer, Wait::Gather, tile);
-      mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
-      convert<false>(smem, slot, state_k.index());
-      publish_stage<true, false>(smem, state_k.index(), tile);
-      if (pos == kp.first) {
-        if (threadIdx.x < 32) load_q(params, smem, w, tile_count);
-        if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+      named_sync(kThreads, kBar, Wait::Gather, tile);
+      if constexpr (kK) {
+        mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, tile);
+        convert<false>(smem, slot, state_k.index());
+        publish_stage<true, false>(smem, state_k.index(), tile, kBar);
+        if (pos == kp.first && threadIdx.x < 32) load_q(params, smem, w, tile_count);
+        ++state_k;
       }
-      mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
-      convert<true>(smem, slot, state_v.index());
-      publish_stage<false, true>(smem, state_v.index(), tile);
-      if (pos - 2 * kN >= kp.stop) gather_raw(params, smem, w, pos - 2 * kN, kp.end, slot);
+      if constexpr (kV) {
+        if (pos == kp.first && tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
+        mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, tile);
+        convert<true>(smem, slot, state_v.index());
+        publish_stage<false, true>(smem, state_v.index(), tile, kBar);
+        ++state_v;
+      }
+      if (pos - 2 * kN >= kp.stop) gather_raw<kK, kV>(params, smem, w, pos - 2 * kN, kp.end, slot);
       else cp_async_commit();
       slot ^= 1;
-      ++state_k;
-      ++state_v;
     }
     cp_async_wait<0>();  // the empty groups: nothing in flight past the tile
+  }
+
+  // V's producer warpgroup (Tr::kProducerWarpgroups == 2; fwd/kernel.cuh).
+  static __device__ __forceinline__ void load_v(typename Tr::KernelParams const& params, SharedStorage& smem,
+                                                PipelineState& state_v, const WorkTile& w, int tile_count) {
+    PipelineState no_k;
+    load_fp8<false, true>(params, smem, no_k, state_v, w, tile_count);
   }
 
   // Gathering producers load with the whole warpgroup (an FP8 cache is always gathered).
@@ -643,7 +661,7 @@ struct DecodeProducer {
   static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
                                               PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
                                               int tile_count, uint32_t& tail_phase, bool leader) {
-    if constexpr (Tr::kFp8Cache) load_fp8(params, smem, state_k, state_v, w, tile_count);
+    if constexpr (Tr::kFp8Cache) load_fp8<true, Tr::kProducerWarpgroups == 1>(params, smem, state_k, state_v, w, tile_count);
     else if (params.gather_kv) load_gather(params, smem, state_k, state_v, w, tile_count);
     else load_tma(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
   }

@@ -61,6 +61,7 @@ struct MlaTraits : FwdKvSync<2, 2> {
   static constexpr int kStages = kTile.stages;
   static constexpr int kNumConsumers = kTile.num_consumers;
   static constexpr int kNumConsumerThreads = 128 * kNumConsumers;
+  static constexpr int kProducerWarpgroups = 1;
   static constexpr int kNumThreads = 128 + kNumConsumerThreads;
   static_assert(kBlockM == 64 && kNumConsumers == 2, "MLA: one 64-row slab, O's columns split in two");
   static constexpr int kOCols = kHeadDimV / kNumConsumers;  // MLA: O columns per consumer warpgroup

@@ -1,6 +1,7 @@
 // The forward kernel: barrier setup, the warp-specialized role split and the persistent loop.
 // Warpgroup 0 is the producer (lowers its registers; one warp runs the TMA loop), warpgroups
-// 1..kNumConsumers are consumers (raise their registers; 64 query rows each). Both sides walk the
+// 1..kNumConsumers are consumers (raise their registers; 64 query rows each); with two producer
+// warpgroups (Tr::kProducerWarpgroups, an FP8 cache's decode), the last is V's producer. Both sides walk the
 // same tile sequence (scheduler.cuh) and skip the same tiles, so they stay in step through the
 // barriers. Where O has its own buffer (FwdTraits::kOwnOBuffer), each consumer warpgroup takes the
 // next tile at its own barrier and stores the previous tile's O under the next tile's first Q.K^T
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   // K and V pipelines: one producer arrival (with the TMA byte count) per stage fill, one arrival
   // per consumer thread per release. Barriers are initialized by warp 0 inside the constructor.
   typename PipelineKV::Params pp;
-  pp.role = warpgroup == 0 ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
+  const bool producer = warpgroup == 0 || warpgroup > Tr::kNumConsumers;
+  pp.role = producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Tr::kNumConsumerThreads;
   pp.num_producers = 1;
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
 
   TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode, Tr::kChunk> sched{params.p, params.order};
 
-  if (warpgroup == 0) {
+  if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();
     // One warp drives TMA and the scheduler; the others have nothing to do, unless the producer
     // loads with the whole warpgroup (static schedule: every producer warp walks the same tiles).
@@ -105,7 +107,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows && !w.blocks.empty()) {  // consumers write other tiles without shared memory
-        Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        if (warpgroup == 0) Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        else if constexpr (Tr::kProducerWarpgroups == 2) Producer::load_v(params, smem, state_v, w, tile_count);
         ++tile_count;
       }
       idx = sched.fetch_next(idx);

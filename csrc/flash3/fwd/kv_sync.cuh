@@ -29,6 +29,7 @@ struct FwdKvSync {
   static constexpr uint32_t kBarTileEmpty = kNumConsumers + 2;  // consumers -> producer: slot read
   static constexpr uint32_t kTileHandoffThreads = 32 + 128 * kNumConsumers;  // producer warp + consumers
   static constexpr uint32_t kBarProducer = kNumConsumers + 3;  // decode: the gathering producer warpgroup
+  static constexpr uint32_t kBarProducerV = kNumConsumers + 4;  // decode, FP8 cache: V's producer warpgroup
   // Kernels whose consumer warpgroups cross tile boundaries on their own (FwdTraits::kOwnOBuffer):
   // each takes the next tile at its own barrier, which the producer arrives on. Past the first,
   // from kBarProducer on: it is the decode kernel's, which never crosses tiles this way. CUTLASS
@@ -36,7 +37,7 @@ struct FwdKvSync {
   static __device__ __forceinline__ constexpr uint32_t bar_tile_full_of(int consumer) {
     return consumer == 0 ? kBarTileFull : kBarProducer + uint32_t(consumer) - 1;
   }
-  static_assert(kBarProducer + kNumConsumers - 2 <= 7, "named barrier ids 0..7");
+  static_assert(kBarProducer + kNumConsumers - 2 <= 7 && kBarProducerV <= 7, "named barrier ids 0..7");
   static constexpr uint32_t kWgHandoffThreads = 32 + 128;  // producer warp + one consumer warpgroup
 };
 

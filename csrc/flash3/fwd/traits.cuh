@@ -88,7 +88,14 @@ struct FwdTraits
   static constexpr int kStages = kTile.stages;
   static constexpr int kNumConsumers = kTile.num_consumers;  // consumer warpgroups, 64 rows each
   static constexpr int kNumConsumerThreads = 128 * kNumConsumers;
-  static constexpr int kNumThreads = 128 + kNumConsumerThreads;  // + producer warpgroup 0
+  // An FP8 cache up to d 128 has two producer warpgroups, K's (warpgroup 0) and V's (the last):
+  // each gathers, converts and publishes its own half of every key block (decode/load.cuh
+  // load_fp8). With one, its one warp per sub-partition converting every value was the decode's
+  // bound in the timing model (a chain of conversions per warp, the consumers waiting ~65%).
+  static constexpr int kProducerWarpgroups = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128 ? 2 : 1;
+  static constexpr int kNumThreads = 128 * kProducerWarpgroups + kNumConsumerThreads;
+  // (the decode kernels' static schedule: no tile hand-off for V's producer to join, fwd/kernel.cuh)
+  static_assert(kProducerWarpgroups == 1 || kDecode_, "two producer warpgroups: the FP8-cache decode's");
 
   // setmaxnreg moves registers within the CTA's pool: the launch allocation (64K / threads, rounded
   // down to a multiple of 8: 168 for 384 threads, 128 for 512) times the threads. With 2 consumers
@@ -105,13 +112,15 @@ struct FwdTraits
   // spilled at 56 (d 128: 24 bytes): 64 / 216 there, as the 16-bit cache's.
   // FP8 fast accumulation at d 256 (O 128 + S 64 + P 16 at once) needs FA3's 24 / 240: at 232 ptxas
   // serialized the WGMMAs and spilled (compile-check, 2026-11-30: 18 LDL, 28 STL).
+  // Two FP8-cache producer warpgroups (512 threads, a pool of 128 a thread): 64 each, the consumers
+  // 192 (no spill at d 128, compile-check 2026-12-01).
   static constexpr bool kWideConsumers = kFastAccum_ && kHeadDimV_ > 128;
   static constexpr bool kWideFp8CacheProducer = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr int kProducerRegs =
       kWideFp8CacheProducer ? 64 : kFp8Cache ? 56 : kDecode ? 64 : kWideConsumers ? 24 : kNumConsumers == 2 ? 40 : 32;
   static constexpr int kConsumerRegs =
       kNumConsumers == 2
-          ? (kWideFp8CacheProducer ? 216 : kFp8Cache ? 224 : kDecode ? 216 : kWideConsumers ? 240 : 232)
+          ? (kWideFp8CacheProducer ? 192 : kFp8Cache ? 224 : kDecode ? 216 : kWideConsumers ? 240 : 232)
           : 160;
   // WGMMA operand descriptors sliced by the warp-uniform consumer index live in uniform registers
   // (no R2UR per HGMMA), but the 16-bit-cache decode consumers at d > 128 (216 registers, O of
@@ -119,7 +128,8 @@ struct FwdTraits
   static constexpr bool kUniformOperandSlices = !(kDecode && !kFp8Cache && kHeadDim > 128);
   static_assert(!kDecode || kNumConsumers == 2, "decode tiles have 2 consumer warpgroups");
   static constexpr int kRegPool = (65536 / kNumThreads) / 8 * 8 * kNumThreads;
-  static_assert(128 * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= kRegPool, "register budget");
+  static_assert(128 * kProducerWarpgroups * kProducerRegs + kNumConsumerThreads * kConsumerRegs <= kRegPool,
+                "register budget");
 
   static_assert(kBlockM == 64 * kNumConsumers, "one 64-row WGMMA slab per consumer warpgroup");
   static constexpr int kMmaK = kFp8 ? 32 : 16;  // k-extent of one WGMMA instruction
