@@ -249,6 +249,23 @@ HISTORY = [
      "block (the general row lookup). SASS per 8 values: 46 -> 34 (d 128); compile-check: no spills at "
      "any head dim. Tried and reverted: the 16-bit paged gather reading the next block's page ids a block "
      "ahead (167238 -> 166864 cycles, -0.2%)"),
+    ("decode, e4m3 cache, bf16 q, d 128, h 32 / h_k 8, b 8, 8192 keys (1 SM sampled, 2 splits, 128 CTAs, 112-key "
+     "blocks; 2026-12-01): contiguous / pages of 16 rows",
+     "141678 / 185418 cycles (86.1 / 112.3 us: 0.95x / 0.90x the speed of the bf16 cache's step)",
+     "133261 / 154371 cycles (-5.9% / -16.7%; 81.1 / 93.7 us: 1.01x / 1.08x the bf16 cache's step)",
+     "FP8-cache decode up to d 128: two producer warpgroups (FwdTraits::kProducerWarpgroups; 512 threads), K's "
+     "(warpgroup 0, also Q) and V's (the last, also o_free), each gathering, converting and publishing its own "
+     "side of every key block with its own named barrier (decode/load.cuh load_fp8<kK, kV>); registers 64 each "
+     "/ consumers 192 (no spill at d 64 / 96 / 128, compile-check); d > 128 keeps one (its consumers need 224); "
+     "values unchanged",
+     "the producer warps, one per sub-partition, were the bound: each converted every value of K and V as one "
+     "chain (issued 57.6k of 141.7k cycles, 27k dependency and 25k conversion-pipe stalls) while the consumer "
+     "warps waited ~65% of the time; now two per sub-partition and the conversion pipe 66% busy (K's and V's "
+     "conversions and the consumers' P). Tried and not kept, the e4m3 unpack by integer ops (a sign-replicating "
+     "prmt, a shift and a mask into f16 bits of x8 * 2^-8, NaN bytes kept NaN; the conversion pipe's unpack gone, "
+     "half of its work): one producer warpgroup 141678 -> 155517 (ALU 64% busy, 50 SASS instructions per 8 "
+     "values against 34); two, both sides 133261 -> 136406, V only -> 133804 (ALU 75% / 62% busy). __byte_perm "
+     "drops a selector's sign bits (CUDA Math API: 3 bits a nibble): the unpack needs prmt.b32 itself"),
     ("decode bf16 cache, d 128, h 32 / h_k 8, b 8, 8192 keys, pages of 16 rows (1 SM sampled, 2 splits; the model "
      "with cp.async, 2026-11-30)",
      "167238 cycles (1.24x the contiguous step; the H200: 1.9x here through the API, 2.6x at b 64, 32k keys)",
