@@ -515,16 +515,19 @@ struct DecodeProducer {
         cp_async_16(cast_smem_ptr_to_uint(dst + r * kCols + c), src, bytes);
       }
       const Descale& ds = kIsV ? p.v_cache_descale : p.k_cache_descale;
+      // Per slab (index_stride) or per batch entry (batch_stride, FA3's layout): the host sets one
+      // of the two strides, the other is 0.
+      auto descale_of = [&](int slab) {
+        return ds.ptr + int64_t(slab) * ds.index_stride + int64_t(w.coord.batch) * ds.batch_stride +
+               int64_t(w.head_k) * ds.head_stride;
+      };
       float* scale = kIsV ? raw.v_scale : raw.k_scale;
       if (bp.first >= 0 && Tr::kBlockN <= kThreads) {  // row tid's page by shuffle, as its chunks'
         const int pos = pos0 + tid;
         const int page = __shfl_sync(0xffffffffu, bp.page, ((pos >> params.slab_shift) - bp.first) & 31);
         if (tid < Tr::kBlockN) {
           const bool valid = pos < end && page < p.num_slabs;
-          const float* src = valid ? ds.ptr + int64_t(page) * ds.index_stride + int64_t(w.coord.batch) * ds.batch_stride +
-                                         int64_t(w.head_k) * ds.head_stride
-                                   : ds.ptr;
-          cp_async_4(cast_smem_ptr_to_uint(&scale[tid]), src, valid);
+          cp_async_4(cast_smem_ptr_to_uint(&scale[tid]), valid ? descale_of(page) : ds.ptr, valid);
         }
         return;
       }
@@ -535,11 +538,7 @@ struct DecodeProducer {
         if (pos < end) {
           const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
           valid = s.slab < p.num_slabs;
-          // Per slab (index_stride) or per batch entry (batch_stride, FA3's layout): the host
-          // sets one of the two strides, the other is 0.
-          if (valid)
-            src = ds.ptr + int64_t(s.slab) * ds.index_stride + int64_t(w.coord.batch) * ds.batch_stride +
-                  int64_t(w.head_k) * ds.head_stride;
+          if (valid) src = descale_of(s.slab);
         }
         cp_async_4(cast_smem_ptr_to_uint(&scale[r]), src, valid);
       }

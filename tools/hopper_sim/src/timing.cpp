@@ -197,6 +197,12 @@ static void anchor(Split& sp, WarpTrace* tr, const Thread* t, const DInstr* d, u
 // timing.h, which every run compiles (and the CUTLASS ground-truth key hashes), stays as it is.
 static std::unordered_map<const Recorder*, std::unordered_set<uint64_t>> g_load_sectors;
 
+// The 32-byte sectors of [a, a + bytes) that `seen` has not counted yet, 32 bytes each into `counted`.
+static void count_new_sectors(std::unordered_set<uint64_t>& seen, uint64_t a, uint64_t bytes, uint64_t& counted) {
+  for (uint64_t sct = a >> 5; bytes && sct <= (a + bytes - 1) >> 5; ++sct)
+    if (seen.insert(sct).second) counted += 32;
+}
+
 void Recorder::instr(Thread* t, const DInstr* d) {
   Split& sp = g_split[this];
   uint32_t k = 0;
@@ -219,9 +225,7 @@ void Recorder::instr(Thread* t, const DInstr* d) {
     const auto& regs = t->frames.back().regs;
     uint64_t a = (uint64_t)m.imm + (m.reg >= 0 && (size_t)m.reg < regs.size() ? regs[m.reg] : 0);
     uint64_t bytes = (uint64_t)std::max(1, tbits(d->t) / 8) * std::max<uint32_t>(1, d->vec);
-    auto& seen = g_load_sectors[this];
-    for (uint64_t sct = a >> 5; sct <= (a + bytes - 1) >> 5; ++sct)
-      if (seen.insert(sct).second) global_ld_bytes += 32;
+    count_new_sectors(g_load_sectors[this], a, bytes, global_ld_bytes);
   }
   if (d->op == Op::CpAsync && d->nops > 2 && d->ops[1].kind == Operand::kMem && d->ops[1].sym < 0 &&
       !t->frames.empty()) {
@@ -239,9 +243,7 @@ void Recorder::instr(Thread* t, const DInstr* d) {
       uint64_t v = reg(d->ops[3].reg);
       bytes = is_pred ? ((v & 1) ? 0 : bytes) : std::min(bytes, v);
     }
-    auto& seen = g_load_sectors[this];
-    for (uint64_t sct = a >> 5; bytes && sct <= (a + bytes - 1) >> 5; ++sct)
-      if (seen.insert(sct).second) global_ld_bytes += 32;
+    count_new_sectors(g_load_sectors[this], a, bytes, global_ld_bytes);
   }
   if (!leader(t)) return;
   WarpTrace* tr = trace(t);
