@@ -252,7 +252,7 @@ HISTORY = [
     ("decode, e4m3 cache, bf16 q, d 128, h 32 / h_k 8, b 8, 8192 keys (1 SM sampled, 2 splits, 128 CTAs, 112-key "
      "blocks; 2026-12-01): contiguous / pages of 16 rows",
      "141678 / 185418 cycles (86.1 / 112.3 us: 0.95x / 0.90x the speed of the bf16 cache's step)",
-     "133261 / 154371 cycles (-5.9% / -16.7%; 81.1 / 93.7 us: 1.01x / 1.08x the bf16 cache's step)",
+     "133261 / 154371 cycles (-5.9% / -16.7%; 81.1 / 93.7 us: 1.01x / 1.08x the bf16 cache's step); d 64 (same shape, 128-key blocks): 85147 -> 85850 (+0.8%) / 108408 -> 98968 (-8.7%)",
      "FP8-cache decode up to d 128: two producer warpgroups (FwdTraits::kProducerWarpgroups; 512 threads), K's "
      "(warpgroup 0, also Q) and V's (the last, also o_free), each gathering, converting and publishing its own "
      "side of every key block with its own named barrier (decode/load.cuh load_fp8<kK, kV>); registers 64 each "
