@@ -590,8 +590,8 @@ LEFTPAD_PARTS = [("append", 512, None, 2, [40, 77, 500], [0, 37, 502], 0, True),
 
 def _every_e4m3_value(x8, pt):
     """x8 (slabs, rows, h_k, d) e4m3 with every finite value (254 bytes, the two NaNs made +-0)
-    in the first rows of batch entry 0's first slab, kv head 0, where every case reads them: the
-    producer's integer unpack (decode/load.cuh e4m3x8_scaled) sees subnormals, zeros and both signs."""
+    in the first rows of batch entry 0's first slab, kv head 0 (its first keys, unless left-padded):
+    the producer's conversion (decode/load.cuh e4m3x8_scaled) meets subnormals, zeros and both signs."""
     import torch
     b = torch.arange(256, dtype=torch.int32)
     b[0x7F], b[0xFF] = 0x00, 0x80

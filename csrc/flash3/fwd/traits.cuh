@@ -89,7 +89,7 @@ struct FwdTraits
   static constexpr int kNumConsumers = kTile.num_consumers;  // consumer warpgroups, 64 rows each
   static constexpr int kNumConsumerThreads = 128 * kNumConsumers;
   // An FP8 cache up to d 128 has two producer warpgroups, K's (warpgroup 0) and V's (the last):
-  // each gathers, converts and publishes its own half of every key block (decode/load.cuh
+  // each gathers, converts and publishes its own side of every key block (decode/load.cuh
   // load_fp8). With one, its one warp per sub-partition converting every value was the decode's
   // bound in the timing model (a chain of conversions per warp, the consumers waiting ~65%).
   static constexpr int kProducerWarpgroups = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128 ? 2 : 1;
@@ -113,7 +113,7 @@ struct FwdTraits
   // FP8 fast accumulation at d 256 (O 128 + S 64 + P 16 at once) needs FA3's 24 / 240: at 232 ptxas
   // serialized the WGMMAs and spilled (compile-check, 2026-11-30: 18 LDL, 28 STL).
   // Two FP8-cache producer warpgroups (512 threads, a pool of 128 a thread): 64 each, the consumers
-  // 192 (no spill at d 128, compile-check 2026-12-01).
+  // 192 (no spill at d 64, 96, 128, compile-check 2026-12-01).
   static constexpr bool kWideConsumers = kFastAccum_ && kHeadDimV_ > 128;
   static constexpr bool kWideFp8CacheProducer = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr int kProducerRegs =
