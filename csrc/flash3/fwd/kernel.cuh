@@ -3,9 +3,10 @@
 // 1..kNumConsumers are consumers (raise their registers; 64 query rows each); with two producer
 // warpgroups (Tr::kProducerWarpgroups, an FP8 cache's decode), the last is V's producer. Both
 // sides walk the same tile sequence (scheduler.cuh) and skip the same tiles, so they stay in step
-// through the barriers. Where O has its own buffer (FwdTraits::kOwnOBuffer), each consumer warpgroup takes the
-// next tile at its own barrier and stores the previous tile's O under the next tile's first Q.K^T
-// (FwdConsumer::kOverlapEpilogue), so the tensor cores do not idle across a tile boundary.
+// through the barriers. Where O has its own buffer (FwdTraits::kOwnOBuffer), each consumer
+// warpgroup takes the next tile at its own barrier and stores the previous tile's O under the next
+// tile's first Q.K^T (FwdConsumer::kOverlapEpilogue), so the tensor cores do not idle across a
+// tile boundary.
 // Producer: the tile's loads (FwdProducer, mainloop.cuh; the decode kernel's DecodeProducer,
 // decode/load.cuh).
 #pragma once
