@@ -92,7 +92,8 @@ struct FwdTraits
   // each gathers, converts and publishes its own side of every key block (decode/load.cuh
   // load_fp8). With one, its one warp per sub-partition converting every value was the decode's
   // bound in the timing model (a chain of conversions per warp, the consumers waiting ~65%).
-  static constexpr int kProducerWarpgroups = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128 ? 2 : 1;
+  static constexpr bool kWideFp8CacheProducer = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
+  static constexpr int kProducerWarpgroups = kWideFp8CacheProducer ? 2 : 1;
   static constexpr int kNumThreads = 128 * kProducerWarpgroups + kNumConsumerThreads;
   // (the decode kernels' static schedule: no tile hand-off for V's producer to join, fwd/kernel.cuh)
   static_assert(kProducerWarpgroups == 1 || kDecode_, "two producer warpgroups: the FP8-cache decode's");
@@ -115,7 +116,6 @@ struct FwdTraits
   // Two FP8-cache producer warpgroups (512 threads, a pool of 128 a thread): 64 each, the consumers
   // 192 (no spill at d 64, 96, 128, compile-check 2026-12-01).
   static constexpr bool kWideConsumers = kFastAccum_ && kHeadDimV_ > 128;
-  static constexpr bool kWideFp8CacheProducer = kFp8Cache && kHeadDim_ <= 128 && kHeadDimV_ <= 128;
   static constexpr int kProducerRegs =
       kWideFp8CacheProducer ? 64 : kFp8Cache ? 56 : kDecode ? 64 : kWideConsumers ? 24 : kNumConsumers == 2 ? 40 : 32;
   static constexpr int kConsumerRegs =
