@@ -314,7 +314,8 @@ def test_bwd_tile_shapes_fit_the_hardware(driver, d, dv):
 @pytest.mark.parametrize("block_n", [64, 128])
 def test_forward_and_backward_block_ranges_agree(driver, block_n):
     """Key block n is in query block m's key_block_range iff m is in n's query_block_range, and
-    bwd_dq_rank numbers the key blocks adding into query block m 0, 1, 2, ... in ascending n."""
+    bwd_dq_rank numbers the key blocks adding into query block m 0, 1, 2, ... in descending n (the
+    last key block that sees m adds first)."""
     block_m = 64
     cases = random_masks(80, seed=21 + block_n)
     cases += [(1, 1, True, -1, -1), (2, 300, True, 0, -1), (300, 2, False, 1, 1), (129, 128, True, -1, -1),
@@ -327,9 +328,29 @@ def test_forward_and_backward_block_ranges_agree(driver, block_n):
         per_n = [tuple(map(int, part.split())) for part in bwd_part.split(";") if part]
         assert len(per_m) == -(-sq // block_m) and len(per_n) == -(-sk // block_n)
         for m, (b, e, *ranks) in enumerate(per_m):
-            assert ranks == list(range(max(0, e - b))), (case, m)
+            assert ranks == list(range(max(0, e - b)))[::-1], (case, m)
             for n, (qb, qe) in enumerate(per_n):
                 assert (b <= n < e) == (qb <= m < qe), (case, m, n)
+        # Why the descending order waits little: a key block's first query block never decreases
+        # with n, so key block n + 1 reaches a query block no later than n does.
+        firsts = [qb for qb, qe in per_n if qb < qe]
+        assert firsts == sorted(firsts), case
+
+
+
+def test_deterministic_backward_waits_only_on_earlier_ctas(driver):
+    """Deterministic mode reverses the backward grid's key blocks (bwd_key_block): key block n waits
+    for the key blocks after it (bwd_dq_rank, descending), which then have lower block indices, so
+    they were launched before it (no CTA waits on one that may not be resident). The default grid
+    keeps key block x at blockIdx.x = x (causal: the longest CTAs first)."""
+    for n_blocks in (1, 2, 7, 64):
+        det, plain = driver([f"bwd_key_blocks {n_blocks} 1", f"bwd_key_blocks {n_blocks} 0"])
+        order = list(map(int, det.split()))
+        assert order == list(range(n_blocks))[::-1]
+        assert list(map(int, plain.split())) == list(range(n_blocks))
+        x_of = {n: x for x, n in enumerate(order)}
+        # rank r of query block m is key block last - r; rank r waits for rank r - 1, key block n + 1.
+        assert all(x_of[n + 1] < x_of[n] for n in range(n_blocks - 1))
 
 
 def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
@@ -604,6 +625,9 @@ def test_chunk_block_ranges_exact(driver, block_m, block_n):
             args = (n, block_m, block_n, sq, sk, causal, wl, wr, chunk)
             assert set(range(*masking.query_block_range(*args))) == touched, (case, n)
             assert set(range(*masking.unmasked_query_block_range(*args))) == full, (case, n)
+        # The deterministic dQ order (descending key blocks) relies on this with a chunk too.
+        firsts = [b for b, e, _, _ in per_n if b < e]
+        assert firsts == sorted(firsts), case
 
 
 def test_chunk_transpose_and_key_counts(driver):

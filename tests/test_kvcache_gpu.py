@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 from flash3.masking import normalize_window
+from flash3.rotary import kvcache_rotary
 
 import flash3
 from flash3 import reference
@@ -428,7 +429,17 @@ def test_fp8_cache_append_then_attend_matches_reference(paged, rotary):
     assert (out.float() - ref_out.float()).abs().max().item() < 3e-2
     fin = torch.isfinite(ref_lse)
     assert torch.equal(fin, torch.isfinite(lse))
-    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-3
+    # lse, as check_rows: against the fp64 oracle of the values the kernel computes with (x8 *
+    # descale rounded once to q's dtype, its documented algorithm; the reference above keeps them
+    # exact). The rounding alone moved lse by 4e-3 to 9e-3 here on an H200 (row 0's 3 keys, one of
+    # them saturated at 448 * descale), past the 2e-3 this test asked of the exact values.
+    q_att = q if not rotary else kvcache_rotary(q, k, lens, kw["rotary_cos"], kw["rotary_sin"], False, True)[0]
+    for i, n in enumerate((lens + s_new).tolist()):
+        k_i, v_i = (reference.kvcache_gather(c, i, n, pt, ds)[None].to(q.dtype).double()
+                    for c, ds in ((kc_ref, kd), (vc_ref, vd)))
+        _, ref_lse_i = attention_ref64(q_att[i:i + 1].double(), k_i, v_i, causal=True, softmax_scale=d ** -0.5)
+        err = (lse[i].double() - ref_lse_i[0]).abs().max().item()
+        assert err <= 1e-4 * (1 + ref_lse_i[0].abs().max().item()), (i, err)
 
 
 def test_fp8_cache_cuda_graph_replays_like_eager():

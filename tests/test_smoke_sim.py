@@ -1076,7 +1076,7 @@ def test_bwd_op_call(feature):
     if feature == "sequsedq":
         assert not torch.isfinite(t["dout"][smoke.past_seqused_q(c)]).any()
     assert t.keys() == want.keys() and all(t[n] is x for n, x in want.items())
-    causal = feature in ("causal", "dlse", "sq_gt_sk", "sinks", "sequsedq")
+    causal = feature in ("causal", "dlse", "sq_gt_sk", "sinks", "sequsedq", "determ")
     left, right = (97, 13) if feature == "window" else (-1, 0) if causal else (-1, -1)
     d, dv = (40, 40) if feature == "nextdim" else (64, 64)  # nextdim: the case's own head dims
     assert (t["q"].shape[-1], t["k"].shape[-1], t["v"].shape[-1], t["dout"].shape[-1]) == (d, d, dv, dv)

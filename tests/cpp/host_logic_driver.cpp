@@ -115,6 +115,11 @@ int main() {
         std::printf("%d %d;", r.begin, r.end);
       }
       std::printf("\n");
+    } else if (cmd == "bwd_key_blocks") {  // n_blocks deterministic: bwd_key_block of every blockIdx.x
+      int n, det;
+      in >> n >> det;
+      for (int x = 0; x < n; ++x) std::printf("%d ", bwd_key_block(x, n, det != 0));
+      std::printf("\n");
     } else if (cmd == "bwd_tile_shape") {  // d d_v -> block_m block_n stages_q stages_do split_d smem
       int d, dv;
       in >> d >> dv;

@@ -276,6 +276,16 @@ HISTORY = [
      "the paged row's stalls: consumers and producer waiting on each other's barriers (mbarrier 41%) and the "
      "producer's page-table load (memory stalls after ld.global, 33k cycles): neither depth nor that load "
      "bounds it in the model, so what makes the hardware's gathers 2.6x slower is still not modelled"),
+    ("bwd bf16 d 128 deterministic, b*s 16k h 16 (schedule arithmetic, det_order.py: not a replay; the "
+     "model's step and add times): causal s 2k / 8k, full s 2k / 8k",
+     "+113% / +93%, +18% / +3% over the default mode (the H200: +78% / +110%, +32% / +13%)",
+     "+4% / +3%, +18% / +3%",
+     "deterministic dQ adds in descending key-block order, the grid's key blocks reversed so every CTA a wait "
+     "depends on launched first (attn_logic.h bwd_dq_rank, bwd_key_block); the sums' order changes, not "
+     "their values' precision; the smoke's determ case now causal",
+     "the H200's deterministic causal backward at 2.1x the default's time: with a causal mask key block n + 1 "
+     "reaches a query block two steps before n, so in ascending order each waited on the one below it and "
+     "every CTA ran as long as key block 0's (FA3 orders causal adds the same way, descending)"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
@@ -1018,7 +1028,9 @@ def det_section(det):
         return []
     L = ["", "## Deterministic backward (flash3 in the model)", "",
          "Deterministic mode adds each query block's dQ in key-block order: a CTA polls a semaphore until "
-         "every key block before it has added (bwd/kernel.cuh write_dq). Sampling cannot run it at the paper's "
+         "every key block after it has added (descending since 2026-12-01, the grid's key blocks reversed so "
+         "those CTAs launch first: attn_logic.h bwd_dq_rank, bwd_key_block; bwd/kernel.cuh write_dq). "
+         "Sampling cannot run it at the paper's "
          "shape (a sampled CTA would wait on skipped CTAs), and the replay has no event for a semaphore: it "
          "replays the poll iterations the functional run happened to execute, each a global load. Two "
          "measurements (perf_model.py): *local*, the paper's b and h with one key block (s_k 128: every CTA "
@@ -1035,6 +1047,28 @@ def det_section(det):
             L.append(f"| bwd bf16 d 128{' deterministic' if mode else ''} ({'local' if kind == 'local' else 'one wave'}) | "
                      f"{r['shape']} | {r['launches']} | {r['us']:.0f} | {rel} | {r['rec']['cycles']} | "
                      f"{dominant_stall(r['rec'])} |")
+    return L + det_order_table()
+
+
+def det_order_table():
+    """The grid's schedule with the ordered adds (det_order.py: arithmetic from the model's step and add
+    times, not a replay), both orders, beside the H200's measurement of the ascending one."""
+    import det_order as do
+    measured = {(False, 2048): 32, (False, 8192): 13, (True, 2048): 78, (True, 8192): 110}
+    L = ["", "What the order costs over the whole grid, where the replay cannot say: schedule arithmetic "
+         "(tools/hopper_sim/det_order.py: CTAs on 132 SMs in block order, a 64-query step "
+         f"{do.T_STEP_US} us and an ordered add {do.ADD_US} us from the model's rows, a poll's wake-up "
+         f"{do.WAKE_US} us), b*s 16k, h 16, d 128; the H200's cost of the ascending order "
+         "(bench_bwd, 2026-11-30) is its check, not an input.", "",
+         "| mask | s | b | default us | ascending (until 2026-12-01) | descending, grid reversed (now) | "
+         "ascending measured on the H200 |", "|---|---|---|---|---|---|---|"]
+    for causal in (False, True):
+        for s in (2048, 8192):
+            b = 16384 // s
+            base = do.grid_time(s, 16, b, causal, None)
+            asc, desc = (do.grid_time(s, 16, b, causal, o) for o in ("ascending", "descending"))
+            L.append(f"| {'causal' if causal else 'full'} | {s} | {b} | {base:.0f} | +{asc / base - 1:.0%} | "
+                     f"+{desc / base - 1:.0%} | +{measured[(causal, s)]}% |")
     return L
 
 

@@ -371,7 +371,7 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
               bwd=False, part=0) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
     case's shapes and values, quantized (_quantize_case). bwd: the forward case plus dout,
-    deterministic (True for "determ": the gqa case's shapes) and dlse (the gradient flowing into
+    deterministic (True for "determ": the gqa case's shapes, causal) and dlse (the gradient flowing into
     lse, shaped as lse; "dlse" only: the causal case's shapes, random N(0, 1), None otherwise).
     part: which launch of a feature with several (case_parts; "chunk": CHUNK_PARTS)."""
     import torch
@@ -399,6 +399,9 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
         c["softcap"] = 5.0  # small enough that the tanh visibly changes scores of ~3
     elif feature in ("gqa", "determ"):
         h, hk = 6, 2
+        # determ: causal, so the key blocks adding into a query block differ from block to block
+        # (their order is each one's rank in that set: attn_logic.h bwd_dq_rank).
+        c["causal"] = feature == "determ"
     elif feature == "sinks":
         c["causal"], h, hk = True, 6, 2
     elif feature == "alibi":

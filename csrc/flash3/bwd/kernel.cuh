@@ -1,5 +1,5 @@
 // The backward main kernel: one CTA per (key block, kv head, batch), grid (key blocks, h_k, b) with
-// key blocks fastest (deterministic mode relies on that order: attn_logic.h bwd_dq_rank).
+// key blocks fastest, the last first in deterministic mode (that order: attn_logic.h bwd_dq_rank).
 //  Warpgroup 0 (24 registers): warp 0 loads K and V once, then per step Q + lse and dO + dpsum
 //   through two mbarrier rings (TMA, bulk copies); warp 1 writes dQ: it sums each step's staged
 //   fp32 dQ tile into the global accumulator with one bulk reduce-add per consumer warpgroup's part
@@ -121,7 +121,7 @@ struct BwdKernel {
 
   static __device__ __forceinline__ Work work(const BwdParams& p) {
     Work w;
-    w.n_block = int(blockIdx.x);
+    w.n_block = bwd_key_block(int(blockIdx.x), int(gridDim.x), p.deterministic);
     w.head_k = int(blockIdx.y);
     w.batch = int(blockIdx.z);
     w.group = p.num_heads / p.num_heads_k;
