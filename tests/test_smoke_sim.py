@@ -433,7 +433,7 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert parts[0]["num_splits"] > 1 and 0 in parts[0]["seqused"].tolist()
     if feature in ("causal", "window", "softcap"):
         assert sorted(p["q"].shape[1] for p in parts) == [1, 70]
-    if feature == "vpaged":  # TMA per page (256 = 2 key blocks), gathered pages (16, 1), splits
+    if feature == "vpaged":  # TMA per page (256 = 2 key blocks), TMA pieces (16), gathered (1), splits
         assert [p["kc"].shape[1] for p in parts] == [256, 16, 1] and max(p["num_splits"] for p in parts) > 1
         lens_q, lens_k = smoke.VPAGED_LENS
         assert 0 in lens_q and 0 in lens_k and max(lens_q) * 4 > 128  # a sequence of several tiles
@@ -542,10 +542,11 @@ def test_make_dec_case_and_op_call(kid, feature):
         assert all(256 in p["seqused"].tolist() for p in (parts[0], parts[2]))  # rows filled to capacity
     if feature == "page48":
         assert 128 % 48 != 0  # the key block (decode_tile_shape's block_n for d 128) is not a multiple
-    if feature == "badidx":
-        p = parts[0]
-        assert p["seqused"].tolist()[0] > p["kc"].shape[1] * p["pt"].shape[1] and p["seqused"].tolist()[2] < 0
-        assert (p["pt"] >= p["kc"].shape[0]).any() and (p["pt"] < 0).any() and p["unchecked"] == {1}
+    if feature == "badidx":  # pages of 16 (TMA pieces) without and with splits, of 8 (gathered)
+        assert [(p["kc"].shape[1], p["num_splits"]) for p in parts] == [(16, 1), (16, 3), (8, 1)]
+        for p in parts:
+            assert p["seqused"].tolist()[0] > p["kc"].shape[1] * p["pt"].shape[1] and p["seqused"].tolist()[2] < 0
+            assert (p["pt"] >= p["kc"].shape[0]).any() and (p["pt"] < 0).any() and p["unchecked"] == {1}
 
 
 def _reference_result(p):

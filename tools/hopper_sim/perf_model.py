@@ -276,6 +276,19 @@ HISTORY = [
      "the paged row's stalls: consumers and producer waiting on each other's barriers (mbarrier 41%) and the "
      "producer's page-table load (memory stalls after ld.global, 33k cycles): neither depth nor that load "
      "bounds it in the model, so what makes the hardware's gathers 2.6x slower is still not modelled"),
+    ("decode bf16 cache, d 128, h 32 / h_k 8, b 8, 8192 keys, pages of 16 rows (1 SM sampled, 2 splits, 128 CTAs; "
+     "2026-12-01)",
+     "167270 cycles, 101.4 us (SM-bound at 79% of the HBM bound; 1.24x the contiguous step)",
+     "89636 cycles, 81.8 us: HBM-bound (98% of 3.35 TB/s), as the contiguous step (81.7 us); pages of 32 and 64 "
+     "the same (89636 cycles)",
+     "16-bit paged caches whose pages are a multiple of 16 rows (no cache_leftpad): each 16-row piece of a key "
+     "block a TMA load from its page (decode/load.cuh load_tma, FwdTraits::kTmaPieces, tma_k_piece / "
+     "tma_v_piece: slices of the stage's layout), page ids read once per block; a bad page id reads zeros "
+     "(outside the tensor); pages of 1-15 rows or not a multiple of 16, left padding and FP8 caches still "
+     "gather with cp.async; consumers' SASS unchanged, no spills (every 16-bit decode TU and the MLA one)",
+     "the H200: gathered pages of 16 at 25-38% of the copy bandwidth (2.6x the contiguous step at b 64, 32k keys) "
+     "where TMA reached 92-97%; the model had the gather SM-bound (mbarrier 41%), and two experiments on the "
+     "gather itself had moved it by 0.2-0.3%"),
     ("bwd bf16 d 128 deterministic, b*s 16k h 16 (schedule arithmetic, det_order.py: not a replay; the "
      "model's step and add times): causal s 2k / 8k, full s 2k / 8k",
      "+113% / +93%, +18% / +3% over the default mode (the H200: +78% / +110%, +32% / +13%)",

@@ -50,13 +50,14 @@ FEATURES = ["full", "causal", "window", "softcap", "gqa", "varlen", "kvcache", "
 ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # The decode (KV-cache) kernels' own features (family "dec": ids dec:bf16:128:128 for a cache of
 # q's dtype, dec:kve4m3:bf16:128:128 for an FP8 cache), make_dec_case: a contiguous cache; paged
-# caches of 1, 16, 64, 256 keys per page and 48 (divides no key block); forced split-KV (the
+# caches of 1, 16, 64, 256 keys per page and 48 (divides no key block; 16-bit caches: pages of a
+# multiple of 16 keys by TMA pieces, of 1 gathered, of 256 a TMA box per block); forced split-KV (the
 # combine); packed GQA (s_q 5, 1 and 4 splits); causal / window / softcap each at s_q 1 and 70;
-# bad page ids and seqused past the capacity; the fused append (FP8: quantizing, with descales)
+# bad page ids and seqused past the capacity (pages of 16 and of 8: pieces and gathered); the fused append (FP8: quantizing, with descales)
 # without and with rotary; attention sinks on packed GQA with a row of 0 keys, without splits (the
 # kernel's epilogue) and with 3 (the combine); packed (varlen) queries on a paged cache (vpaged:
-# VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA per block), 16 keys with 3 splits and 1 key
-# (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf);
+# VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA per block), 16 keys with 3 splits (16-bit
+# caches: TMA pieces) and 1 key (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf);
 # ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3);
 # FA3's cache_leftpad (leftpad, LEFTPAD_PARTS: keys from an unaligned position, 0, and a row all
 # padding (out 0, lse -inf): with the fused append and rotary, causal at s_q 70, 3 splits, and a
@@ -928,11 +929,16 @@ def make_dec_case(feature: str, kid: str, device="cuda", seed=0) -> list[dict]:
                               leftpad=i32(pads)))
         return parts
     if feature == "badidx":  # test_bad_index_values_stay_in_bounds
-        kc, vc, pt, ds = cache(3, 256, h_k, 16)
-        bad = pt.clone()
-        bad[1, 2], bad[1, 3] = 10**6, -5
-        q = rnd(3, 1, h, d)
-        return [part(q, kc, vc, bad, ds, i32([10**8, 100, -40]), num_splits=n, unchecked=[1]) for n in (1, 3)]
+        # Pages of 16 (16-bit caches: TMA pieces; FP8: gathered) without and with splits, then of 8
+        # (gathered) unsplit.
+        parts = []
+        for page, n in ((16, 1), (16, 3), (8, 1)):
+            kc, vc, pt, ds = cache(3, 256, h_k, page)
+            bad = pt.clone()
+            bad[1, 2], bad[1, 3] = 10**6, -5
+            q = rnd(3, 1, h, d)
+            parts.append(part(q, kc, vc, bad, ds, i32([10**8, 100, -40]), num_splits=n, unchecked=[1]))
+        return parts
     # append / rotary: test_append_then_attend_matches_reference (FP8: ..._fp8_cache_...)
     b, s_new, h = 3, 2, 8
     kc, vc, pt, ds = cache(b, 512, h_k, 16 if feature == "append" else None)

@@ -56,11 +56,24 @@ struct DecodeFamily {
 
   static TileOrder order(const FwdParams& p) { return make_decode_tile_order(p, Tr::kBlockM); }
 
+  // A paged 16-bit cache whose pages are a multiple of the TMA piece (16 rows) but not of a key
+  // block: each block comes from its pages by TMA pieces (Tr::kTmaPieces). A block starts at a
+  // multiple of block_n (no left padding), so every piece lies inside one page.
+  static bool tma_pieces(const FwdParams& p) {
+    if constexpr (Tr::kTmaPieces)
+      return p.page_table != nullptr && p.slab_rows % Tr::kBlockN != 0 && p.slab_rows % Tr::kPieceRows == 0 &&
+             p.cache_leftpad == nullptr;
+    else return false;
+  }
+
   static void set_params(typename Tr::KernelParams& kp, const FwdParams& p) {
-    // TMA per key block where every block lies in one slab; else rows are gathered. A paged
-    // cache with left padding: blocks start at any position, so they straddle pages.
+    // TMA per key block where every block lies in one slab, or per piece (tma_pieces); else rows
+    // are gathered. A paged cache with left padding: blocks start at any position, so they
+    // straddle pages.
     kp.gather_kv = Tr::kFp8Cache ||
-                   (p.page_table != nullptr && (p.slab_rows % Tr::kBlockN != 0 || p.cache_leftpad != nullptr));
+                   (p.page_table != nullptr && (p.slab_rows % Tr::kBlockN != 0 || p.cache_leftpad != nullptr) &&
+                    !tma_pieces(p));
+    if constexpr (Tr::kTmaPieces) kp.tma_pieces = tma_pieces(p);
     kp.slab_shift = -1;
     for (int s = 0; s < 31; ++s)
       if ((1 << s) == p.slab_rows) kp.slab_shift = s;

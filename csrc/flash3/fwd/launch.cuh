@@ -196,6 +196,18 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
       ScoreMod::make(p.softmax_scale, p.softcap, p.alibi_slopes, p.alibi_batch_stride,
                      p.num_heads_k > 0 ? p.num_heads / p.num_heads_k : 1)};
   Family::set_params(kp, p);
+  if constexpr (Tr::kTmaPieces) {  // decode: the paged cache's K/V by 16-row pieces (decode/launch.cuh)
+    if (kp.tma_pieces) {
+      detail::check_tma("k", p.k, eb, p.head_dim, rows_k, p.num_heads_k, batch_k, p.k_row_stride, p.k_head_stride,
+                        bs_k, kHeadDim, Tr::kPieceRows);
+      detail::check_tma("v", p.v, eb, p.head_dim_v, rows_k, p.num_heads_k, batch_k, p.v_row_stride, p.v_head_stride,
+                        bs_v, kBoxV, Tr::kPieceRows);
+      kp.tma_k_piece = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Tr::SmemLayoutKPiece{},
+                                     Shape<typename Tr::PieceRows, typename Tr::HD>{}, _1{});
+      kp.tma_v_piece = make_tma_copy(SM90_TMA_LOAD{}, mVt, typename Tr::SmemLayoutVtPiece{},
+                                     Shape<typename Tr::HDV, typename Tr::PieceRows>{}, _1{});
+    }
+  }
 
   const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * kp.order.num_heads * kp.order.batch;
   fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");

@@ -50,12 +50,20 @@ struct FwdProducer {
   static __device__ __forceinline__ void load_v_zero_tail(typename Tr::KernelParams const& params, SharedStorage& smem,
                                                           SrcV const& src, SVt& sVt, PipelineState const& s,
                                                           int valid_rows, uint32_t& tail_phase, bool leader, int tile) {
+    auto issue = [&](uint64_t& bar) {
+      if (leader) cute::copy(params.tma_v.with(bar), src, sVt(cute::_, s.index()));
+    };
+    load_v_zero_tail_by(smem, issue, s, valid_rows, tail_phase, leader, tile);
+  }
+  // The same with the block's V issued by `issue(barrier)`, which every lane of the warp calls (the
+  // decode kernel's TMA pieces shuffle page ids) and whose copies the leader issues.
+  template <class Issue>
+  static __device__ __forceinline__ void load_v_zero_tail_by(SharedStorage& smem, Issue&& issue, PipelineState const& s,
+                                                             int valid_rows, uint32_t& tail_phase, bool leader, int tile) {
     using namespace cute;
     mbarrier_wait(Tr::empty_barrier(smem.pipe_v, s.index()), s.phase(), Wait::VEmpty, tile);
-    if (leader) {
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_tail, Tr::kVBytes);
-      copy(params.tma_v.with(smem.v_tail), src, sVt(_, s.index()));
-    }
+    if (leader) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.v_tail, Tr::kVBytes);
+    issue(smem.v_tail);
     mbarrier_wait(&smem.v_tail, tail_phase, Wait::VTail, tile);
     tail_phase ^= 1;
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Tr::SmemLayoutVt{});  // (d_v, n, stage)

@@ -273,6 +273,34 @@ struct FwdTraits
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemVtIn>(),
                                             cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HDV, BlkN>{},
                                             cute::_1{}));
+  // Decode, 16-bit paged cache whose pages hold kPieceRows-row pieces of a key block (page_size a
+  // multiple of kPieceRows, not of block_n): K and V of a block arrive as block_n / kPieceRows TMA
+  // pieces, each from its own page (decode/load.cuh load_tma). A piece is a slice of the stage's
+  // layout (rows 16j.. of K, tokens 16j.. of Vt: whole swizzle atoms, so the slice is the stage's
+  // layout at an offset of 16j rows).
+  static constexpr int kPieceRows = 16;
+  static constexpr bool kTmaPieces = kDecode && !kFp8Cache && kBlockN % kPieceRows == 0;
+  using PieceRows = cute::Int<kPieceRows>;
+  using SmemLayoutKPiece = decltype(cute::composition(cute::take<0, 2>(SmemLayoutK{}),
+                                                      cute::make_tile(cute::Layout<PieceRows>{}, cute::Layout<HD>{})));
+  using SmemLayoutVtPiece = decltype(cute::composition(cute::take<0, 2>(SmemLayoutVt{}),
+                                                       cute::make_tile(cute::Layout<HDV>{}, cute::Layout<PieceRows>{})));
+  // The piece descriptors' types, formed only where pieces exist (other traits get an empty type).
+  struct NoTma {};
+  template <bool kOn, class = void>
+  struct PieceTmas {
+    using K = NoTma;
+    using V = NoTma;
+  };
+  template <class Dummy>
+  struct PieceTmas<true, Dummy> {
+    using K = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemRowsIn>(), SmemLayoutKPiece{},
+                                           cute::Shape<PieceRows, HD>{}, cute::_1{}));
+    using V = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemVtIn>(), SmemLayoutVtPiece{},
+                                           cute::Shape<HDV, PieceRows>{}, cute::_1{}));
+  };
+  using TmaKPiece = typename PieceTmas<kTmaPieces>::K;
+  using TmaVPiece = typename PieceTmas<kTmaPieces>::V;
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemRowsOut>(), SmemLayoutOBox{},
                                             cute::Shape<BlkMO, HDV>{}, cute::_1{}));
 
@@ -343,6 +371,10 @@ struct FwdTraits
     // log2(slab_rows) when it is a power of two (else -1): page addressing without a division.
     bool gather_kv = false;
     int slab_shift = -1;
+    // Decode: K/V by TMA pieces of kPieceRows rows, each from its page (kTmaPieces, set_params).
+    bool tma_pieces = false;
+    TmaKPiece tma_k_piece{};
+    TmaVPiece tma_v_piece{};
   };
   static_assert(!kFp8 || kNumConsumers == 2, "FP8: q descales are per 64-row slab = per consumer");
   static_assert(!(kFp8 && kDecode), "the decode kernel takes 16-bit q and caches");
