@@ -240,10 +240,9 @@ struct DecodeProducer {
             if (row == p.slab_rows) row = 0, ++entry;
             const int page = __shfl_sync(0xffffffffu, bp.page, entry);
             if (!leader) continue;
-            const KvSlot ir{page, row};
             if constexpr (kV) {
               Tensor mVp = params.tma_v_piece.get_tma_tensor(params.shape_vt);
-              Tensor g = local_tile(domain_offset(make_coord(_0{}, ir.row), mVp(_, _, w.head_k, ir.slab)),
+              Tensor g = local_tile(domain_offset(make_coord(_0{}, row), mVp(_, _, w.head_k, page)),
                                     Shape<typename Tr::HDV, typename Tr::PieceRows>{}, make_coord(_0{}, _0{}));
               Tensor d = local_tile(sVt(_, _, stage), Shape<typename Tr::HDV, typename Tr::PieceRows>{},
                                     make_coord(_0{}, j));
@@ -251,7 +250,7 @@ struct DecodeProducer {
               copy(params.tma_v_piece.with(bar), get<0>(t), get<1>(t));
             } else {
               Tensor mKp = params.tma_k_piece.get_tma_tensor(params.shape_k);
-              Tensor g = local_tile(domain_offset(make_coord(ir.row, _0{}), mKp(_, _, w.head_k, ir.slab)),
+              Tensor g = local_tile(domain_offset(make_coord(row, _0{}), mKp(_, _, w.head_k, page)),
                                     Shape<typename Tr::PieceRows, typename Tr::HD>{}, make_coord(_0{}, _0{}));
               Tensor d = local_tile(sK(_, _, stage), Shape<typename Tr::PieceRows, typename Tr::HD>{},
                                     make_coord(j, _0{}));
