@@ -337,7 +337,6 @@ def test_forward_and_backward_block_ranges_agree(driver, block_n):
         assert firsts == sorted(firsts), case
 
 
-
 def test_deterministic_backward_waits_only_on_earlier_ctas(driver):
     """Deterministic mode reverses the backward grid's key blocks (bwd_key_block): key block n waits
     for the key blocks after it (bwd_dq_rank, descending), which then have lower block indices, so

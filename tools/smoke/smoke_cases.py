@@ -53,11 +53,12 @@ ONEKEY_LENS = ([70, 2, 1, 5], [1, 1, 3, 1])
 # caches of 1, 16, 64, 256 keys per page and 48 (divides no key block; 16-bit caches: pages of a
 # multiple of 16 keys by TMA pieces, of 1 gathered, of 256 a TMA box per block); forced split-KV (the
 # combine); packed GQA (s_q 5, 1 and 4 splits); causal / window / softcap each at s_q 1 and 70;
-# bad page ids and seqused past the capacity (pages of 16 and of 8: pieces and gathered); the fused append (FP8: quantizing, with descales)
-# without and with rotary; attention sinks on packed GQA with a row of 0 keys, without splits (the
-# kernel's epilogue) and with 3 (the combine); packed (varlen) queries on a paged cache (vpaged:
-# VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA per block), 16 keys with 3 splits (16-bit
-# caches: TMA pieces) and 1 key (gathered), the last two with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf);
+# bad page ids and seqused past the capacity (pages of 16 and of 8: pieces and gathered); the
+# fused append (FP8: quantizing, with descales) without and with rotary; attention sinks on packed
+# GQA with a row of 0 keys, without splits (the kernel's epilogue) and with 3 (the combine); packed
+# (varlen) queries on a paged cache (vpaged: VPAGED_LENS, causal, GQA g = 4, pages of 256 keys (TMA
+# per block), 16 keys with 3 splits (16-bit caches: TMA pieces) and 1 key (gathered), the last two
+# with sinks, 3 packed rows of no sequence at the end: out 0, lse -inf);
 # ALiBi (alibi: per-row slopes (b, h) on packed GQA, s_q 5, a row of 0 keys, no split and 3);
 # FA3's cache_leftpad (leftpad, LEFTPAD_PARTS: keys from an unaligned position, 0, and a row all
 # padding (out 0, lse -inf): with the fused append and rotary, causal at s_q 70, 3 splits, and a
@@ -372,8 +373,8 @@ def make_case(feature: str, dtype_name: str, d: int, dv: int, device="cuda", see
               bwd=False, part=0) -> dict:
     """Inputs and options of one smoke case (the op's arguments but out/lse). e4m3: the bf16
     case's shapes and values, quantized (_quantize_case). bwd: the forward case plus dout,
-    deterministic (True for "determ": the gqa case's shapes, causal) and dlse (the gradient flowing into
-    lse, shaped as lse; "dlse" only: the causal case's shapes, random N(0, 1), None otherwise).
+    deterministic (True for "determ": the gqa case's shapes, causal) and dlse (the gradient flowing
+    into lse, shaped as lse; "dlse" only: the causal case's shapes, random N(0, 1), None otherwise).
     part: which launch of a feature with several (case_parts; "chunk": CHUNK_PARTS)."""
     import torch
     fam = "bwd" if bwd else dtype_name
