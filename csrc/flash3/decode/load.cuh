@@ -223,73 +223,89 @@ struct DecodeProducer {
     };
     const int tile = w.index;
     const KeyPositions kp = key_positions(w, Tr::kBlockN);
-    // The K (V) of the block at cache position pos onto barrier `bar` into stage `stage`: one box,
-    // or with tma_pieces one 16-row piece per page entry (every lane takes the block's page ids,
-    // block_pages; a piece past the row's keys or behind a bad page id reads zeros: its page is
-    // num_slabs, outside the tensor). Every lane of the warp calls these; the leader copies.
-    auto issue = [&](auto is_v, int pos, uint64_t& bar, int stage) {
+    // Where the block at cache position pos lies, resolved once for its K and its V (one page-table
+    // read): its box's slab and row (kv_slot), or with tma_pieces the block's page ids (every lane
+    // holds one, block_pages) and the row of its first key in its page.
+    struct Where {
+      KvSlot box;
+      BlockPages pages;
+      int row;
+    };
+    auto where = [&](int pos) {
+      if constexpr (Tr::kTmaPieces)
+        if (params.tma_pieces)
+          return Where{{0, 0}, block_pages(params, w, pos, kp.end), page_index_row(p, pos, params.slab_shift).row};
+      return Where{kv_slot(p, w.coord.batch, pos, params.slab_shift), {-1, 0}, 0};
+    };
+    // One TMA copy from global tile g to shared tile d (the leader's).
+    auto copy_tile = [&](auto const& tma, uint64_t& bar, auto const& g, auto const& d) {
+      auto t = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(d), group_modes<0, 2>(g));
+      copy(tma.with(bar), get<0>(t), get<1>(t));
+    };
+    // The K (V) of the block at `at` onto barrier `bar` into stage `stage`: one box, or with
+    // tma_pieces one 16-row piece per page-table entry; a piece past the row's keys or behind a bad
+    // page id reads zeros (its page is num_slabs, outside the tensor). Every lane of the warp calls
+    // it (the pages' shuffles); the leader copies.
+    auto issue = [&](auto is_v, const Where& at, uint64_t& bar, int stage) {
       constexpr bool kV = decltype(is_v)::value;
       if constexpr (Tr::kTmaPieces) {
         if (params.tma_pieces) {
-          const BlockPages bp = block_pages(params, w, pos, kp.end);
-          // Piece j's page-table entry and row: the block's first (entry bp.first), then +16 rows a
-          // piece, the next entry at a page's end (no division per piece).
-          int entry = 0, row = page_index_row(p, pos, params.slab_shift).row;
+          // Piece j's page-table entry and row: the block's first, then +16 rows a piece, the next
+          // entry at a page's end (no division per piece).
+          int entry = 0, row = at.row;
           CUTE_UNROLL
           for (int j = 0; j < Tr::kBlockN / Tr::kPieceRows; ++j, row += Tr::kPieceRows) {
             if (row == p.slab_rows) row = 0, ++entry;
-            const int page = __shfl_sync(0xffffffffu, bp.page, entry);
+            const int page = __shfl_sync(0xffffffffu, at.pages.page, entry);
             if (!leader) continue;
+            using Rows = typename Tr::PieceRows;
             if constexpr (kV) {
               Tensor mVp = params.tma_v_piece.get_tma_tensor(params.shape_vt);
-              Tensor g = local_tile(domain_offset(make_coord(_0{}, row), mVp(_, _, w.head_k, page)),
-                                    Shape<typename Tr::HDV, typename Tr::PieceRows>{}, make_coord(_0{}, _0{}));
-              Tensor d = local_tile(sVt(_, _, stage), Shape<typename Tr::HDV, typename Tr::PieceRows>{},
-                                    make_coord(_0{}, j));
-              auto t = tma_partition(params.tma_v_piece, _0{}, Layout<_1>{}, group_modes<0, 2>(d), group_modes<0, 2>(g));
-              copy(params.tma_v_piece.with(bar), get<0>(t), get<1>(t));
+              copy_tile(params.tma_v_piece, bar,
+                        local_tile(domain_offset(make_coord(_0{}, row), mVp(_, _, w.head_k, page)),
+                                   Shape<typename Tr::HDV, Rows>{}, make_coord(_0{}, _0{})),
+                        local_tile(sVt(_, _, stage), Shape<typename Tr::HDV, Rows>{}, make_coord(_0{}, j)));
             } else {
               Tensor mKp = params.tma_k_piece.get_tma_tensor(params.shape_k);
-              Tensor g = local_tile(domain_offset(make_coord(row, _0{}), mKp(_, _, w.head_k, page)),
-                                    Shape<typename Tr::PieceRows, typename Tr::HD>{}, make_coord(_0{}, _0{}));
-              Tensor d = local_tile(sK(_, _, stage), Shape<typename Tr::PieceRows, typename Tr::HD>{},
-                                    make_coord(j, _0{}));
-              auto t = tma_partition(params.tma_k_piece, _0{}, Layout<_1>{}, group_modes<0, 2>(d), group_modes<0, 2>(g));
-              copy(params.tma_k_piece.with(bar), get<0>(t), get<1>(t));
+              copy_tile(params.tma_k_piece, bar,
+                        local_tile(domain_offset(make_coord(row, _0{}), mKp(_, _, w.head_k, page)),
+                                   Shape<Rows, typename Tr::HD>{}, make_coord(_0{}, _0{})),
+                        local_tile(sK(_, _, stage), Shape<Rows, typename Tr::HD>{}, make_coord(j, _0{})));
             }
           }
           return;
         }
       }
-      const KvSlot s = kv_slot(p, w.coord.batch, pos, params.slab_shift);
       if (!leader) return;
-      if constexpr (kV) copy(params.tma_v.with(bar), v_box(s), tVsV(_, stage));
-      else copy(params.tma_k.with(bar), k_box(s), tKsK(_, stage));
+      if constexpr (kV) copy(params.tma_v.with(bar), v_box(at.box), tVsV(_, stage));
+      else copy(params.tma_k.with(bar), k_box(at.box), tKsK(_, stage));
     };
     using IsK = cute::false_type;
     using IsV = cute::true_type;
     int pos = kp.first;
+    Where at = where(pos);
     Base::acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-    issue(IsK{}, pos, *Tr::full_barrier(smem.pipe_k, state_k.index()), state_k.index());
+    issue(IsK{}, at, *Tr::full_barrier(smem.pipe_k, state_k.index()), state_k.index());
     ++state_k;
     load_q(params, smem, w, tile_count);
     if (tile_count > 0) mbarrier_wait(&smem.o_free, (tile_count - 1) & 1, Wait::OFree, tile);
     const int valid_rows = kp.end - pos;
     if (valid_rows < Tr::kBlockN) {  // the cache's rows past the keys are not ours to trust
       const int stage = state_v.index();
-      Base::load_v_zero_tail_by(smem, [&](uint64_t& bar) { issue(IsV{}, pos, bar, stage); }, state_v, valid_rows,
+      Base::load_v_zero_tail_by(smem, [&](uint64_t& bar) { issue(IsV{}, at, bar, stage); }, state_v, valid_rows,
                                 tail_phase, leader, tile);
     } else {
       Base::acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
-      issue(IsV{}, pos, *Tr::full_barrier(smem.pipe_v, state_v.index()), state_v.index());
+      issue(IsV{}, at, *Tr::full_barrier(smem.pipe_v, state_v.index()), state_v.index());
     }
     ++state_v;
     for (pos -= Tr::kBlockN; pos >= kp.stop; pos -= Tr::kBlockN) {
+      at = where(pos);
       Base::acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-      issue(IsK{}, pos, *Tr::full_barrier(smem.pipe_k, state_k.index()), state_k.index());
+      issue(IsK{}, at, *Tr::full_barrier(smem.pipe_k, state_k.index()), state_k.index());
       ++state_k;
       Base::acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
-      issue(IsV{}, pos, *Tr::full_barrier(smem.pipe_v, state_v.index()), state_v.index());
+      issue(IsV{}, at, *Tr::full_barrier(smem.pipe_v, state_v.index()), state_v.index());
       ++state_v;
     }
   }
