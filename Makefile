@@ -52,13 +52,15 @@ extension-check:
 # Before a lent-GPU call, here: the pure-Python CUTLASS wheel into .whl/ (the device cannot
 # download), and every kernel TU FLASH3_HDIMS/FLASH3_DTYPES select compiled (tools/build/prebuilt.py;
 # release and hang-diagnosis variants, the simulator's cache reused) and packed into
-# .carry/kernels/{release,hang}.tar.xz; prints what a call carries against its 64 MiB. The full
+# .carry/kernels/{release,hang}.tar.xz, and CUTLASS's validation GEMMs built for the GPU into
+# .carry/cutlass/ (~10 min); prints what a call carries against its 64 MiB. The full
 # set is 52 TUs per variant, 25-45 min each on 2 cores (PREP_JOBS nvcc at once, ~4 GB each).
 PREP_JOBS ?= 1
 device-prep:
 	mkdir -p .whl && $(PYTHON) -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d .whl
 	$(PYTHON) tools/build/prebuilt.py build --variant release --pack --jobs $(PREP_JOBS)
 	$(PYTHON) tools/build/prebuilt.py build --variant hang --pack --jobs $(PREP_JOBS)
+	$(PYTHON) tools/hopper_sim/cutlass_device_build.py
 	$(PYTHON) tools/build/prebuilt.py size
 
 # On a lent H100/H200, one call of at most 10 minutes per stage (tools/device/device_check.sh), stage 1

@@ -1404,9 +1404,11 @@ def test_device_stage3_benchmarks_in_one_results_json(device):
 def test_device_session_runs_stage1_then_stage3_in_one_call(device):
     """tools/device/device_session.sh (a 15-minute lease): stage 1 with memcheck only and no hang-diagnosis
     build, then stage 3 on stage 1's build; both summaries printed, and under $OUT the two summaries,
-    FA3's table (SESSION_FA3=0: it says so) and one tarball of everything."""
+    FA3's table (SESSION_FA3=0: it says so) and one tarball of everything. (SESSION_CUTLASS=0: a
+    .carry/cutlass/ built in this checkout would otherwise be run; tests/test_cutlass_gemms.py covers it.)"""
     run, tmp = device
-    p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S3="150", SESSION_FA3="0")
+    p, out, calls = run(1, script="device_session.sh", SESSION_S1="200", SESSION_S3="150", SESSION_FA3="0",
+                        SESSION_CUTLASS="0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert sorted(x.name for x in out.iterdir()) == ["fa3.txt", "s1_summary.txt", "s3_summary.txt", "session.tgz"]
     assert "flash3 device check stage 1" in p.stdout and "flash3 device check stage 3" in p.stdout

@@ -247,6 +247,10 @@ def carry_report(carry: Path = CARRY) -> tuple[str, int]:
         if t.exists():
             raw = sum(o["bytes"] for o in json.loads(m.read_text())["objects"].values()) if m.exists() else 0
             parts.append((f".carry {v} ({_mb(raw)} raw)", t.stat().st_size + (m.stat().st_size if m.exists() else 0)))
+    # The peers' binaries beside the kernels (.carry/fa3: FA3's drivers; .carry/cutlass: CUTLASS's GEMMs).
+    others = sorted(p for p in carry.parent.glob("*") if p.is_dir() and p != carry) if carry.name == "kernels" else []
+    for d in others:
+        parts.append((f".carry {d.name}", sum(f.stat().st_size for f in d.rglob("*") if f.is_file())))
     total = sum(n for _, n in parts)
     text = ", ".join(f"{name} {_mb(n)}" for name, n in parts)
     verdict = "fits" if total <= CARRY_LIMIT else "DOES NOT FIT"

@@ -14,8 +14,9 @@
 # SESSION_PROFILE=1 adds tools/device/device_profile.sh (Nsight Compute on FA3 and flash3, at most
 # SESSION_PROFILE_S = 200 s; lower the stage budgets to fit).
 # SESSION_H2H (default on with an FA3 binary carried): tools/device/head_to_head.py after stage 1.
-# Under $OUT: s1_summary.txt, [head_to_head.txt,] [s2_summary.txt,] s3_summary.txt, fa3.txt, [profile.txt,]
-# session.tgz (every file).
+# SESSION_CUTLASS (default on with .carry/cutlass/ carried): CUTLASS's GEMM examples timed after FA3.
+# Under $OUT: s1_summary.txt, [head_to_head.txt,] [s2_summary.txt,] s3_summary.txt, fa3.txt,
+# [cutlass.txt, cutlass_gemms.json,] [profile.txt,] session.tgz (every file).
 #
 #   device tool: command `bash tools/device/device_session.sh`, carry [".whl", ".carry"], timeout_s 600
 set -uo pipefail
@@ -58,6 +59,16 @@ else
 fi
 echo "fa3: done after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
 
+# CUTLASS's GEMM examples 48/49/54 (the timing model's validation GEMMs) at 4096^3 and 8192^3, when
+# carried (built here by `python tools/hopper_sim/cutlass_device_build.py`, into .carry/cutlass/): 48 by
+# its own timer, 49 and 54 by Nsight Compute (tools/device/cutlass_gemms.py); at most
+# SESSION_CUTLASS_S (default 90 s); SESSION_CUTLASS=0 skips it.
+if ls .carry/cutlass/48 >/dev/null 2>&1 && [ "${SESSION_CUTLASS:-1}" != 0 ]; then
+  "${PYTHON:-python3}" tools/device/cutlass_gemms.py --dir .carry/cutlass --out "$FINAL/cutlass_gemms.json" \
+    --budget "$(budget ${SESSION_CUTLASS_S:-90})" > "$FINAL/cutlass.txt" 2>&1
+  echo "cutlass: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
+fi
+
 OUT=$S/s1 STAGE=1 DEVICE_CHECK_BUDGET=$(budget ${SESSION_S1:-290}) DEVICE_CHECK_AFTER_SMOKE=${SESSION_AFTER_SMOKE:-100} \
   DEVICE_CHECK_SANITIZERS=memcheck DEVICE_CHECK_HANG_BUILD=0 bash tools/device/device_check.sh > "$S/s1.out" 2>&1
 echo "stage 1: exit $? after $(( $(date +%s) - T0 )) s" >> "$S/session.log"
@@ -97,7 +108,7 @@ if [ "${SESSION_PROFILE:-0}" = 1 ]; then
 fi
 
 tar czf "$FINAL/session.tgz" -C "$S" . 2>/dev/null
-for f in s1_summary.txt head_to_head.txt s2_summary.txt s3_summary.txt fa3.txt profile.txt; do
+for f in s1_summary.txt head_to_head.txt s2_summary.txt s3_summary.txt fa3.txt cutlass.txt profile.txt; do
   [ -f "$FINAL/$f" ] && { echo "##### $f"; cat "$FINAL/$f"; }
 done
 cat "$S/session.log"

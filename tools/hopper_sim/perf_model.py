@@ -59,6 +59,37 @@ FA3_PUBLISHED = {
     (256, True, 512): 286, (256, True, 1024): 427, (256, True, 2048): 537, (256, True, 4096): 612,
     (256, True, 8192): 628, (256, True, 16384): 642, (256, False, 16384): 756,
 }
+# CUTLASS's own GEMMs measured on a lent GPU (tools/device/cutlass_gemms.py: the same wheel sources the
+# model runs, built for the GPU by cutlass_device_build.py; the lease's cutlass_gemms.json committed
+# here): when present, the validation table's CUTLASS rows compare with these instead of cuBLAS.
+CUTLASS_MEASURED = ROOT / "benchmarks" / "results" / "cutlass_measured.json"
+
+
+def cutlass_measured(path=CUTLASS_MEASURED):
+    """{(example, "N^3", launch): TFLOP/s} and a source line, from a lease's cutlass_gemms.json."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}, ""
+    rows = {(str(r["example"]), f"{r['n']}^3", int(r["launch"])): float(r["tflops"]) for r in rec.get("rows", [])}
+    return rows, (f"measured on {rec.get('gpu') or 'a lent GPU'} on {rec.get('date', '?')} "
+                  "(tools/device/cutlass_gemms.py; the same code)")
+
+
+def gemm_reference(g, best16, measured, source):
+    """The number a GEMM row of the validation table is compared with, and its source: the same
+    example measured on a GPU when there is such a measurement, else cuBLAS beside the best fp16
+    configuration (example 49 also runs small-tile and epilogue-variant configurations that no
+    tuned GEMM would pick), else none."""
+    m = re.search(r"\(launch (\d+) of", g["kernel"])
+    key = (g["kernel"].split()[1], g["size"], int(m.group(1)) if m else 1)
+    if key in measured:
+        return measured[key], source
+    if g["kernel"].split()[2] == "fp16" and g["model"] == best16 and g["size"] == "8192^3":
+        return 780.0, "cuBLAS bf16 8192^3 measured on lent H100s (hopper-notes): a reference, not CUTLASS"
+    return None, f"dense peak {g['peak']}"
+
+
 GEMM_SOURCE = ("cuBLAS bf16 8192^3 measured 769-798 TFLOP/s on lent H100/H200 machines (shared/hopper-notes.md); "
                "dense peaks from the H100 whitepaper: 989.4 (16-bit), 494.7 (tf32), 1978.9 (fp8) TFLOP/s")
 
@@ -1186,14 +1217,12 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
     L += ["", "## Validation on kernels no one here wrote", "",
           "| kernel | shape | published TFLOP/s | model TFLOP/s | error | model's dominant stall | source |",
           "|---|---|---|---|---|---|---|"]
-    # The cuBLAS reference stands beside the best fp16 configuration only: example 49 also runs
-    # small-tile and epilogue-variant configurations that no tuned GEMM would pick.
     best16 = max((g["model"] for g in gemm if g["kernel"].split()[2] == "fp16"), default=None)
+    measured, msource = cutlass_measured()
     for g in gemm:
-        pub = 780.0 if g["kernel"].split()[2] == "fp16" and g["model"] == best16 else None
-        L.append(f"| {g['kernel']} | {g['size']} | {pub if pub else '-'} | {g['model']:.0f} | "
-                 f"{fmt_err(g['model'], pub) if pub else '-'} | {g['stall']} | "
-                 f"{'cuBLAS bf16 8192^3 measured on lent H100s (hopper-notes): a reference, not CUTLASS' if pub else 'dense peak ' + str(g['peak'])} |")
+        pub, src = gemm_reference(g, best16, measured, msource)
+        L.append(f"| {g['kernel']} | {g['size']} | {f'{pub:.1f}' if pub else '-'} | {g['model']:.0f} | "
+                 f"{fmt_err(g['model'], pub) if pub else '-'} | {g['stall']} | {src} |")
     for (d, causal, s), r in sorted(fa3.items()):
         pub = FA3_PUBLISHED.get((d, causal, s))
         b, s_, h, _ = paper_shape(s, d)
