@@ -409,14 +409,20 @@ def test_decode_tile_shapes_fit_the_hardware(driver, d, dv, n16, n8):
 @pytest.mark.parametrize("d,dv", [(64, 64), (96, 96), (128, 128), (192, 192), (192, 128), (256, 256)])
 def test_tile_shapes_fit_the_hardware(driver, d, dv):
     answer = driver([f"tile_shape {d} {dv}"])[0]
-    block_m, block_n, stages, consumers, smem = map(int, answer.split())
+    block_m, block_n, stages, consumers, smem, v_stages, own_o = map(int, answer.split())
     assert block_m == 64 * consumers and consumers in (2, 3)
     assert block_n % 16 == 0 and 16 <= block_n <= 256  # WGMMA N extent and P.V k-steps
     assert stages >= 2  # K and V pipelines at least double-buffered
-    assert smem == 2 * (block_m * d + stages * block_n * (d + dv))
-    assert smem <= SMEM_LIMIT
-    # O is staged in V's buffer after the tile's last P.V.
-    assert block_m * dv <= stages * block_n * dv
+    # V takes a third stage only beside O's own buffer (its slot frees later than K's), d 96 and 128.
+    assert v_stages == (stages + 1 if own_o and d > 64 else stages)
+    o_bytes = 2 * block_m * dv
+    assert smem == 2 * (block_m * d + stages * block_n * d + v_stages * block_n * dv) + (o_bytes if own_o else 0)
+    # With the overlap pins (a float per consumer thread) and 1 KB of barriers: the opt-in limit.
+    assert smem + 4 * 128 * consumers + 1024 <= SMEM_LIMIT
+    # Without its own buffer O is staged in V's after the tile's last P.V.
+    assert own_o or block_m * dv <= v_stages * block_n * dv
+    # The tiles with O's own buffer and a third V stage: d <= 128 (the overlapped epilogue's).
+    assert bool(own_o) == (d <= 128)
     # S (block_n / 2) + P (block_n / 4) + O (d_v / 2) registers per consumer thread, with room for
     # addressing and softmax state, under setmaxnreg's 232 (2 consumers) or 160 (3 consumers).
     budget = 232 if consumers == 2 else 160

@@ -145,11 +145,12 @@ int main() {
         std::printf(";%d %d %d", c.m_block, c.head, c.batch);
       }
       std::printf("\n");
-    } else if (cmd == "tile_shape") {  // d d_v -> block_m block_n stages consumers smem
+    } else if (cmd == "tile_shape") {  // d d_v -> block_m block_n stages consumers smem v_stages own_o
       int d, dv;
       in >> d >> dv;
       const TileShape s = fwd_tile_shape(d, dv);
-      std::printf("%d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers, fwd_smem_bytes(d, dv));
+      std::printf("%d %d %d %d %d %d %d\n", s.block_m, s.block_n, s.stages, s.num_consumers, fwd_smem_bytes(d, dv),
+                  fwd_v_stages(s, d, dv), int(fwd_own_o_buffer(s, d, dv)));
     } else if (cmd == "fp8_tile_shape") {  // d d_v variant (0 plain, 1 chunk, 2 fast) -> block_m block_n stages consumers
       int d, dv, variant;
       in >> d >> dv >> variant;

@@ -330,6 +330,16 @@ HISTORY = [
      "the H200's deterministic causal backward at 2.1x the default's time: with a causal mask key block n + 1 "
      "reaches a query block two steps before n, so in ascending order each waited on the one below it and "
      "every CTA ran as long as key block 0's (FA3 orders causal adds the same way, descending)"),
+    ('decode bf16 cache, d 128, h 32 / h_k 8, b 8, 8192 keys, pages of 16 rows (1 SM sampled, 128 CTAs; 2026-12-01, later)',
+     'SM side 89783 cycles (contiguous 82790; main 589b472, same run conditions); HBM-bound at 134428 cycles',
+     "SM side 83747 cycles (-6.7%, within 1.2% of the contiguous step's 82754); still HBM-bound (134269); producer loop, SASS: 1167 -> 1002 instructions laid out",
+     "decode load_tma: a key block's place (its box, or its page ids and first row) resolved once for its K and its V, before the stage's acquire: one page-table read a block instead of two; the K and V piece copies share one helper (commit 786bc31)",
+     "stop 59's review: each paged block read its page table twice"),
+    ("fwd bf16 d 128 and d 96, b 4 s 4096 (h 16 / 21) full, 1 SM sampled; d 128 causal, 8 SMs; each at the model's TMA latency (kTmaLatency 500 cycles) and at 1500 (a what-if build of the simulator: not a parameter change)",
+     'd 128: 1086226 cycles (500) / 1169531 (1500, +7.7%); causal 635744 (500); d 96: 1092711 / 1192678 (+9.1%); FA3 d 128 beside them: 1143831 / 1161261 (+1.5%): flash3 / FA3 1.05 at 500, 0.99 at 1500',
+     'd 128: 1087070 (+0.08%) / 1104106 (+1.6% over its 500; -5.6% against two stages at 1500): flash3 / FA3 1.05 at both; causal 634292 (-0.2%); d 96: 1092408 (-0.03%) / 1140394 (-4.4%)',
+     "a third V stage at d 96 and 128 beside O's own buffer (attn_logic.h fwd_v_stages, fwd/kv_sync.cuh kStagesV; d 128: 224 KB of shared memory), and the producer issues V_{n+1} before K_n (its stage now frees first). Not kept: K first with the third V stage (d 128: 1169826 at 1500, as two stages: the producer's in-order issue held V behind K's slot); d 64 (MUFU 82% busy) with it, +1.4% at 500 (+0.6% with K first): keeps two. Consumer SASS unchanged (d 128 unmasked loop 424 instructions, stall sum 1026); compile-check clean",
+     "the H200 (11-30): flash3 0.93x FA3 kernel against kernel (d 128, b 2 s 8192) where the model said 1.02x; tensor pipe 80.5% vs 87.2% active, L2 throughput 49% vs 30% (FA3's 2-CTA clusters multicast K/V). The pipeline's margins, from the step's timeline (2048 tensor cycles a step at d 128): K_n's stage frees ~2560 cycles before step n needs it, V_{n+1}'s ~2000 (a step releases V after its P.V and the pinned exponentials), and V's TMA waits behind K_n's in the SM's L2 share (845 cycles a 32 KB block in the model) before its latency: ~370 cycles to spare at 500, none at ~900 more; FA3's 176-key steps and halved L2 reads leave more. The model's 500 is an assumption and the hardware's latency under load is not measured: the next lease's kernel-against-kernel profile says whether this was a cause"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.

@@ -250,15 +250,19 @@ FLASH3_HD BlockRange unmasked_query_block_range(const Mask& mask, int n_block, i
 // Tile shapes per (head dim, value head dim), shared by bf16 and fp16; block_m = 64 rows per
 // consumer warpgroup. The budget, per consumer thread (a warpgroup owns 64 rows): S takes
 // block_n / 2 fp32 registers, P block_n / 4 (16-bit pairs), O d_v / 2; setmaxnreg gives a consumer
-// 232 registers with 2 consumer warpgroups, 160 with 3 (fwd/traits.cuh). Shared memory (16-bit elements):
-// 2 * (block_m * d + stages * block_n * (d + d_v)) bytes of the 227 KB; O is staged in V's buffer,
-// so it costs nothing (block_m <= stages * block_n). block_n is a multiple of 16 (P.V k-steps).
-//   d 64:   192 x 128, 3 consumers: S 64 + P 32 + O 32 = 128 of 160; smem 88 KB. FA3's non-causal
+// 232 registers with 2 consumer warpgroups, 160 with 3 (fwd/traits.cuh). Shared memory (16-bit elements,
+// fwd_smem_bytes): Q, `stages` K blocks, fwd_v_stages V blocks, and O's own buffer where it fits
+// (fwd_own_o_buffer; else O is staged in V's buffer after the tile's last P.V: block_m <=
+// stages * block_n). block_n is a multiple of 16 (P.V k-steps).
+//   d 64:   192 x 128, 3 consumers: S 64 + P 32 + O 32 = 128 of 160; smem 88 KB + 24 KB for O's
+//           own buffer (fwd_own_o_buffer, as at d 96 and 128). FA3's non-causal
 //           192 x 192 needs S 96 + P 48 + O 32 = 176 > 160: it passes P through shared memory.
-//   d 96:   192 x 96, 3 consumers: S 48 + P 24 + O 48 = 120 of 160; smem 108 KB. At 192 x 128
+//   d 96:   192 x 96, 3 consumers: S 48 + P 24 + O 48 = 120 of 160; smem 108 KB + 36 KB for O's
+//           own buffer + 18 KB for a third V stage (fwd_v_stages). At 192 x 128
 //           (144 + addressing) ptxas spilled.
 //   d 128:  128 x 128: S 64 + P 32 + O 64 = 160 of 232; smem 160 KB, + 32 KB for O's own buffer
-//           (fwd/traits.cuh kOwnOBuffer: the tile's epilogue under the next tile's first Q.K^T).
+//           (fwd/traits.cuh kOwnOBuffer: the tile's epilogue under the next tile's first Q.K^T)
+//           + 32 KB for a third V stage (fwd_v_stages): 224 KB.
 //           FA3's full-attention 128 x 176 (208 KB) leaves no room for that buffer; in the timing
 //           model the 128-key tile with it was 6-12% faster on full attention at s 1k-4k (one SM,
 //           equal work; benchmarks/results/perf_model.md), so every call takes 128 x 128.
@@ -275,6 +279,38 @@ FLASH3_HD constexpr TileShape fwd_tile_shape(int head_dim, int head_dim_v) {
          : head_dim <= 128 ? TileShape{128, 128, 2, 2}
          : head_dim <= 192 ? TileShape{128, head_dim_v <= 128 ? 128 : 112, 2, 2}
                            : TileShape{128, 80, 2, 2};
+}
+
+// The 16-bit forward's shared memory beyond its K and V stages and O: a float per consumer thread
+// (FwdConsumer's overlap pin) and 1 KB for the barriers and alignment (fwd/traits.cuh SharedStorage).
+FLASH3_HD constexpr int fwd_smem_overhead(TileShape t) { return 4 * 128 * t.num_consumers + 1024; }
+// Q, K's stages and v_stages V blocks (16-bit elements).
+FLASH3_HD constexpr int fwd_mainloop_bytes(TileShape t, int head_dim, int head_dim_v, int v_stages) {
+  return 2 * (t.block_m * head_dim + t.stages * t.block_n * head_dim + v_stages * t.block_n * head_dim_v);
+}
+// O's own buffer (fwd/traits.cuh kOwnOBuffer: each warp stores its rows while the next tile's first
+// Q.K^T runs) where it fits beside the two-stage mainloop.
+FLASH3_HD constexpr bool fwd_own_o_buffer(TileShape t, int head_dim, int head_dim_v) {
+  return fwd_mainloop_bytes(t, head_dim, head_dim_v, t.stages) + 2 * t.block_m * head_dim_v + fwd_smem_overhead(t) <=
+         227 * 1024;
+}
+// V's stages: one more than K's where that still fits beside O's own buffer, at d 96 and d 128. A
+// step releases its K stage after S's WGMMA but its V stage only after the P.V WGMMA and the
+// exponentials pinned before its wait (fwd/mainloop.cuh FwdConsumer::step), so with two stages each
+// V_{n+1}'s slot (V_{n+3}'s) frees last: ~2000 cycles before step n needs it at d 128, against
+// ~2560 for K_n, and a block's TMA bytes and latency come out of that. The timing model's TMA
+// latency (timing_params.h kTmaLatency, 500 cycles) is an assumption; at 1500 (one SM, b 4 s 4096,
+// full) the two-stage kernel lost 7.7% (d 128) and 9.1% (d 96), FA3 1.5% (d 128), and with a third
+// V stage flash3 1.6% (d 128) and 4.4% (d 96); at 500 the third stage changed d 128 by +0.08% and
+// d 96 by -0.03% (cycles). d 64 (MUFU 82% busy) lost 1.4% at 500 with it (0.6% with K issued
+// first) and keeps two.
+FLASH3_HD constexpr int fwd_v_stages(TileShape t, int head_dim, int head_dim_v) {
+  return head_dim > 64 && fwd_own_o_buffer(t, head_dim, head_dim_v) &&
+                 fwd_mainloop_bytes(t, head_dim, head_dim_v, t.stages + 1) + 2 * t.block_m * head_dim_v +
+                         fwd_smem_overhead(t) <=
+                     227 * 1024
+             ? t.stages + 1
+             : t.stages;
 }
 
 // FA3's attention_chunk in the 16-bit forward: fwd_tile_shape's tiles up to d 192 take it
@@ -392,12 +428,12 @@ FLASH3_HD constexpr long long fp8_varlen_vt_offset(long long first_key, long lon
   return padded_seq_offset(first_key, batch, 16);
 }
 
-// Shared memory the mainloop needs for 16-bit elements: Q, and `stages` copies of K and V.
-// O is staged through V's buffer after the tile's last P.V, so it costs nothing extra.
+// Shared memory of the 16-bit forward's tiles: Q, K's and V's stages, and O's own buffer where it
+// has one (without, O is staged through V's buffer after the tile's last P.V: nothing extra).
 FLASH3_HD constexpr int fwd_smem_bytes(int head_dim, int head_dim_v) {
-  return 2 * (fwd_tile_shape(head_dim, head_dim_v).block_m * head_dim +
-              fwd_tile_shape(head_dim, head_dim_v).stages *
-                  fwd_tile_shape(head_dim, head_dim_v).block_n * (head_dim + head_dim_v));
+  const TileShape t = fwd_tile_shape(head_dim, head_dim_v);
+  return fwd_mainloop_bytes(t, head_dim, head_dim_v, fwd_v_stages(t, head_dim, head_dim_v)) +
+         (fwd_own_o_buffer(t, head_dim, head_dim_v) ? 2 * t.block_m * head_dim_v : 0);
 }
 
 // ---------------------------------------------------------------------------------------------

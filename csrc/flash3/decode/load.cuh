@@ -128,6 +128,7 @@ template <class Tr>
 struct DecodeProducer {
   using Element = typename Tr::Element;
   using PipelineState = typename Tr::PipelineState;
+  using PipelineStateV = typename Tr::PipelineStateV;
   using SharedStorage = typename Tr::SharedStorage;
   using Base = FwdProducer<Tr>;
   static constexpr int kThreads = 128;  // the producer warpgroup (gathered loads)
@@ -196,7 +197,7 @@ struct DecodeProducer {
   // TMA path (warp 0, `leader` issues). Every block lies in one slab: its box starts at the
   // block's first key, any row of the slab (cache_leftpad: not a multiple of block_n).
   static __device__ __forceinline__ void load_tma(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                  PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                                  PipelineState& state_k, PipelineStateV& state_v, const WorkTile& w,
                                                   int tile_count, uint32_t& tail_phase, bool leader) {
     using namespace cute;
     const FwdParams& p = params.p;
@@ -465,7 +466,7 @@ struct DecodeProducer {
   // which cannot start before K(n) is published.
   // K and V advance together here (one stage each per block), so one stage index serves both.
   static __device__ __forceinline__ void load_gather(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                     PipelineState& state_k, PipelineState& state_v,
+                                                     PipelineState& state_k, PipelineStateV& state_v,
                                                      const WorkTile& w, int tile_count) {
     const int tile = w.index;
     const bool warp0 = threadIdx.x < 32;
@@ -677,7 +678,7 @@ struct DecodeProducer {
   // wait, so the consumers' S of block n (and a new tile's first S, before o_free) runs meanwhile.
   template <bool kK, bool kV>
   static __device__ __forceinline__ void load_fp8(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                  PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                                  PipelineState& state_k, PipelineStateV& state_v, const WorkTile& w,
                                                   int tile_count) {
     const int tile = w.index;
     const KeyPositions kp = key_positions(w, Tr::kBlockN);  // block n at cache position pos
@@ -713,7 +714,7 @@ struct DecodeProducer {
 
   // V's producer warpgroup (Tr::kProducerWarpgroups == 2; fwd/kernel.cuh).
   static __device__ __forceinline__ void load_v(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                PipelineState& state_v, const WorkTile& w, int tile_count) {
+                                                PipelineStateV& state_v, const WorkTile& w, int tile_count) {
     PipelineState no_k;
     load_fp8<false, true>(params, smem, no_k, state_v, w, tile_count);
   }
@@ -722,7 +723,7 @@ struct DecodeProducer {
   static __device__ __forceinline__ bool all_warps(typename Tr::KernelParams const& params) { return params.gather_kv; }
 
   static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                              PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                              PipelineState& state_k, PipelineStateV& state_v, const WorkTile& w,
                                               int tile_count, uint32_t& tail_phase, bool leader) {
     if constexpr (Tr::kFp8Cache) load_fp8<true, Tr::kProducerWarpgroups == 1>(params, smem, state_k, state_v, w, tile_count);
     else if (params.gather_kv) load_gather(params, smem, state_k, state_v, w, tile_count);

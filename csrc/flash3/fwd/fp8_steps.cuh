@@ -20,7 +20,9 @@ template <class Tr, class C>
 struct FwdFp8Steps {
   using Element = typename Tr::Element;
   using PipelineKV = typename Tr::PipelineKV;
+  using PipelineV = typename Tr::PipelineV;
   using PipelineState = typename Tr::PipelineState;
+  using PipelineStateV = typename Tr::PipelineStateV;
   using SharedStorage = typename Tr::SharedStorage;
   static constexpr int kRows = Tr::kRowsPerThread;
 
@@ -244,8 +246,8 @@ struct FwdFp8Steps {
   //  still runs under these GEMMs through pingpong.
   template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void step(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                              PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
-                                              PipelineState& state_v, const WorkTile& w, int n, int consumer,
+                                              PipelineKV& pipe_k, PipelineV& pipe_v, PipelineState& state_k,
+                                              PipelineStateV& state_v, const WorkTile& w, int n, int consumer,
                                               TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
                                               TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
     using namespace cute;
@@ -296,7 +298,7 @@ struct FwdFp8Steps {
 
   // The tile's last P.V (block `begin`), added with the last pending rescale.
   template <class TensorO, class TV, class F>
-  static __device__ __forceinline__ void last_pv(SharedStorage& smem, PipelineKV& pipe_v, PipelineState& state_v,
+  static __device__ __forceinline__ void last_pv(SharedStorage& smem, PipelineV& pipe_v, PipelineStateV& state_v,
                                                  const WorkTile& w, int consumer, TV const& tOrV, TensorO& tOrO,
                                                  F& fr, float (&inv_sum)[kRows], float (&lse)[kRows]) {
     using namespace cute;
@@ -322,7 +324,7 @@ struct FwdFp8Steps {
   // The tile's end: the last P.V, the row sums, the per-channel v descale.
   template <class TensorO, class TV, class F>
   static __device__ __forceinline__ void finish(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                PipelineKV& pipe_v, PipelineState& state_v, const WorkTile& w,
+                                                PipelineV& pipe_v, PipelineStateV& state_v, const WorkTile& w,
                                                 int consumer, TV const& tOrV, TensorO& tOrO, F& fr,
                                                 float (&lse)[kRows]) {
     float inv_sum[kRows];

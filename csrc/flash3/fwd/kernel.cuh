@@ -51,7 +51,9 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     fwd_kernel(CUTE_GRID_CONSTANT typename Tr::KernelParams const params) {
   using namespace cute;
   using PipelineKV = typename Tr::PipelineKV;
+  using PipelineV = typename Tr::PipelineV;
   using PipelineState = typename Tr::PipelineState;
+  using PipelineStateV = typename Tr::PipelineStateV;
   using SharedStorage = typename Tr::SharedStorage;
 
   extern __shared__ __align__(1024) char smem_raw[];
@@ -85,8 +87,13 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   pp.num_producers = 1;
   pp.transaction_bytes = Tr::kKBytes;
   PipelineKV pipe_k(smem.pipe_k, pp, Shape<_1, _1, _1>{});
-  pp.transaction_bytes = Tr::kVBytes;
-  PipelineKV pipe_v(smem.pipe_v, pp, Shape<_1, _1, _1>{});
+  typename PipelineV::Params pv;  // V's (its own type where V has its own stage count)
+  pv.role = producer ? PipelineV::ThreadCategory::Producer : PipelineV::ThreadCategory::Consumer;
+  pv.is_leader = pp.is_leader;
+  pv.num_consumers = pp.num_consumers;
+  pv.num_producers = pp.num_producers;
+  pv.transaction_bytes = Tr::kVBytes;
+  PipelineV pipe_v(smem.pipe_v, pv, Shape<_1, _1, _1>{});
 
   debug_hang_init(Tr::kNumThreads);
   cutlass::arch::fence_barrier_init();
@@ -101,7 +108,7 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     if (warp_idx != 0 && !Producer::all_warps(params)) return;
     const bool leader = threadIdx.x == 0;  // the one thread that posts expected bytes and issues TMA
     PipelineState state_k = cutlass::make_producer_start_state<PipelineKV>();
-    PipelineState state_v = cutlass::make_producer_start_state<PipelineKV>();
+    PipelineStateV state_v = cutlass::make_producer_start_state<PipelineV>();
     uint32_t tail_phase = 0;
     int tile_count = 0;
     bool posted = false;  // dynamic: the consumers have an unread index in smem.next_tile
@@ -127,7 +134,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<Tr::kConsumerRegs>();
     const int consumer = warpgroup - 1;
-    PipelineState state_k, state_v;
+    PipelineState state_k;
+    PipelineStateV state_v;
     Consumer::pingpong_start(consumer);
 
     Tensor tOrO = make_tensor<float>(typename Tr::LayoutO{});

@@ -1,6 +1,7 @@
 // The forward kernel's synchronization ids and types, shared by the traits of every kernel that
 // runs fwd/kernel.cuh (fwd/traits.cuh FwdTraits, decode/mla_traits.cuh MlaTraits) as their base:
-// the K/V TMA pipeline of kStages stages, its raw mbarriers, and the named-barrier ids.
+// the K and V TMA pipelines (kStages stages of K, kStagesV of V), their raw mbarriers, and the
+// named-barrier ids.
 #pragma once
 
 #include <cstdint>
@@ -9,16 +10,21 @@
 
 namespace flash3 {
 
-template <int kStages, int kNumConsumers>
+template <int kStages, int kNumConsumers, int kStagesV = kStages>
 struct FwdKvSync {
-  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;  // K's (and V's where kStagesV == kStages)
   using PipelineState = typename PipelineKV::PipelineState;
   using PipeStorage = typename PipelineKV::SharedStorage;
-  // The raw mbarriers of a pipeline stage (waits go through flash3::mbarrier_wait).
-  static __device__ __forceinline__ uint64_t* full_barrier(PipeStorage& s, int stage) {
+  using PipelineV = cutlass::PipelineTmaAsync<kStagesV>;
+  using PipelineStateV = typename PipelineV::PipelineState;
+  using PipeStorageV = typename PipelineV::SharedStorage;
+  // The raw mbarriers of a pipeline stage, K's or V's (waits go through flash3::mbarrier_wait).
+  template <class Storage>
+  static __device__ __forceinline__ uint64_t* full_barrier(Storage& s, int stage) {
     return reinterpret_cast<uint64_t*>(&s.full_barrier_[stage]);
   }
-  static __device__ __forceinline__ uint64_t* empty_barrier(PipeStorage& s, int stage) {
+  template <class Storage>
+  static __device__ __forceinline__ uint64_t* empty_barrier(Storage& s, int stage) {
     return reinterpret_cast<uint64_t*>(&s.empty_barrier_[stage]);
   }
 

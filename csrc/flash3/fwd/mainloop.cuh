@@ -28,11 +28,13 @@ template <class Tr>
 struct FwdProducer {
   using Element = typename Tr::Element;
   using PipelineState = typename Tr::PipelineState;
+  using PipelineStateV = typename Tr::PipelineStateV;
   using SharedStorage = typename Tr::SharedStorage;
 
-  // Wait for a free stage, then (leader) post the bytes the TMA will deliver.
-  static __device__ __forceinline__ void acquire(typename Tr::PipeStorage& pipe, PipelineState const& s,
-                                                 uint32_t bytes, bool leader, Wait what, int tile) {
+  // Wait for a free stage (of K's pipeline or V's), then (leader) post the bytes the TMA will deliver.
+  template <class Storage, class State>
+  static __device__ __forceinline__ void acquire(Storage& pipe, State const& s, uint32_t bytes, bool leader, Wait what,
+                                                 int tile) {
     mbarrier_wait(Tr::empty_barrier(pipe, s.index()), s.phase(), what, tile);
     if (leader) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(Tr::full_barrier(pipe, s.index()), bytes);
   }
@@ -48,7 +50,7 @@ struct FwdProducer {
   // barrier that this warp arrives on (release) only after __syncwarp.
   template <class SrcV, class SVt>
   static __device__ __forceinline__ void load_v_zero_tail(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                          SrcV const& src, SVt& sVt, PipelineState const& s,
+                                                          SrcV const& src, SVt& sVt, PipelineStateV const& s,
                                                           int valid_rows, uint32_t& tail_phase, bool leader, int tile) {
     auto issue = [&](uint64_t& bar) {
       if (leader) cute::copy(params.tma_v.with(bar), src, sVt(cute::_, s.index()));
@@ -58,7 +60,7 @@ struct FwdProducer {
   // The same with the block's V issued by `issue(barrier)`, which every lane of the warp calls (the
   // decode kernel's TMA pieces shuffle page ids) and whose copies the leader issues.
   template <class Issue>
-  static __device__ __forceinline__ void load_v_zero_tail_by(SharedStorage& smem, Issue&& issue, PipelineState const& s,
+  static __device__ __forceinline__ void load_v_zero_tail_by(SharedStorage& smem, Issue&& issue, PipelineStateV const& s,
                                                              int valid_rows, uint32_t& tail_phase, bool leader, int tile) {
     using namespace cute;
     mbarrier_wait(Tr::empty_barrier(smem.pipe_v, s.index()), s.phase(), Wait::VEmpty, tile);
@@ -98,7 +100,7 @@ struct FwdProducer {
   // previous tile's O until its epilogue has stored it (o_free). The first K block goes out before
   // either wait, and Q before the O wait, so both overlap the previous tile's epilogue.
   static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                              PipelineState& state_k, PipelineState& state_v, const WorkTile& w,
+                                              PipelineState& state_k, PipelineStateV& state_v, const WorkTile& w,
                                               int tile_count, uint32_t& tail_phase, bool leader) {
     using namespace cute;
     const FwdParams& p = params.p;
@@ -161,7 +163,12 @@ struct FwdProducer {
       if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, nv), tVsV(_, state_v.index()));
       ++state_v;
     };
-    if (n - 1 >= w.blocks.begin) load_k(n - 1);
+    // With a third V stage (FwdTraits::kStagesV), V_{n+1}'s slot (V_{n+4}'s) frees about a step
+    // before K_n's (K_{n+2}'s), though a step releases its V only after its P.V: V_{n+1} goes first,
+    // the pairs become V_{n+1}, K_n (the rightmost V right after Q). Issued after K_n, it waited for
+    // K_n's slot, and in the timing model the third stage bought nothing (attn_logic.h fwd_v_stages).
+    constexpr bool kVFirst = Tr::kStagesV > Tr::kStages;
+    if (!kVFirst && n - 1 >= w.blocks.begin) load_k(n - 1);
     // Rows past seqlen_k in the first (rightmost) block lie inside the tensor with a kv cache or
     // packed sequences; batched tensors end at seqlen_k, where TMA fills zeros. FP8 takes no kv
     // cache, and its packed vt (fp8.pack_v_fp8_varlen) holds zeros past each sequence's used keys
@@ -175,11 +182,18 @@ struct FwdProducer {
     } else {
       load_v(n);
     }
-    for (n -= 2; n >= w.blocks.begin; --n) {
-      load_k(n);
-      load_v(n + 1);
+    if constexpr (kVFirst) {
+      for (n -= 1; n >= w.blocks.begin; --n) {
+        load_k(n);
+        load_v(n);
+      }
+    } else {
+      for (n -= 2; n >= w.blocks.begin; --n) {
+        load_k(n);
+        load_v(n + 1);
+      }
+      if (w.blocks.begin < w.blocks.end - 1) load_v(w.blocks.begin);
     }
-    if (w.blocks.begin < w.blocks.end - 1) load_v(w.blocks.begin);
   }
 };
 
@@ -187,7 +201,9 @@ template <class Tr>
 struct FwdConsumer {
   using Element = typename Tr::Element;
   using PipelineKV = typename Tr::PipelineKV;
+  using PipelineV = typename Tr::PipelineV;
   using PipelineState = typename Tr::PipelineState;
+  using PipelineStateV = typename Tr::PipelineStateV;
   using SharedStorage = typename Tr::SharedStorage;
   static constexpr int kPingpongThreads = 2 * 128;  // the waiting warpgroup + the one that releases it
   static constexpr int kRows = Tr::kRowsPerThread;
@@ -374,8 +390,8 @@ struct FwdConsumer {
     asm volatile("st.shared.f32 [%0], %1;" ::"r"(pin_slot(smem, fr)), "f"(sum) : "memory");
   }
 
-  static __device__ __forceinline__ void wait_full(typename Tr::PipeStorage& pipe, PipelineState const& s, Wait what,
-                                                   int tile) {
+  template <class Storage, class State>
+  static __device__ __forceinline__ void wait_full(Storage& pipe, State const& s, Wait what, int tile) {
     mbarrier_wait(Tr::full_barrier(pipe, s.index()), s.phase(), what, tile);
   }
 
@@ -383,8 +399,8 @@ struct FwdConsumer {
   // softmax of S_n while that P.V runs; P_n replaces P_{n+1} only after the P.V has finished.
   template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void step(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                              PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
-                                              PipelineState& state_v, const WorkTile& w, int n, int consumer,
+                                              PipelineKV& pipe_k, PipelineV& pipe_v, PipelineState& state_k,
+                                              PipelineStateV& state_v, const WorkTile& w, int n, int consumer,
                                               TQ const& tSrQ, TK const& tSrK, TV const& tOrV, TensorCS const& tScS_rc,
                                               TensorO& tOrO, F& fr) {
     using namespace cute;
@@ -417,8 +433,8 @@ struct FwdConsumer {
 
   template <Masking kMask, class TensorO, class TQ, class TK, class TV, class TensorCS, class F>
   static __device__ __forceinline__ void any_step(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                  PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
-                                                  PipelineState& state_v, const WorkTile& w, int n, int consumer,
+                                                  PipelineKV& pipe_k, PipelineV& pipe_v, PipelineState& state_k,
+                                                  PipelineStateV& state_v, const WorkTile& w, int n, int consumer,
                                                   TQ const& tSrQ, TK const& tSrK, TV const& tOrV,
                                                   TensorCS const& tScS_rc, TensorO& tOrO, F& fr) {
     if constexpr (Tr::kFp8 && !Tr::kFastAccum) {
@@ -442,8 +458,8 @@ struct FwdConsumer {
   // the first Q.K^T runs, before tOrO is cleared.
   template <class TensorO, class Pending = NothingPending>
   static __device__ __forceinline__ void compute(typename Tr::KernelParams const& params, SharedStorage& smem,
-                                                 PipelineKV& pipe_k, PipelineKV& pipe_v, PipelineState& state_k,
-                                                 PipelineState& state_v, const WorkTile& w, int tile_count,
+                                                 PipelineKV& pipe_k, PipelineV& pipe_v, PipelineState& state_k,
+                                                 PipelineStateV& state_v, const WorkTile& w, int tile_count,
                                                  int consumer, TensorO& tOrO, float (&lse)[kRows],
                                                  Pending const& pending = Pending{}) {
     constexpr bool kPending = !cute::is_same_v<Pending, NothingPending>;

@@ -51,10 +51,20 @@ inline constexpr TileShape kFwdTraitsTile =
     : kChunkTile         ? fwd_chunk_tile_shape(kHeadDim, kHeadDimV)
                          : fwd_tile_shape(kHeadDim, kHeadDimV);
 
+// V's stages (fwd/kv_sync.cuh kStagesV): attn_logic.h fwd_v_stages in the 16-bit forward (a third
+// at d 96 and 128, beside O's own buffer), else K's.
+template <class Element, class Cache, int kHeadDim, int kHeadDimV, bool kDecode, bool kChunkTile, bool kFastAccum>
+inline constexpr int kFwdTraitsStagesV =
+    sizeof(Element) == 2 && !kDecode
+        ? fwd_v_stages(kFwdTraitsTile<Element, Cache, kHeadDim, kHeadDimV, kDecode, kChunkTile, kFastAccum>, kHeadDim,
+                       kHeadDimV)
+        : kFwdTraitsTile<Element, Cache, kHeadDim, kHeadDimV, kDecode, kChunkTile, kFastAccum>.stages;
+
 template <class Element_, int kHeadDim_, int kHeadDimV_, bool kDecode_, class Cache_, bool kChunkTile_, bool kFastAccum_>
 struct FwdTraits
     : FwdKvSync<kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>.stages,
-                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>.num_consumers> {
+                kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>.num_consumers,
+                kFwdTraitsStagesV<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>> {
   static constexpr bool kDecode = kDecode_;
   static constexpr bool kMla = false;  // decode/mla_traits.cuh: the MLA decode kernel's traits
   static constexpr bool kQv = false;   // no qv rows to pack (decode/load.cuh)
@@ -85,7 +95,8 @@ struct FwdTraits
   static constexpr TileShape kTile = kFwdTraitsTile<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
-  static constexpr int kStages = kTile.stages;
+  static constexpr int kStages = kTile.stages;  // K's
+  static constexpr int kStagesV = kFwdTraitsStagesV<Element_, Cache_, kHeadDim_, kHeadDimV_, kDecode_, kChunkTile_, kFastAccum_>;
   static constexpr int kNumConsumers = kTile.num_consumers;  // consumer warpgroups, 64 rows each
   static constexpr int kNumConsumerThreads = 128 * kNumConsumers;
   // An FP8 cache up to d 128 has two producer warpgroups, K's (warpgroup 0) and V's (the last):
@@ -151,6 +162,7 @@ struct FwdTraits
   using HD = cute::Int<kHeadDim>;
   using HDV = cute::Int<kHeadDimV>;
   using Stages = cute::Int<kStages>;
+  using StagesV = cute::Int<kStagesV>;
 
   // Shared memory. Q, K: (rows, d) with d contiguous (K-major operands of Q.K^T).
   // V is kept as Vt (d_v, block_n). 16-bit: d_v contiguous, the MN-major B operand of P.V, which is
@@ -169,7 +181,7 @@ struct FwdTraits
   using VtTileOrder = std::conditional_t<kFp8, cute::Step<cute::_1, cute::_2, cute::_3>,
                                          cute::Step<cute::_2, cute::_1, cute::_3>>;
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, Stages>{},
+      gmma_smem_atom<kVMajor, Element, kFp8 ? kBlockN : kHeadDimV>(), cute::Shape<HDV, BlkN, StagesV>{},
       VtTileOrder{}));
   // O staging tile (block_m, d_v), d_v contiguous. Where shared memory has room (the 16-bit
   // forward at d <= 128), O has a buffer of its own, in 16-row slabs, one per warp: each
@@ -180,10 +192,11 @@ struct FwdTraits
   using SmemLayoutOWarp = decltype(cute::tile_to_shape(
       gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<cute::_16, HDV>{}));
   static constexpr int kOBytes = kBlockM * kHeadDimV * int(sizeof(ElementOut));
-  static constexpr bool kOwnOBuffer =
-      !kFp8 && !kDecode && !kFp8Cache &&
-      (cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> + cute::cosize_v<SmemLayoutVt>) * int(sizeof(Element)) +
-              kOBytes + 4 * kNumConsumerThreads + 1024 <= 227 * 1024;
+  static constexpr bool kOwnOBuffer = !kFp8 && !kDecode && !kFp8Cache && fwd_own_o_buffer(kTile, kHeadDim, kHeadDimV);
+  static_assert(!kOwnOBuffer || (cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> + cute::cosize_v<SmemLayoutVt>) *
+                                        int(sizeof(Element)) ==
+                                    fwd_mainloop_bytes(kTile, kHeadDim, kHeadDimV, kStagesV),
+                "attn_logic.h fwd_mainloop_bytes counts the stages' layouts");
   using SmemLayoutO = std::conditional_t<
       kOwnOBuffer, decltype(cute::tile_to_shape(SmemLayoutOWarp{}, cute::Shape<BlkM, HDV>{})),
       decltype(cute::tile_to_shape(gmma_smem_atom<cute::GMMA::Major::K, ElementOut, kHeadDimV>(),
@@ -308,7 +321,8 @@ struct FwdTraits
   static constexpr uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);  // one stage
   static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
 
-  // The K/V pipeline (PipelineKV, PipelineState, PipeStorage, full_barrier, empty_barrier) and the
+  // The K and V pipelines (PipelineKV, PipelineState, PipeStorage; PipelineV, PipelineStateV,
+  // PipeStorageV; full_barrier, empty_barrier) and the
   // named-barrier ids (kBar*, kTileHandoffThreads): the base, fwd/kv_sync.cuh (a dependent base:
   // named through FwdTraits:: here).
 
@@ -338,7 +352,7 @@ struct FwdTraits
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, kVBufferElems, 1024> v;  // V (then O, unless kOwnOBuffer)
     typename FwdTraits::PipeStorage pipe_k;
-    typename FwdTraits::PipeStorage pipe_v;
+    typename FwdTraits::PipeStorageV pipe_v;
     uint64_t q_full;  // TMA transaction barrier: Q of the current tile has landed
     uint64_t q_free;  // consumers: the previous tile's last Q.K^T is done (Q may be overwritten)
     uint64_t o_free;  // consumers: the previous tile's O left V's buffer (V may be overwritten)
