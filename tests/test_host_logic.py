@@ -421,7 +421,7 @@ def test_tile_shapes_fit_the_hardware(driver, d, dv):
     assert smem + 4 * 128 * consumers + 1024 <= SMEM_LIMIT
     # Without its own buffer O is staged in V's after the tile's last P.V.
     assert own_o or block_m * dv <= v_stages * block_n * dv
-    # The tiles with O's own buffer and a third V stage: d <= 128 (the overlapped epilogue's).
+    # O has its own buffer at d <= 128 (the overlapped epilogue's).
     assert bool(own_o) == (d <= 128)
     # S (block_n / 2) + P (block_n / 4) + O (d_v / 2) registers per consumer thread, with room for
     # addressing and softmax state, under setmaxnreg's 232 (2 consumers) or 160 (3 consumers).
