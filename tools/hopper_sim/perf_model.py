@@ -1311,7 +1311,12 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "tiles (at d 128 s 4096 flash3's sampled SMs did 2% more tensor work than FA3's), so a causal flash3 / "
           "FA3 ratio compares different work; \"Causal on equal work\" runs both over the same tiles on one SM.",
           "- flash3 / FA3 compares two kernels under the same model; the ratio is more trustworthy than either "
-          "absolute number, and it is still not a measurement. A GPU run is the final word.",
+          "absolute number, and it is still not a measurement. A GPU run is the final word: at d 128 (b 2 s 8192, "
+          "kernel against kernel, the H200 on 2026-11-30) flash3 / FA3 measured 0.93 where the model says 1.02.",
+          "- Parameters the ratio is sensitive to: the TMA latency (kTmaLatency, an assumption) sets how much "
+          "slack a K/V pipeline needs. At 1500 cycles instead of 500 (a what-if build, d 128 b 4 s 4096, one SM) "
+          "FA3 slowed 1.5% and flash3's two-stage V pipeline 7.7% (flash3 / FA3 1.05 -> 0.99); with its third V "
+          "stage since 2026-12-02, 1.6% (History).",
           "- Rows missing here were not run yet (`make perf-model PERF_ROWS=paper FA3_SRC=...`).",
           "", "![predicted TFLOP/s against seqlen](perf_model.png)", ""]
     OUT_MD.parent.mkdir(parents=True, exist_ok=True)
