@@ -288,11 +288,15 @@ FLASH3_HD constexpr int fwd_smem_overhead(TileShape t) { return 4 * 128 * t.num_
 FLASH3_HD constexpr int fwd_mainloop_bytes(TileShape t, int head_dim, int head_dim_v, int v_stages) {
   return 2 * (t.block_m * head_dim + t.stages * t.block_n * head_dim + v_stages * t.block_n * head_dim_v);
 }
+// Whether Q, K's stages, v_stages V blocks and O's own buffer fit in the 227 KB opt-in limit.
+FLASH3_HD constexpr bool fwd_fits_with_own_o(TileShape t, int head_dim, int head_dim_v, int v_stages) {
+  return fwd_mainloop_bytes(t, head_dim, head_dim_v, v_stages) + 2 * t.block_m * head_dim_v + fwd_smem_overhead(t) <=
+         227 * 1024;
+}
 // O's own buffer (fwd/traits.cuh kOwnOBuffer: each warp stores its rows while the next tile's first
 // Q.K^T runs) where it fits beside the two-stage mainloop.
 FLASH3_HD constexpr bool fwd_own_o_buffer(TileShape t, int head_dim, int head_dim_v) {
-  return fwd_mainloop_bytes(t, head_dim, head_dim_v, t.stages) + 2 * t.block_m * head_dim_v + fwd_smem_overhead(t) <=
-         227 * 1024;
+  return fwd_fits_with_own_o(t, head_dim, head_dim_v, t.stages);
 }
 // V's stages: one more than K's where that still fits beside O's own buffer, at d 96 and d 128. A
 // step releases its K stage after S's WGMMA but its V stage only after the P.V WGMMA and the
@@ -305,12 +309,7 @@ FLASH3_HD constexpr bool fwd_own_o_buffer(TileShape t, int head_dim, int head_di
 // d 96 by -0.03% (cycles). d 64 (MUFU 82% busy) lost 1.4% at 500 with it (0.6% with K issued
 // first) and keeps two.
 FLASH3_HD constexpr int fwd_v_stages(TileShape t, int head_dim, int head_dim_v) {
-  return head_dim > 64 && fwd_own_o_buffer(t, head_dim, head_dim_v) &&
-                 fwd_mainloop_bytes(t, head_dim, head_dim_v, t.stages + 1) + 2 * t.block_m * head_dim_v +
-                         fwd_smem_overhead(t) <=
-                     227 * 1024
-             ? t.stages + 1
-             : t.stages;
+  return head_dim > 64 && fwd_fits_with_own_o(t, head_dim, head_dim_v, t.stages + 1) ? t.stages + 1 : t.stages;
 }
 
 // FA3's attention_chunk in the 16-bit forward: fwd_tile_shape's tiles up to d 192 take it
