@@ -24,6 +24,7 @@ configurations in the example's order, as the model's rows), tflops, how; and th
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -81,10 +82,10 @@ def tflops_of(n: int, ns: float) -> float:
 
 def run(bin_dir: str, out: str, budget: float) -> int:
     t_end = time.time() + budget
-    ncu = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.path.exists(p)), None)
-    if ncu is None:
-        import glob
-        ncu = next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
+    # where device_profile.sh looks for it
+    ncu = shutil.which("ncu") or next(
+        (p for p in ["/usr/local/cuda/bin/ncu", *sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))]
+         if os.path.exists(p)), None)
     rows, notes = [], []
 
     def left():
@@ -94,7 +95,7 @@ def run(bin_dir: str, out: str, budget: float) -> int:
         ex = name.split("_")[0]
         binary = os.path.join(bin_dir, ex)
         if not os.path.isfile(binary):
-            notes.append(f"{ex}: no binary under {bin_dir} (tools/device/cutlass_gemms.py build)")
+            notes.append(f"{ex}: no binary under {bin_dir} (tools/hopper_sim/cutlass_device_build.py builds them)")
             continue
         for n in SIZES:
             if left() < 10:
