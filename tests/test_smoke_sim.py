@@ -234,6 +234,33 @@ def test_build_key_tracks_sources_and_flags(tmp_path):
     assert key() != k1
 
 
+def test_host_object_key_outside_csrc(tmp_path):
+    """The driver's host sources (tools/hopper_sim/flash3/*.cu) are keyed the same way: a header
+    beside the source and the csrc headers it includes count, csrc's location does not (a mutant's
+    copy of csrc whose change misses the host side reuses its objects)."""
+    drv = tmp_path / "driver"
+    drv.mkdir()
+    (drv / "sim_case.h").write_text("int c;\n")
+    src = drv / "sim_driver.cu"
+    src.write_text('#include "sim_case.h"\n#include "flash3/host/fwd.h"\n')
+
+    def csrc(root, body="int f;\n"):
+        (root / "flash3" / "host").mkdir(parents=True)
+        (root / "flash3" / "host" / "fwd.h").write_text(body)
+        (root / "flash3" / "fwd").mkdir(parents=True)
+        (root / "flash3" / "fwd" / "mainloop.cuh").write_text("int m;\n")
+        return root
+
+    key = lambda root: smoke_sim._source_hash(root, src, ["-O2", f"-I{root}"], "nvcc")  # noqa: E731
+    k0 = key(csrc(tmp_path / "a"))
+    mutant = csrc(tmp_path / "b")
+    (mutant / "flash3" / "fwd" / "mainloop.cuh").write_text("int mutated;\n")   # a kernel-side change
+    assert key(mutant) == k0
+    assert key(csrc(tmp_path / "c", "int g;\n")) != k0                         # a host header's
+    (drv / "sim_case.h").write_text("int d;\n")                                 # the driver's own header
+    assert key(tmp_path / "a") != k0
+
+
 def test_kernel_flags_are_the_real_ones(monkeypatch):
     """setup.py's kernel flags, with the simulator's -gencode in place of sm_90a-only SASS."""
     import flash3_build as fb

@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools" / "build"))
 # The kernel objects' flags and cache (shared with compile_check.py and prebuilt.py).
-from kernel_objects import (BUILD_DIR, SIM_GENCODE, _compile, _nvcc, _source_hash, cached_object,  # noqa: E402,F401
+from kernel_objects import (BUILD_DIR, SIM_GENCODE, _compile, _nvcc, _source_hash, cached_object,  # noqa: E402
                             kernel_flags)
 SIM_DIR = ROOT / "tools" / "hopper_sim"
 DRIVER_DIR = SIM_DIR / "flash3"  # sim_driver.cu (main, forward ops), sim_op_*.cu, sim_case.h
@@ -377,12 +377,6 @@ DECODE_SOURCES = ("flash3/decode/append_kv.cu", "flash3/decode/combine.cu")
 # The fused FP8 rotate-and-quantize (setup.py compiles it into every build, both input dtypes):
 # linked always, for sim_op_quantize.cu.
 QUANTIZE_SOURCES = ("flash3/fp8/quantize.cu",)
-# Headers the host objects (sim_driver.cu, sim_op_*.cu, the host layer, registry.cpp) depend on, for
-# their cache key; the host layer's own headers (csrc/flash3/host/*.h) join them in build_driver.
-HOST_HEADERS = ("flash3/fwd/api.h", "flash3/fwd/params.h", "flash3/decode/api.h", "flash3/bwd/api.h", "flash3/bwd/params.h",
-                "flash3/common/attn_logic.h", "flash3/common/total_rows.h",
-                "flash3/decode/append_kv.h", "flash3/decode/combine.h", "flash3/decode/split_heuristic.h",
-                "flash3/fp8/quantize.h")
 
 
 def host_layer_sources(csrc: Path | None = None) -> list[Path]:
@@ -441,17 +435,16 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
             futs = [ex.submit(_compile, [nvcc] + kflags + ["-c", str(tu)], obj, tu.name) for tu, obj in todo]
             for f in futs:
                 f.result()
-    # The host side: the driver's files and the registries, with the same include dirs.
+    # The host side: the driver's files and the registries, with the same include dirs, keyed as the
+    # kernel TUs are (what each includes, by content; csrc's path taken out), so a copy of csrc
+    # (mutant_check.sh's mutants) rebuilds only the host objects its change reaches.
     hflags = [SIM_GENCODE, "-no-compress", "-std=c++17", "-O2"] + [f for f in kflags if f.startswith("-I")]
-    headers = [csrc / h for h in HOST_HEADERS] + sorted((csrc / "flash3" / "host").glob("*.h"))
-    shared = (DRIVER_DIR / "sim_case.h").read_bytes() + b"".join(h.read_bytes() for h in headers)
     host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
     host_srcs += host_layer_sources(csrc)
     host_srcs += [csrc / "flash3" / d / "registry.cpp" for d in ("fwd", "decode", "bwd")]
     host = []
     for src in host_srcs:
-        key = hashlib.sha256(("\0".join(hflags) + nvcc).encode() + src.read_bytes() + shared).hexdigest()[:16]
-        obj = BUILD_DIR / f"{src.parent.name}-{src.stem}-{key}.o"
+        obj = BUILD_DIR / f"{src.parent.name}-{src.stem}-{_source_hash(csrc, src, hflags, nvcc)}.o"
         if not obj.exists():
             _compile([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name)
         host.append(obj)
