@@ -429,12 +429,6 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
         objs.append(obj)
         if not obj.exists():
             todo.append((tu, obj))
-    if todo:
-        _log(f"compiling {len(todo)} kernel TU(s), {jobs} at a time (about a minute each)")
-        with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, 2))) as ex:
-            futs = [ex.submit(_compile, [nvcc] + kflags + ["-c", str(tu)], obj, tu.name) for tu, obj in todo]
-            for f in futs:
-                f.result()
     # The host side: the driver's files and the registries, with the same include dirs, keyed as the
     # kernel TUs are (what each includes, by content; csrc's path taken out), so a copy of csrc
     # (mutant_check.sh's mutants) rebuilds only the host objects its change reaches.
@@ -442,12 +436,21 @@ def build_driver(jobs: int | None = None, kinds=ALL_KINDS) -> Path:
     host_srcs = [DRIVER_DIR / "sim_driver.cu"] + sorted(DRIVER_DIR.glob("sim_op_*.cu"))
     host_srcs += host_layer_sources(csrc)
     host_srcs += [csrc / "flash3" / d / "registry.cpp" for d in ("fwd", "decode", "bwd")]
-    host = []
+    host, host_todo = [], []
     for src in host_srcs:
         obj = BUILD_DIR / f"{src.parent.name}-{src.stem}-{_source_hash(csrc, src, hflags, nvcc)}.o"
-        if not obj.exists():
-            _compile([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name)
         host.append(obj)
+        if not obj.exists():
+            host_todo.append((src, obj))
+    if todo:
+        _log(f"compiling {len(todo)} kernel TU(s), {jobs} at a time (about a minute each)")
+    # One pool for both (the kernel TUs first: they are the long ones), `jobs` nvcc at once.
+    cmds = [([nvcc] + kflags + ["-c", str(tu)], obj, tu.name) for tu, obj in todo]
+    cmds += [([nvcc] + hflags + ["-x", "cu", "-c", str(src)], obj, src.name) for src, obj in host_todo]
+    if cmds:
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, 2))) as ex:
+            for f in [ex.submit(_compile, *c) for c in cmds]:
+                f.result()
     link = host + objs
     exe = BUILD_DIR / ("sim_driver-" + hashlib.sha256("\0".join(map(str, link)).encode()).hexdigest()[:16])
     if not exe.exists():
