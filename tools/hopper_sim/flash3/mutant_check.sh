@@ -158,8 +158,9 @@ mutant_host_probe() {
 # The mutants run four at a time (each is mostly one nvcc of ~1 min and 2-4 GB, then a short
 # simulation; they share no file but the object cache, whose writes are atomic; five kernel nvcc at
 # once would crowd the memory), the next starting as one ends; their reports print in order afterwards.
+mutants=(causal dq_read_wait v_early_release o_rows_unsynced o_slab_reuse host_probe)  # the longest first
 running=0
-for m in causal dq_read_wait v_early_release o_rows_unsynced o_slab_reuse host_probe; do
+for m in "${mutants[@]}"; do
   if [ -z "$only" ] || [ "$only" = "$m" ]; then
     if [ "$running" -ge 4 ]; then
       wait -n || fail=1
@@ -173,7 +174,7 @@ while [ "$running" -gt 0 ]; do
   wait -n || fail=1
   running=$((running - 1))
 done
-for m in causal dq_read_wait v_early_release o_rows_unsynced host_probe o_slab_reuse; do
+for m in "${mutants[@]}"; do
   [ -f "$tmp/report_$m" ] && cat "$tmp/report_$m"
 done
 exit $fail
