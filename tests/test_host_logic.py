@@ -379,6 +379,27 @@ def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
         assert len(runs) == len(set(runs))
 
 
+def test_tile_pairs_share_head_and_batch(driver):
+    """The forward's 2-CTA clusters (TileOrder::m_pairs, fwd/launch.cuh): tiles 2i and 2i + 1 are
+    query blocks 2j and 2j + 1 of one (head, batch), so a cluster of a static schedule (CTAs c, c + 1
+    of an even grid, each stepping by the grid) sees the same key blocks in both CTAs; the numbering
+    is still a permutation of every tile, and its pairs keep the plain order's head grouping."""
+    cases = [(2, 1, 1, 128, 128, 128, 1, 50 << 20, 0),
+             (8, 16, 3, 1024, 128, 128, 16, 50 << 20, 0),
+             (66, 32, 2, 16384, 128, 128, 8, 50 << 20, 0),   # GQA, K/V larger than L2 per group
+             (4, 12, 2, 65536, 128, 128, 12, 50 << 20, 0)]   # one head per group
+    answers = driver(["tile_pairs " + " ".join(map(str, c)) for c in cases])
+    plain = driver(["tiles " + " ".join(map(str, (nm // 2, *rest))) for nm, *rest in cases])
+    for (nm, h, b, *_), line, half in zip(cases, answers, plain):
+        tiles = [tuple(map(int, p.split())) for p in line.split(";")[1:]]
+        assert sorted(tiles) == sorted(itertools.product(range(nm), range(h), range(b)))
+        halves = [tuple(map(int, p.split())) for p in half.split(";")[1:]]
+        for i in range(0, len(tiles), 2):
+            (m0, h0, b0), (m1, h1, b1) = tiles[i], tiles[i + 1]
+            assert (h0, b0) == (h1, b1) and m0 % 2 == 0 and m1 == m0 + 1
+            assert (m0 // 2, h0, b0) == halves[i // 2]  # pair j of the plain order over nm / 2 blocks
+
+
 def test_mla_decode_tile(driver):
     """The MLA decode kernel (d_v > 256): 64 packed rows, 64 keys (FA3's MLA page size: a TMA box
     per key block), 2 stages, 2 consumers (each half of O's columns; decode/mla_traits.cuh)."""

@@ -135,10 +135,12 @@ int main() {
       const Mask mask = read_mask(in);
       for (int i = 0; i < mask.seqlen_q; ++i) std::printf("%s%d %d", i ? ";" : "", mask.key_floor(i), mask.last_key(i + 1));
       std::printf("\n");
-    } else if (cmd == "tiles") {  // m_blocks heads batch seqlen_k d d_v heads_k l2 causal
+    } else if (cmd == "tiles" || cmd == "tile_pairs") {  // m_blocks heads batch seqlen_k d d_v heads_k l2 causal
+      // (tile_pairs: the 2-CTA cluster numbering, TileOrder::m_pairs)
       int nm, h, b, sk, d, dv, hk, l2, causal;
       in >> nm >> h >> b >> sk >> d >> dv >> hk >> l2 >> causal;
-      const TileOrder order = TileOrder::make(nm, h, b, sk, d, dv, hk, l2, causal != 0);
+      TileOrder order = TileOrder::make(nm, h, b, sk, d, dv, hk, l2, causal != 0);
+      order.m_pairs = cmd == "tile_pairs";
       std::printf("%d", order.heads_per_group);
       for (int t = 0; t < order.num_tiles(); ++t) {
         const TileCoord c = order.at(t);

@@ -10,7 +10,9 @@ moments. Nsight Compute, one kernel each, said 0.93 where the columns said 0.83.
 alternate per shape (FA3, flash3, FA3, flash3), with the SM clock, power and temperature read
 before each, so clock drift shows instead of hiding in the ratio. flash3's dynamic scheduler
 (causal) zeroes its tile counter with a memset inside the timed window; FA3's driver zeroes its
-own before the window (a ~2 us difference, flash3's side).
+own before the window (a ~2 us difference, flash3's side). Full-attention shapes also time flash3
+with FLASH3_FWD_CLUSTER=1 (its d 128 kernel without 2-CTA clusters and K/V multicast, as before
+2026-12-02): the column `no-cl ms` and `cluster gain` = that time / the clustered one.
 
 Usage (on the device, flash3._C built in place):
   PYTHONPATH=. python tools/device/head_to_head.py [--fa3 .carry/fa3/fa3_fwd_hdim128-*] [--iters 30]
@@ -48,8 +50,13 @@ def fa3_ms(binary: str, b: int, s: int, h: int, d: int, causal: bool, iters: int
     return float(m.group(1)) if m else None
 
 
-def flash3_ms(b: int, s: int, h: int, d: int, causal: bool, iters: int) -> float:
+def flash3_ms(b: int, s: int, h: int, d: int, causal: bool, iters: int, clusters: bool = True) -> float:
+    import os
     import torch
+    if clusters:
+        os.environ.pop("FLASH3_FWD_CLUSTER", None)
+    else:  # read by the launcher at every launch (fwd/launch.cuh fwd_clusters_enabled)
+        os.environ["FLASH3_FWD_CLUSTER"] = "1"
     import flash3  # noqa: F401  (registers torch.ops.flash3)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o = torch.empty_like(q)
@@ -106,14 +113,17 @@ def main() -> int:
             print(f"{s:>6} {causal:>6} | FA3 did not run")
             continue
         fa3_best, f3_best = min(fa3_t), min(f3_t)
+        nocl = None if causal else min(flash3_ms(b, s, h, d, False, args.iters, clusters=False) for _ in range(2))
         row = {"seqlen": s, "causal": bool(causal), "batch": b, "heads": h, "hdim": d, "fa3_ms": times[0::2],
                "flash3_ms": f3_t, "fa3_tflops": flops / fa3_best / 1e9, "flash3_tflops": flops / f3_best / 1e9,
-               "ratio": fa3_best / f3_best, "gpu": states}
+               "ratio": fa3_best / f3_best, "gpu": states, "flash3_no_cluster_ms": nocl,
+               "cluster_gain": None if nocl is None else nocl / f3_best}
         rows.append(row)
         cells = " ".join(f"{t:8.4f}" if t is not None else "       -" for t in times[:1]) + " " + f"{times[1]:9.4f} " + \
             (f"{times[2]:8.4f}" if times[2] is not None else "       -") + f" {times[3]:9.4f}"
+        extra = "" if nocl is None else f" | no-cl ms {nocl:.4f} cluster gain {row['cluster_gain']:.3f}"
         print(f"{s:>6} {causal:>6} | {cells} | {row['fa3_tflops']:7.1f} {row['flash3_tflops']:9.1f} "
-              f"{row['ratio']:6.3f} | {' '.join(states)}", flush=True)
+              f"{row['ratio']:6.3f} | {' '.join(states)}{extra}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -573,7 +573,8 @@ def ci_cases(kernels: list[str]) -> list[tuple[str, list[str]]]:
 
 # The 16-bit forward head dims whose kernel has O in its own buffer (fwd/traits.cuh kOwnOBuffer:
 # the tile's epilogue under the next tile's first Q.K^T, each consumer warpgroup taking the next
-# tile on its own): full calls run it on the static schedule, masked ones on the dynamic one.
+# tile on its own): full calls run it on the static schedule (d 128: in 2-CTA clusters with K/V
+# multicast, fwd/launch.cuh, the "full" case having 2 query blocks), masked ones on the dynamic one.
 OVERLAP_HEAD_DIMS = {(64, 64), (96, 96), (128, 128)}
 
 # The CI subset's second part (--ci-extra, run with one seed after --ci's two): every kernel TU gets

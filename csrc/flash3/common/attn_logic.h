@@ -506,9 +506,14 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
+// (3) with 2-CTA clusters (m_pairs: the forward's K/V multicast, fwd/traits.cuh kMulticastKV) tiles
+//     2i and 2i + 1 are query blocks 2j and 2j + 1 of one (head, batch): the pairs are numbered as
+//     tiles of num_m_blocks / 2 blocks (even), so a cluster's two CTAs, taking tiles c and c + 1
+//     (c even) of a static schedule with an even grid, share every key block.
 struct TileOrder {
   int num_m_blocks, num_heads, batch, heads_per_group;
   bool heaviest_first;
+  bool m_pairs = false;
 
   FLASH3_HD static TileOrder make(int num_m_blocks, int num_heads, int batch, int seqlen_k,
                                   int head_dim, int head_dim_v, int num_heads_k, int l2_bytes,
@@ -524,17 +529,27 @@ struct TileOrder {
   FLASH3_HD int num_tiles() const { return num_m_blocks * num_heads * batch; }
 
   FLASH3_HD TileCoord at(int idx) const {
-    const int per_batch = num_m_blocks * num_heads;
+    if (m_pairs) {
+      TileCoord c = at_of(idx >> 1, num_m_blocks >> 1);
+      c.m_block = 2 * c.m_block + (idx & 1);
+      return c;
+    }
+    return at_of(idx, num_m_blocks);
+  }
+
+ private:
+  FLASH3_HD TileCoord at_of(int idx, int m_blocks) const {
+    const int per_batch = m_blocks * num_heads;
     const int b = idx / per_batch;
     int r = idx - b * per_batch;
-    const int group_size_full = heads_per_group * num_m_blocks;
+    const int group_size_full = heads_per_group * m_blocks;
     const int g = r / group_size_full;
     r -= g * group_size_full;
     const int head0 = g * heads_per_group;
     const int heads_here = imin(heads_per_group, num_heads - head0);  // last group may be short
     const int m = r / heads_here;
     const int h = head0 + (r - m * heads_here);
-    return TileCoord{heaviest_first ? num_m_blocks - 1 - m : m, h, b};
+    return TileCoord{heaviest_first ? m_blocks - 1 - m : m, h, b};
   }
 };
 

@@ -46,7 +46,11 @@ struct PendingEpilogue {
 
 // Consumer / Epilogue: FwdConsumer / FwdEpilogue, or a family's own (the MLA decode kernel's,
 // decode/mla_mainloop.cuh), with the same entry points.
-template <class Tr, class Producer, class Consumer = FwdConsumer<Tr>, class Epilogue = FwdEpilogue<Tr>>
+// kClusterM: CTAs per cluster, 1 or (FwdTraits::kMulticastKV) 2: the pair shares each K and V block
+// by multicast (fwd/launch.cuh launches it in clusters of 2). A kernel of its own, so unclustered
+// launches keep their static single-CTA barrier releases in the consumers.
+template <class Tr, class Producer, class Consumer = FwdConsumer<Tr>, class Epilogue = FwdEpilogue<Tr>,
+          int kClusterM = 1>
 __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     fwd_kernel(CUTE_GRID_CONSTANT typename Tr::KernelParams const params) {
   using namespace cute;
@@ -78,7 +82,9 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   }
 
   // K and V pipelines: one producer arrival (with the TMA byte count) per stage fill, one arrival
-  // per consumer thread per release. Barriers are initialized by warp 0 inside the constructor.
+  // per consumer thread per release; in a 2-CTA cluster one arrival per consumer warpgroup of
+  // either CTA (both CTAs' producers write every stage). Barriers are initialized by warp 0 inside
+  // the constructor.
   typename PipelineKV::Params pp;
   const bool producer = warpgroup == 0 || warpgroup > Tr::kNumConsumers;
   pp.role = producer ? PipelineKV::ThreadCategory::Producer : PipelineKV::ThreadCategory::Consumer;
@@ -86,18 +92,23 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   pp.num_consumers = Tr::kNumConsumerThreads;
   pp.num_producers = 1;
   pp.transaction_bytes = Tr::kKBytes;
-  PipelineKV pipe_k(smem.pipe_k, pp, Shape<_1, _1, _1>{});
+  PipelineKV pipe_k(smem.pipe_k, pp, Shape<Int<kClusterM>, _1, _1>{});
   typename PipelineV::Params pv;  // V's (its own type where V has its own stage count)
   pv.role = producer ? PipelineV::ThreadCategory::Producer : PipelineV::ThreadCategory::Consumer;
   pv.is_leader = pp.is_leader;
   pv.num_consumers = pp.num_consumers;
   pv.num_producers = pp.num_producers;
   pv.transaction_bytes = Tr::kVBytes;
-  PipelineV pipe_v(smem.pipe_v, pv, Shape<_1, _1, _1>{});
+  PipelineV pipe_v(smem.pipe_v, pv, Shape<Int<kClusterM>, _1, _1>{});
 
   debug_hang_init(Tr::kNumThreads);
   cutlass::arch::fence_barrier_init();
-  __syncthreads();  // barrier initialization visible to every thread before first use
+  if constexpr (kClusterM > 1) {  // the peer CTA's producer and consumers signal this CTA's barriers too
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();  // barrier initialization visible to every thread before first use
+  }
 
   TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode, Tr::kChunk> sched{params.p, params.order};
 
@@ -115,7 +126,8 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows && !w.blocks.empty()) {  // consumers write other tiles without shared memory
-        if (warpgroup == 0) Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        if constexpr (kClusterM > 1) Producer::template load<kClusterM>(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        else if (warpgroup == 0) Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
         else if constexpr (Tr::kProducerWarpgroups == 2) Producer::load_v(params, smem, state_v, w, tile_count);
         ++tile_count;
       }
@@ -130,6 +142,15 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
         }
         posted = true;
       }
+    }
+    // In a cluster the peer's consumers release this CTA's stages and the peer's TMA writes into
+    // them: the CTA may exit only once every stage has been released by both CTAs (no signal or
+    // write can then still be on its way to this CTA's shared memory).
+    if constexpr (kClusterM > 1) {
+      for (int i = 0; i < Tr::kStages; ++i, ++state_k)
+        mbarrier_wait(Tr::empty_barrier(smem.pipe_k, state_k.index()), state_k.phase(), Wait::KEmpty, -1);
+      for (int i = 0; i < Tr::kStagesV; ++i, ++state_v)
+        mbarrier_wait(Tr::empty_barrier(smem.pipe_v, state_v.index()), state_v.phase(), Wait::VEmpty, -1);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Tr::kConsumerRegs>();

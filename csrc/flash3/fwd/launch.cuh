@@ -4,7 +4,10 @@
 // Limits: batch * heads * ceil(seqlen_q / block_m) must stay below 2^31 (tile indices are int).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +41,41 @@ inline void check_tma(const char* what, const void* base, int elem_bytes, int64_
   const std::string problem = tma_rows_problem(what, base, elem_bytes, d, rows, heads, batch, row_stride,
                                                 head_stride, batch_stride, box_d, box_rows);
   fwd_check(problem.empty(), "cannot build a TMA descriptor for " + problem);
+}
+
+// 2-CTA clusters for kernels with K/V multicast (FwdTraits::kMulticastKV), unless the environment
+// says FLASH3_FWD_CLUSTER=1 (read at every launch, so one process can time both:
+// tools/device/head_to_head.py).
+inline bool fwd_clusters_enabled() {
+  const char* e = std::getenv("FLASH3_FWD_CLUSTER");
+  return !(e != nullptr && e[0] == '1' && e[1] == '\0');
+}
+
+// How many 2-CTA clusters of `kernel` fit on the device at once, asked once per kernel and device.
+template <class Kernel>
+int max_active_pairs(Kernel kernel, int threads, int smem_bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  fwd_check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device < 0 || device >= kMaxDevices) return 0;
+  int n = cached[device].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = size_t(smem_bytes);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  fwd_check_cuda(cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(kernel), &cfg),
+                 "cudaOccupancyMaxActiveClusters");
+  if (n > 0) cached[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace detail
@@ -212,12 +250,49 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
   const int64_t num_tiles = int64_t(kp.order.num_m_blocks) * kp.order.num_heads * kp.order.batch;
   fwd_check(num_tiles < (int64_t(1) << 31), "batch * heads * query blocks must be < 2^31");
   if (num_tiles == 0) return;
-  const int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
+  int grid = int(num_tiles < p.num_sms ? num_tiles : (p.num_sms > 0 ? p.num_sms : 1));
 
   auto kernel = &fwd_kernel<Tr, typename Family::Producer, typename Family::Consumer, typename Family::Epilogue>;
   detail::fwd_check_cuda(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  // 2-CTA clusters with K/V multicast (FwdTraits::kMulticastKV): where the two query blocks of a
+  // pair see the same key blocks (full attention, batched keys: the static schedule) and the query
+  // blocks pair up (an even count, as FA3's ClusterM 2). The grid is even and no larger than the
+  // clusters that fit at once (a persistent CTA that waited for a slot would run its whole share
+  // after the others).
+  if constexpr (Tr::kMulticastKV) {
+    if (detail::fwd_clusters_enabled() && !fwd_uses_dynamic_scheduler(p) && !varlen_k && p.seqused_k == nullptr &&
+        kp.order.num_m_blocks % 2 == 0 && !kp.order.heaviest_first) {
+      auto kernel2 = &fwd_kernel<Tr, typename Family::Producer, typename Family::Consumer, typename Family::Epilogue, 2>;
+      detail::fwd_check_cuda(
+          cudaFuncSetAttribute(kernel2, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
+          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+      const int pairs = std::min(grid / 2, detail::max_active_pairs(kernel2, Tr::kNumThreads, Tr::kSmemBytes));
+      if (pairs >= 1) {
+        kp.order.m_pairs = true;
+        kp.tma_k_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mK, take<0, 2>(typename Tr::SmemLayoutK{}),
+                                    Shape<typename Tr::BlkN, typename Tr::HD>{}, _2{});
+        kp.tma_v_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mVt, take<0, 2>(typename Tr::SmemLayoutVt{}),
+                                    Shape<typename Tr::HDV, typename Tr::BlkN>{}, _2{});
+        grid = 2 * pairs;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(unsigned(grid));
+        cfg.blockDim = dim3(unsigned(Tr::kNumThreads));
+        cfg.dynamicSmemBytes = size_t(Tr::kSmemBytes);
+        cfg.stream = static_cast<cudaStream_t>(cuda_stream);
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        detail::fwd_check_cuda(cudaLaunchKernelEx(&cfg, kernel2, kp), "kernel launch (2-CTA clusters)");
+        return;
+      }
+    }
+  }
   kernel<<<grid, Tr::kNumThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(cuda_stream)>>>(kp);
   detail::fwd_check_cuda(cudaGetLastError(), "kernel launch");
 }

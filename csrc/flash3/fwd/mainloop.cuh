@@ -99,6 +99,8 @@ struct FwdProducer {
   // Q's buffer is reused once the previous tile's last Q.K^T is done (q_free); V's buffer holds the
   // previous tile's O until its epilogue has stored it (o_free). The first K block goes out before
   // either wait, and Q before the O wait, so both overlap the previous tile's epilogue.
+  // kClusterM 2 (Tr::kMulticastKV, the kernel's 2-CTA cluster): K and V by halves, multicast.
+  template <int kClusterM = 1>
   static __device__ __forceinline__ void load(typename Tr::KernelParams const& params, SharedStorage& smem,
                                               PipelineState& state_k, PipelineStateV& state_v, const WorkTile& w,
                                               int tile_count, uint32_t& tail_phase, bool leader) {
@@ -137,9 +139,34 @@ struct FwdProducer {
     Tensor tVsV = get<1>(tv);
     const int tile = w.index;
 
+    // The copies of key block nk into a stage: the whole block, or in a 2-CTA cluster this CTA's
+    // half of it, multicast into both CTAs' stage (each CTA's full barrier expects the whole block:
+    // its half and the peer's).
+    static_assert(kClusterM == 1 || (kClusterM == 2 && Tr::kMulticastKV), "K/V multicast: 2-CTA clusters");
+    auto copy_k = [&](int nk) {
+      uint64_t& bar = *Tr::full_barrier(smem.pipe_k, state_k.index());
+      if constexpr (kClusterM > 1) {
+        auto tkm = tma_partition(params.tma_k_mc, int(cute::block_rank_in_cluster()), Layout<_2>{},
+                                 group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+        copy(params.tma_k_mc.with(bar, uint16_t(0b11)), get<0>(tkm)(_, nk), get<1>(tkm)(_, state_k.index()));
+      } else {
+        copy(params.tma_k.with(bar), tKgK(_, nk), tKsK(_, state_k.index()));
+      }
+    };
+    auto copy_v = [&](int nv) {
+      uint64_t& bar = *Tr::full_barrier(smem.pipe_v, state_v.index());
+      if constexpr (kClusterM > 1) {
+        auto tvm = tma_partition(params.tma_v_mc, int(cute::block_rank_in_cluster()), Layout<_2>{},
+                                 group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+        copy(params.tma_v_mc.with(bar, uint16_t(0b11)), get<0>(tvm)(_, nv), get<1>(tvm)(_, state_v.index()));
+      } else {
+        copy(params.tma_v.with(bar), tVgV(_, nv), tVsV(_, state_v.index()));
+      }
+    };
+
     int n = w.blocks.end - 1;
     acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-    if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, n), tKsK(_, state_k.index()));
+    if (leader) copy_k(n);
     ++state_k;
     if (tile_count > 0) mbarrier_wait(&smem.q_free, (tile_count - 1) & 1, Wait::QFree, tile);
     if (leader) {
@@ -155,12 +182,12 @@ struct FwdProducer {
     // check per block spilled the d 256 producer's 40 registers).
     auto load_k = [&](int nk) {
       acquire(smem.pipe_k, state_k, Tr::kKBytes, leader, Wait::KEmpty, tile);
-      if (leader) copy(params.tma_k.with(*Tr::full_barrier(smem.pipe_k, state_k.index())), tKgK(_, nk), tKsK(_, state_k.index()));
+      if (leader) copy_k(nk);
       ++state_k;
     };
     auto load_v = [&](int nv) {
       acquire(smem.pipe_v, state_v, Tr::kVBytes, leader, Wait::VEmpty, tile);
-      if (leader) copy(params.tma_v.with(*Tr::full_barrier(smem.pipe_v, state_v.index())), tVgV(_, nv), tVsV(_, state_v.index()));
+      if (leader) copy_v(nv);
       ++state_v;
     };
     // With a third V stage (FwdTraits::kStagesV), V_{n+1}'s slot (V_{n+4}'s) frees about a step
