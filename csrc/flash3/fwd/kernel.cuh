@@ -126,9 +126,12 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
     for (int idx = sched.first(); !sched.done(idx);) {
       const WorkTile w = sched.tile(idx);
       if (w.has_rows && !w.blocks.empty()) {  // consumers write other tiles without shared memory
-        if constexpr (kClusterM > 1) Producer::template load<kClusterM>(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
-        else if (warpgroup == 0) Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
-        else if constexpr (Tr::kProducerWarpgroups == 2) Producer::load_v(params, smem, state_v, w, tile_count);
+        if (warpgroup == 0) {
+          if constexpr (kClusterM > 1) Producer::template load<kClusterM>(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+          else Producer::load(params, smem, state_k, state_v, w, tile_count, tail_phase, leader);
+        } else if constexpr (Tr::kProducerWarpgroups == 2) {
+          Producer::load_v(params, smem, state_v, w, tile_count);
+        }
         ++tile_count;
       }
       idx = sched.fetch_next(idx);
