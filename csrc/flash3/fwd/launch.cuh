@@ -51,14 +51,15 @@ inline bool fwd_clusters_enabled() {
   return !(e != nullptr && e[0] == '1' && e[1] == '\0');
 }
 
-// How many 2-CTA clusters of `kernel` fit on the device at once, asked once per kernel and device.
+// How many 2-CTA clusters of `kernel` fit on the device at once, asked once per kernel and device;
+// 0 where the runtime cannot say (the call then runs on single CTAs; the error is cleared, so the
+// launch check after it does not see it).
 template <class Kernel>
 int max_active_pairs(Kernel kernel, int threads, int smem_bytes) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices] = {};
   int device = 0;
-  fwd_check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  if (device < 0 || device >= kMaxDevices) return 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
   int n = cached[device].load(std::memory_order_relaxed);
   if (n > 0) return n;
   cudaLaunchConfig_t cfg = {};
@@ -72,8 +73,10 @@ int max_active_pairs(Kernel kernel, int threads, int smem_bytes) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  fwd_check_cuda(cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(kernel), &cfg),
-                 "cudaOccupancyMaxActiveClusters");
+  if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(kernel), &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
   if (n > 0) cached[device].store(n, std::memory_order_relaxed);
   return n;
 }
