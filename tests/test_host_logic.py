@@ -380,7 +380,7 @@ def test_tile_order_is_a_permutation_heaviest_first_and_grouped(driver):
 
 
 def test_tile_pairs_share_head_and_batch(driver):
-    """The forward's 2-CTA clusters (TileOrder::m_pairs, fwd/launch.cuh): tiles 2i and 2i + 1 are
+    """The forward's 2-CTA clusters (TileOrder::at_pair_tile, fwd/kernel.cuh): tiles 2i and 2i + 1 are
     query blocks 2j and 2j + 1 of one (head, batch), so a cluster of a static schedule (CTAs c, c + 1
     of an even grid, each stepping by the grid) sees the same key blocks in both CTAs; the numbering
     is still a permutation of every tile, and its pairs keep the plain order's head grouping."""

@@ -136,14 +136,13 @@ int main() {
       for (int i = 0; i < mask.seqlen_q; ++i) std::printf("%s%d %d", i ? ";" : "", mask.key_floor(i), mask.last_key(i + 1));
       std::printf("\n");
     } else if (cmd == "tiles" || cmd == "tile_pairs") {  // m_blocks heads batch seqlen_k d d_v heads_k l2 causal
-      // (tile_pairs: the 2-CTA cluster numbering, TileOrder::m_pairs)
+      // (tile_pairs: the 2-CTA cluster numbering, TileOrder::at_pair_tile)
       int nm, h, b, sk, d, dv, hk, l2, causal;
       in >> nm >> h >> b >> sk >> d >> dv >> hk >> l2 >> causal;
-      TileOrder order = TileOrder::make(nm, h, b, sk, d, dv, hk, l2, causal != 0);
-      order.m_pairs = cmd == "tile_pairs";
+      const TileOrder order = TileOrder::make(nm, h, b, sk, d, dv, hk, l2, causal != 0);
       std::printf("%d", order.heads_per_group);
       for (int t = 0; t < order.num_tiles(); ++t) {
-        const TileCoord c = order.at(t);
+        const TileCoord c = cmd == "tile_pairs" ? order.at_pair_tile(t) : order.at(t);
         std::printf(";%d %d %d", c.m_block, c.head, c.batch);
       }
       std::printf("\n");

@@ -506,14 +506,13 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
-// (3) with 2-CTA clusters (m_pairs: the forward's K/V multicast, fwd/traits.cuh kMulticastKV) tiles
-//     2i and 2i + 1 are query blocks 2j and 2j + 1 of one (head, batch): the pairs are numbered as
-//     tiles of num_m_blocks / 2 blocks (even), so a cluster's two CTAs, taking tiles c and c + 1
-//     (c even) of a static schedule with an even grid, share every key block.
+// (3) with 2-CTA clusters (at_pair_tile: the forward's K/V multicast, fwd/traits.cuh kMulticastKV)
+//     tiles 2i and 2i + 1 are query blocks 2j and 2j + 1 of one (head, batch): the pairs are
+//     numbered as tiles of num_m_blocks / 2 blocks (even), so a cluster's two CTAs, taking tiles c
+//     and c + 1 (c even) of a static schedule with an even grid, share every key block.
 struct TileOrder {
   int num_m_blocks, num_heads, batch, heads_per_group;
   bool heaviest_first;
-  bool m_pairs = false;
 
   FLASH3_HD static TileOrder make(int num_m_blocks, int num_heads, int batch, int seqlen_k,
                                   int head_dim, int head_dim_v, int num_heads_k, int l2_bytes,
@@ -528,13 +527,14 @@ struct TileOrder {
   }
   FLASH3_HD int num_tiles() const { return num_m_blocks * num_heads * batch; }
 
-  FLASH3_HD TileCoord at(int idx) const {
-    if (m_pairs) {
-      TileCoord c = at_of(idx >> 1, num_m_blocks >> 1);
-      c.m_block = 2 * c.m_block + (idx & 1);
-      return c;
-    }
-    return at_of(idx, num_m_blocks);
+  FLASH3_HD TileCoord at(int idx) const { return at_of(idx, num_m_blocks); }
+  // The 2-CTA clusters' numbering (3): num_m_blocks even. A function of its own, not a flag of
+  // at(): the kernels without clusters keep at()'s code (a run-time test there cost the d 256
+  // decode kernel's consumers registers: 60 bytes of spills).
+  FLASH3_HD TileCoord at_pair_tile(int idx) const {
+    TileCoord c = at_of(idx >> 1, num_m_blocks >> 1);
+    c.m_block = 2 * c.m_block + (idx & 1);
+    return c;
   }
 
  private:

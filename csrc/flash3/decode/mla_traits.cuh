@@ -43,6 +43,7 @@ struct MlaTraits : FwdKvSync<2, 2> {
   static constexpr bool kFp8 = false;
   static constexpr bool kFp8Cache = false;
   static constexpr bool kTmaPieces = false;  // a paged cache is gathered (decode/load.cuh load_tma)
+  static constexpr bool kMulticastKV = false;  // no 2-CTA clusters (fwd/launch.cuh)
   // No ALiBi (the forward's rule: d_v > 128; launch_fwd refuses slopes). FA3's attention_chunk:
   // consumer 0's masks take each packed row's token bounds (Mask::row_keys) and the schedule the
   // chunk's key blocks, as in the 16-bit decode kernels (attn_logic.h decode_takes_chunk).

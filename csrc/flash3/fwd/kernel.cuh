@@ -104,13 +104,13 @@ __global__ void __launch_bounds__(Tr::kNumThreads, 1)
   debug_hang_init(Tr::kNumThreads);
   cutlass::arch::fence_barrier_init();
   if constexpr (kClusterM > 1) {  // the peer CTA's producer and consumers signal this CTA's barriers too
-    cute::cluster_arrive_relaxed();
+    cute::cluster_arrive();  // release: the initializations above (debug_hang_init's stores too)
     cute::cluster_wait();
   } else {
     __syncthreads();  // barrier initialization visible to every thread before first use
   }
 
-  TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode, Tr::kChunk> sched{params.p, params.order};
+  TileScheduler<Tr::kBlockM, Tr::kBlockN, Tr::kDecode, Tr::kChunk, kClusterM> sched{params.p, params.order};
 
   if (producer) {
     cutlass::arch::warpgroup_reg_dealloc<Tr::kProducerRegs>();

@@ -59,7 +59,11 @@ int max_active_pairs(Kernel kernel, int threads, int smem_bytes) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices] = {};
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (device < 0 || device >= kMaxDevices) return 0;
   int n = cached[device].load(std::memory_order_relaxed);
   if (n > 0) return n;
   cudaLaunchConfig_t cfg = {};
@@ -273,7 +277,6 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
       const int pairs = std::min(grid / 2, detail::max_active_pairs(kernel2, Tr::kNumThreads, Tr::kSmemBytes));
       if (pairs >= 1) {
-        kp.order.m_pairs = true;
         kp.tma_k_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mK, take<0, 2>(typename Tr::SmemLayoutK{}),
                                     Shape<typename Tr::BlkN, typename Tr::HD>{}, _2{});
         kp.tma_v_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mVt, take<0, 2>(typename Tr::SmemLayoutVt{}),

@@ -203,7 +203,9 @@ struct FwdProducer {
     // finite (e4m3 v must be finite).
     const int valid_rows = w.seq.seqlen_k - n * Tr::kBlockN;
     const bool rows_past_end_in_tensor = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
-    if (!Tr::kFp8 && rows_past_end_in_tensor && valid_rows < Tr::kBlockN) {
+    // (The 2-CTA kernel never gets such a call: fwd/launch.cuh clusters batched keys without
+    // seqused_k only; a block loaded by one CTA alone would leave the peer's full barrier short.)
+    if (!Tr::kFp8 && kClusterM == 1 && rows_past_end_in_tensor && valid_rows < Tr::kBlockN) {
       if constexpr (!Tr::kFp8) load_v_zero_tail(params, smem, tVgV(_, n), tVsV, state_v, valid_rows, tail_phase, leader, tile);
       ++state_v;
     } else {

@@ -72,17 +72,23 @@ struct WorkTile {
 };
 
 // kChunk: the kernel takes p.attention_chunk (FwdTraits::kChunk); else its masks have none.
-template <int kBlockM, int kBlockN, bool kDecode = false, bool kChunk = false>
+// kClusterM 2: the 2-CTA clusters' tile numbering (TileOrder::at_pair_tile; fwd/kernel.cuh).
+template <int kBlockM, int kBlockN, bool kDecode = false, bool kChunk = false, int kClusterM = 1>
 struct TileScheduler {
   const FwdParams& p;
   TileOrder order;
+
+  __device__ __forceinline__ TileCoord coord(int idx) const {
+    if constexpr (kClusterM > 1) return order.at_pair_tile(idx);
+    else return order.at(idx);
+  }
 
   __device__ __forceinline__ bool dynamic() const { return p.tile_counter != nullptr; }
   __device__ __forceinline__ int first() const { return int(blockIdx.x); }
   __device__ __forceinline__ bool done(int idx) const { return idx >= order.num_tiles(); }
 
   __device__ __forceinline__ bool has_rows(int idx) const {
-    const TileCoord c = order.at(idx);
+    const TileCoord c = coord(idx);
     return c.m_block * kBlockM < seq_info(p, c.batch).rows_q;
   }
 
@@ -107,7 +113,7 @@ struct TileScheduler {
     WorkTile w;
     w.index = idx;
     w.split = 0;
-    w.coord = order.at(idx);
+    w.coord = coord(idx);
     w.head_k = w.coord.head / (p.num_heads / p.num_heads_k);
     w.seq = seq_info(p, w.coord.batch);
     w.has_rows = w.coord.m_block * kBlockM < w.seq.rows_q;
@@ -130,7 +136,7 @@ struct TileScheduler {
   __device__ __forceinline__ WorkTile decode_tile(int idx) const {
     WorkTile w;
     w.index = idx;
-    w.coord = order.at(idx);
+    w.coord = coord(idx);
     w.head_k = w.coord.head / p.num_splits;
     w.split = w.coord.head - w.head_k * p.num_splits;
     w.seq = seq_info(p, w.coord.batch);

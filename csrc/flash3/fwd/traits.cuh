@@ -333,6 +333,9 @@ struct FwdTraits
     using V = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD_MULTICAST{}, std::declval<GmemVtIn>(),
                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<HDV, BlkN>{}, cute::_2{}));
   };
+  // The peer's producer waits only for the stages' release, not for this CTA's epilogue: O must not
+  // be staged in V's buffer (d 192 / 256 do; they would need o_free counted across the pair).
+  static_assert(!kMulticastKV || kOwnOBuffer, "K/V multicast: O needs its own buffer");
   using TmaKMcast = typename McastTmas<kMulticastKV>::K;
   using TmaVMcast = typename McastTmas<kMulticastKV>::V;
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemRowsOut>(), SmemLayoutOBox{},
