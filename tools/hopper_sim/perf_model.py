@@ -340,6 +340,11 @@ HISTORY = [
      'd 128: 1087070 (+0.08%) / 1104106 (+1.6% over its 500; -5.6% against two stages at 1500): flash3 / FA3 1.05 at both; causal 634292 (-0.2%); d 96: 1092408 (-0.03%) / 1140394 (-4.4%); d 128 at b 16 s 1024 (more tile starts): 299794 -> 300641 (+0.3%) at 500, 330936 -> 317674 (-4.0%) at 1500',
      "a third V stage at d 96 and 128 beside O's own buffer (attn_logic.h fwd_v_stages, fwd/kv_sync.cuh kStagesV; d 128: 224 KB of shared memory), and the producer issues V_{n+1} before K_n (its stage now frees first). Not kept: K first with the third V stage (d 128: 1169826 at 1500, as two stages: the producer's in-order issue held V behind K's slot); d 64 (MUFU 82% busy) with it, +1.4% at 500 (+0.6% with K first): keeps two. Consumer SASS unchanged (d 128 unmasked loop 424 instructions, stall sum 1026); compile-check clean",
      "the H200 (11-30): flash3 0.93x FA3 kernel against kernel (d 128, b 2 s 8192) where the model said 1.02x; tensor pipe 80.5% vs 87.2% active, L2 throughput 49% vs 30% (FA3's 2-CTA clusters multicast K/V). The pipeline's margins, from the step's timeline (2048 tensor cycles a step at d 128): K_n's stage frees ~2560 cycles before step n needs it, V_{n+1}'s ~2000 (a step releases V after its P.V and the pinned exponentials), and V's TMA waits behind K_n's in the SM's L2 share (845 cycles a 32 KB block in the model) before its latency: ~370 cycles to spare at 500, none at ~900 more; FA3's 176-key steps and halved L2 reads leave more. The model's 500 is an assumption and the hardware's latency under load is not measured: the next lease's kernel-against-kernel profile says whether this was a cause"),
+    ("fwd bf16 d 128 full attention, b*s 16k h 16, 1 SM sampled (with clusters: one cluster of 2 CTAs), 1673 MHz: s 1k / 2k / 4k / 8k / 16k; s 4096 also at kTmaLatency 1500 and at half the model's L2 bandwidth (kL2BytesPerClkGPU 2560 instead of 5120: what-if builds, not parameter changes)",
+     'single CTAs (FLASH3_FWD_CLUSTER=1): 300658 / 562802 / 1087090 / 2135666 / 4232818 cycles (764.8 / 817.1 / 846.1 / 861.3 / 869.2 TFLOP/s); at TMA latency 1500: 1104106 (History above); at L2 2560 B/clk: 1788314 (514.3 TFLOP/s, L2-bound: mbarrier 38% of stalls, tensor 59% busy; FA3, which multicasts, 1167759)',
+     "2-CTA clusters: 299511 / 561655 / 1085943 / 2134519 / 4231671 (-0.4% / -0.2% / -0.1% / -0.05% / -0.03%; taken before the pair numbering became TileOrder::at_pair_tile, the same tiles: s 1k 299320 after); at TMA latency 1500: 1103207 (-0.1%); at L2 2560 B/clk: 1114713 (825.1 TFLOP/s, -37.7%; +2.6% over its own 5120 row, FA3 +2.1%); causal (8 SMs; single CTAs, the kernel as before): 636466 (the History's 634292 two rows up was on an earlier tree)",
+     "full attention at d 128 (16-bit) with an even number of query blocks, batched keys: 2-CTA clusters, query blocks 2j and 2j + 1 of one (batch, head) in a pair (attn_logic.h TileOrder::at_pair_tile), each CTA loading half of every K and V block by TMA multicast into both CTAs' stage; consumers release each stage to both producers (PipelineTmaAsync over a 2x1x1 cluster); a CTA leaves after both released all its stages; a kernel of its own (fwd_kernel<..., 2>), the single-CTA kernel for the rest (its SASS loops as before: unmasked 408 non-GMMA instructions, stall sum 1026, producer 359 per 4 blocks; the clustered kernel's 414 / 1023 and 407, the releases' cluster addressing and the half-block copies); FLASH3_FWD_CLUSTER=1 turns it off (commit e4814b5). Kept although neutral in the model: the model's L2 bandwidth is the A100's (an assumption), and the what-if shows the single-CTA kernel using ~82% of it (32 bytes of K/V per SM per cycle at the tensor pipe's rate) where a pair uses half; the hardware decides (tools/device/head_to_head.py times both)",
+     "the H200 (11-30): flash3 0.93x FA3 kernel against kernel (d 128 b 2 s 8192 full), L2 throughput 49% against FA3's 30% (FA3's ClusterM 2 multicasts K and V at d >= 128, full attention); and flash3's op loop ran 14% slower than its profiled kernel where FA3's ran 1% slower: if power, L2 traffic draws it (Chips and Cheese, 'Nvidia's H100: Funny L2, and Tons of Bandwidth', 2023-07-02: an H100 PCIe near its 350 W limit 'particularly when pulling data from L2', clocks down to 1395 MHz)"),
 ]
 # Measured on a lent H200 (benchmarks/results/h200_2026-11-28.md): FA3's own forward (our driver,
 # bare launches) and flash3 through its Python API. Never used to set a parameter.
@@ -1313,10 +1318,29 @@ def write_report(gemm, fa3, f3, args, fa3_commit, bwd=None, steps=None, equal=No
           "- flash3 / FA3 compares two kernels under the same model; the ratio is more trustworthy than either "
           "absolute number, and it is still not a measurement. A GPU run is the final word: at d 128 (b 2 s 8192, "
           "kernel against kernel, the H200 on 2026-11-30) flash3 / FA3 measured 0.93 where the model says 1.02.",
-          "- Parameters the ratio is sensitive to: the TMA latency (kTmaLatency, an assumption) sets how much "
+          '- Parameters the ratio is sensitive to: the L2 bandwidth (kL2BytesPerClkGPU, an assumption: the A100 '
+          "whitepaper's 5120 bytes a clock). flash3's d 128 forward on single CTAs reads 32 bytes of K and V "
+          "per SM per cycle at the tensor pipe's rate, ~82% of it over 132 SMs; at half of it (a what-if build, "
+          'b 4 s 4096, one SM) that kernel became L2-bound, 1087090 -> 1788314 cycles (0.65x FA3, which '
+          'multicasts and moved 2.1%), and its 2-CTA clusters (since 2026-12-02: each K/V block read once per '
+          "pair) 1085943 -> 1114713 (+2.6%). The H100's L2 bandwidth is not in the whitepaper; ncu's L2 "
+          "throughput on the H200 (49% for flash3's single CTAs, 30% for FA3) is the measurement to compare "
+          'with.',
+          "- And the TMA latency (kTmaLatency, an assumption) sets how much "
           "slack a K/V pipeline needs. At 1500 cycles instead of 500 (a what-if build, d 128 b 4 s 4096, one SM) "
           "FA3 slowed 1.5% and flash3's two-stage V pipeline 7.7% (flash3 / FA3 1.05 -> 0.99); with its third V "
           "stage since 2026-12-02, 1.6% (History).",
+          '- And one it is not, past a few instructions: the list-scheduling lookahead (kSchedWindow, an '
+          'assumption, 32). What-if builds (2026-12-02, d 128 b 4 s 4096 full, one SM, cycles, flash3 / FA3): '
+          'window 0 (PTX in source order, no reordering) 1588137 / 1168778 (0.74x), 8: 1091744 / 1148536 '
+          "(1.05x), 16: 1087866 / 1147273 (1.05x), 32 (the model): 1087070 / 1143831 (1.05x). flash3's PTX "
+          "needs a short reordering that FA3's does not (its softmax adds each exponential to the row sum in "
+          "the same loop, so in source order every add waits for its MUFU: the window-0 record's top dependency "
+          'pairs are those adds on their `ex2.approx`, 2.37M stall cycles on the sampled SM against 0.10M at '
+          '32; FA3 takes all exponentials, then the sums), and 8 instructions of lookahead give it all; ptxas '
+          'does that much in the SASS (sass_loops.py on fwd_bf16_hdim128: each FADD of the row sum sits one '
+          'MUFU.EX2 behind the exponential it adds, 8 stall cycles a pair, the MUFU rate). So the window is not '
+          "what makes the model rate flash3 above the H200's 0.93x.",
           "- Rows missing here were not run yet (`make perf-model PERF_ROWS=paper FA3_SRC=...`).",
           "", "![predicted TFLOP/s against seqlen](perf_model.png)", ""]
     OUT_MD.parent.mkdir(parents=True, exist_ok=True)
