@@ -4,8 +4,8 @@
 # both kernels side by side (the timing model's breakdown has the same fields). Clocks left alone
 # (--clock-control none). FA3's binary: .carry/fa3/fa3_fwd_hdim128-* (tools/fa3_peer/build.py
 # --cudart static); its kernel is named `device_kernel`, flash3's `fwd_kernel`.
-# Writes ncu_fa3.csv and ncu_flash3.csv under $OUT (or DIR, the first argument) and prints the
-# headline metrics of each. Needs flash3._C built in place (PYTHONPATH=. imports it).
+# Writes ncu_fa3.csv, ncu_flash3.csv and ncu_flash3_nocluster.csv (flash3 with FLASH3_FWD_CLUSTER=1)
+# under $OUT (or DIR, the first argument) and prints the headline metrics of each. Needs flash3._C built in place (PYTHONPATH=. imports it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DIR=${1:-${OUT:-build/device-profile}}
@@ -31,11 +31,23 @@ for _ in range(4):
     flash3.attention(q, k, v, causal=False)
 torch.cuda.synchronize()" > "$DIR/ncu_flash3.csv" 2>&1
 echo "ncu flash3: exit $?"
+# The same call on single CTAs (FLASH3_FWD_CLUSTER=1): since 2026-12-02 full attention at d 128 runs
+# in 2-CTA clusters with K/V multicast (fwd/launch.cuh); the L2 throughput and the SM clock of the
+# two say whether halving K/V's L2 reads is what closes the gap to FA3 (49% against its 30% on 11-30).
+FLASH3_FWD_CLUSTER=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout 120 "$NCU" --clock-control none \
+  -k regex:fwd_kernel -s 2 -c 1 "${SEC[@]}" --csv --page details "${PYTHON:-python3}" -c "
+import torch, flash3
+q, k, v = (torch.randn(2, 8192, 16, 128, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+for _ in range(4):
+    flash3.attention(q, k, v, causal=False)
+torch.cuda.synchronize()" > "$DIR/ncu_flash3_nocluster.csv" 2>&1
+echo "ncu flash3 (single CTAs): exit $?"
 "${PYTHON:-python3}" - "$DIR" <<'PY'
 import csv, sys, pathlib
 keys = ("Duration", "SM Frequency", "Issue Slots Busy", "Executed Ipc Active", "Registers Per Thread",
+        "L2 Cache Throughput", "DRAM Throughput", "Cluster Size",
         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
-for f in ("fa3", "flash3"):
+for f in ("fa3", "flash3", "flash3_nocluster"):
     path = pathlib.Path(sys.argv[1]) / f"ncu_{f}.csv"
     if not path.exists():
         continue
