@@ -51,6 +51,27 @@ inline bool fwd_clusters_enabled() {
   return !(e != nullptr && e[0] == '1' && e[1] == '\0');
 }
 
+// A launch configuration in clusters of 2 CTAs along x (the attribute lives beside the config that
+// points at it, so neither is copied).
+struct PairLaunch {
+  cudaLaunchAttribute attr[1] = {};
+  cudaLaunchConfig_t cfg = {};
+  PairLaunch(int grid, int threads, int smem_bytes, cudaStream_t stream) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(grid));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = size_t(smem_bytes);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  PairLaunch(const PairLaunch&) = delete;
+  PairLaunch& operator=(const PairLaunch&) = delete;
+};
+
 // How many 2-CTA clusters of `kernel` fit on the device at once, asked once per kernel and device;
 // 0 where the runtime cannot say (the call then runs on single CTAs; the error is cleared, so the
 // launch check after it does not see it).
@@ -66,18 +87,8 @@ int max_active_pairs(Kernel kernel, int threads, int smem_bytes) {
   if (device < 0 || device >= kMaxDevices) return 0;
   int n = cached[device].load(std::memory_order_relaxed);
   if (n > 0) return n;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(2);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = size_t(smem_bytes);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(kernel), &cfg) != cudaSuccess) {
+  const PairLaunch one_pair(2, threads, smem_bytes, nullptr);
+  if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(kernel), &one_pair.cfg) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -282,19 +293,9 @@ void launch_fwd(const FwdParams& p, void* cuda_stream) {
         kp.tma_v_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mVt, take<0, 2>(typename Tr::SmemLayoutVt{}),
                                     Shape<typename Tr::HDV, typename Tr::BlkN>{}, _2{});
         grid = 2 * pairs;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(unsigned(grid));
-        cfg.blockDim = dim3(unsigned(Tr::kNumThreads));
-        cfg.dynamicSmemBytes = size_t(Tr::kSmemBytes);
-        cfg.stream = static_cast<cudaStream_t>(cuda_stream);
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 2;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        detail::fwd_check_cuda(cudaLaunchKernelEx(&cfg, kernel2, kp), "kernel launch (2-CTA clusters)");
+        const detail::PairLaunch pairs_launch(grid, Tr::kNumThreads, Tr::kSmemBytes,
+                                              static_cast<cudaStream_t>(cuda_stream));
+        detail::fwd_check_cuda(cudaLaunchKernelEx(&pairs_launch.cfg, kernel2, kp), "kernel launch (2-CTA clusters)");
         return;
       }
     }
